@@ -1,0 +1,63 @@
+# Finds every third-party dependency (Debian packages, CUDA when present) and
+# defines imported targets for those that ship no CMake config.
+include_guard(GLOBAL)
+
+find_package(Threads REQUIRED)
+find_package(fmt 9 REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(toml11 REQUIRED)
+find_package(doctest REQUIRED)
+include(doctest)
+
+set(BLA_VENDOR OpenBLAS)
+find_package(BLAS REQUIRED)
+
+find_package(ucx REQUIRED)
+
+# CAF 0.17.6: Debian ships neither a CMake config nor a pkg-config file.
+find_path(CAF_INCLUDE_DIR caf/all.hpp REQUIRED)
+find_library(CAF_CORE_LIB caf_core REQUIRED)
+find_library(CAF_IO_LIB caf_io REQUIRED)
+if(NOT TARGET CAF::core)
+  add_library(CAF::core UNKNOWN IMPORTED)
+  set_target_properties(CAF::core PROPERTIES IMPORTED_LOCATION ${CAF_CORE_LIB}
+    INTERFACE_INCLUDE_DIRECTORIES ${CAF_INCLUDE_DIR} INTERFACE_LINK_LIBRARIES Threads::Threads)
+  add_library(CAF::io UNKNOWN IMPORTED)
+  set_target_properties(CAF::io PROPERTIES IMPORTED_LOCATION ${CAF_IO_LIB}
+    INTERFACE_LINK_LIBRARIES CAF::core)
+endif()
+
+# CUDA: AUTO builds the backend when nvcc is found, ON requires it, OFF skips it.
+set(ACTORPIPE_HAVE_CUDA OFF)
+if(NOT ACTORPIPE_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 80 90)
+    endif()
+    if(NOT DEFINED CMAKE_CUDA_RUNTIME_LIBRARY)
+      set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit)
+    if(CUDAToolkit_FOUND)
+      find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+      find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+      if(NCCL_LIBRARY AND NCCL_INCLUDE_DIR AND NOT TARGET NCCL::nccl)
+        add_library(NCCL::nccl UNKNOWN IMPORTED)
+        set_target_properties(NCCL::nccl PROPERTIES IMPORTED_LOCATION ${NCCL_LIBRARY}
+          INTERFACE_INCLUDE_DIRECTORIES ${NCCL_INCLUDE_DIR})
+      endif()
+      set(ACTORPIPE_HAVE_CUDA ON)
+    endif()
+  endif()
+  if(ACTORPIPE_CUDA STREQUAL "ON" AND NOT ACTORPIPE_HAVE_CUDA)
+    message(FATAL_ERROR "ACTORPIPE_CUDA=ON but no CUDA compiler/toolkit was found "
+      "(looked for nvcc on PATH and /usr/local/cuda/bin/nvcc); use ACTORPIPE_CUDA=AUTO or OFF")
+  endif()
+endif()
+message(STATUS "actorpipe: CUDA backend ${ACTORPIPE_HAVE_CUDA} (ACTORPIPE_CUDA=${ACTORPIPE_CUDA})")

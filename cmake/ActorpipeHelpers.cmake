@@ -1,0 +1,66 @@
+# Two helpers: actorpipe_add_library declares a library with exact dependencies and
+# a namespaced alias; actorpipe_add_test declares a doctest executable registered with CTest.
+include_guard(GLOBAL)
+
+# Common warnings, sanitizers and -Werror for every target of the project.
+add_library(actorpipe_build_flags INTERFACE)
+target_compile_options(actorpipe_build_flags INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor>
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${ACTORPIPE_WERROR}>>:-Werror>
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${ACTORPIPE_NATIVE}>>:-march=native>)
+if(ACTORPIPE_SANITIZE)
+  target_compile_options(actorpipe_build_flags INTERFACE
+    -fsanitize=${ACTORPIPE_SANITIZE} -fno-omit-frame-pointer -g)
+  target_link_options(actorpipe_build_flags INTERFACE -fsanitize=${ACTORPIPE_SANITIZE})
+endif()
+
+# actorpipe_add_library(NAME <short> [SOURCES ...] [GLOB_DIR dir] DEPS ... PRIVATE_DEPS ...)
+# Creates actorpipe_<short> with alias actorpipe::<short>. With GLOB_DIR, every *.cpp in
+# that folder (recursively, except *.test.cpp and the cuda/ subfolder) is a source.
+function(actorpipe_add_library)
+  cmake_parse_arguments(A "" "NAME;GLOB_DIR" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  set(srcs ${A_SOURCES})
+  if(A_GLOB_DIR)
+    file(GLOB_RECURSE globbed CONFIGURE_DEPENDS ${A_GLOB_DIR}/*.cpp)
+    list(FILTER globbed EXCLUDE REGEX "\\.test\\.cpp$")
+    list(FILTER globbed EXCLUDE REGEX "/cuda/")
+    list(FILTER globbed EXCLUDE REGEX "/tools/")
+    list(APPEND srcs ${globbed})
+  endif()
+  add_library(actorpipe_${A_NAME} ${srcs})
+  add_library(actorpipe::${A_NAME} ALIAS actorpipe_${A_NAME})
+  set_target_properties(actorpipe_${A_NAME} PROPERTIES EXPORT_NAME ${A_NAME}
+    POSITION_INDEPENDENT_CODE ON)
+  target_include_directories(actorpipe_${A_NAME} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+    $<INSTALL_INTERFACE:include/actorpipe>)
+  target_link_libraries(actorpipe_${A_NAME} PUBLIC ${A_DEPS} PRIVATE ${A_PRIVATE_DEPS}
+    $<BUILD_INTERFACE:actorpipe_build_flags>)
+  set_property(GLOBAL APPEND PROPERTY ACTORPIPE_LIBRARIES actorpipe_${A_NAME})
+endfunction()
+
+# actorpipe_add_tests(DIR dir DEPS ... [LABELS ...] [TIMEOUT s])
+# Every *.test.cpp under DIR becomes one executable (test_<folder>_<name>) whose doctest
+# cases are registered with CTest one by one.
+function(actorpipe_add_tests)
+  cmake_parse_arguments(A "" "DIR;TIMEOUT" "DEPS;LABELS" ${ARGN})
+  if(NOT ACTORPIPE_TESTS)
+    return()
+  endif()
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT 300)
+  endif()
+  file(GLOB_RECURSE tests CONFIGURE_DEPENDS ${A_DIR}/*.test.cpp)
+  foreach(src IN LISTS tests)
+    get_filename_component(name ${src} NAME_WE)
+    file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${src})
+    string(REGEX REPLACE "/.*" "" top ${rel})
+    set(exe test_${top}_${name})
+    add_executable(${exe} ${src})
+    target_link_libraries(${exe} PRIVATE actorpipe_doctest_main ${A_DEPS} actorpipe_build_flags)
+    doctest_discover_tests(${exe} TEST_PREFIX "${top}.${name}." ADD_LABELS 1
+      PROPERTIES LABELS "${top};${A_LABELS}" TIMEOUT ${A_TIMEOUT}
+      ENVIRONMENT "ACTORPIPE_SOURCE_DIR=${PROJECT_SOURCE_DIR};OPENBLAS_NUM_THREADS=1"
+      WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  endforeach()
+endfunction()

@@ -1,0 +1,21 @@
+# Installs the libraries, public headers and a CMake package usable with find_package(actorpipe).
+include_guard(GLOBAL)
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+get_property(libs GLOBAL PROPERTY ACTORPIPE_LIBRARIES)
+install(TARGETS ${libs} actorpipe_build_flags EXPORT actorpipeTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/actorpipe)
+foreach(dir kernels engine transport actors)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/actorpipe/${dir}
+    FILES_MATCHING PATTERN "*.hpp" PATTERN "internal" EXCLUDE PATTERN "*.test.*" EXCLUDE)
+endforeach()
+install(EXPORT actorpipeTargets NAMESPACE actorpipe:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/actorpipe)
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/actorpipeConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/actorpipeConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/actorpipe)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/actorpipeConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/actorpipeConfig.cmake ${PROJECT_BINARY_DIR}/actorpipeConfigVersion.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/actorpipe)

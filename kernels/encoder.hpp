@@ -1,0 +1,21 @@
+// Token + position (+ optional segment) embedding.
+// Shapes: B batch, T time, C channels, V vocabulary, maxT context length, S segment types.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/context.hpp"
+
+namespace actorpipe {
+
+/// out (B,T,C) = wte[tokens] (V,C) + wpe[t] (maxT,C) [+ wse[segments] (S,C)].
+/// `segments` and `wse` may both be null.
+void encoder_forward(Context& ctx, float* out, const int32_t* tokens, const int32_t* segments,
+                     const float* wte, const float* wpe, const float* wse, int B, int T, int C);
+
+/// Accumulates (+=) into dwte (V,C), dwpe (maxT,C), dwse (S,C) (dwse null when unused).
+/// Deterministic: every row of dwte is summed in (b, t) order.
+void encoder_backward(Context& ctx, float* dwte, float* dwpe, float* dwse, const float* dout,
+                      const int32_t* tokens, const int32_t* segments, int B, int T, int C);
+
+}  // namespace actorpipe

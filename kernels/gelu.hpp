@@ -1,0 +1,12 @@
+// GELU, tanh approximation (as GPT-2): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+#pragma once
+
+#include "kernels/context.hpp"
+
+namespace actorpipe {
+
+void gelu_forward(Context& ctx, float* out, const float* inp, long N);
+/// Accumulates (+=) into dinp.
+void gelu_backward(Context& ctx, float* dinp, const float* inp, const float* dout, long N);
+
+}  // namespace actorpipe

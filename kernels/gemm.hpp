@@ -1,0 +1,17 @@
+// GEMM: row-major C = alpha * op(A) * op(B) + beta * C through OpenBLAS sgemm, partitioned
+// over the Context's threads by output blocks (each output element computed by one thread).
+#pragma once
+
+#include "kernels/context.hpp"
+
+namespace actorpipe {
+
+/// op(A) is (M, K), op(B) is (K, N), C is (M, N); lda/ldb/ldc are row strides.
+void gemm(Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+          const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc);
+
+/// The same without partitioning (a single caller thread); used inside parallel regions.
+void gemm_serial(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+                 int lda, const float* B, int ldb, float beta, float* C, int ldc);
+
+}  // namespace actorpipe

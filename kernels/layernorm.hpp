@@ -1,0 +1,17 @@
+// Layer normalisation over the last dimension. N rows (= B*T), C channels.
+#pragma once
+
+#include "kernels/context.hpp"
+
+namespace actorpipe {
+
+/// out (N,C), mean (N), rstd (N) from inp (N,C), weight (C), bias (C); eps = 1e-5.
+void layernorm_forward(Context& ctx, float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int N, int C);
+
+/// Accumulates (+=) into dinp (N,C), dweight (C), dbias (C). Reductions over N run in row order.
+void layernorm_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int N, int C);
+
+}  // namespace actorpipe

@@ -1,0 +1,16 @@
+// Linear layer: out = inp · weightᵀ + bias. N rows, C input channels, OC output channels.
+#pragma once
+
+#include "kernels/context.hpp"
+
+namespace actorpipe {
+
+/// out (N,OC) = inp (N,C) · weight (OC,C)ᵀ + bias (OC); bias may be null.
+void matmul_forward(Context& ctx, float* out, const float* inp, const float* weight,
+                    const float* bias, int N, int C, int OC);
+
+/// Accumulates (+=) into dinp (N,C), dweight (OC,C), dbias (OC). dinp or dbias may be null.
+void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int N, int C, int OC);
+
+}  // namespace actorpipe

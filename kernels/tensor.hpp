@@ -1,0 +1,87 @@
+// Tensor: a shape, a dtype, a device and a view into shared storage.
+// Views never copy; `contiguous` storage is the only layout (strides are implied by shape).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace actorpipe {
+
+enum class DType : uint8_t { f32, i32 };
+enum class Device : uint8_t { cpu, cuda };
+
+/// Bytes per element of `t`.
+size_t dtype_size(DType t);
+std::string to_string(DType t);
+std::string to_string(Device d);
+
+/// Owned, aligned (64 B) host or device memory shared by tensors that view it.
+class Storage {
+ public:
+  Storage(size_t bytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  void* data() { return data_; }
+  const void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  Device device_ = Device::cpu;
+};
+
+/// Up to 4 dimensions, row-major, contiguous.
+class Tensor {
+ public:
+  static constexpr int kMaxDims = 4;
+  Tensor() = default;
+  /// Allocates zero-filled storage for `shape`.
+  static Tensor zeros(std::vector<int64_t> shape, DType dtype = DType::f32, Device device = Device::cpu);
+  /// A view of `numel(shape)` elements at element offset `offset` of `storage`.
+  Tensor(std::shared_ptr<Storage> storage, size_t offset, std::vector<int64_t> shape, DType dtype);
+
+  bool defined() const { return storage_ != nullptr; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return storage_ ? storage_->device() : Device::cpu; }
+  int dim() const { return ndim_; }
+  int64_t size(int i) const { return shape_[static_cast<size_t>(i)]; }
+  std::vector<int64_t> shape() const { return {shape_.begin(), shape_.begin() + ndim_}; }
+  int64_t numel() const;
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+  size_t offset() const { return offset_; }
+
+  float* f32();
+  const float* f32() const;
+  int32_t* i32();
+  const int32_t* i32() const;
+  std::span<float> span_f32() { return {f32(), static_cast<size_t>(numel())}; }
+  std::span<const float> span_f32() const { return {f32(), static_cast<size_t>(numel())}; }
+
+  /// A view of `count` elements starting at element `start`, reshaped to `shape`.
+  Tensor view(size_t start, std::vector<int64_t> shape) const;
+  /// Same storage, new shape with the same number of elements.
+  Tensor reshape(std::vector<int64_t> shape) const;
+  /// Deep copy (explicit; nothing copies implicitly).
+  Tensor clone() const;
+  std::string describe() const;  // "f32[4, 128, 64] cpu"
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  size_t offset_ = 0;  // elements
+  std::array<int64_t, kMaxDims> shape_{};
+  int ndim_ = 0;
+  DType dtype_ = DType::f32;
+};
+
+int64_t numel(const std::vector<int64_t>& shape);
+
+}  // namespace actorpipe
