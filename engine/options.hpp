@@ -1,0 +1,86 @@
+// Options: the plain structs behind every section of the TOML config, with their defaults.
+// engine/config.hpp parses a file into them; models, data and trainers take them directly.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace actorpipe {
+
+enum class Arch : uint8_t { gpt, bert };
+
+/// [model]
+struct ModelOptions {
+  Arch arch = Arch::gpt;
+  int vocab_size = 256;    // V
+  int context = 128;       // maxT: position table size (sequence length T <= context)
+  int width = 128;         // C
+  int depth = 4;           // L transformer blocks
+  int heads = 4;           // NH, divides width
+  int segments = 2;        // BERT segment (token type) vocabulary; unused for GPT
+  bool tied = true;        // LM head shares the token embedding
+  uint64_t init_seed = 1;  // deterministic initialisation
+};
+
+/// [data]
+struct DataOptions {
+  std::string kind = "synthetic";  // synthetic | text | tokens
+  std::string path;                // text: UTF-8 file; tokens: uint16 file (raw or llm.c header)
+  uint64_t seed = 1234;            // order of sequences and BERT masking
+  // synthetic corpus: a random sparse Markov chain over the vocabulary
+  int synthetic_branching = 4;     // successors per state
+  uint64_t synthetic_seed = 42;    // the chain itself
+  double mask_prob = 0.15;         // BERT: fraction of positions selected
+};
+
+/// [optimizer]
+struct OptimizerOptions {
+  std::string kind = "adamw";  // adamw | sgd
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  float momentum = 0.9f;   // sgd
+  float grad_clip = 1.0f;  // global-norm clip; 0 = off
+  int warmup_steps = 0;    // linear warm-up of lr from 0
+};
+
+/// [pipeline]
+struct PipelineOptions {
+  std::string mode = "1f1b";          // gpipe | 1f1b | 2bw | pipedream | xpipe
+  int stages = 1;                     // d
+  int microbatches = 4;               // m per optimizer step
+  int microbatch_size = 8;            // B sequences per microbatch
+  int seq_len = 0;                    // T; 0 = model.context
+  std::vector<int> partition;         // layers per stage; empty = "even"
+  int threads_per_stage = 1;
+};
+
+/// [train]
+struct TrainOptions {
+  int steps = 100;
+  uint64_t seed = 1;
+  int log_every = 1;
+  std::string metrics;  // JSON-lines path; empty = none
+  std::string trace;    // Chrome/Perfetto trace path; empty = none
+};
+
+/// [checkpoint]
+struct CheckpointOptions {
+  std::string dir;     // empty = no checkpoints
+  int every = 0;       // steps between periodic checkpoints; 0 = only the final one
+  std::string resume;  // checkpoint directory to continue from; empty = fresh start
+};
+
+struct Config {
+  ModelOptions model;
+  DataOptions data;
+  OptimizerOptions optimizer;
+  PipelineOptions pipeline;
+  TrainOptions train;
+  CheckpointOptions checkpoint;
+};
+
+}  // namespace actorpipe
