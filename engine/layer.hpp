@@ -1,0 +1,130 @@
+// Layer: one partitionable unit of a model (embedding, transformer block, head + loss) as a
+// const forward/backward pair over caller-owned parameter, gradient and activation buffers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/batch.hpp"
+#include "kernels/context.hpp"
+
+namespace actorpipe {
+
+/// How a parameter slot is initialised (GPT-2 scheme).
+enum class InitKind : uint8_t { zeros, ones, normal };
+
+/// One named parameter tensor inside a layer's contiguous buffer.
+struct ParamSlot {
+  std::string name;            // "attn.qkv.weight"; checkpoint name is layers.<i>.<name>
+  std::vector<int64_t> shape;  // row-major, e.g. (3C, C)
+  size_t offset = 0;           // floats from the start of the layer's buffer
+  size_t numel = 0;            // product of shape
+  InitKind init = InitKind::zeros;
+  float init_std = 0.0f;  // InitKind::normal: N(0, init_std²)
+  bool decay = false;     // weight decay applies (matrices and embeddings; not biases, norms)
+  // The RNG stream of a normal init is derive_seed(init_seed, stream_layer, stream_slot).
+  // Normally the slot's own (layer index, slot index); a tied copy names its source's, so
+  // both copies get identical values without either stage seeing the other.
+  int stream_layer = 0;
+  int stream_slot = 0;
+};
+
+/// The loss produced by the last layer for one microbatch: Σ of per-token losses (double, in
+/// row order) over `count` non-ignored targets. Every other layer returns {0, 0}.
+struct LossStats {
+  double sum = 0.0;
+  int64_t count = 0;
+  /// sum / count, or 0 when no target counts.
+  double mean() const { return count > 0 ? sum / static_cast<double>(count) : 0.0; }
+};
+
+/// The `dloss` the loss layer's backward takes for a microbatch of `count` counted targets
+/// when a step averages m microbatches: 1/(m·count) (0 when count == 0). The step's loss is
+/// then (1/m)·Σⱼ meanⱼ, the mean over microbatches of each microbatch's mean token loss.
+float loss_scale(int64_t count, int microbatches);
+
+/// Number of targets that count in the loss (target != kIgnoreIndex); any stage can
+/// compute it from the microbatch alone.
+int64_t count_targets(const Microbatch& mb);
+
+enum class LayerKind : uint8_t {
+  gpt_embedding,   // wte + wpe                                  tokens -> (B,T,C)
+  gpt_block,       // pre-LN causal transformer block            (B,T,C) -> (B,T,C)
+  gpt_head,        // ln_f, tied LM head, softmax cross-entropy  (B,T,C) -> loss
+  bert_embedding,  // wte + wpe + wse, then layernorm            tokens, segments -> (B,T,C)
+  bert_block,      // pre-LN bidirectional block, key padding    (B,T,C) -> (B,T,C)
+  bert_head,       // ln_f, MLM transform (dense, GELU, LN), tied decoder + bias, loss
+};
+std::string to_string(LayerKind k);
+
+/// A layer of a model. All methods are const and keep no mutable state, so one object can
+/// serve several threads. Buffers (all f32, B·T rows of the microbatch):
+///  - params / grads: the layer's contiguous buffers of param_floats(), laid out by slots().
+///  - in:    (B,T,C) hidden input; ignored (may be null) for the first layer (takes_input()
+///           false), which reads mb.tokens (and mb.segments).
+///  - out:   (B,T,C) hidden output; ignored (may be null) for the loss layer (is_loss()).
+///  - saved: saved_floats(B,T) floats of per-microbatch activations written by forward and
+///           read by the backward of the same microbatch (the caller stashes one per
+///           microbatch in flight). Backward takes the same params and `in` as its forward.
+/// Scratch comes from ctx.arena() and is dead when the call returns: the caller may reset
+/// the arena between calls.
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  LayerKind kind() const { return kind_; }
+  /// Global index of the layer in its model (0 = embedding, L+1 = head).
+  int index() const { return index_; }
+  const std::vector<ParamSlot>& slots() const { return slots_; }
+  /// Size of the parameter buffer (and of the gradient buffer) in floats.
+  size_t param_floats() const { return param_floats_; }
+  /// The slot called `name`, or nullptr.
+  const ParamSlot* find_slot(std::string_view name) const;
+  /// False for the first layer, which reads tokens from the microbatch instead of `in`.
+  bool takes_input() const {
+    return kind_ != LayerKind::gpt_embedding && kind_ != LayerKind::bert_embedding;
+  }
+  /// True for the last layer, which reads targets and returns the loss instead of `out`.
+  bool is_loss() const { return kind_ == LayerKind::gpt_head || kind_ == LayerKind::bert_head; }
+
+  /// Floats of saved activations per microbatch of B sequences of T tokens.
+  virtual size_t saved_floats(int B, int T) const = 0;
+
+  /// Writes the initial parameters (every slot per its InitKind; normal slots from their own
+  /// RNG stream, see ParamSlot), independent of any other layer or the partition.
+  void init(float* params, uint64_t init_seed) const;
+
+  /// Forward of one microbatch. Returns the loss for the loss layer, {0, 0} otherwise.
+  virtual LossStats forward(Context& ctx, const float* params, const Microbatch& mb,
+                            const float* in, float* out, float* saved) const = 0;
+
+  /// Backward of one microbatch. ACCUMULATES (+=) into grads; OVERWRITES din (B,T,C) with the
+  /// gradient w.r.t. `in` (ignored for the first layer, may be null). dout (B,T,C) is the
+  /// gradient w.r.t. `out` (ignored for the loss layer). dloss is used by the loss layer only:
+  /// it differentiates dloss·(Σ token losses), see loss_scale().
+  virtual void backward(Context& ctx, const float* params, float* grads, const Microbatch& mb,
+                        const float* in, const float* saved, const float* dout, float* din,
+                        float dloss) const = 0;
+
+  /// The loss layer's logits (B,T,V) inside a `saved` buffer its forward wrote; nullptr for
+  /// every other layer.
+  virtual const float* logits(const float* saved, int B, int T) const;
+
+ protected:
+  /// `slots` come with names, shapes and init; offsets and numel are filled in here, packed
+  /// in order. Streams default to (index, slot position).
+  Layer(LayerKind kind, int index, std::vector<ParamSlot> slots);
+
+ private:
+  LayerKind kind_;
+  int index_;
+  std::vector<ParamSlot> slots_;
+  size_t param_floats_ = 0;
+};
+
+}  // namespace actorpipe

@@ -1,0 +1,71 @@
+// Model: the ordered list of layers of a GPT or BERT (embedding, L blocks, head) plus the
+// spec that ties parameters across layers. Partition cuts go between any two layers.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/expected.hpp"
+#include "engine/layer.hpp"
+#include "engine/options.hpp"
+#include "kernels/context.hpp"
+
+namespace actorpipe {
+
+/// A parameter held twice: `owner` (the embedding's wte) and its `copy` (the head's decoder
+/// weight). Both copies start identical, get the same summed gradient and the same update.
+struct TiedParam {
+  int owner_layer = 0;
+  std::string owner_slot;  // "wte"
+  int copy_layer = 0;
+  std::string copy_slot;  // "lm_head.weight" (GPT) | "mlm.decoder.weight" (BERT)
+};
+
+/// GPT: [gpt_embedding, gpt_block × L, gpt_head]. BERT: [bert_embedding, bert_block × L,
+/// bert_head]. Both use pre-LN blocks (x + attn(ln1(x)), then + mlp(ln2(·))) with a final
+/// layernorm ln_f in the head; BERT differs by its embedding layernorm, bidirectional
+/// attention with a key padding mask, segment embeddings and the MLM head.
+/// Layers are shared, immutable objects: a pipeline stage may hold some of them.
+class Model {
+ public:
+  /// Validates the options (errors name the key, the value and what is allowed).
+  static Expected<Model> build(const ModelOptions& opts);
+
+  const ModelOptions& options() const { return opts_; }
+  /// L + 2.
+  int num_layers() const { return static_cast<int>(layers_.size()); }
+  const Layer& layer(int i) const;
+  std::shared_ptr<const Layer> layer_ptr(int i) const;
+  /// Empty when options().tied is false.
+  const std::vector<TiedParam>& tied() const { return tied_; }
+  /// True if slot `slot_index` of layer `layer` is the copy side of a tied parameter: it is
+  /// skipped by the global gradient norm (the parameter counts once) and by parameter counts.
+  bool is_tied_copy(int layer, size_t slot_index) const;
+  /// Checkpoint name "layers.<i>.<slot>".
+  std::string param_name(int layer, const ParamSlot& slot) const;
+  /// Σ of param_floats() over layers (tied copies included: the floats a run stores).
+  size_t total_param_floats() const;
+  /// Number of distinct trainable parameters (tied parameter counted once).
+  size_t unique_parameters() const;
+
+  /// Initialises layer i's parameter buffer from options().init_seed.
+  void init_layer(int i, float* params) const;
+
+  /// Σ g² (double) over layer i's gradient buffer, tied copies excluded, slot ranges in
+  /// order, each through grad_sumsq. The global squared norm is the sum of these in layer
+  /// order 0..num_layers()-1 (every executor must combine them in that order).
+  double grad_sumsq(Context& ctx, int layer, const float* grads) const;
+
+ private:
+  Model() = default;
+  ModelOptions opts_;
+  std::vector<std::shared_ptr<const Layer>> layers_;
+  std::vector<TiedParam> tied_;
+};
+
+/// Sums a tied gradient in the one fixed order: s = owner[k] + copy[k], written to both.
+void reduce_tied_grads(float* owner, float* copy, size_t n);
+
+}  // namespace actorpipe
