@@ -11,11 +11,18 @@ namespace actorpipe {
 /// out (B,T,C); att (B,NH,T,T) keeps the softmax probabilities for the backward.
 /// key_mask (B,T): 1 = attend, 0 = padding (may be null = all keys valid). For causal
 /// attention key t2 > t is excluded too. A query whose every key is masked gets zeros.
+/// Masked entries of att are 0. q, k, v are read in place (strided views of qkv, no copy);
+/// the work is split over (b, h), so the result is bitwise the same for any thread count.
 void attention_forward(Context& ctx, float* out, float* att, const float* qkv,
                        const uint8_t* key_mask, bool causal, int B, int T, int C, int NH);
 
-/// Accumulates (+=) into dqkv (B,T,3C). `scratch` must hold B*NH*T*T floats.
+/// Accumulates (+=) into dqkv (B,T,3C). `scratch` must hold threads()*T*T floats
+/// (B*NH*T*T always suffices). Masked keys need no mask here (their att entries are 0);
+/// `causal` must match the forward: it lets the backward skip the zero upper triangle
+/// (passing false for a causal att is correct, only slower). Bitwise the same for any
+/// thread count.
 void attention_backward(Context& ctx, float* dqkv, float* scratch, const float* dout,
-                        const float* qkv, const float* att, int B, int T, int C, int NH);
+                        const float* qkv, const float* att, int B, int T, int C, int NH,
+                        bool causal = false);
 
 }  // namespace actorpipe

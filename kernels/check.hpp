@@ -2,10 +2,10 @@
 // throw actorpipe::CheckFailure. Recoverable errors are values (engine/expected.hpp).
 #pragma once
 
+#include <fmt/format.h>
+
 #include <stdexcept>
 #include <string>
-
-#include <fmt/format.h>
 
 namespace actorpipe {
 
@@ -15,15 +15,16 @@ struct CheckFailure : std::logic_error {
 
 [[noreturn]] inline void check_failed(const char* file, int line, const char* cond,
                                       const std::string& msg) {
-  throw CheckFailure(fmt::format("{}:{}: check failed: {}{}{}", file, line, cond,
-                                 msg.empty() ? "" : ": ", msg));
+  throw CheckFailure(
+      fmt::format("{}:{}: check failed: {}{}{}", file, line, cond, msg.empty() ? "" : ": ", msg));
 }
 
 }  // namespace actorpipe
 
 /// AP_CHECK(cond) or AP_CHECK(cond, "fmt {}", args...)
-#define AP_CHECK(cond, ...)                                                             \
-  do {                                                                                  \
-    if (!(cond)) ::actorpipe::check_failed(__FILE__, __LINE__, #cond,                   \
-                                           ::fmt::format("" __VA_OPT__(__VA_ARGS__)));  \
+#define AP_CHECK(cond, ...)                                                 \
+  do {                                                                      \
+    if (!(cond))                                                            \
+      ::actorpipe::check_failed(__FILE__, __LINE__, #cond,                  \
+                                ::fmt::format("" __VA_OPT__(__VA_ARGS__))); \
   } while (0)

@@ -4,8 +4,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace actorpipe {
 
@@ -13,6 +15,8 @@ class ThreadPool;
 
 /// Grow-only bump allocator for per-step scratch; `reset()` at a step boundary makes the
 /// next step reuse the same memory, so a steady-state step performs no allocation.
+/// After a reset that finds more than one block, the blocks are merged into one of their
+/// total size, so capacity never grows again for the same sequence of allocations.
 class Arena {
  public:
   Arena() = default;
@@ -30,10 +34,26 @@ class Arena {
   Block* cur_ = nullptr;
 };
 
+/// A non-owning reference to a callable `void(int chunk, int64_t begin, int64_t end)`.
+class ChunkFn {
+ public:
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, ChunkFn>>>
+  ChunkFn(F& f)  // NOLINT: implicit by design
+      : obj_(const_cast<void*>(static_cast<const void*>(&f))),
+        call_([](void* o, int c, int64_t b, int64_t e) { (*static_cast<F*>(o))(c, b, e); }) {}
+  void operator()(int c, int64_t b, int64_t e) const { call_(obj_, c, b, e); }
+
+ private:
+  void* obj_;
+  void (*call_)(void*, int, int64_t, int64_t);
+};
+
 /// A thread budget. Work is split into `threads()` contiguous chunks by a fixed rule, so the
 /// same inputs and thread count give the same bits. OpenBLAS itself runs single-threaded;
 /// parallel GEMMs are partitioned by the Context, so several Contexts in one process (one
-/// per pipeline stage) never oversubscribe the machine.
+/// per pipeline stage) never oversubscribe the machine. The workers are created once and
+/// sleep on a condition variable between calls (after a spin of a few microseconds).
+/// A Context is used by one caller thread at a time.
 class Context {
  public:
   explicit Context(int threads = 1);
@@ -42,15 +62,38 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   int threads() const { return threads_; }
+
   /// Runs fn(chunk, begin, end) for chunk = 0..threads()-1 over [0, n); chunk c covers
-  /// [c*n/t, (c+1)*n/t). Blocks until every chunk is done. Chunk 0 runs on the caller.
-  void parallel_for(int64_t n, const std::function<void(int chunk, int64_t begin, int64_t end)>& fn);
+  /// [c*n/t, (c+1)*n/t) (possibly empty). Blocks until every chunk is done. Chunk 0 runs on
+  /// the caller. Called from inside a chunk, it runs its chunks one after another on the
+  /// calling thread (same partition, same bits). An exception thrown by a chunk is rethrown
+  /// here after all chunks have finished. Does nothing when n <= 0.
+  template <class F>
+  void parallel_for(int64_t n, F&& fn) {
+    run_chunks(n, 1, ChunkFn(fn));
+  }
+
+  /// Like parallel_for, but every chunk boundary except n is a multiple of `align`: the
+  /// chunks cover [c*u/t*align, (c+1)*u/t*align) ∩ [0, n) with u = ceil(n/align).
+  template <class F>
+  void parallel_for_aligned(int64_t n, int64_t align, F&& fn) {
+    run_chunks(n, align, ChunkFn(fn));
+  }
+
   Arena& arena() { return arena_; }
 
+  /// A grow-only buffer of at least n doubles for reductions inside one kernel call (kept
+  /// by the Context so that a steady-state call does not allocate). Valid until the next
+  /// call of this function.
+  double* reduction_buffer(size_t n);
+
  private:
+  void run_chunks(int64_t n, int64_t align, ChunkFn fn);
+
   int threads_;
   std::unique_ptr<ThreadPool> pool_;
   Arena arena_;
+  std::vector<double> reduce_;
 };
 
 /// Sets OpenBLAS to one thread for the whole process (called once by every Context ctor).

@@ -1,4 +1,5 @@
 // Fused softmax + cross-entropy with an ignore index. N rows (= B*T), V classes.
+// Rows are independent: bitwise the same results for any thread count.
 #pragma once
 
 #include <cstdint>
@@ -10,15 +11,26 @@ namespace actorpipe {
 inline constexpr int32_t kIgnoreIndex = -1;
 
 /// losses (N): −log softmax(logits)[target] (0 where target == kIgnoreIndex);
-/// probs (N,V) keeps the softmax for the backward (may alias logits).
+/// probs (N,V) keeps the softmax for the backward (may alias logits). Rows whose target is
+/// kIgnoreIndex are skipped: their probs row is left as it was (the backward never reads it).
+/// A target outside [0, V) other than kIgnoreIndex is a CheckFailure.
 /// Returns the number of non-ignored rows.
 int crossentropy_forward(Context& ctx, float* losses, float* probs, const float* logits,
                          const int32_t* targets, int N, int V);
 
 /// dlogits (N,V) = (probs − onehot(target)) · dloss for every non-ignored row, 0 otherwise
 /// (overwrites; may alias probs). dloss is the same scalar for every row (1/count for a mean).
-void crossentropy_backward(Context& ctx, float* dlogits, const float* probs,
-                           const int32_t* targets, float dloss, int N, int V);
+void crossentropy_backward(Context& ctx, float* dlogits, const float* probs, const int32_t* targets,
+                           float dloss, int N, int V);
+
+/// Forward and backward in one pass over the logits: losses (N) as crossentropy_forward and
+/// dlogits (N,V) as crossentropy_backward (overwrites; may alias logits), bitwise equal to
+/// calling the two in turn. Returns the number of non-ignored rows.
+int crossentropy_forward_backward(Context& ctx, float* losses, float* dlogits, const float* logits,
+                                  const int32_t* targets, float dloss, int N, int V);
+
+/// Number of targets that are not kIgnoreIndex.
+int count_targets(const int32_t* targets, int N);
 
 /// Sum of losses in row order, in double.
 double sum_losses(const float* losses, int N);

@@ -14,7 +14,8 @@ void encoder_forward(Context& ctx, float* out, const int32_t* tokens, const int3
                      const float* wte, const float* wpe, const float* wse, int B, int T, int C);
 
 /// Accumulates (+=) into dwte (V,C), dwpe (maxT,C), dwse (S,C) (dwse null when unused).
-/// Deterministic: every row of dwte is summed in (b, t) order.
+/// Deterministic: every row of dwte is summed in (b, t) order, dwpe over b in order;
+/// the work is split over channel slices, so the result is the same for any thread count.
 void encoder_backward(Context& ctx, float* dwte, float* dwpe, float* dwse, const float* dout,
                       const int32_t* tokens, const int32_t* segments, int B, int T, int C);
 

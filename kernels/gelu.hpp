@@ -5,8 +5,10 @@
 
 namespace actorpipe {
 
+/// out (N) = gelu(inp (N)). Element-wise: bitwise the same for any thread count.
+
 void gelu_forward(Context& ctx, float* out, const float* inp, long N);
-/// Accumulates (+=) into dinp.
+/// dinp (N) += gelu'(inp) · dout.
 void gelu_backward(Context& ctx, float* dinp, const float* inp, const float* dout, long N);
 
 }  // namespace actorpipe

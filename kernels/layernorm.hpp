@@ -1,4 +1,5 @@
 // Layer normalisation over the last dimension. N rows (= B*T), C channels.
+// Bitwise the same results for any thread count (rows or channel slices are independent).
 #pragma once
 
 #include "kernels/context.hpp"
@@ -9,7 +10,8 @@ namespace actorpipe {
 void layernorm_forward(Context& ctx, float* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int N, int C);
 
-/// Accumulates (+=) into dinp (N,C), dweight (C), dbias (C). Reductions over N run in row order.
+/// Accumulates (+=) into dinp (N,C), dweight (C), dbias (C). Reductions over N run in row order
+/// (per channel, starting from the value already in dweight / dbias).
 void layernorm_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int N, int C);

@@ -1,4 +1,5 @@
 // Linear layer: out = inp · weightᵀ + bias. N rows, C input channels, OC output channels.
+// GEMMs go through gemm() (see gemm.hpp for the thread-count note); dbias sums rows in order.
 #pragma once
 
 #include "kernels/context.hpp"

@@ -44,7 +44,8 @@ class Tensor {
   static constexpr int kMaxDims = 4;
   Tensor() = default;
   /// Allocates zero-filled storage for `shape`.
-  static Tensor zeros(std::vector<int64_t> shape, DType dtype = DType::f32, Device device = Device::cpu);
+  static Tensor zeros(std::vector<int64_t> shape, DType dtype = DType::f32,
+                      Device device = Device::cpu);
   /// A view of `numel(shape)` elements at element offset `offset` of `storage`.
   Tensor(std::shared_ptr<Storage> storage, size_t offset, std::vector<int64_t> shape, DType dtype);
 
