@@ -36,7 +36,7 @@ void sgd_update(Context& ctx, float* params, const float* grads, float* momentum
 double grad_sumsq(Context& ctx, const float* grads, size_t n);
 
 /// The scale that clips a gradient of global norm sqrt(sumsq) to max_norm (1 when under it
-/// or when max_norm <= 0).
+/// or when max_norm <= 0); as torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6).
 float clip_scale(double sumsq, double max_norm);
 
 }  // namespace actorpipe

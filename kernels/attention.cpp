@@ -1,0 +1,161 @@
+// Multi-head attention through sgemm on strided q/k/v views of the fused qkv buffer, one
+// (batch, head) pair per task. The causal case computes only blocks on or below the diagonal.
+#include "kernels/attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/check.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/internal/vecmath.hpp"
+
+namespace actorpipe {
+
+namespace {
+constexpr int kBlock = 64;  // query/key block of the causal triangle
+}
+
+void attention_forward(Context& ctx, float* out, float* att, const float* qkv,
+                       const uint8_t* key_mask, bool causal, int B, int T, int C, int NH) {
+  AP_CHECK(NH > 0 && C % NH == 0, "attention: C={} not divisible by NH={}", C, NH);
+  const int hs = C / NH;
+  const int C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const int64_t TT = static_cast<int64_t>(T) * T;
+  ctx.parallel_for(static_cast<int64_t>(B) * NH, [&](int, int64_t i0, int64_t i1) {
+    for (int64_t bh = i0; bh < i1; ++bh) {
+      const int64_t b = bh / NH;
+      const int64_t h = bh % NH;
+      const float* q = qkv + b * T * C3 + h * hs;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      float* A = att + bh * TT;
+      float* o = out + b * T * C + h * hs;
+      const uint8_t* km = key_mask != nullptr ? key_mask + b * T : nullptr;
+      // Scores.
+      if (causal) {
+        for (int r0 = 0; r0 < T; r0 += kBlock) {
+          const int r1 = std::min(T, r0 + kBlock);
+          gemm_serial(false, true, r1 - r0, r1, hs, scale, q + static_cast<int64_t>(r0) * C3, C3, k,
+                      C3, 0.0f, A + static_cast<int64_t>(r0) * T, T);
+        }
+      } else {
+        gemm_serial(false, true, T, T, hs, scale, q, C3, k, C3, 0.0f, A, T);
+      }
+      // Softmax over the valid keys of each row; invalid entries become 0.
+      for (int t = 0; t < T; ++t) {
+        float* __restrict row = A + static_cast<int64_t>(t) * T;
+        const int nv = causal ? t + 1 : T;
+        if (km != nullptr) {
+          const float ninf = -std::numeric_limits<float>::infinity();
+          for (int j = 0; j < nv; ++j) row[j] = km[j] != 0 ? row[j] : ninf;
+        }
+        const float mx = internal::lane_max(row, nv);
+        if (mx == -std::numeric_limits<float>::infinity()) {
+          std::memset(row, 0, sizeof(float) * static_cast<size_t>(T));
+          continue;
+        }
+        float acc[internal::kLanes] = {};
+        int j = 0;
+        for (; j + internal::kLanes <= nv; j += internal::kLanes)
+          for (int l = 0; l < internal::kLanes; ++l) {
+            const float e = internal::exp_f32(row[j + l] - mx);
+            row[j + l] = e;
+            acc[l] += e;
+          }
+        for (int l = 0; j + l < nv; ++l) {
+          const float e = internal::exp_f32(row[j + l] - mx);
+          row[j + l] = e;
+          acc[l] += e;
+        }
+        float sum = 0.0f;
+        for (int l = 0; l < internal::kLanes; ++l) sum += acc[l];
+        const float inv = 1.0f / sum;
+        for (int jj = 0; jj < nv; ++jj) row[jj] *= inv;
+        for (int jj = nv; jj < T; ++jj) row[jj] = 0.0f;
+      }
+      // out_h = att · v.
+      if (causal) {
+        for (int r0 = 0; r0 < T; r0 += kBlock) {
+          const int r1 = std::min(T, r0 + kBlock);
+          gemm_serial(false, false, r1 - r0, hs, r1, 1.0f, A + static_cast<int64_t>(r0) * T, T, v,
+                      C3, 0.0f, o + static_cast<int64_t>(r0) * C, C);
+        }
+      } else {
+        gemm_serial(false, false, T, hs, T, 1.0f, A, T, v, C3, 0.0f, o, C);
+      }
+    }
+  });
+}
+
+void attention_backward(Context& ctx, float* dqkv, float* scratch, const float* dout,
+                        const float* qkv, const float* att, int B, int T, int C, int NH,
+                        bool causal) {
+  AP_CHECK(NH > 0 && C % NH == 0, "attention: C={} not divisible by NH={}", C, NH);
+  const int hs = C / NH;
+  const int C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const int64_t TT = static_cast<int64_t>(T) * T;
+  ctx.parallel_for(static_cast<int64_t>(B) * NH, [&](int chunk, int64_t i0, int64_t i1) {
+    float* D = scratch + chunk * TT;
+    for (int64_t bh = i0; bh < i1; ++bh) {
+      const int64_t b = bh / NH;
+      const int64_t h = bh % NH;
+      const int64_t base = b * T * C3 + h * hs;
+      const float* q = qkv + base;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      float* dq = dqkv + base;
+      float* dk = dq + C;
+      float* dv = dq + 2 * C;
+      const float* A = att + bh * TT;
+      const float* go = dout + b * T * C + h * hs;
+      if (causal) {
+        for (int r0 = 0; r0 < T; r0 += kBlock) {
+          const int r1 = std::min(T, r0 + kBlock);
+          const int64_t o0 = r0;
+          // datt rows [r0, r1), keys [0, r1).
+          gemm_serial(false, true, r1 - r0, r1, hs, 1.0f, go + o0 * C, C, v, C3, 0.0f, D + o0 * T,
+                      T);
+          // dv[keys r0..r1) += att[queries r0..T, keys r0..r1)ᵀ · dout[queries r0..T).
+          gemm_serial(true, false, r1 - r0, hs, T - r0, 1.0f, A + o0 * T + o0, T, go + o0 * C, C,
+                      1.0f, dv + o0 * C3, C3);
+        }
+      } else {
+        gemm_serial(false, true, T, T, hs, 1.0f, go, C, v, C3, 0.0f, D, T);
+        gemm_serial(true, false, T, hs, T, 1.0f, A, T, go, C, 1.0f, dv, C3);
+      }
+      // Softmax backward, scale folded in: D = att ⊙ (datt − Σ att·datt) · scale.
+      for (int t = 0; t < T; ++t) {
+        const float* __restrict a = A + static_cast<int64_t>(t) * T;
+        float* __restrict d = D + static_cast<int64_t>(t) * T;
+        const int nv = causal ? t + 1 : T;
+        const float dot = internal::lane_dot(a, d, nv);
+        for (int j = 0; j < nv; ++j) d[j] = a[j] * (d[j] - dot) * scale;
+        if (causal) {
+          const int end = std::min(T, (t / kBlock + 1) * kBlock);
+          for (int j = nv; j < end; ++j) d[j] = 0.0f;
+        }
+      }
+      if (causal) {
+        for (int r0 = 0; r0 < T; r0 += kBlock) {
+          const int r1 = std::min(T, r0 + kBlock);
+          const int64_t o0 = r0;
+          // dq[rows r0..r1) += D[rows, keys 0..r1) · k[keys 0..r1).
+          gemm_serial(false, false, r1 - r0, hs, r1, 1.0f, D + o0 * T, T, k, C3, 1.0f, dq + o0 * C3,
+                      C3);
+          // dk[keys r0..r1) += D[queries r0..T, keys r0..r1)ᵀ · q[queries r0..T).
+          gemm_serial(true, false, r1 - r0, hs, T - r0, 1.0f, D + o0 * T + o0, T, q + o0 * C3, C3,
+                      1.0f, dk + o0 * C3, C3);
+        }
+      } else {
+        gemm_serial(false, false, T, hs, T, 1.0f, D, T, k, C3, 1.0f, dq, C3);
+        gemm_serial(true, false, T, hs, T, 1.0f, D, T, q, C3, 1.0f, dk, C3);
+      }
+    }
+  });
+}
+
+}  // namespace actorpipe

@@ -1,0 +1,52 @@
+// GEMM through single-threaded OpenBLAS sgemm calls, one per thread, each computing a
+// contiguous block of rows (or of columns when C is wide) of the output.
+#include "kernels/gemm.hpp"
+
+#include <cblas.h>
+
+#include "kernels/check.hpp"
+
+namespace actorpipe {
+
+namespace {
+// Chunk boundaries are multiples of this many rows/columns (whole micro-tiles).
+constexpr int kGemmAlign = 32;
+}  // namespace
+
+void gemm_serial(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+                 int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+          const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+  AP_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M={} N={} K={}", M, N, K);
+  if (M == 0 || N == 0) return;
+  if (ctx.threads() == 1) {
+    gemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  // Split the larger output dimension: the operand shared by all threads (B for a row
+  // split, A for a column split) is then the smaller one, and is packed once per thread.
+  if (M >= N) {
+    ctx.parallel_for_aligned(M, kGemmAlign, [&](int, int64_t b, int64_t e) {
+      if (b == e) return;
+      const int m0 = static_cast<int>(b);
+      const float* a0 = trans_a ? A + m0 : A + static_cast<int64_t>(m0) * lda;
+      gemm_serial(trans_a, trans_b, static_cast<int>(e - b), N, K, alpha, a0, lda, B, ldb, beta,
+                  C + static_cast<int64_t>(m0) * ldc, ldc);
+    });
+  } else {
+    ctx.parallel_for_aligned(N, kGemmAlign, [&](int, int64_t b, int64_t e) {
+      if (b == e) return;
+      const int n0 = static_cast<int>(b);
+      const float* b0 = trans_b ? B + static_cast<int64_t>(n0) * ldb : B + n0;
+      gemm_serial(trans_a, trans_b, M, static_cast<int>(e - b), K, alpha, A, lda, b0, ldb, beta,
+                  C + n0, ldc);
+    });
+  }
+}
+
+}  // namespace actorpipe

@@ -1,0 +1,143 @@
+// Tensor: shape, dtype and views into shared 64-byte aligned storage; nothing copies
+// implicitly (clone is the one explicit deep copy).
+#include "kernels/tensor.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/check.hpp"
+
+namespace actorpipe {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f32:
+      return 4;
+    case DType::i32:
+      return 4;
+  }
+  AP_CHECK(false, "unknown dtype {}", static_cast<int>(t));
+}
+
+std::string to_string(DType t) {
+  switch (t) {
+    case DType::f32:
+      return "f32";
+    case DType::i32:
+      return "i32";
+  }
+  return "dtype(" + std::to_string(static_cast<int>(t)) + ")";
+}
+
+std::string to_string(Device d) {
+  switch (d) {
+    case Device::cpu:
+      return "cpu";
+    case Device::cuda:
+      return "cuda";
+  }
+  return "device(" + std::to_string(static_cast<int>(d)) + ")";
+}
+
+Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
+  AP_CHECK(device == Device::cpu, "Storage on {} is not available in this build",
+           to_string(device));
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  data_ = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  AP_CHECK(data_ != nullptr, "out of memory allocating {} bytes", bytes);
+}
+
+Storage::~Storage() {
+  std::free(data_);
+}
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) {
+    AP_CHECK(s >= 0, "negative dimension {}", s);
+    n *= s;
+  }
+  return n;
+}
+
+static std::string shape_str(const std::vector<int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+Tensor Tensor::zeros(std::vector<int64_t> shape, DType dtype, Device device) {
+  const size_t bytes = static_cast<size_t>(actorpipe::numel(shape)) * dtype_size(dtype);
+  auto storage = std::make_shared<Storage>(bytes, device);
+  std::memset(storage->data(), 0, bytes);
+  return Tensor(std::move(storage), 0, std::move(shape), dtype);
+}
+
+Tensor::Tensor(std::shared_ptr<Storage> storage, size_t offset, std::vector<int64_t> shape,
+               DType dtype)
+    : storage_(std::move(storage)), offset_(offset), dtype_(dtype) {
+  AP_CHECK(storage_ != nullptr, "a tensor view needs storage");
+  AP_CHECK(shape.size() <= static_cast<size_t>(kMaxDims), "shape {} has more than {} dims",
+           shape_str(shape), kMaxDims);
+  const auto n = static_cast<size_t>(actorpipe::numel(shape));
+  const size_t esz = dtype_size(dtype);
+  AP_CHECK((offset_ + n) * esz <= storage_->bytes(),
+           "view of {} elements at offset {} exceeds storage of {} bytes", n, offset_,
+           storage_->bytes());
+  ndim_ = static_cast<int>(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) shape_[i] = shape[i];
+}
+
+int64_t Tensor::numel() const {
+  if (!storage_) return 0;
+  int64_t n = 1;
+  for (int i = 0; i < ndim_; ++i) n *= shape_[static_cast<size_t>(i)];
+  return n;
+}
+
+float* Tensor::f32() {
+  AP_CHECK(defined() && dtype_ == DType::f32, "f32() on {}", describe());
+  return static_cast<float*>(storage_->data()) + offset_;
+}
+const float* Tensor::f32() const {
+  AP_CHECK(defined() && dtype_ == DType::f32, "f32() on {}", describe());
+  return static_cast<const float*>(storage_->data()) + offset_;
+}
+int32_t* Tensor::i32() {
+  AP_CHECK(defined() && dtype_ == DType::i32, "i32() on {}", describe());
+  return static_cast<int32_t*>(storage_->data()) + offset_;
+}
+const int32_t* Tensor::i32() const {
+  AP_CHECK(defined() && dtype_ == DType::i32, "i32() on {}", describe());
+  return static_cast<const int32_t*>(storage_->data()) + offset_;
+}
+
+Tensor Tensor::view(size_t start, std::vector<int64_t> shape) const {
+  AP_CHECK(defined(), "view of an undefined tensor");
+  const auto n = static_cast<size_t>(actorpipe::numel(shape));
+  AP_CHECK(start + n <= static_cast<size_t>(numel()),
+           "view of {} elements at {} exceeds {} ({} elements)", n, start, describe(), numel());
+  return Tensor(storage_, offset_ + start, std::move(shape), dtype_);
+}
+
+Tensor Tensor::reshape(std::vector<int64_t> shape) const {
+  AP_CHECK(defined(), "reshape of an undefined tensor");
+  AP_CHECK(actorpipe::numel(shape) == numel(), "cannot reshape {} to {}", describe(),
+           shape_str(shape));
+  return Tensor(storage_, offset_, std::move(shape), dtype_);
+}
+
+Tensor Tensor::clone() const {
+  if (!defined()) return {};
+  Tensor t = zeros(shape(), dtype_, device());
+  std::memcpy(t.storage_->data(),
+              static_cast<const char*>(storage_->data()) + offset_ * dtype_size(dtype_), nbytes());
+  return t;
+}
+
+std::string Tensor::describe() const {
+  if (!defined()) return "undefined";
+  return fmt::format("{}{} {}", to_string(dtype_), shape_str(shape()), to_string(device()));
+}
+
+}  // namespace actorpipe
