@@ -1,0 +1,92 @@
+// TokenCorpus: a whole token file, memory-mapped and validated once: UTF-8 text read byte by
+// byte (vocab 256), or uint16 tokens, raw (nanoGPT .bin) or behind the llm.c 1024-byte header.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/expected.hpp"
+
+namespace actorpipe {
+
+/// llm.c token file header: 256 little-endian int32; [0] magic, [1] version, [2] token count.
+inline constexpr int32_t kLlmcTokenMagic = 20240520;
+inline constexpr int32_t kLlmcTokenVersion = 1;  // uint16 tokens (version 2 = uint32, unsupported)
+inline constexpr size_t kLlmcHeaderBytes = 256 * 4;
+
+enum class TokenFileLayout : uint8_t {
+  raw,   // flat little-endian uint16 array (nanoGPT train.bin / val.bin)
+  llmc,  // llm.c: kLlmcHeaderBytes header, then the uint16 tokens
+};
+
+/// A read-only memory map of a whole regular file. Move-only.
+class MappedFile {
+ public:
+  /// Errors: "<path>: cannot open: <reason>", not a regular file.
+  static Expected<MappedFile> open(const std::string& path);
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile();
+  std::span<const uint8_t> bytes() const { return {data_, size_}; }
+  const std::string& path() const { return path_; }
+
+ private:
+  MappedFile() = default;
+  std::string path_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+/// Byte offset where the first invalid UTF-8 sequence starts (stray continuation bytes, overlong
+/// forms, surrogates, code points above U+10FFFF and cut sequences are invalid); nullopt if valid.
+std::optional<size_t> find_invalid_utf8(std::span<const uint8_t> bytes);
+
+/// The tokens of one file, read in place from its memory map.
+class TokenCorpus {
+ public:
+  /// A UTF-8 text file; token i = byte i (0..255). Errors: missing, empty, invalid UTF-8 (with
+  /// the byte offset), fewer than min_tokens bytes.
+  static Expected<TokenCorpus> open_text(const std::string& path, size_t min_tokens);
+  /// A uint16 token file, raw or llm.c (detected by the magic in the first int32). Every token
+  /// must be < id_limit; `limit_note` is appended to that error (e.g. why the limit is what it
+  /// is). Errors: missing, empty, odd size, truncated header or body, trailing bytes, bad magic,
+  /// unsupported version, fewer than min_tokens tokens, token out of range (value, index, limit).
+  static Expected<TokenCorpus> open_tokens(const std::string& path, int64_t id_limit,
+                                           size_t min_tokens, std::string_view limit_note = {});
+
+  size_t size() const { return count_; }
+  int32_t operator[](size_t i) const;
+  /// Copies tokens [offset, offset + out.size()) into out.
+  void copy(size_t offset, std::span<int32_t> out) const;
+  const std::string& path() const { return file_.path(); }
+  /// "utf-8 text", "uint16 raw" or "uint16 llm.c v1".
+  std::string_view format() const { return format_; }
+  std::optional<TokenFileLayout> layout() const { return layout_; }
+
+ private:
+  explicit TokenCorpus(MappedFile file) : file_(std::move(file)) {}
+  MappedFile file_;
+  const uint8_t* base_ = nullptr;  // first token
+  size_t count_ = 0;
+  int width_ = 1;  // bytes per token
+  std::string_view format_;
+  std::optional<TokenFileLayout> layout_;
+};
+
+/// Writes tokens as a uint16 file in the given layout (little-endian). Errors name the path.
+Status write_token_file(const std::string& path, std::span<const uint16_t> tokens,
+                        TokenFileLayout layout);
+
+/// Byte-level tokenizer: one token per byte of the UTF-8 string, ids 0..255.
+std::vector<int32_t> byte_encode(std::string_view text);
+/// Inverse of byte_encode; every id must be in [0, 256).
+std::string byte_decode(std::span<const int32_t> tokens);
+
+}  // namespace actorpipe
