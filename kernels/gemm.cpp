@@ -11,6 +11,11 @@ namespace actorpipe {
 namespace {
 // Chunk boundaries are multiples of this many rows/columns (whole micro-tiles).
 constexpr int kGemmAlign = 32;
+// A GEMM is split only when every piece has at least this many multiply-adds. OpenBLAS
+// 0.3.21 sends products below 28·512² (direct sgemm) or 100³ (small-matrix kernels) to
+// kernels that round differently from its blocked path; keeping the whole product and
+// every piece on the blocked path makes the result independent of the thread count.
+constexpr double kMinPieceMNK = 8.0 * 1024 * 1024;
 }  // namespace
 
 void gemm_serial(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
@@ -24,7 +29,8 @@ void gemm(Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, float a
           const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
   AP_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M={} N={} K={}", M, N, K);
   if (M == 0 || N == 0) return;
-  if (ctx.threads() == 1) {
+  const double mnk = static_cast<double>(M) * N * K;
+  if (ctx.threads() == 1 || mnk < kMinPieceMNK * ctx.threads()) {
     gemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }

@@ -7,6 +7,10 @@
 namespace actorpipe {
 
 /// op(A) is (M, K), op(B) is (K, N), C is (M, N); lda/ldb/ldc are row strides.
+/// Products too small to be worth splitting run on the caller. Every piece of a split
+/// product stays on OpenBLAS's blocked path, whose result per element does not depend on
+/// the block bounds: the result is bitwise the same for any thread count (checked by the
+/// tests against the installed OpenBLAS).
 void gemm(Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
           const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc);
 

@@ -1,0 +1,170 @@
+// Context tests: the static partition, persistent workers, nesting, exceptions, and an
+// arena that stops growing after the first step.
+#include "kernels/context.hpp"
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "kernels/check.hpp"
+
+using namespace actorpipe;
+
+TEST_CASE("parallel_for covers [0, n) with the documented chunks") {
+  for (int t : {1, 2, 3}) {
+    Context ctx(t);
+    for (int64_t n : {0, 1, 2, 5, 100, 1001}) {
+      std::vector<int> hits(static_cast<size_t>(n), 0);
+      std::vector<std::pair<int64_t, int64_t>> ranges(static_cast<size_t>(t), {-1, -1});
+      ctx.parallel_for(n, [&](int c, int64_t b, int64_t e) {
+        ranges[static_cast<size_t>(c)] = {b, e};
+        for (int64_t i = b; i < e; ++i) ++hits[static_cast<size_t>(i)];
+      });
+      for (int h : hits) CHECK(h == 1);
+      if (n > 0) {
+        for (int c = 0; c < t; ++c) {
+          CHECK(ranges[static_cast<size_t>(c)].first == c * n / t);
+          CHECK(ranges[static_cast<size_t>(c)].second == (c + 1) * n / t);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("parallel_for_aligned puts boundaries on multiples of align") {
+  Context ctx(3);
+  const int64_t n = 1000, align = 16;
+  std::vector<std::pair<int64_t, int64_t>> ranges(3);
+  ctx.parallel_for_aligned(n, align, [&](int c, int64_t b, int64_t e) {
+    ranges[static_cast<size_t>(c)] = {b, e};
+  });
+  CHECK(ranges[0].first == 0);
+  CHECK(ranges[2].second == n);
+  for (int c = 0; c < 3; ++c) {
+    if (c > 0)
+      CHECK(ranges[static_cast<size_t>(c)].first == ranges[static_cast<size_t>(c - 1)].second);
+    CHECK(ranges[static_cast<size_t>(c)].first % align == 0);
+  }
+  const int64_t units = (n + align - 1) / align;
+  CHECK(ranges[1].first == units * 1 / 3 * align);
+}
+
+TEST_CASE("chunk 0 runs on the caller and the workers persist between calls") {
+  Context ctx(2);
+  std::thread::id first_worker;
+  for (int call = 0; call < 50; ++call) {
+    std::thread::id ids[2];
+    ctx.parallel_for(2, [&](int c, int64_t, int64_t) { ids[c] = std::this_thread::get_id(); });
+    CHECK(ids[0] == std::this_thread::get_id());
+    CHECK(ids[1] != ids[0]);
+    if (call == 0) first_worker = ids[1];
+    CHECK(ids[1] == first_worker);
+  }
+}
+
+TEST_CASE("a nested parallel_for runs its chunks in order on the calling thread") {
+  Context ctx(2);
+  std::vector<std::vector<int>> order(2);
+  std::vector<std::thread::id> tid(2);
+  ctx.parallel_for(2, [&](int c, int64_t, int64_t) {
+    tid[static_cast<size_t>(c)] = std::this_thread::get_id();
+    ctx.parallel_for(10, [&](int c2, int64_t b, int64_t e) {
+      CHECK(std::this_thread::get_id() == tid[static_cast<size_t>(c)]);
+      CHECK(b == c2 * 10 / 2);
+      CHECK(e == (c2 + 1) * 10 / 2);
+      order[static_cast<size_t>(c)].push_back(c2);
+    });
+  });
+  CHECK(order[0] == std::vector<int>{0, 1});
+  CHECK(order[1] == std::vector<int>{0, 1});
+}
+
+TEST_CASE("an exception in any chunk reaches the caller; the pool keeps working") {
+  Context ctx(2);
+  for (int bad = 0; bad < 2; ++bad) {
+    std::atomic<int> done{0};
+    CHECK_THROWS_AS(ctx.parallel_for(2,
+                                     [&](int c, int64_t, int64_t) {
+                                       ++done;
+                                       if (c == bad) AP_CHECK(false, "chunk {}", c);
+                                     }),
+                    CheckFailure);
+    CHECK(done == 2);
+  }
+  int64_t sum = 0;
+  std::atomic<int64_t> total{0};
+  ctx.parallel_for(100, [&](int, int64_t b, int64_t e) {
+    int64_t s = 0;
+    for (int64_t i = b; i < e; ++i) s += i;
+    total += s;
+  });
+  for (int64_t i = 0; i < 100; ++i) sum += i;
+  CHECK(total == sum);
+}
+
+TEST_CASE("two Contexts used from two threads at once") {
+  Context a(2), b(2);
+  std::atomic<int64_t> sa{0}, sb{0};
+  auto work = [](Context& ctx, std::atomic<int64_t>& s) {
+    for (int rep = 0; rep < 200; ++rep)
+      ctx.parallel_for(64, [&](int, int64_t b0, int64_t e0) { s += e0 - b0; });
+  };
+  std::thread ta([&] { work(a, sa); });
+  std::thread tb([&] { work(b, sb); });
+  ta.join();
+  tb.join();
+  CHECK(sa == 200 * 64);
+  CHECK(sb == 200 * 64);
+}
+
+TEST_CASE("arena: aligned, disjoint, and no growth after the first step's reset") {
+  Arena arena;
+  CHECK(arena.capacity_bytes() == 0);
+  auto step = [&](std::vector<float*>& ptrs) {
+    ptrs.clear();
+    // Mixed sizes, including ones larger than the first block.
+    for (size_t n :
+         {size_t{10}, size_t{1} << 18, size_t{3}, size_t{1} << 20, size_t{777}, size_t{5} << 19}) {
+      float* p = arena.alloc_f32(n);
+      CHECK(reinterpret_cast<uintptr_t>(p) % 64 == 0);
+      for (size_t i = 0; i < n; ++i) p[i] = static_cast<float>(ptrs.size());
+      ptrs.push_back(p);
+    }
+  };
+  std::vector<float*> ptrs;
+  step(ptrs);
+  // Disjoint: every buffer still holds its own index.
+  CHECK(ptrs[0][9] == 0.0f);
+  CHECK(ptrs[1][(1 << 18) - 1] == 1.0f);
+  CHECK(ptrs[3][0] == 3.0f);
+  const size_t after_first = arena.capacity_bytes();
+  CHECK(after_first >= (size_t{1} << 18 | size_t{1} << 20 | size_t{5} << 19) * 4);
+  arena.reset();
+  const size_t cap = arena.capacity_bytes();
+  CHECK(cap == after_first);  // merging keeps the total
+  for (int s = 0; s < 5; ++s) {
+    step(ptrs);
+    CHECK(arena.capacity_bytes() == cap);
+    arena.reset();
+    CHECK(arena.capacity_bytes() == cap);
+  }
+  // After the merge, one step's buffers are contiguous in one block: the same addresses
+  // come back every step.
+  std::vector<float*> again;
+  step(again);
+  arena.reset();
+  step(ptrs);
+  CHECK(ptrs == again);
+}
+
+TEST_CASE("Context rejects a bad thread count") {
+  CHECK_THROWS_AS(Context(0), CheckFailure);
+  Context c(1);
+  CHECK(c.threads() == 1);
+  double* r = c.reduction_buffer(10);
+  CHECK(r == c.reduction_buffer(5));  // grow-only: no reallocation for a smaller request
+}
