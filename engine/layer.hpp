@@ -26,10 +26,10 @@ struct ParamSlot {
   float init_std = 0.0f;  // InitKind::normal: N(0, init_std²)
   bool decay = false;     // weight decay applies (matrices and embeddings; not biases, norms)
   // The RNG stream of a normal init is derive_seed(init_seed, stream_layer, stream_slot).
-  // Normally the slot's own (layer index, slot index); a tied copy names its source's, so
-  // both copies get identical values without either stage seeing the other.
-  int stream_layer = 0;
-  int stream_slot = 0;
+  // -1 (the default) means the slot's own (layer index, slot position); a tied copy names its
+  // source's, so both copies get identical values without either stage seeing the other.
+  int stream_layer = -1;
+  int stream_slot = -1;
 };
 
 /// The loss produced by the last layer for one microbatch: Σ of per-token losses (double, in

@@ -1,0 +1,490 @@
+// Transformer layers: the concrete GPT and BERT layers (embeddings, pre-LN block, LM and MLM
+// heads) behind the Layer interface. Private to the engine; Model::build is the factory.
+// Shapes: B sequences, T tokens, N = B·T rows, C width, NH heads, V vocabulary, maxT context,
+// S segment types.
+#include "engine/internal/transformer_layers.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/attention.hpp"
+#include "kernels/check.hpp"
+#include "kernels/crossentropy.hpp"
+#include "kernels/elementwise.hpp"
+#include "kernels/encoder.hpp"
+#include "kernels/gelu.hpp"
+#include "kernels/layernorm.hpp"
+#include "kernels/matmul.hpp"
+
+namespace actorpipe::internal {
+namespace {
+
+constexpr float kInitStd = 0.02f;
+
+ParamSlot weight(std::string name, std::vector<int64_t> shape, float std_dev = kInitStd) {
+  ParamSlot s;
+  s.name = std::move(name);
+  s.shape = std::move(shape);
+  s.init = InitKind::normal;
+  s.init_std = std_dev;
+  s.decay = true;
+  return s;
+}
+ParamSlot bias(std::string name, int64_t n) {
+  ParamSlot s;
+  s.name = std::move(name);
+  s.shape = {n};
+  s.init = InitKind::zeros;
+  return s;
+}
+ParamSlot norm_weight(std::string name, int64_t n) {
+  ParamSlot s = bias(std::move(name), n);
+  s.init = InitKind::ones;
+  return s;
+}
+/// The head's copy of the token embedding: same shape, init stream and std as the
+/// embedding's wte (slot 0 of layer 0) when tied; an independent matrix otherwise.
+ParamSlot decoder_weight(std::string name, const ModelOptions& o) {
+  ParamSlot s = weight(std::move(name), {o.vocab_size, o.width});
+  if (o.tied) {
+    s.stream_layer = 0;
+    s.stream_slot = 0;
+  }
+  return s;
+}
+
+/// Sequential offsets of the regions of a `saved` buffer.
+class Layout {
+ public:
+  size_t add(size_t n) {
+    size_t at = size_;
+    size_ += n;
+    return at;
+  }
+  size_t size() const { return size_; }
+
+ private:
+  size_t size_ = 0;
+};
+
+float* zeros(Context& ctx, size_t n) {
+  float* p = ctx.arena().alloc_f32(n);
+  fill_zero(ctx, p, static_cast<long>(n));
+  return p;
+}
+
+void check_ids(const std::vector<int32_t>& ids, size_t n, int32_t limit, bool allow_ignore,
+               const char* what) {
+  AP_CHECK(ids.size() == n, "microbatch {} has {} entries, expected B*T = {}", what, ids.size(), n);
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t v = ids[i];
+    AP_CHECK((v >= 0 && v < limit) || (allow_ignore && v == kIgnoreIndex),
+             "microbatch {}[{}] = {} is outside [0, {})", what, i, v, limit);
+  }
+}
+
+/// A layer whose slots are addressed by position (the order they were declared in).
+class SlotLayer : public Layer {
+ protected:
+  SlotLayer(LayerKind kind, int index, std::vector<ParamSlot> slots, const ModelOptions& o)
+      : Layer(kind, index, std::move(slots)), C_(o.width), V_(o.vocab_size), maxT_(o.context) {}
+  const float* p(const float* params, int slot) const {
+    return params + slots()[static_cast<size_t>(slot)].offset;
+  }
+  float* g(float* grads, int slot) const {
+    return grads + slots()[static_cast<size_t>(slot)].offset;
+  }
+  void check_shape(const Microbatch& mb) const {
+    AP_CHECK(mb.B > 0 && mb.T > 0 && mb.T <= maxT_, "microbatch B = {}, T = {} (context {})", mb.B,
+             mb.T, maxT_);
+  }
+  int C_;
+  int V_;
+  int maxT_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Embeddings
+
+class GptEmbedding final : public SlotLayer {
+  enum { WTE, WPE };
+
+ public:
+  GptEmbedding(const ModelOptions& o, int index)
+      : SlotLayer(LayerKind::gpt_embedding, index,
+                  {weight("wte", {o.vocab_size, o.width}), weight("wpe", {o.context, o.width})},
+                  o) {}
+  size_t saved_floats(int, int) const override { return 0; }
+
+  LossStats forward(Context& ctx, const float* params, const Microbatch& mb, const float*,
+                    float* out, float*) const override {
+    check_shape(mb);
+    check_ids(mb.tokens, static_cast<size_t>(mb.B) * mb.T, V_, false, "tokens");
+    encoder_forward(ctx, out, mb.tokens.data(), nullptr, p(params, WTE), p(params, WPE), nullptr,
+                    mb.B, mb.T, C_);
+    return {};
+  }
+
+  void backward(Context& ctx, const float*, float* grads, const Microbatch& mb, const float*,
+                const float*, const float* dout, float*, float) const override {
+    check_shape(mb);
+    encoder_backward(ctx, g(grads, WTE), g(grads, WPE), nullptr, dout, mb.tokens.data(), nullptr,
+                     mb.B, mb.T, C_);
+  }
+};
+
+class BertEmbedding final : public SlotLayer {
+  enum { WTE, WPE, WSE, LNW, LNB };
+  struct Saved {
+    size_t enc, mean, rstd, total;
+  };
+  static Saved layout(int B, int T, int C) {
+    const size_t N = static_cast<size_t>(B) * T;
+    Layout l;
+    Saved s{};
+    s.enc = l.add(N * C);  // (N,C) embedding sum before the layernorm
+    s.mean = l.add(N);
+    s.rstd = l.add(N);
+    s.total = l.size();
+    return s;
+  }
+
+ public:
+  BertEmbedding(const ModelOptions& o, int index)
+      : SlotLayer(LayerKind::bert_embedding, index,
+                  {weight("wte", {o.vocab_size, o.width}), weight("wpe", {o.context, o.width}),
+                   weight("wse", {o.segments, o.width}), norm_weight("ln.weight", o.width),
+                   bias("ln.bias", o.width)},
+                  o),
+        S_(o.segments) {}
+  size_t saved_floats(int B, int T) const override { return layout(B, T, C_).total; }
+
+  LossStats forward(Context& ctx, const float* params, const Microbatch& mb, const float*,
+                    float* out, float* saved) const override {
+    check_shape(mb);
+    const size_t N = static_cast<size_t>(mb.B) * mb.T;
+    check_ids(mb.tokens, N, V_, false, "tokens");
+    check_ids(mb.segments, N, S_, false, "segments");
+    const Saved s = layout(mb.B, mb.T, C_);
+    encoder_forward(ctx, saved + s.enc, mb.tokens.data(), mb.segments.data(), p(params, WTE),
+                    p(params, WPE), p(params, WSE), mb.B, mb.T, C_);
+    layernorm_forward(ctx, out, saved + s.mean, saved + s.rstd, saved + s.enc, p(params, LNW),
+                      p(params, LNB), static_cast<int>(N), C_);
+    return {};
+  }
+
+  void backward(Context& ctx, const float* params, float* grads, const Microbatch& mb, const float*,
+                const float* saved, const float* dout, float*, float) const override {
+    check_shape(mb);
+    const size_t N = static_cast<size_t>(mb.B) * mb.T;
+    const Saved s = layout(mb.B, mb.T, C_);
+    float* denc = zeros(ctx, N * C_);
+    layernorm_backward(ctx, denc, g(grads, LNW), g(grads, LNB), dout, saved + s.enc, p(params, LNW),
+                       saved + s.mean, saved + s.rstd, static_cast<int>(N), C_);
+    encoder_backward(ctx, g(grads, WTE), g(grads, WPE), g(grads, WSE), denc, mb.tokens.data(),
+                     mb.segments.data(), mb.B, mb.T, C_);
+  }
+
+ private:
+  int S_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Transformer block (pre-LN)
+
+class Block final : public SlotLayer {
+  enum { LN1W, LN1B, QKVW, QKVB, PROJW, PROJB, LN2W, LN2B, FCW, FCB, FCPW, FCPB };
+  struct Saved {
+    size_t ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu,
+        total;
+  };
+  Saved layout(int B, int T) const {
+    const size_t N = static_cast<size_t>(B) * T;
+    const size_t C = static_cast<size_t>(C_);
+    Layout l;
+    Saved s{};
+    s.ln1 = l.add(N * C);  // (N,C)
+    s.ln1_mean = l.add(N);
+    s.ln1_rstd = l.add(N);
+    s.qkv = l.add(N * 3 * C);                             // (N,3C)
+    s.att = l.add(static_cast<size_t>(B) * NH_ * T * T);  // (B,NH,T,T)
+    s.atty = l.add(N * C);                                // (N,C) attention output
+    s.res2 = l.add(N * C);                                // (N,C) x + attn
+    s.ln2 = l.add(N * C);                                 // (N,C)
+    s.ln2_mean = l.add(N);
+    s.ln2_rstd = l.add(N);
+    s.fch = l.add(N * 4 * C);       // (N,4C)
+    s.fch_gelu = l.add(N * 4 * C);  // (N,4C)
+    s.total = l.size();
+    return s;
+  }
+  static std::vector<ParamSlot> make_slots(const ModelOptions& o) {
+    const int64_t C = o.width;
+    // GPT-2: residual projections scaled by 1/sqrt(2L).
+    const float res_std = kInitStd / std::sqrt(2.0f * static_cast<float>(o.depth));
+    return {norm_weight("ln1.weight", C),
+            bias("ln1.bias", C),
+            weight("attn.qkv.weight", {3 * C, C}),
+            bias("attn.qkv.bias", 3 * C),
+            weight("attn.proj.weight", {C, C}, res_std),
+            bias("attn.proj.bias", C),
+            norm_weight("ln2.weight", C),
+            bias("ln2.bias", C),
+            weight("mlp.fc.weight", {4 * C, C}),
+            bias("mlp.fc.bias", 4 * C),
+            weight("mlp.proj.weight", {C, 4 * C}, res_std),
+            bias("mlp.proj.bias", C)};
+  }
+
+ public:
+  Block(const ModelOptions& o, int index, bool causal)
+      : SlotLayer(causal ? LayerKind::gpt_block : LayerKind::bert_block, index, make_slots(o), o),
+        NH_(o.heads),
+        causal_(causal) {}
+  size_t saved_floats(int B, int T) const override { return layout(B, T).total; }
+
+  LossStats forward(Context& ctx, const float* params, const Microbatch& mb, const float* in,
+                    float* out, float* saved) const override {
+    check_shape(mb);
+    const int B = mb.B, T = mb.T, C = C_;
+    const int N = B * T;
+    const Saved s = layout(B, T);
+    float* S = saved;
+    layernorm_forward(ctx, S + s.ln1, S + s.ln1_mean, S + s.ln1_rstd, in, p(params, LN1W),
+                      p(params, LN1B), N, C);
+    matmul_forward(ctx, S + s.qkv, S + s.ln1, p(params, QKVW), p(params, QKVB), N, C, 3 * C);
+    attention_forward(ctx, S + s.atty, S + s.att, S + s.qkv, key_mask(mb), causal_, B, T, C, NH_);
+    matmul_forward(ctx, out, S + s.atty, p(params, PROJW), p(params, PROJB), N, C, C);
+    residual_forward(ctx, S + s.res2, in, out, static_cast<long>(N) * C);
+    layernorm_forward(ctx, S + s.ln2, S + s.ln2_mean, S + s.ln2_rstd, S + s.res2, p(params, LN2W),
+                      p(params, LN2B), N, C);
+    matmul_forward(ctx, S + s.fch, S + s.ln2, p(params, FCW), p(params, FCB), N, C, 4 * C);
+    gelu_forward(ctx, S + s.fch_gelu, S + s.fch, static_cast<long>(N) * 4 * C);
+    matmul_forward(ctx, out, S + s.fch_gelu, p(params, FCPW), p(params, FCPB), N, 4 * C, C);
+    residual_forward(ctx, out, out, S + s.res2, static_cast<long>(N) * C);
+    return {};
+  }
+
+  void backward(Context& ctx, const float* params, float* grads, const Microbatch& mb,
+                const float* in, const float* saved, const float* dout, float* din,
+                float) const override {
+    check_shape(mb);
+    const int B = mb.B, T = mb.T, C = C_;
+    const int N = B * T;
+    const size_t NC = static_cast<size_t>(N) * C;
+    const Saved s = layout(B, T);
+    const float* S = saved;
+    // din accumulates d(res2) first (residual + ln2 path), then d(in) (+ ln1 path).
+    std::copy(dout, dout + NC, din);
+    float* dfch_gelu = zeros(ctx, 4 * NC);
+    matmul_backward(ctx, dfch_gelu, g(grads, FCPW), g(grads, FCPB), dout, S + s.fch_gelu,
+                    p(params, FCPW), N, 4 * C, C);
+    float* dfch = zeros(ctx, 4 * NC);
+    gelu_backward(ctx, dfch, S + s.fch, dfch_gelu, static_cast<long>(4 * NC));
+    float* dln = zeros(ctx, NC);
+    matmul_backward(ctx, dln, g(grads, FCW), g(grads, FCB), dfch, S + s.ln2, p(params, FCW), N, C,
+                    4 * C);
+    layernorm_backward(ctx, din, g(grads, LN2W), g(grads, LN2B), dln, S + s.res2, p(params, LN2W),
+                       S + s.ln2_mean, S + s.ln2_rstd, N, C);
+    float* datty = zeros(ctx, NC);
+    matmul_backward(ctx, datty, g(grads, PROJW), g(grads, PROJB), din, S + s.atty, p(params, PROJW),
+                    N, C, C);
+    float* dqkv = zeros(ctx, 3 * NC);
+    float* scratch = ctx.arena().alloc_f32(static_cast<size_t>(B) * NH_ * T * T);
+    attention_backward(ctx, dqkv, scratch, datty, S + s.qkv, S + s.att, B, T, C, NH_, causal_);
+    fill_zero(ctx, dln, static_cast<long>(NC));
+    matmul_backward(ctx, dln, g(grads, QKVW), g(grads, QKVB), dqkv, S + s.ln1, p(params, QKVW), N,
+                    C, 3 * C);
+    layernorm_backward(ctx, din, g(grads, LN1W), g(grads, LN1B), dln, in, p(params, LN1W),
+                       S + s.ln1_mean, S + s.ln1_rstd, N, C);
+  }
+
+ private:
+  const uint8_t* key_mask(const Microbatch& mb) const {
+    if (causal_ || mb.key_mask.empty()) return nullptr;
+    AP_CHECK(mb.key_mask.size() == static_cast<size_t>(mb.B) * mb.T,
+             "microbatch key_mask has {} entries, expected B*T = {}", mb.key_mask.size(),
+             static_cast<size_t>(mb.B) * mb.T);
+    return mb.key_mask.data();
+  }
+  int NH_;
+  bool causal_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Heads: the logits (N,V) stay in `saved`; the backward recomputes the softmax from them.
+
+/// Cross-entropy forward on saved logits; returns the loss of the microbatch.
+LossStats loss_forward(Context& ctx, const float* logits, const Microbatch& mb, int V) {
+  const int N = mb.B * mb.T;
+  check_ids(mb.targets, static_cast<size_t>(N), V, true, "targets");
+  float* losses = ctx.arena().alloc_f32(static_cast<size_t>(N));
+  float* probs = ctx.arena().alloc_f32(static_cast<size_t>(N) * V);
+  const int count = crossentropy_forward(ctx, losses, probs, logits, mb.targets.data(), N, V);
+  return {sum_losses(losses, N), count};
+}
+
+/// dlogits (N,V) in arena scratch for dloss·Σ losses.
+float* loss_backward(Context& ctx, const float* logits, const Microbatch& mb, int V, float dloss) {
+  const int N = mb.B * mb.T;
+  float* losses = ctx.arena().alloc_f32(static_cast<size_t>(N));
+  float* dlogits = ctx.arena().alloc_f32(static_cast<size_t>(N) * V);
+  crossentropy_forward_backward(ctx, losses, dlogits, logits, mb.targets.data(), dloss, N, V);
+  return dlogits;
+}
+
+class GptHead final : public SlotLayer {
+  enum { LNFW, LNFB, LMW };
+  struct Saved {
+    size_t lnf, mean, rstd, logits, total;
+  };
+  Saved layout(int B, int T) const {
+    const size_t N = static_cast<size_t>(B) * T;
+    Layout l;
+    Saved s{};
+    s.lnf = l.add(N * C_);  // (N,C)
+    s.mean = l.add(N);
+    s.rstd = l.add(N);
+    s.logits = l.add(N * V_);  // (N,V)
+    s.total = l.size();
+    return s;
+  }
+
+ public:
+  GptHead(const ModelOptions& o, int index)
+      : SlotLayer(LayerKind::gpt_head, index,
+                  {norm_weight("ln_f.weight", o.width), bias("ln_f.bias", o.width),
+                   decoder_weight("lm_head.weight", o)},
+                  o) {}
+  size_t saved_floats(int B, int T) const override { return layout(B, T).total; }
+  const float* logits(const float* saved, int B, int T) const override {
+    return saved + layout(B, T).logits;
+  }
+
+  LossStats forward(Context& ctx, const float* params, const Microbatch& mb, const float* in,
+                    float*, float* saved) const override {
+    check_shape(mb);
+    const int N = mb.B * mb.T;
+    const Saved s = layout(mb.B, mb.T);
+    float* S = saved;
+    layernorm_forward(ctx, S + s.lnf, S + s.mean, S + s.rstd, in, p(params, LNFW), p(params, LNFB),
+                      N, C_);
+    matmul_forward(ctx, S + s.logits, S + s.lnf, p(params, LMW), nullptr, N, C_, V_);
+    return loss_forward(ctx, S + s.logits, mb, V_);
+  }
+
+  void backward(Context& ctx, const float* params, float* grads, const Microbatch& mb,
+                const float* in, const float* saved, const float*, float* din,
+                float dloss) const override {
+    check_shape(mb);
+    const int N = mb.B * mb.T;
+    const size_t NC = static_cast<size_t>(N) * C_;
+    const Saved s = layout(mb.B, mb.T);
+    const float* S = saved;
+    const float* dlogits = loss_backward(ctx, S + s.logits, mb, V_, dloss);
+    float* dlnf = zeros(ctx, NC);
+    matmul_backward(ctx, dlnf, g(grads, LMW), nullptr, dlogits, S + s.lnf, p(params, LMW), N, C_,
+                    V_);
+    fill_zero(ctx, din, static_cast<long>(NC));
+    layernorm_backward(ctx, din, g(grads, LNFW), g(grads, LNFB), dlnf, in, p(params, LNFW),
+                       S + s.mean, S + s.rstd, N, C_);
+  }
+};
+
+class BertHead final : public SlotLayer {
+  enum { LNFW, LNFB, DW, DB, LNW, LNB, DECW, DECB };
+  struct Saved {
+    size_t lnf, lnf_mean, lnf_rstd, h, hg, t, t_mean, t_rstd, logits, total;
+  };
+  Saved layout(int B, int T) const {
+    const size_t N = static_cast<size_t>(B) * T;
+    const size_t NC = N * static_cast<size_t>(C_);
+    Layout l;
+    Saved s{};
+    s.lnf = l.add(NC);  // (N,C) ln_f(x)
+    s.lnf_mean = l.add(N);
+    s.lnf_rstd = l.add(N);
+    s.h = l.add(NC);   // (N,C) dense
+    s.hg = l.add(NC);  // (N,C) gelu
+    s.t = l.add(NC);   // (N,C) mlm.ln
+    s.t_mean = l.add(N);
+    s.t_rstd = l.add(N);
+    s.logits = l.add(N * V_);  // (N,V)
+    s.total = l.size();
+    return s;
+  }
+
+ public:
+  BertHead(const ModelOptions& o, int index)
+      : SlotLayer(LayerKind::bert_head, index,
+                  {norm_weight("ln_f.weight", o.width), bias("ln_f.bias", o.width),
+                   weight("mlm.dense.weight", {o.width, o.width}), bias("mlm.dense.bias", o.width),
+                   norm_weight("mlm.ln.weight", o.width), bias("mlm.ln.bias", o.width),
+                   decoder_weight("mlm.decoder.weight", o), bias("mlm.decoder.bias", o.vocab_size)},
+                  o) {}
+  size_t saved_floats(int B, int T) const override { return layout(B, T).total; }
+  const float* logits(const float* saved, int B, int T) const override {
+    return saved + layout(B, T).logits;
+  }
+
+  LossStats forward(Context& ctx, const float* params, const Microbatch& mb, const float* in,
+                    float*, float* saved) const override {
+    check_shape(mb);
+    const int N = mb.B * mb.T;
+    const Saved s = layout(mb.B, mb.T);
+    float* S = saved;
+    layernorm_forward(ctx, S + s.lnf, S + s.lnf_mean, S + s.lnf_rstd, in, p(params, LNFW),
+                      p(params, LNFB), N, C_);
+    matmul_forward(ctx, S + s.h, S + s.lnf, p(params, DW), p(params, DB), N, C_, C_);
+    gelu_forward(ctx, S + s.hg, S + s.h, static_cast<long>(N) * C_);
+    layernorm_forward(ctx, S + s.t, S + s.t_mean, S + s.t_rstd, S + s.hg, p(params, LNW),
+                      p(params, LNB), N, C_);
+    matmul_forward(ctx, S + s.logits, S + s.t, p(params, DECW), p(params, DECB), N, C_, V_);
+    return loss_forward(ctx, S + s.logits, mb, V_);
+  }
+
+  void backward(Context& ctx, const float* params, float* grads, const Microbatch& mb,
+                const float* in, const float* saved, const float*, float* din,
+                float dloss) const override {
+    check_shape(mb);
+    const int N = mb.B * mb.T;
+    const size_t NC = static_cast<size_t>(N) * C_;
+    const Saved s = layout(mb.B, mb.T);
+    const float* S = saved;
+    const float* dlogits = loss_backward(ctx, S + s.logits, mb, V_, dloss);
+    float* dt = zeros(ctx, NC);
+    matmul_backward(ctx, dt, g(grads, DECW), g(grads, DECB), dlogits, S + s.t, p(params, DECW), N,
+                    C_, V_);
+    float* dhg = zeros(ctx, NC);
+    layernorm_backward(ctx, dhg, g(grads, LNW), g(grads, LNB), dt, S + s.hg, p(params, LNW),
+                       S + s.t_mean, S + s.t_rstd, N, C_);
+    float* dh = zeros(ctx, NC);
+    gelu_backward(ctx, dh, S + s.h, dhg, static_cast<long>(NC));
+    float* dlnf = dt;  // dt is dead: reuse it
+    fill_zero(ctx, dlnf, static_cast<long>(NC));
+    matmul_backward(ctx, dlnf, g(grads, DW), g(grads, DB), dh, S + s.lnf, p(params, DW), N, C_, C_);
+    fill_zero(ctx, din, static_cast<long>(NC));
+    layernorm_backward(ctx, din, g(grads, LNFW), g(grads, LNFB), dlnf, in, p(params, LNFW),
+                       S + s.lnf_mean, S + s.lnf_rstd, N, C_);
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<const Layer> make_gpt_embedding(const ModelOptions& o, int index) {
+  return std::make_shared<GptEmbedding>(o, index);
+}
+std::shared_ptr<const Layer> make_bert_embedding(const ModelOptions& o, int index) {
+  return std::make_shared<BertEmbedding>(o, index);
+}
+std::shared_ptr<const Layer> make_block(const ModelOptions& o, int index, bool causal) {
+  return std::make_shared<Block>(o, index, causal);
+}
+std::shared_ptr<const Layer> make_gpt_head(const ModelOptions& o, int index) {
+  return std::make_shared<GptHead>(o, index);
+}
+std::shared_ptr<const Layer> make_bert_head(const ModelOptions& o, int index) {
+  return std::make_shared<BertHead>(o, index);
+}
+
+}  // namespace actorpipe::internal

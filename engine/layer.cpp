@@ -1,0 +1,92 @@
+// Layer: one partitionable unit of a model (embedding, transformer block, head + loss) as a
+// const forward/backward pair over caller-owned parameter, gradient and activation buffers.
+#include "engine/layer.hpp"
+
+#include <algorithm>
+
+#include "engine/rng.hpp"
+#include "kernels/check.hpp"
+#include "kernels/crossentropy.hpp"
+
+namespace actorpipe {
+
+float loss_scale(int64_t count, int microbatches) {
+  AP_CHECK(microbatches > 0, "microbatches = {}", microbatches);
+  if (count <= 0) return 0.0f;
+  return static_cast<float>(1.0 / (static_cast<double>(microbatches) * static_cast<double>(count)));
+}
+
+int64_t count_targets(const Microbatch& mb) {
+  return count_targets(mb.targets.data(), static_cast<int>(mb.targets.size()));
+}
+
+std::string to_string(LayerKind k) {
+  switch (k) {
+    case LayerKind::gpt_embedding:
+      return "gpt_embedding";
+    case LayerKind::gpt_block:
+      return "gpt_block";
+    case LayerKind::gpt_head:
+      return "gpt_head";
+    case LayerKind::bert_embedding:
+      return "bert_embedding";
+    case LayerKind::bert_block:
+      return "bert_block";
+    case LayerKind::bert_head:
+      return "bert_head";
+  }
+  return "unknown";
+}
+
+Layer::Layer(LayerKind kind, int index, std::vector<ParamSlot> slots)
+    : kind_(kind), index_(index), slots_(std::move(slots)) {
+  size_t offset = 0;
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    ParamSlot& slot = slots_[s];
+    slot.offset = offset;
+    slot.numel = 1;
+    for (int64_t d : slot.shape) {
+      AP_CHECK(d > 0, "slot {} has dimension {}", slot.name, d);
+      slot.numel *= static_cast<size_t>(d);
+    }
+    offset += slot.numel;
+    if (slot.stream_layer < 0) {
+      slot.stream_layer = index_;
+      slot.stream_slot = static_cast<int>(s);
+    }
+  }
+  param_floats_ = offset;
+}
+
+const ParamSlot* Layer::find_slot(std::string_view name) const {
+  for (const ParamSlot& s : slots_)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+void Layer::init(float* params, uint64_t init_seed) const {
+  for (const ParamSlot& s : slots_) {
+    float* p = params + s.offset;
+    switch (s.init) {
+      case InitKind::zeros:
+        std::fill(p, p + s.numel, 0.0f);
+        break;
+      case InitKind::ones:
+        std::fill(p, p + s.numel, 1.0f);
+        break;
+      case InitKind::normal: {
+        NormalRng rng(derive_seed(init_seed, static_cast<uint64_t>(s.stream_layer),
+                                  static_cast<uint64_t>(s.stream_slot)));
+        const double std_dev = s.init_std;
+        for (size_t k = 0; k < s.numel; ++k) p[k] = static_cast<float>(std_dev * rng.next());
+        break;
+      }
+    }
+  }
+}
+
+const float* Layer::logits(const float* /*saved*/, int /*B*/, int /*T*/) const {
+  return nullptr;
+}
+
+}  // namespace actorpipe

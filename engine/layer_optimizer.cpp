@@ -1,0 +1,60 @@
+// Layer optimizer: applies AdamW or SGD (OptimizerOptions) to one layer's parameter buffer,
+// with per-slot weight decay and linear lr warm-up. Shared by every executor of a step.
+#include "engine/layer_optimizer.hpp"
+
+#include <algorithm>
+
+#include "kernels/check.hpp"
+#include "kernels/optimizer.hpp"
+
+namespace actorpipe {
+namespace {
+
+bool is_adamw(const OptimizerOptions& o) {
+  AP_CHECK(o.kind == "adamw" || o.kind == "sgd", "optimizer.kind = \"{}\": expected adamw | sgd",
+           o.kind);
+  return o.kind == "adamw";
+}
+
+}  // namespace
+
+size_t optimizer_state_floats(const OptimizerOptions& o, size_t n) {
+  return is_adamw(o) ? 2 * n : n;
+}
+
+float scheduled_lr(const OptimizerOptions& o, long step) {
+  AP_CHECK(step >= 1, "optimizer step {} (steps count from 1)", step);
+  if (o.warmup_steps <= 0 || step >= o.warmup_steps) return o.lr;
+  return o.lr * static_cast<float>(step) / static_cast<float>(o.warmup_steps);
+}
+
+void optimizer_update(Context& ctx, const OptimizerOptions& o, const Layer& layer, float* params,
+                      const float* grads, float* state, long step, float grad_scale) {
+  const bool adamw = is_adamw(o);
+  const size_t n = layer.param_floats();
+  const float lr = scheduled_lr(o, step);
+  const auto& slots = layer.slots();
+  // one kernel call per maximal run of slots with the same decay flag
+  size_t s = 0;
+  while (s < slots.size()) {
+    const bool decay = slots[s].decay;
+    const size_t begin = slots[s].offset;
+    size_t end = begin;
+    while (s < slots.size() && slots[s].decay == decay) {
+      end = slots[s].offset + slots[s].numel;
+      ++s;
+    }
+    const float wd = decay ? o.weight_decay : 0.0f;
+    const size_t len = end - begin;
+    if (adamw) {
+      AdamWParams p{lr, o.beta1, o.beta2, o.eps, wd};
+      adamw_update(ctx, params + begin, grads + begin, state + begin, state + n + begin, len, p,
+                   step, grad_scale);
+    } else {
+      SGDParams p{lr, o.momentum, wd};
+      sgd_update(ctx, params + begin, grads + begin, state + begin, len, p, grad_scale);
+    }
+  }
+}
+
+}  // namespace actorpipe

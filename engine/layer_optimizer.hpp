@@ -1,0 +1,28 @@
+// Layer optimizer: applies AdamW or SGD (OptimizerOptions) to one layer's parameter buffer,
+// with per-slot weight decay and linear lr warm-up. Shared by every executor of a step.
+#pragma once
+
+#include <cstddef>
+
+#include "engine/layer.hpp"
+#include "engine/options.hpp"
+#include "kernels/context.hpp"
+
+namespace actorpipe {
+
+/// Floats of optimizer state for a buffer of n parameters: adamw 2n (m then v), sgd n
+/// (momentum). The state starts zeroed.
+size_t optimizer_state_floats(const OptimizerOptions& o, size_t n);
+
+/// Learning rate of optimizer step `step` (1-based): lr·min(1, step / warmup_steps), plain lr
+/// without warm-up.
+float scheduled_lr(const OptimizerOptions& o, long step);
+
+/// One update of a layer: params -= f(grad_scale·grads, state) at step `step` (1-based: AdamW
+/// bias correction uses it). Weight decay (o.weight_decay) applies only to slots with
+/// ParamSlot::decay (matrices, embeddings), never to biases and layernorm parameters: decoupled
+/// for AdamW, added to the gradient for SGD. Element-wise, so equal inputs give equal bits.
+void optimizer_update(Context& ctx, const OptimizerOptions& o, const Layer& layer, float* params,
+                      const float* grads, float* state, long step, float grad_scale);
+
+}  // namespace actorpipe

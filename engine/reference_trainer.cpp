@@ -1,0 +1,110 @@
+// ReferenceTrainer: the single-process, single-Context numerical oracle of one optimizer step
+// (gradient accumulation over m microbatches, tied-gradient sum, global-norm clip, update).
+#include "engine/reference_trainer.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/layer_optimizer.hpp"
+#include "kernels/check.hpp"
+#include "kernels/optimizer.hpp"
+
+namespace actorpipe {
+
+ReferenceTrainer::ReferenceTrainer(Model model, const OptimizerOptions& opt, int B, int T,
+                                   int threads)
+    : model_(std::move(model)), opt_(opt), B_(B), T_(T), ctx_(threads) {
+  AP_CHECK(B > 0 && T > 0 && T <= model_.options().context, "B = {}, T = {} (context {})", B, T,
+           model_.options().context);
+  const size_t hidden = static_cast<size_t>(B) * T * model_.options().width;
+  const int L = model_.num_layers();
+  buffers_.resize(static_cast<size_t>(L));
+  hidden_.resize(static_cast<size_t>(L - 1));
+  for (int i = 0; i < L; ++i) {
+    const Layer& layer = model_.layer(i);
+    LayerBuffers& b = buffers_[static_cast<size_t>(i)];
+    const size_t n = layer.param_floats();
+    const size_t ns = optimizer_state_floats(opt_, n);
+    b.storage.assign(2 * n + ns, 0.0f);
+    b.params = {b.storage.data(), n};
+    b.grads = {b.storage.data() + n, n};
+    b.state = {b.storage.data() + 2 * n, ns};
+    b.saved.assign(layer.saved_floats(B, T), 0.0f);
+    model_.init_layer(i, b.params.data());
+    if (i < L - 1) hidden_[static_cast<size_t>(i)].assign(hidden, 0.0f);
+  }
+  dhidden_a_.assign(hidden, 0.0f);
+  dhidden_b_.assign(hidden, 0.0f);
+}
+
+LossStats ReferenceTrainer::forward(const Microbatch& mb) {
+  AP_CHECK(mb.B == B_ && mb.T == T_, "microbatch ({}, {}) but the trainer was built for ({}, {})",
+           mb.B, mb.T, B_, T_);
+  LossStats loss;
+  for (int i = 0; i < model_.num_layers(); ++i) {
+    const size_t k = static_cast<size_t>(i);
+    ctx_.arena().reset();
+    const float* in = i > 0 ? hidden_[k - 1].data() : nullptr;
+    float* out = i + 1 < model_.num_layers() ? hidden_[k].data() : nullptr;
+    loss = model_.layer(i).forward(ctx_, buffers_[k].params.data(), mb, in, out,
+                                   buffers_[k].saved.data());
+  }
+  return loss;
+}
+
+void ReferenceTrainer::run_backward(const Microbatch& mb, float dloss) {
+  float* dout = nullptr;  // gradient w.r.t. the current layer's output
+  for (int i = model_.num_layers() - 1; i >= 0; --i) {
+    const size_t k = static_cast<size_t>(i);
+    ctx_.arena().reset();
+    float* din = dout == dhidden_a_.data() ? dhidden_b_.data() : dhidden_a_.data();
+    const float* in = i > 0 ? hidden_[k - 1].data() : nullptr;
+    model_.layer(i).backward(ctx_, buffers_[k].params.data(), buffers_[k].grads.data(), mb, in,
+                             buffers_[k].saved.data(), dout, i > 0 ? din : nullptr, dloss);
+    dout = din;
+  }
+}
+
+const float* ReferenceTrainer::logits() const {
+  const int last = model_.num_layers() - 1;
+  return model_.layer(last).logits(buffers_[static_cast<size_t>(last)].saved.data(), B_, T_);
+}
+
+double ReferenceTrainer::compute_gradients(std::span<const Microbatch> mbs) {
+  AP_CHECK(!mbs.empty(), "a step needs at least one microbatch");
+  const int m = static_cast<int>(mbs.size());
+  for (LayerBuffers& b : buffers_) std::fill(b.grads.begin(), b.grads.end(), 0.0f);
+  double loss = 0.0;
+  for (const Microbatch& mb : mbs) {
+    const LossStats stats = forward(mb);
+    loss += stats.mean();
+    run_backward(mb, loss_scale(stats.count, m));
+  }
+  for (const TiedParam& t : model_.tied()) {
+    const ParamSlot* a = model_.layer(t.owner_layer).find_slot(t.owner_slot);
+    const ParamSlot* b = model_.layer(t.copy_layer).find_slot(t.copy_slot);
+    reduce_tied_grads(grads(t.owner_layer).data() + a->offset,
+                      grads(t.copy_layer).data() + b->offset, a->numel);
+  }
+  return loss / m;
+}
+
+void ReferenceTrainer::apply_update() {
+  double sumsq = 0.0;
+  for (int i = 0; i < model_.num_layers(); ++i)
+    sumsq += model_.grad_sumsq(ctx_, i, grads(i).data());
+  last_grad_norm_ = std::sqrt(sumsq);
+  const float scale = clip_scale(sumsq, opt_.grad_clip);
+  ++steps_;
+  for (int i = 0; i < model_.num_layers(); ++i)
+    optimizer_update(ctx_, opt_, model_.layer(i), params(i).data(), grads(i).data(),
+                     optimizer_state(i).data(), steps_, scale);
+}
+
+double ReferenceTrainer::step(std::span<const Microbatch> mbs) {
+  const double loss = compute_gradients(mbs);
+  apply_update();
+  return loss;
+}
+
+}  // namespace actorpipe

@@ -1,0 +1,77 @@
+// ReferenceTrainer: the single-process, single-Context numerical oracle of one optimizer step
+// (gradient accumulation over m microbatches, tied-gradient sum, global-norm clip, update).
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "engine/batch.hpp"
+#include "engine/layer.hpp"
+#include "engine/model.hpp"
+#include "engine/options.hpp"
+#include "kernels/context.hpp"
+
+namespace actorpipe {
+
+/// Holds every layer's parameter, gradient and optimizer-state buffer plus the activations
+/// of one microbatch of fixed shape (B, T); all allocated up front, so a steady-state step
+/// allocates nothing. Parameters start at the model's seeded init.
+class ReferenceTrainer {
+ public:
+  ReferenceTrainer(Model model, const OptimizerOptions& opt, int B, int T, int threads = 1);
+
+  /// One optimizer step over `mbs` (m = mbs.size() microbatches of shape (B, T)):
+  /// compute_gradients then apply_update. Returns the step's loss (1/m)·Σⱼ meanⱼ.
+  double step(std::span<const Microbatch> mbs);
+
+  /// Zeroes the gradients, runs forward + backward of each microbatch in order (dloss =
+  /// loss_scale(countⱼ, m)) accumulating into the gradient buffers, then sums tied gradients
+  /// (owner + copy, written to both). Returns the step's loss; parameters are unchanged.
+  double compute_gradients(std::span<const Microbatch> mbs);
+
+  /// Global gradient norm (Model::grad_sumsq per layer, summed in layer order; tied
+  /// parameter once), clip scale, then optimizer_update of every layer at step steps()+1.
+  void apply_update();
+
+  /// Forward only of one microbatch; its activations (and logits()) stay until the next call.
+  LossStats forward(const Microbatch& mb);
+  /// Logits (B,T,V) of the last microbatch run forward.
+  const float* logits() const;
+
+  const Model& model() const { return model_; }
+  const OptimizerOptions& optimizer_options() const { return opt_; }
+  Context& context() { return ctx_; }
+  int num_layers() const { return model_.num_layers(); }
+  std::span<float> params(int layer) { return buffers_.at(static_cast<size_t>(layer)).params; }
+  std::span<float> grads(int layer) { return buffers_.at(static_cast<size_t>(layer)).grads; }
+  /// AdamW: m then v (2·param_floats); SGD: momentum (param_floats).
+  std::span<float> optimizer_state(int layer) {
+    return buffers_.at(static_cast<size_t>(layer)).state;
+  }
+  /// Optimizer steps applied so far (the AdamW step counter); settable for a resume.
+  long steps() const { return steps_; }
+  void set_steps(long steps) { steps_ = steps; }
+  /// Global gradient norm (before clipping) of the last apply_update.
+  double last_grad_norm() const { return last_grad_norm_; }
+
+ private:
+  struct LayerBuffers {
+    std::vector<float> storage;  // params | grads | state
+    std::span<float> params, grads, state;
+    std::vector<float> saved;  // activations of the current microbatch
+  };
+  void run_backward(const Microbatch& mb, float dloss);
+
+  Model model_;
+  OptimizerOptions opt_;
+  int B_, T_;
+  Context ctx_;
+  std::vector<LayerBuffers> buffers_;
+  std::vector<std::vector<float>> hidden_;  // hidden_[i] = output of layer i, (B,T,C)
+  std::vector<float> dhidden_a_, dhidden_b_;
+  long steps_ = 0;
+  double last_grad_norm_ = 0.0;
+};
+
+}  // namespace actorpipe
