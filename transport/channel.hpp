@@ -1,0 +1,84 @@
+// Tensor channel: a one-way path for tensors between two neighbouring stages. The sender posts a
+// tensor and gets an Announcement; the receiver, given that announcement, takes the tensor.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/expected.hpp"
+#include "kernels/tensor.hpp"
+#include "transport/wire.hpp"
+
+namespace actorpipe {
+
+/// The two ends of a channel: `from` posts, `to` receives.
+struct ChannelEnds {
+  int lower = 0;  ///< the lower stage of the neighbour pair (lower, lower + 1)
+  Direction direction = Direction::forward;
+  int from = 0;  ///< forward: lower; backward: lower + 1
+  int to = 0;    ///< forward: lower + 1; backward: lower
+  uint32_t tag = 0;
+};
+
+/// The ends of the channel for `dir` between `lower` and `lower + 1`.
+ChannelEnds channel_ends(int lower, Direction dir);
+
+/// A one-way tensor channel. post() is called by the sending stage only and receive() by the
+/// receiving stage only; the two may run on different threads at the same time. Implementations:
+/// LocalChannel (in-process hand-off); UCX and NCCL channels (between processes and GPUs).
+class TensorChannel {
+ public:
+  explicit TensorChannel(ChannelEnds ends) : ends_(ends) {}
+  virtual ~TensorChannel() = default;
+  TensorChannel(const TensorChannel&) = delete;
+  TensorChannel& operator=(const TensorChannel&) = delete;
+
+  const ChannelEnds& ends() const { return ends_; }
+
+  /// Sender side: hands `tensor` to the channel and returns the announcement the receiver needs
+  /// (sequence numbers 0, 1, 2, ... in post order). Never blocks. Errors: an undefined tensor.
+  virtual Expected<Announcement> post(Tensor tensor, int64_t microbatch, int32_t version) = 0;
+
+  /// Receiver side: takes the tensor that `a` announced. Errors (naming the announcement and
+  /// what was expected): a tag of another channel, nothing posted under that sequence, or a
+  /// payload whose microbatch, dtype or shape differ from the announcement.
+  virtual Expected<Tensor> receive(const Announcement& a) = 0;
+
+  /// Tensors posted and not received yet.
+  virtual size_t pending() const = 0;
+
+  /// Drops every pending tensor (after a failure, so no storage outlives the run).
+  virtual void clear() = 0;
+
+ private:
+  ChannelEnds ends_;
+};
+
+/// Every channel of a d-stage pipeline, created up front in one fixed order (for lower = 0 ..
+/// d-2: forward, then backward), so every participant agrees on them without negotiation.
+class ChannelSet {
+ public:
+  ChannelSet() = default;
+  explicit ChannelSet(std::vector<std::unique_ptr<TensorChannel>> channels);
+
+  /// Number of stages the set was made for (1 for a set without channels).
+  int stages() const { return static_cast<int>(channels_.size()) / 2 + 1; }
+  size_t size() const { return channels_.size(); }
+  /// Stage r -> r+1 (activations); r in [0, stages()-2].
+  TensorChannel& forward(int r) const { return at(channel_tag(r, Direction::forward)); }
+  /// Stage r+1 -> r (gradients); r in [0, stages()-2].
+  TensorChannel& backward(int r) const { return at(channel_tag(r, Direction::backward)); }
+  /// The channel with tag `tag` (AP_CHECK on an unknown tag).
+  TensorChannel& at(uint32_t tag) const;
+  /// Σ pending() over every channel.
+  size_t pending() const;
+  /// clear() on every channel.
+  void clear();
+
+ private:
+  std::vector<std::unique_ptr<TensorChannel>> channels_;  // index = tag
+};
+
+}  // namespace actorpipe
