@@ -1,0 +1,134 @@
+// Actor engine: trains with one actor per stage and per optimizer shard plus a driver, all in
+// one process and concurrently, computing bit for bit what the serial executor computes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/expected.hpp"
+#include "engine/options.hpp"
+#include "engine/schedule.hpp"
+
+namespace actorpipe {
+
+class DataLoader;
+class StageWorker;
+
+/// Where a stage's wall time went (seconds since the run started).
+struct StageTimes {
+  double busy_seconds = 0.0;  ///< inside compute (F, B) and its optimizer shard's updates
+  double idle_seconds = 0.0;  ///< waiting for an input, a credit or a new weight version
+  int64_t actions = 0;        ///< actions executed
+};
+
+/// Progress after every optimizer step, in step order.
+struct StepProgress {
+  int step = 0;       ///< optimizer steps completed in this run (1, 2, ...)
+  int steps = 0;      ///< optimizer steps this run will do
+  double loss = 0.0;  ///< the step's loss: (1/m)·Σⱼ meanⱼ, as the serial executor computes it
+  int64_t tokens = 0;              ///< tokens consumed so far in this run (B·T per microbatch)
+  double seconds = 0.0;            ///< wall time since the run started
+  std::vector<StageTimes> stages;  ///< per stage, cumulative since the run started
+};
+
+/// One executed action, for traces: stage, action (its text form names the span), start and end
+/// in seconds since the run started.
+struct ActionSpan {
+  int stage = 0;
+  Action action;
+  double start = 0.0;
+  double end = 0.0;
+};
+
+/// Test hook: makes one stage fail at one microbatch, to exercise failure handling.
+struct FaultInjection {
+  enum class Kind : uint8_t {
+    none,
+    throw_in_forward,   ///< the stage's F of `microbatch` throws
+    throw_in_backward,  ///< the stage's B of `microbatch` throws
+    poison_output,      ///< the stage's F output of `microbatch` is NaN (a non-finite loss follows)
+  };
+  Kind kind = Kind::none;
+  int stage = -1;
+  int64_t microbatch = -1;  ///< global microbatch index
+};
+
+/// How the engine runs (not what it computes: results never depend on these).
+struct ActorEngineOptions {
+  /// Threads of the cooperative scheduler (driver, optimizer shards). Stage actors are detached:
+  /// each owns one more thread (plus its Context's threads_per_stage - 1 helpers).
+  int scheduler_threads = 2;
+  /// A run in which no action completes for this long fails with an error naming the stages
+  /// and what each one waits for (a bug or a lost message; never a hang).
+  double stall_timeout_seconds = 300.0;
+  /// Engine overhead measurement: every message, channel hand-off, credit and optimizer round
+  /// trip happens as usual but F, B and the update compute nothing (results are meaningless).
+  bool skip_compute = false;
+  /// Collect an ActionSpan for every executed action into ActorRunResult::spans.
+  bool record_spans = false;
+  FaultInjection fault;
+};
+
+/// Called by the engine while it runs (from the driver's thread, one call at a time).
+struct ActorCallbacks {
+  std::function<void(const StepProgress&)> on_step;
+};
+
+/// What one run produced.
+struct ActorRunResult {
+  std::vector<double> losses;      ///< per optimizer step, in order
+  std::vector<StageTimes> stages;  ///< per stage, whole run
+  std::vector<ActionSpan> spans;   ///< record_spans only; per stage in execution order
+  int64_t tokens = 0;
+  double seconds = 0.0;
+};
+
+/// A pipeline of d stage workers driven by actors. The workers keep their state (weights, every
+/// live weight version, optimizer state) between runs, so a trainer can run, checkpoint through
+/// worker(), and run again. A run is one schedule of the configured mode over `steps` optimizer
+/// steps: for async modes it fills the pipeline at its start and drains it at its end, exactly
+/// like the serial executor given the same schedule.
+class ActorEngine {
+ public:
+  /// Builds the model, the partition and one StageWorker per stage from `config`, parameters at
+  /// their seeded initialisation. Errors name the config key and value at fault.
+  static Expected<std::unique_ptr<ActorEngine>> create(const Config& config,
+                                                       const ActorEngineOptions& options = {});
+  ~ActorEngine();
+  ActorEngine(const ActorEngine&) = delete;
+  ActorEngine& operator=(const ActorEngine&) = delete;
+
+  /// Runs `steps` optimizer steps (pipedream: `steps` microbatches, each its own step), reading
+  /// microbatches from `data` in order. A failure in any actor (exception, non-finite loss, stall)
+  /// stops the whole pipeline and returns an error naming the stage, the microbatch and the
+  /// cause; the workers are then in an unspecified state.
+  Expected<ActorRunResult> run(int steps, DataLoader& data, const ActorCallbacks& callbacks = {});
+
+  const Config& config() const;
+  int stages() const;
+  /// Stage r's worker (weights, versions, optimizer state), for checkpoints; not during run().
+  StageWorker& worker(int stage);
+  const StageWorker& worker(int stage) const;
+  /// Current parameters of global layer `layer` (from the stage that holds it).
+  std::span<const float> params(int layer) const;
+
+ private:
+  struct Impl;
+  explicit ActorEngine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// One call for simple uses: create() the engine, open the configured data, run
+/// config.train.steps steps. Final parameters are returned per global layer.
+struct ActorTrainResult {
+  ActorRunResult run;
+  std::vector<std::vector<float>> params;  ///< params[layer]
+};
+Expected<ActorTrainResult> run_actor_pipeline(const Config& config,
+                                              const ActorEngineOptions& options = {},
+                                              const ActorCallbacks& callbacks = {});
+
+}  // namespace actorpipe
