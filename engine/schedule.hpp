@@ -50,7 +50,8 @@ struct Action {
   int microbatch = -1;
   /// F/B: the weight version the action computes with (the number of OPT_STEPs of this stage
   /// whose result it sees; 2bw: max(t-1, 0) for step t; xpipe B: the latest version at the B).
-  /// OPT_STEP: the version it produces. SEND/RECV carry the version of the F/B they serve.
+  /// OPT_STEP: the version it produces. SEND/RECV: 0 (they are matched by stage and
+  /// microbatch only).
   int version = 0;
   /// xpipe F only: s, the number of OPT_STEPs of this stage that land between this microbatch's
   /// F and its B. The F computes with weights predicted s updates ahead of `version`. 0 otherwise.
