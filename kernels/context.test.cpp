@@ -14,7 +14,7 @@
 
 using namespace actorpipe;
 
-TEST_CASE("parallel_for covers [0, n) with the documented chunks") {
+TEST_CASE("parallel_for covers 0..n with the documented chunks") {
   for (int t : {1, 2, 3}) {
     Context ctx(t);
     for (int64_t n : {0, 1, 2, 5, 100, 1001}) {
@@ -83,7 +83,7 @@ TEST_CASE("a nested parallel_for runs its chunks in order on the calling thread"
   CHECK(order[1] == std::vector<int>{0, 1});
 }
 
-TEST_CASE("an exception in any chunk reaches the caller; the pool keeps working") {
+TEST_CASE("an exception in any chunk reaches the caller and the pool keeps working") {
   Context ctx(2);
   for (int bad = 0; bad < 2; ++bad) {
     std::atomic<int> done{0};

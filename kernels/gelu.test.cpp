@@ -1,0 +1,68 @@
+// GELU tests: forward against the double tanh formula over a wide range, backward against
+// central differences, accumulation, same bits for any thread count.
+#include "kernels/gelu.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "kernels/internal/test_util.hpp"
+
+using namespace actorpipe;
+using namespace actorpipe::testing;
+
+namespace {
+double gelu_ref(double x) {
+  const double k = std::sqrt(2.0 / M_PI);
+  return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
+}
+}  // namespace
+
+TEST_CASE("gelu forward matches the double formula from -12 to 12") {
+  Context ctx(2);
+  const long N = 24001;
+  std::vector<float> x(static_cast<size_t>(N)), out(static_cast<size_t>(N));
+  for (long i = 0; i < N; ++i) x[static_cast<size_t>(i)] = -12.0f + 0.001f * static_cast<float>(i);
+  gelu_forward(ctx, out.data(), x.data(), N);
+  std::vector<double> want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = gelu_ref(x[i]);
+  // tanh carries an absolute error of about 1e-7, scaled by 0.5·|x|.
+  check_close("gelu", out, want, 1e-6, 2e-6);
+}
+
+TEST_CASE("gelu backward against central differences, accumulating") {
+  Context ctx(2);
+  Rng rng(8);
+  const long N = 50;  // B=2, T=5, 5 channels: not a multiple of 16
+  auto x = random_vec(static_cast<size_t>(N), rng, -4.0f, 4.0f);
+  const auto g = random_vec(x.size(), rng);
+  const auto init = random_vec(x.size(), rng);
+  auto dx = init;
+  gelu_backward(ctx, dx.data(), x.data(), g.data(), N);
+  auto xd = to_double(x);
+  auto num = numeric_grad(xd, [&] {
+    double s = 0.0;
+    for (size_t i = 0; i < xd.size(); ++i) s += gelu_ref(xd[i]) * g[i];
+    return s;
+  });
+  for (size_t i = 0; i < num.size(); ++i) num[i] += init[i];
+  check_close("dinp", dx, num, 2e-6, 1e-5);
+}
+
+TEST_CASE("gelu: same bits for 1, 2 and 3 threads") {
+  Rng rng(9);
+  const long N = 1037;
+  const auto x = random_vec(static_cast<size_t>(N), rng, -6.0f, 6.0f);
+  const auto g = random_vec(x.size(), rng);
+  auto run = [&](int threads) {
+    Context ctx(threads);
+    std::vector<float> out(x.size()), dx(x.size(), 0.5f);
+    gelu_forward(ctx, out.data(), x.data(), N);
+    gelu_backward(ctx, dx.data(), x.data(), g.data(), N);
+    out.insert(out.end(), dx.begin(), dx.end());
+    return out;
+  };
+  const auto r1 = run(1);
+  CHECK(bitwise_equal(r1, run(2)));
+  CHECK(bitwise_equal(r1, run(3)));
+}
