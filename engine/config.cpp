@@ -1,0 +1,547 @@
+// Config: one TOML file ([model] [data] [pipeline] [optimizer] [train] [checkpoint]) plus
+// command-line overrides `--set section.key=value`, parsed into engine/options.hpp and validated.
+#include "engine/config.hpp"
+
+#include <algorithm>
+#include <cfloat>
+#include <climits>
+#include <cmath>
+#include <sstream>
+#include <toml.hpp>
+
+#include "engine/internal/file_io.hpp"
+#include "engine/internal/option_table.hpp"
+#include "engine/mode.hpp"
+
+namespace actorpipe {
+
+namespace {
+
+using internal::find_option;
+using internal::OptionSpec;
+using internal::OptKind;
+using internal::OptValue;
+
+std::string join(const std::vector<std::string>& xs, std::string_view sep) {
+  std::string out;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    if (i) out += sep;
+    out += xs[i];
+  }
+  return out;
+}
+
+std::string trim(std::string_view s) {
+  auto b = s.find_first_not_of(" \t");
+  if (b == std::string_view::npos) return {};
+  auto e = s.find_last_not_of(" \t");
+  return std::string(s.substr(b, e - b + 1));
+}
+
+std::vector<std::string> keys_of(std::string_view section) {
+  std::vector<std::string> out;
+  for (const auto& s : internal::option_table()) {
+    if (s.section == section) out.push_back(s.key);
+  }
+  return out;
+}
+
+// A TOML value as the user would have written it.
+std::string show(const toml::value& v) {
+  switch (v.type()) {
+    case toml::value_t::boolean:
+      return v.as_boolean() ? "true" : "false";
+    case toml::value_t::integer:
+      return fmt::format("{}", v.as_integer());
+    case toml::value_t::floating:
+      return fmt::format("{}", v.as_floating());
+    case toml::value_t::string:
+      return internal::to_toml_text(OptKind::string, v.as_string().str);
+    case toml::value_t::array: {
+      std::vector<std::string> xs;
+      for (const auto& x : v.as_array()) xs.push_back(show(x));
+      return "[" + join(xs, ", ") + "]";
+    }
+    case toml::value_t::table:
+      return "a table";
+    default:
+      return "a date/time";
+  }
+}
+
+std::string type_of(const toml::value& v) {
+  switch (v.type()) {
+    case toml::value_t::boolean:
+      return "a boolean";
+    case toml::value_t::integer:
+      return "an integer";
+    case toml::value_t::floating:
+      return "a float";
+    case toml::value_t::string:
+      return "a string";
+    case toml::value_t::array:
+      return "an array";
+    case toml::value_t::table:
+      return "a table";
+    default:
+      return "a date/time";
+  }
+}
+
+// Converts a TOML value to the key's type; the error text says what is wrong and what is allowed.
+Expected<OptValue> convert(const OptionSpec& spec, const toml::value& v) {
+  auto wrong = [&](std::string_view expected) {
+    return make_error("{} = {}: expected {}, got {}", spec.name(), show(v), expected, type_of(v));
+  };
+  switch (spec.kind) {
+    case OptKind::integer: {
+      if (!v.is_integer()) return wrong("an integer");
+      auto x = v.as_integer();
+      if (x < INT_MIN || x > INT_MAX) {
+        return make_error("{} = {}: out of the 32-bit integer range (allowed: {})", spec.name(), x,
+                          spec.allowed);
+      }
+      return OptValue{static_cast<int64_t>(x)};
+    }
+    case OptKind::uinteger: {
+      if (!v.is_integer()) return wrong("a non-negative integer");
+      auto x = v.as_integer();
+      if (x < 0) {
+        return make_error("{} = {}: negative (allowed: {})", spec.name(), x, spec.allowed);
+      }
+      return OptValue{static_cast<int64_t>(x)};
+    }
+    case OptKind::real32:
+    case OptKind::real64: {
+      double x = 0;
+      if (v.is_floating()) {
+        x = v.as_floating();
+      } else if (v.is_integer()) {
+        x = static_cast<double>(v.as_integer());
+      } else {
+        return wrong("a number");
+      }
+      if (!std::isfinite(x) || (spec.kind == OptKind::real32 && std::fabs(x) > FLT_MAX)) {
+        return make_error("{} = {}: not a finite {} (allowed: {})", spec.name(), show(v),
+                          spec.kind == OptKind::real32 ? "32-bit float" : "number", spec.allowed);
+      }
+      return OptValue{x};
+    }
+    case OptKind::boolean:
+      if (!v.is_boolean()) return wrong("true or false");
+      return OptValue{v.as_boolean()};
+    case OptKind::string:
+      if (!v.is_string()) return wrong("a string");
+      return OptValue{v.as_string().str};
+    case OptKind::arch: {
+      if (!v.is_string()) return wrong("a string (gpt or bert)");
+      const std::string& s = v.as_string().str;
+      if (s != "gpt" && s != "bert") {
+        return make_error("{} = {}: unknown architecture (allowed: gpt, bert)", spec.name(),
+                          show(v));
+      }
+      return OptValue{s};
+    }
+    case OptKind::int_list: {
+      if (v.is_string()) {
+        if (v.as_string().str == "even") return OptValue{std::vector<int64_t>{}};
+        return make_error("{} = {}: expected \"even\" or an array of integers", spec.name(),
+                          show(v));
+      }
+      if (!v.is_array()) return wrong("\"even\" or an array of integers");
+      std::vector<int64_t> out;
+      for (const auto& x : v.as_array()) {
+        if (!x.is_integer() || x.as_integer() < INT_MIN || x.as_integer() > INT_MAX) {
+          return make_error("{} = {}: element {} is not a 32-bit integer", spec.name(), show(v),
+                            show(x));
+        }
+        out.push_back(x.as_integer());
+      }
+      return OptValue{std::move(out)};
+    }
+  }
+  return make_error("{}: unhandled type", spec.name());
+}
+
+std::string unknown_section_message(const std::string& name) {
+  std::string msg = fmt::format("unknown section [{}] (known: {})", name,
+                                join(internal::option_sections(), ", "));
+  if (auto c = internal::closest(name, internal::option_sections()); !c.empty()) {
+    msg += fmt::format("; did you mean [{}]?", c);
+  }
+  return msg;
+}
+
+std::string unknown_key_message(const std::string& section, const std::string& key) {
+  std::string msg = fmt::format("{}.{}: unknown key", section, key);
+  if (auto c = internal::closest(key, keys_of(section)); !c.empty()) {
+    return msg + fmt::format("; did you mean {}.{}?", section, c);
+  }
+  for (const auto& s : internal::option_table()) {
+    if (s.key == key) return msg + fmt::format("; did you mean {}?", s.name());
+  }
+  return msg + fmt::format(" (known keys of [{}]: {})", section, join(keys_of(section), ", "));
+}
+
+std::string where(const toml::value& v) {
+  const auto loc = v.location();
+  return fmt::format("{}:{}", loc.file_name(), loc.line());
+}
+
+// Applies a parsed TOML document, appending one message per problem.
+void apply_document(Config& config, const toml::value& root, std::vector<std::string>& errors) {
+  // Visit sections and keys in file order (toml11 tables are unordered).
+  auto by_line = [](const toml::table& t) {
+    std::vector<std::pair<std::string, const toml::value*>> xs;
+    for (const auto& [k, v] : t) xs.emplace_back(k, &v);
+    std::sort(xs.begin(), xs.end(), [](const auto& a, const auto& b) {
+      auto la = a.second->location().line(), lb = b.second->location().line();
+      return la != lb ? la < lb : a.first < b.first;
+    });
+    return xs;
+  };
+  for (const auto& [section, value] : by_line(root.as_table())) {
+    const auto& sections = internal::option_sections();
+    const bool known = std::find(sections.begin(), sections.end(), section) != sections.end();
+    if (!value->is_table()) {
+      std::string msg =
+          fmt::format("{}: {} = {} is outside any section", where(*value), section, show(*value));
+      for (const auto& s : internal::option_table()) {
+        if (s.key == section) {
+          msg += fmt::format("; did you mean {} (under [{}])?", s.name(), s.section);
+          break;
+        }
+      }
+      if (known)
+        msg = fmt::format("{}: {} must be a section [{}]", where(*value), section, section);
+      errors.push_back(msg);
+      continue;
+    }
+    if (!known) {
+      errors.push_back(fmt::format("{}: {}", where(*value), unknown_section_message(section)));
+      continue;
+    }
+    for (const auto& [key, v] : by_line(value->as_table())) {
+      const OptionSpec* spec = find_option(section, key);
+      if (!spec) {
+        errors.push_back(fmt::format("{}: {}", where(*v), unknown_key_message(section, key)));
+        continue;
+      }
+      auto converted = convert(*spec, *v);
+      if (!converted) {
+        errors.push_back(fmt::format("{}: {}", where(*v), converted.error().message));
+        continue;
+      }
+      spec->set(config, *converted);
+    }
+  }
+}
+
+Expected<toml::value> parse_toml(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  try {
+    return toml::parse(in, name);
+  } catch (const toml::syntax_error& e) {
+    return make_error("{}:{}: TOML syntax error:\n{}", name, e.location().line(), e.what());
+  } catch (const std::exception& e) {
+    return make_error("{}: TOML error:\n{}", name, e.what());
+  }
+}
+
+Status finish(Config& config, const std::vector<std::string>& sets,
+              std::vector<std::string> errors) {
+  for (const auto& s : sets) {
+    if (auto st = apply_set(config, s); !st) errors.push_back(st.error().message);
+  }
+  if (errors.empty()) {
+    if (auto st = validate(config); !st) return st;
+  }
+  if (errors.empty()) return {};
+  return Error{join(errors, "\n")};
+}
+
+Expected<Config> from_text(const std::string& text, const std::string& name,
+                           const std::vector<std::string>& sets) {
+  Config config;
+  std::vector<std::string> errors;
+  auto doc = parse_toml(text, name);
+  if (!doc) return doc.error();
+  apply_document(config, *doc, errors);
+  if (auto st = finish(config, sets, std::move(errors)); !st) return st.error();
+  return config;
+}
+
+}  // namespace
+
+Expected<Config> load_config(const std::string& path, const std::vector<std::string>& sets) {
+  if (path.empty()) {
+    Config config;
+    if (auto st = finish(config, sets, {}); !st) return st.error();
+    return config;
+  }
+  auto text = internal::read_file(path);
+  if (!text) return make_error("config {}", text.error().message);
+  return from_text(*text, path, sets);
+}
+
+Expected<Config> config_from_string(std::string_view toml_text,
+                                    const std::vector<std::string>& sets) {
+  return from_text(std::string(toml_text), "<string>", sets);
+}
+
+Status apply_set(Config& config, std::string_view assignment) {
+  const std::string arg = fmt::format("--set {}", assignment);
+  const auto eq = assignment.find('=');
+  if (eq == std::string_view::npos) {
+    return make_error("{}: expected section.key=value (e.g. pipeline.mode=2bw)", arg);
+  }
+  const std::string lhs = trim(assignment.substr(0, eq));
+  const std::string rhs = trim(assignment.substr(eq + 1));
+  const auto dot = lhs.find('.');
+  if (dot == std::string::npos) {
+    std::string msg = fmt::format("{}: \"{}\" is not section.key", arg, lhs);
+    for (const auto& s : internal::option_table()) {
+      if (s.key == lhs) return make_error("{}; did you mean {}?", msg, s.name());
+    }
+    return make_error("{} (sections: {})", msg, join(internal::option_sections(), ", "));
+  }
+  const std::string section = lhs.substr(0, dot);
+  const std::string key = lhs.substr(dot + 1);
+  const auto& sections = internal::option_sections();
+  if (std::find(sections.begin(), sections.end(), section) == sections.end()) {
+    return make_error("{}: {}", arg, unknown_section_message(section));
+  }
+  const OptionSpec* spec = find_option(section, key);
+  if (!spec) return make_error("{}: {}", arg, unknown_key_message(section, key));
+
+  toml::value value;
+  const bool quoted = !rhs.empty() && (rhs.front() == '"' || rhs.front() == '\'');
+  if ((spec->kind == OptKind::string || spec->kind == OptKind::arch) && !quoted) {
+    value = toml::value(rhs);
+  } else if (spec->kind == OptKind::int_list && rhs == "even") {
+    value = toml::value("even");
+  } else {
+    auto doc = parse_toml("v = " + rhs + "\n", arg);
+    if (!doc) {
+      return make_error("{}: {} is not a TOML value (expected {}; allowed: {})", arg, rhs,
+                        internal::kind_name(spec->kind), spec->allowed);
+    }
+    value = doc->as_table().at("v");
+  }
+  auto converted = convert(*spec, value);
+  if (!converted) return make_error("{}: {}", arg, converted.error().message);
+  spec->set(config, *converted);
+  return {};
+}
+
+Expected<std::vector<std::string>> collect_sets(int argc, const char* const* argv) {
+  std::vector<std::string> out;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "--set") {
+      if (i + 1 >= argc) return make_error("--set needs a section.key=value argument");
+      out.emplace_back(argv[++i]);
+    } else if (a.rfind("--set=", 0) == 0) {
+      out.emplace_back(a.substr(6));
+    }
+  }
+  return out;
+}
+
+std::string to_toml(const Config& config) {
+  std::string out = "# actorpipe configuration (docs/config.md describes every key)\n";
+  std::string section;
+  for (const auto& spec : internal::option_table()) {
+    if (spec.section != section) {
+      section = spec.section;
+      out += fmt::format("\n[{}]\n", section);
+    }
+    out += fmt::format("{} = {}\n", spec.key, internal::to_toml_text(spec.kind, spec.get(config)));
+  }
+  return out;
+}
+
+int num_layers(const ModelOptions& model) {
+  return model.depth + 2;
+}
+
+Status validate(const Config& c) {
+  std::vector<std::string> e;
+  auto bad = [&](std::string msg) { e.push_back(std::move(msg)); };
+  const ModelOptions& m = c.model;
+  if (m.vocab_size < 2) bad(fmt::format("model.vocab_size = {}: must be >= 2", m.vocab_size));
+  if (m.context < 1) bad(fmt::format("model.context = {}: must be >= 1", m.context));
+  if (m.width < 1) bad(fmt::format("model.width = {}: must be >= 1", m.width));
+  if (m.depth < 1) bad(fmt::format("model.depth = {}: must be >= 1", m.depth));
+  if (m.heads < 1) {
+    bad(fmt::format("model.heads = {}: must be >= 1", m.heads));
+  } else if (m.width >= 1 && m.width % m.heads != 0) {
+    bad(fmt::format("model.heads = {}: must divide model.width = {} (allowed: a divisor of {})",
+                    m.heads, m.width, m.width));
+  }
+  if (m.segments < 1) bad(fmt::format("model.segments = {}: must be >= 1", m.segments));
+  if (m.init_seed > static_cast<uint64_t>(INT64_MAX)) {
+    bad(fmt::format("model.init_seed = {}: must be <= 2^63-1 (a TOML integer)", m.init_seed));
+  }
+
+  const DataOptions& d = c.data;
+  if (d.kind != "synthetic" && d.kind != "text" && d.kind != "tokens") {
+    bad(fmt::format("data.kind = \"{}\": unknown data source (allowed: synthetic, text, tokens)",
+                    d.kind));
+  } else if (d.kind != "synthetic" && d.path.empty()) {
+    bad(fmt::format("data.path = \"\": data.kind = \"{}\" needs a file path", d.kind));
+  }
+  if (d.synthetic_branching < 1) {
+    bad(fmt::format("data.synthetic_branching = {}: must be >= 1", d.synthetic_branching));
+  }
+  if (!(d.mask_prob > 0.0 && d.mask_prob <= 1.0)) {
+    bad(fmt::format("data.mask_prob = {}: must be in (0, 1]", d.mask_prob));
+  }
+  for (auto [name, v] : {std::pair{"data.seed", d.seed},
+                         {"data.synthetic_seed", d.synthetic_seed},
+                         {"train.seed", c.train.seed}}) {
+    if (v > static_cast<uint64_t>(INT64_MAX)) {
+      bad(fmt::format("{} = {}: must be <= 2^63-1 (a TOML integer)", name, v));
+    }
+  }
+
+  const PipelineOptions& p = c.pipeline;
+  Mode mode{};
+  if (!from_string(p.mode, mode)) {
+    std::vector<std::string> names;
+    for (Mode x : all_modes) names.emplace_back(to_string(x));
+    bad(fmt::format("pipeline.mode = \"{}\": unknown mode (allowed: {})", p.mode,
+                    join(names, ", ")));
+  }
+  const int layers = num_layers(m);
+  if (p.stages < 1) {
+    bad(fmt::format("pipeline.stages = {}: must be >= 1", p.stages));
+  } else if (m.depth >= 1 && p.stages > layers) {
+    bad(
+        fmt::format("pipeline.stages = {}: more stages than the model's {} layers "
+                    "(model.depth + 2 = {} + 2); every stage needs at least one layer",
+                    p.stages, layers, m.depth));
+  }
+  if (p.microbatches < 1) {
+    bad(fmt::format("pipeline.microbatches = {}: must be >= 1", p.microbatches));
+  } else if (p.mode == "2bw" && p.stages >= 1 && p.microbatches < p.stages) {
+    bad(
+        fmt::format("pipeline.microbatches = {}: mode 2bw needs at least as many microbatches as "
+                    "pipeline.stages = {}",
+                    p.microbatches, p.stages));
+  }
+  if (p.microbatch_size < 1) {
+    bad(fmt::format("pipeline.microbatch_size = {}: must be >= 1", p.microbatch_size));
+  }
+  if (p.seq_len < 0) {
+    bad(fmt::format("pipeline.seq_len = {}: must be >= 0 (0 = model.context)", p.seq_len));
+  } else if (p.seq_len > m.context) {
+    bad(fmt::format("pipeline.seq_len = {}: exceeds model.context = {}", p.seq_len, m.context));
+  }
+  if (!p.partition.empty()) {
+    const std::string shown = fmt::format("[{}]", fmt::join(p.partition, ", "));
+    int64_t sum = 0;
+    bool positive = true;
+    for (int x : p.partition) {
+      sum += x;
+      positive = positive && x >= 1;
+    }
+    if (static_cast<int>(p.partition.size()) != p.stages) {
+      bad(
+          fmt::format("pipeline.partition = {}: {} entries but pipeline.stages = {} (allowed: "
+                      "\"even\" or one entry per stage)",
+                      shown, p.partition.size(), p.stages));
+    }
+    if (!positive) {
+      bad(fmt::format("pipeline.partition = {}: every stage needs at least 1 layer", shown));
+    }
+    if (m.depth >= 1 && sum != layers) {
+      bad(
+          fmt::format("pipeline.partition = {}: sums to {} but the model has {} layers "
+                      "(model.depth + 2 = {} + 2)",
+                      shown, sum, layers, m.depth));
+    }
+  }
+  if (p.threads_per_stage < 1) {
+    bad(fmt::format("pipeline.threads_per_stage = {}: must be >= 1", p.threads_per_stage));
+  }
+
+  const OptimizerOptions& o = c.optimizer;
+  if (o.kind != "adamw" && o.kind != "sgd") {
+    bad(fmt::format("optimizer.kind = \"{}\": unknown optimizer (allowed: adamw, sgd)", o.kind));
+  }
+  auto finite = [](float x) { return std::isfinite(x); };
+  if (!(o.lr > 0.0f) || !finite(o.lr)) bad(fmt::format("optimizer.lr = {}: must be > 0", o.lr));
+  for (auto [name, v] : {std::pair{"optimizer.beta1", o.beta1},
+                         {"optimizer.beta2", o.beta2},
+                         {"optimizer.momentum", o.momentum}}) {
+    if (!(v >= 0.0f && v < 1.0f)) bad(fmt::format("{} = {}: must be in [0, 1)", name, v));
+  }
+  if (!(o.eps > 0.0f) || !finite(o.eps)) {
+    bad(fmt::format("optimizer.eps = {}: must be > 0", o.eps));
+  }
+  if (!(o.weight_decay >= 0.0f) || !finite(o.weight_decay)) {
+    bad(fmt::format("optimizer.weight_decay = {}: must be >= 0", o.weight_decay));
+  }
+  if (!(o.grad_clip >= 0.0f) || !finite(o.grad_clip)) {
+    bad(fmt::format("optimizer.grad_clip = {}: must be >= 0 (0 = off)", o.grad_clip));
+  }
+  if (o.warmup_steps < 0) {
+    bad(fmt::format("optimizer.warmup_steps = {}: must be >= 0", o.warmup_steps));
+  }
+
+  const TrainOptions& t = c.train;
+  if (t.steps < 1) bad(fmt::format("train.steps = {}: must be >= 1", t.steps));
+  if (t.log_every < 0)
+    bad(fmt::format("train.log_every = {}: must be >= 0 (0 = never)", t.log_every));
+
+  const CheckpointOptions& k = c.checkpoint;
+  if (k.every < 0) {
+    bad(fmt::format("checkpoint.every = {}: must be >= 0 (0 = only the final checkpoint)",
+                    k.every));
+  } else if (k.every > 0 && k.dir.empty()) {
+    bad(fmt::format("checkpoint.every = {}: periodic checkpoints need checkpoint.dir", k.every));
+  }
+  if (e.empty()) return {};
+  return Error{join(e, "\n")};
+}
+
+std::vector<std::string> config_keys() {
+  std::vector<std::string> out;
+  for (const auto& s : internal::option_table()) out.push_back(s.name());
+  return out;
+}
+
+std::string config_reference_markdown() {
+  auto cell = [](std::string s) {
+    std::string out;
+    for (char ch : s) {
+      if (ch == '|') {
+        out += "\\|";
+      } else if (ch == '<') {
+        out += "&lt;";  // <dir> would be read as an HTML tag
+      } else {
+        out += ch;
+      }
+    }
+    return out;
+  };
+  const Config defaults;
+  std::string out;
+  std::string section;
+  for (const auto& spec : internal::option_table()) {
+    if (spec.section != section) {
+      section = spec.section;
+      out += fmt::format("{}### [{}]\n\n", out.empty() ? "" : "\n", section);
+      out += "| key | type | default | allowed | meaning |\n";
+      out += "|-----|------|---------|---------|---------|\n";
+    }
+    out +=
+        fmt::format("| `{}` | {} | `{}` | {} | {} |\n", spec.name(), internal::kind_name(spec.kind),
+                    cell(internal::to_toml_text(spec.kind, spec.get(defaults))), cell(spec.allowed),
+                    cell(spec.meaning));
+  }
+  return out;
+}
+
+}  // namespace actorpipe

@@ -1,0 +1,330 @@
+// Option table: one row per config key (section, key, type, allowed values, meaning) with
+// accessors into Config; the TOML parser, to_toml, the docs and checkpoint manifests use it.
+#include "engine/internal/option_table.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+namespace actorpipe::internal {
+
+namespace {
+
+template <class T>
+constexpr OptKind kind_of() {
+  if constexpr (std::is_same_v<T, int>)
+    return OptKind::integer;
+  else if constexpr (std::is_same_v<T, uint64_t>)
+    return OptKind::uinteger;
+  else if constexpr (std::is_same_v<T, float>)
+    return OptKind::real32;
+  else if constexpr (std::is_same_v<T, double>)
+    return OptKind::real64;
+  else if constexpr (std::is_same_v<T, bool>)
+    return OptKind::boolean;
+  else if constexpr (std::is_same_v<T, std::string>)
+    return OptKind::string;
+  else if constexpr (std::is_same_v<T, std::vector<int>>)
+    return OptKind::int_list;
+  else {
+    static_assert(std::is_same_v<T, Arch>, "unsupported option type");
+    return OptKind::arch;
+  }
+}
+
+template <class T>
+OptValue to_value(const T& v) {
+  if constexpr (std::is_same_v<T, int>)
+    return int64_t{v};
+  else if constexpr (std::is_same_v<T, uint64_t>)
+    return static_cast<int64_t>(v);
+  else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+    return static_cast<double>(v);
+  else if constexpr (std::is_same_v<T, bool>)
+    return v;
+  else if constexpr (std::is_same_v<T, std::string>)
+    return v;
+  else if constexpr (std::is_same_v<T, std::vector<int>>)
+    return std::vector<int64_t>(v.begin(), v.end());
+  else
+    return std::string(v == Arch::gpt ? "gpt" : "bert");
+}
+
+template <class T>
+T from_value(const OptValue& v) {
+  if constexpr (std::is_same_v<T, int>)
+    return static_cast<int>(std::get<int64_t>(v));
+  else if constexpr (std::is_same_v<T, uint64_t>)
+    return static_cast<uint64_t>(std::get<int64_t>(v));
+  else if constexpr (std::is_same_v<T, float>)
+    return static_cast<float>(std::get<double>(v));
+  else if constexpr (std::is_same_v<T, double>)
+    return std::get<double>(v);
+  else if constexpr (std::is_same_v<T, bool>)
+    return std::get<bool>(v);
+  else if constexpr (std::is_same_v<T, std::string>)
+    return std::get<std::string>(v);
+  else if constexpr (std::is_same_v<T, std::vector<int>>) {
+    const auto& xs = std::get<std::vector<int64_t>>(v);
+    std::vector<int> out;
+    for (int64_t x : xs) out.push_back(static_cast<int>(x));
+    return out;
+  } else
+    return std::get<std::string>(v) == "bert" ? Arch::bert : Arch::gpt;
+}
+
+template <class S, class T>
+OptionSpec row(const char* section, const char* key, S Config::*sec, T S::*field,
+               const char* allowed, const char* meaning) {
+  OptionSpec s;
+  s.section = section;
+  s.key = key;
+  s.kind = kind_of<T>();
+  s.allowed = allowed;
+  s.meaning = meaning;
+  s.get = [sec, field](const Config& c) { return to_value<T>(c.*sec.*field); };
+  s.set = [sec, field](Config& c, const OptValue& v) { c.*sec.*field = from_value<T>(v); };
+  return s;
+}
+
+std::vector<OptionSpec> build_table() {
+  using C = Config;
+  std::vector<OptionSpec> t;
+  // [model]
+  t.push_back(row("model", "arch", &C::model, &ModelOptions::arch, "gpt | bert",
+                  "Architecture: GPT (causal attention, next-token loss) or BERT (bidirectional "
+                  "attention, masked-language-model loss)."));
+  t.push_back(row("model", "vocab_size", &C::model, &ModelOptions::vocab_size, ">= 2",
+                  "Vocabulary size V: token ids are 0 .. V-1 (BERT reserves V-1 as [MASK])."));
+  t.push_back(row("model", "context", &C::model, &ModelOptions::context, ">= 1",
+                  "Maximum sequence length: the size of the position-embedding table."));
+  t.push_back(row("model", "width", &C::model, &ModelOptions::width, ">= 1, a multiple of heads",
+                  "Hidden width C (embedding size); the MLP is 4C wide."));
+  t.push_back(row("model", "depth", &C::model, &ModelOptions::depth, ">= 1",
+                  "Transformer blocks L; the model has L + 2 layers (embedding, L blocks, head)."));
+  t.push_back(row("model", "heads", &C::model, &ModelOptions::heads, ">= 1, divides width",
+                  "Attention heads NH; each head has C / NH channels."));
+  t.push_back(row("model", "segments", &C::model, &ModelOptions::segments, ">= 1",
+                  "BERT segment (token-type) vocabulary; unused for GPT."));
+  t.push_back(row("model", "tied", &C::model, &ModelOptions::tied, "true | false",
+                  "The output head (GPT LM head, BERT MLM decoder) shares the token-embedding "
+                  "matrix."));
+  t.push_back(row("model", "init_seed", &C::model, &ModelOptions::init_seed, "0 .. 2^63-1",
+                  "Seed of the deterministic parameter initialisation."));
+  // [data]
+  t.push_back(row("data", "kind", &C::data, &DataOptions::kind, "synthetic | text | tokens",
+                  "Source of the training sequences: a synthetic Markov corpus with a known "
+                  "entropy rate, a UTF-8 text file (byte-level tokens), or a uint16 token file "
+                  "(raw, or with the llm.c header)."));
+  t.push_back(row("data", "path", &C::data, &DataOptions::path,
+                  "a file path; required for text and tokens",
+                  "The text or token file; ignored by the synthetic source."));
+  t.push_back(row("data", "seed", &C::data, &DataOptions::seed, "0 .. 2^63-1",
+                  "Seed of the order of sequences and of BERT masking."));
+  t.push_back(row("data", "synthetic_branching", &C::data, &DataOptions::synthetic_branching,
+                  ">= 1 and at most the number of chain states",
+                  "Synthetic corpus: successors per state of the random Markov chain."));
+  t.push_back(row("data", "synthetic_seed", &C::data, &DataOptions::synthetic_seed, "0 .. 2^63-1",
+                  "Synthetic corpus: seed of the chain itself."));
+  t.push_back(row("data", "mask_prob", &C::data, &DataOptions::mask_prob, "(0, 1]",
+                  "BERT: fraction of positions selected for the masked-LM loss."));
+  // [pipeline]
+  t.push_back(row("pipeline", "mode", &C::pipeline, &PipelineOptions::mode,
+                  "gpipe | 1f1b | 2bw | pipedream | xpipe",
+                  "Training mode: synchronous (gpipe, 1f1b) or asynchronous (2bw, pipedream, "
+                  "xpipe); docs/modes.md gives each update rule."));
+  t.push_back(row("pipeline", "stages", &C::pipeline, &PipelineOptions::stages,
+                  ">= 1, at most model.depth + 2", "Pipeline stages d."));
+  t.push_back(row("pipeline", "microbatches", &C::pipeline, &PipelineOptions::microbatches,
+                  ">= 1; 2bw needs >= stages", "Microbatches m per optimizer step."));
+  t.push_back(row("pipeline", "microbatch_size", &C::pipeline, &PipelineOptions::microbatch_size,
+                  ">= 1", "Sequences B per microbatch."));
+  t.push_back(row("pipeline", "seq_len", &C::pipeline, &PipelineOptions::seq_len,
+                  "0 .. model.context", "Sequence length T; 0 means model.context."));
+  t.push_back(row("pipeline", "partition", &C::pipeline, &PipelineOptions::partition,
+                  "\"even\", [] or stages positive integers summing to model.depth + 2",
+                  "Layers per stage, first stage first; \"even\" (or []) splits the layers as "
+                  "evenly as possible."));
+  t.push_back(row("pipeline", "threads_per_stage", &C::pipeline,
+                  &PipelineOptions::threads_per_stage, ">= 1", "Compute threads of each stage."));
+  // [optimizer]
+  t.push_back(row("optimizer", "kind", &C::optimizer, &OptimizerOptions::kind, "adamw | sgd",
+                  "AdamW (decoupled weight decay) or SGD with momentum."));
+  t.push_back(
+      row("optimizer", "lr", &C::optimizer, &OptimizerOptions::lr, "> 0", "Peak learning rate."));
+  t.push_back(row("optimizer", "beta1", &C::optimizer, &OptimizerOptions::beta1, "[0, 1)",
+                  "AdamW: decay of the first-moment estimate."));
+  t.push_back(row("optimizer", "beta2", &C::optimizer, &OptimizerOptions::beta2, "[0, 1)",
+                  "AdamW: decay of the second-moment estimate."));
+  t.push_back(row("optimizer", "eps", &C::optimizer, &OptimizerOptions::eps, "> 0",
+                  "AdamW: added to the root of the second moment."));
+  t.push_back(row("optimizer", "weight_decay", &C::optimizer, &OptimizerOptions::weight_decay,
+                  ">= 0",
+                  "Weight decay: decoupled (times lr) for AdamW, added to the gradient for "
+                  "SGD."));
+  t.push_back(row("optimizer", "momentum", &C::optimizer, &OptimizerOptions::momentum, "[0, 1)",
+                  "SGD: momentum coefficient."));
+  t.push_back(row("optimizer", "grad_clip", &C::optimizer, &OptimizerOptions::grad_clip, ">= 0",
+                  "Clip the global gradient norm to this value; 0 turns clipping off."));
+  t.push_back(row("optimizer", "warmup_steps", &C::optimizer, &OptimizerOptions::warmup_steps,
+                  ">= 0", "Linear warm-up of the learning rate from 0 over this many steps."));
+  // [train]
+  t.push_back(row("train", "steps", &C::train, &TrainOptions::steps, ">= 1",
+                  "Optimizer steps to run (in total, counting those before a resume)."));
+  t.push_back(row("train", "seed", &C::train, &TrainOptions::seed, "0 .. 2^63-1",
+                  "Seed of the run's own random generator (saved in checkpoints)."));
+  t.push_back(row("train", "log_every", &C::train, &TrainOptions::log_every, ">= 0",
+                  "Print progress every this many steps; 0 = never."));
+  t.push_back(row("train", "metrics", &C::train, &TrainOptions::metrics, "a file path, or empty",
+                  "JSON-lines metrics file; empty = none."));
+  t.push_back(row("train", "trace", &C::train, &TrainOptions::trace, "a file path, or empty",
+                  "Chrome/Perfetto trace file; empty = none."));
+  // [checkpoint]
+  t.push_back(row("checkpoint", "dir", &C::checkpoint, &CheckpointOptions::dir,
+                  "a directory path, or empty",
+                  "Where checkpoints go (<dir>/step-<N>/ and <dir>/final/); empty = none."));
+  t.push_back(row("checkpoint", "every", &C::checkpoint, &CheckpointOptions::every,
+                  ">= 0; > 0 needs checkpoint.dir",
+                  "Steps between periodic checkpoints; 0 = only the final one."));
+  t.push_back(row("checkpoint", "resume", &C::checkpoint, &CheckpointOptions::resume,
+                  "a checkpoint path, or empty",
+                  "Continue from <dir>/step-<N>, <dir>/final, or <dir> (its latest complete "
+                  "checkpoint); empty = fresh start."));
+  return t;
+}
+
+}  // namespace
+
+const std::vector<OptionSpec>& option_table() {
+  static const std::vector<OptionSpec> table = build_table();
+  return table;
+}
+
+const std::vector<std::string>& option_sections() {
+  static const std::vector<std::string> sections = {"model",     "data",  "pipeline",
+                                                    "optimizer", "train", "checkpoint"};
+  return sections;
+}
+
+const OptionSpec* find_option(std::string_view section, std::string_view key) {
+  for (const auto& s : option_table()) {
+    if (s.section == section && s.key == key) return &s;
+  }
+  return nullptr;
+}
+
+std::string_view kind_name(OptKind kind) {
+  switch (kind) {
+    case OptKind::integer:
+      return "integer";
+    case OptKind::uinteger:
+      return "integer";
+    case OptKind::real32:
+      return "float";
+    case OptKind::real64:
+      return "float";
+    case OptKind::boolean:
+      return "boolean";
+    case OptKind::string:
+      return "string";
+    case OptKind::int_list:
+      return "array of integers";
+    case OptKind::arch:
+      return "string";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string toml_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char ch : s) {
+    switch (ch) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      default:
+        if (ch < 0x20 || ch == 0x7F) {
+          out += fmt::format("\\u{:04X}", static_cast<unsigned>(ch));
+        } else {
+          out += static_cast<char>(ch);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string toml_real(double x, bool single) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  std::string s = single ? fmt::format("{}", static_cast<float>(x)) : fmt::format("{}", x);
+  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
+  return s;
+}
+
+}  // namespace
+
+std::string to_toml_text(OptKind kind, const OptValue& value) {
+  switch (kind) {
+    case OptKind::integer:
+    case OptKind::uinteger:
+      return fmt::format("{}", std::get<int64_t>(value));
+    case OptKind::real32:
+      return toml_real(std::get<double>(value), true);
+    case OptKind::real64:
+      return toml_real(std::get<double>(value), false);
+    case OptKind::boolean:
+      return std::get<bool>(value) ? "true" : "false";
+    case OptKind::string:
+    case OptKind::arch:
+      return toml_string(std::get<std::string>(value));
+    case OptKind::int_list: {
+      const auto& xs = std::get<std::vector<int64_t>>(value);
+      if (xs.empty()) return "\"even\"";  // the only list key is pipeline.partition
+      return fmt::format("[{}]", fmt::join(xs, ", "));
+    }
+  }
+  return "";
+}
+
+std::string closest(std::string_view word, const std::vector<std::string>& candidates) {
+  std::string best;
+  std::size_t best_d = std::string::npos;
+  for (const auto& c : candidates) {
+    // Levenshtein distance, one row at a time.
+    std::vector<std::size_t> prev(c.size() + 1), cur(c.size() + 1);
+    for (std::size_t j = 0; j <= c.size(); ++j) prev[j] = j;
+    for (std::size_t i = 1; i <= word.size(); ++i) {
+      cur[0] = i;
+      for (std::size_t j = 1; j <= c.size(); ++j) {
+        std::size_t sub = prev[j - 1] + (word[i - 1] == c[j - 1] ? 0 : 1);
+        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+      }
+      std::swap(prev, cur);
+    }
+    if (prev[c.size()] < best_d) {
+      best_d = prev[c.size()];
+      best = c;
+    }
+  }
+  // Close enough to be a typo: at most a third of the longer word, and at least 1 edit allowed.
+  const std::size_t limit = std::max<std::size_t>(2, std::max(word.size(), best.size()) / 3);
+  return best_d <= limit ? best : std::string();
+}
+
+}  // namespace actorpipe::internal
