@@ -81,8 +81,8 @@ Expected<Schedule> make_2bw(int stages, int microbatches, int steps) {
   if (auto st = check_positive("steps", steps); !st) return st.error();
   if (microbatches < stages) {
     return make_error(
-        "2bw needs microbatches >= stages: m = {} is less than d = {} (a step's forwards would "
-        "need the version its own predecessor step has not produced yet)",
+        "2bw needs microbatches >= stages: m = {} is less than d = {} (the forwards of step "
+        "t+1 would run before the update after step t-1 that produces their version)",
         microbatches, stages);
   }
   Schedule s = make(Mode::twobw, stages, microbatches, steps, false);

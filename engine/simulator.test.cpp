@@ -48,7 +48,7 @@ TEST_CASE("gpipe and 1f1b: bubble (d-1)/(m+d-1) and makespan (m+d-1)(F+B)") {
   }
 }
 
-TEST_CASE("stash: m for gpipe, min(d-r, m) for 1f1b; versions 1") {
+TEST_CASE("stash m for gpipe and min(d-r, m) for 1f1b, one weight version") {
   for (int d = 1; d <= 8; ++d) {
     for (int m = 1; m <= 16; ++m) {
       auto g = make_gpipe(d, m);
