@@ -15,7 +15,47 @@ namespace actorpipe {
 
 namespace {
 constexpr int kBlock = 64;  // query/key block of the causal triangle
+constexpr int kL = internal::kLanes;
+
+// Softmax of row[0, nv) over the keys allowed by km (null = all); row[nv, T) and masked
+// entries become 0, as does a row without any allowed key.
+void softmax_row(float* __restrict row, const uint8_t* __restrict km, const int nv, const int T) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  if (km != nullptr)
+    for (int j = 0; j < nv; ++j) row[j] = km[j] != 0 ? row[j] : ninf;
+  const float mx = nv > 0 ? internal::lane_max(row, nv) : ninf;
+  if (mx == ninf) {
+    std::memset(row, 0, sizeof(float) * static_cast<size_t>(T));
+    return;
+  }
+  float acc[kL] = {};
+  int j = 0;
+  for (; j + kL <= nv; j += kL)
+    for (int l = 0; l < kL; ++l) {
+      const float e = internal::exp_f32(row[j + l] - mx);
+      row[j + l] = e;
+      acc[l] += e;
+    }
+  for (int l = 0; j + l < nv; ++l) {
+    const float e = internal::exp_f32(row[j + l] - mx);
+    row[j + l] = e;
+    acc[l] += e;
+  }
+  float sum = 0.0f;
+  for (int l = 0; l < kL; ++l) sum += acc[l];
+  const float inv = 1.0f / sum;
+  for (int jj = 0; jj < nv; ++jj) row[jj] *= inv;
+  for (int jj = nv; jj < T; ++jj) row[jj] = 0.0f;
 }
+
+// d[0, nv) = a ⊙ (d − Σ a·d) · scale; d[nv, end) = 0.
+void softmax_backward_row(float* __restrict d, const float* __restrict a, const int nv,
+                          const float scale, const int end) {
+  const float dot = internal::lane_dot(a, d, nv);
+  for (int j = 0; j < nv; ++j) d[j] = a[j] * (d[j] - dot) * scale;
+  for (int j = nv; j < end; ++j) d[j] = 0.0f;
+}
+}  // namespace
 
 void attention_forward(Context& ctx, float* out, float* att, const float* qkv,
                        const uint8_t* key_mask, bool causal, int B, int T, int C, int NH) {
@@ -45,37 +85,8 @@ void attention_forward(Context& ctx, float* out, float* att, const float* qkv,
         gemm_serial(false, true, T, T, hs, scale, q, C3, k, C3, 0.0f, A, T);
       }
       // Softmax over the valid keys of each row; invalid entries become 0.
-      for (int t = 0; t < T; ++t) {
-        float* __restrict row = A + static_cast<int64_t>(t) * T;
-        const int nv = causal ? t + 1 : T;
-        if (km != nullptr) {
-          const float ninf = -std::numeric_limits<float>::infinity();
-          for (int j = 0; j < nv; ++j) row[j] = km[j] != 0 ? row[j] : ninf;
-        }
-        const float mx = internal::lane_max(row, nv);
-        if (mx == -std::numeric_limits<float>::infinity()) {
-          std::memset(row, 0, sizeof(float) * static_cast<size_t>(T));
-          continue;
-        }
-        float acc[internal::kLanes] = {};
-        int j = 0;
-        for (; j + internal::kLanes <= nv; j += internal::kLanes)
-          for (int l = 0; l < internal::kLanes; ++l) {
-            const float e = internal::exp_f32(row[j + l] - mx);
-            row[j + l] = e;
-            acc[l] += e;
-          }
-        for (int l = 0; j + l < nv; ++l) {
-          const float e = internal::exp_f32(row[j + l] - mx);
-          row[j + l] = e;
-          acc[l] += e;
-        }
-        float sum = 0.0f;
-        for (int l = 0; l < internal::kLanes; ++l) sum += acc[l];
-        const float inv = 1.0f / sum;
-        for (int jj = 0; jj < nv; ++jj) row[jj] *= inv;
-        for (int jj = nv; jj < T; ++jj) row[jj] = 0.0f;
-      }
+      for (int t = 0; t < T; ++t)
+        softmax_row(A + static_cast<int64_t>(t) * T, km, causal ? t + 1 : T, T);
       // out_h = att · v.
       if (causal) {
         for (int r0 = 0; r0 < T; r0 += kBlock) {
@@ -127,17 +138,14 @@ void attention_backward(Context& ctx, float* dqkv, float* scratch, const float* 
         gemm_serial(false, true, T, T, hs, 1.0f, go, C, v, C3, 0.0f, D, T);
         gemm_serial(true, false, T, hs, T, 1.0f, A, T, go, C, 1.0f, dv, C3);
       }
-      // Softmax backward, scale folded in: D = att ⊙ (datt − Σ att·datt) · scale.
+      // Softmax backward, scale folded in: D = att ⊙ (datt − Σ att·datt) · scale. In the
+      // causal case the entries right of the diagonal up to the block end are zeroed, as
+      // the blocked GEMMs below read them.
       for (int t = 0; t < T; ++t) {
-        const float* __restrict a = A + static_cast<int64_t>(t) * T;
-        float* __restrict d = D + static_cast<int64_t>(t) * T;
         const int nv = causal ? t + 1 : T;
-        const float dot = internal::lane_dot(a, d, nv);
-        for (int j = 0; j < nv; ++j) d[j] = a[j] * (d[j] - dot) * scale;
-        if (causal) {
-          const int end = std::min(T, (t / kBlock + 1) * kBlock);
-          for (int j = nv; j < end; ++j) d[j] = 0.0f;
-        }
+        const int end = causal ? std::min(T, (t / kBlock + 1) * kBlock) : T;
+        softmax_backward_row(D + static_cast<int64_t>(t) * T, A + static_cast<int64_t>(t) * T, nv,
+                             scale, end);
       }
       if (causal) {
         for (int r0 = 0; r0 < T; r0 += kBlock) {

@@ -10,15 +10,34 @@
 namespace actorpipe {
 
 namespace {
+constexpr int kL = internal::kLanes;
 
-// out[j] = exp(x[j] - max) for the row (out may alias x); returns the sum of out in lane
-// order and sets mx to the row max.
-float exp_row(float* out, const float* x, int V, float& mx) {
-  mx = internal::lane_max(x, V);
-  float acc[internal::kLanes] = {};
+// out[j] = exp(x[j] - mx); returns Σ out in lane order. Two copies of the loop: in place
+// (one restrict pointer) and out of place (two), so that both vectorise without alias checks.
+float exp_row_inplace(float* __restrict p, const int V, const float mx) {
+  float acc[kL] = {};
   int j = 0;
-  for (; j + internal::kLanes <= V; j += internal::kLanes)
-    for (int l = 0; l < internal::kLanes; ++l) {
+  for (; j + kL <= V; j += kL)
+    for (int l = 0; l < kL; ++l) {
+      const float e = internal::exp_f32(p[j + l] - mx);
+      p[j + l] = e;
+      acc[l] += e;
+    }
+  for (int l = 0; j + l < V; ++l) {
+    const float e = internal::exp_f32(p[j + l] - mx);
+    p[j + l] = e;
+    acc[l] += e;
+  }
+  float s = 0.0f;
+  for (int l = 0; l < kL; ++l) s += acc[l];
+  return s;
+}
+
+float exp_row_copy(float* __restrict out, const float* __restrict x, const int V, const float mx) {
+  float acc[kL] = {};
+  int j = 0;
+  for (; j + kL <= V; j += kL)
+    for (int l = 0; l < kL; ++l) {
       const float e = internal::exp_f32(x[j + l] - mx);
       out[j + l] = e;
       acc[l] += e;
@@ -29,13 +48,32 @@ float exp_row(float* out, const float* x, int V, float& mx) {
     acc[l] += e;
   }
   float s = 0.0f;
-  for (int l = 0; l < internal::kLanes; ++l) s += acc[l];
+  for (int l = 0; l < kL; ++l) s += acc[l];
   return s;
+}
+
+void scale_row(float* __restrict p, const float s, const int V) {
+  for (int j = 0; j < V; ++j) p[j] *= s;
+}
+
+// d = (e · inv) · dloss.
+void scale2_row(float* __restrict p, const float inv, const float dloss, const int V) {
+  for (int j = 0; j < V; ++j) p[j] = (p[j] * inv) * dloss;
+}
+
+void mul_row(float* __restrict d, const float* __restrict p, const float dloss, const int V) {
+  for (int j = 0; j < V; ++j) d[j] = p[j] * dloss;
 }
 
 void check_target(int32_t tgt, int64_t row, int V) {
   AP_CHECK(tgt >= 0 && tgt < V, "crossentropy: target {} at row {} outside [0, {}) and not {}", tgt,
            row, V, kIgnoreIndex);
+}
+
+// out (row of V) = exp(x - max); returns the sum, sets mx. out may alias x.
+float exp_row(float* out, const float* x, int V, float& mx) {
+  mx = internal::lane_max(x, V);
+  return out == x ? exp_row_inplace(out, V, mx) : exp_row_copy(out, x, V, mx);
 }
 
 }  // namespace
@@ -68,9 +106,7 @@ int crossentropy_forward(Context& ctx, float* losses, float* probs, const float*
       float mx = 0.0f;
       const float sum = exp_row(p, x, V, mx);
       losses[r] = std::log(sum) + (mx - xt);
-      const float inv = 1.0f / sum;
-      float* __restrict pr = p;
-      for (int j = 0; j < V; ++j) pr[j] *= inv;
+      scale_row(p, 1.0f / sum, V);
     }
   });
   return count_targets(targets, N);
@@ -89,7 +125,11 @@ void crossentropy_backward(Context& ctx, float* dlogits, const float* probs, con
       check_target(tgt, r, V);
       const float* p = probs + r * V;
       const float pt = p[tgt];
-      for (int j = 0; j < V; ++j) d[j] = p[j] * dloss;
+      if (d == p) {
+        scale_row(d, dloss, V);
+      } else {
+        mul_row(d, p, dloss, V);
+      }
       d[tgt] = (pt - 1.0f) * dloss;
     }
   });
@@ -114,8 +154,7 @@ int crossentropy_forward_backward(Context& ctx, float* losses, float* dlogits, c
       losses[r] = std::log(sum) + (mx - xt);
       const float inv = 1.0f / sum;
       const float pt = d[tgt] * inv;
-      float* __restrict dr = d;
-      for (int j = 0; j < V; ++j) dr[j] = (dr[j] * inv) * dloss;
+      scale2_row(d, inv, dloss, V);
       d[tgt] = (pt - 1.0f) * dloss;
     }
   });

@@ -7,33 +7,47 @@ namespace actorpipe {
 
 namespace {
 constexpr int64_t kAlignElems = 16;  // one cache line of floats per chunk boundary
+
+// out may alias a or b: element i reads a[i], b[i] before writing out[i], so no restrict.
+void add_range(float* out, const float* a, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
+void add2_range(float* __restrict da, float* __restrict db, const float* __restrict g, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    da[i] += g[i];
+    db[i] += g[i];
+  }
+}
+void acc_range(float* __restrict d, const float* __restrict s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+}
+void scale_range(float* __restrict d, const float s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] *= s;
+}
+}  // namespace
 
 void residual_forward(Context& ctx, float* out, const float* a, const float* b, long N) {
   ctx.parallel_for_aligned(N, kAlignElems, [&](int, int64_t i0, int64_t i1) {
-    // out may alias a or b: element i reads a[i], b[i] before writing out[i].
-    for (int64_t i = i0; i < i1; ++i) out[i] = a[i] + b[i];
+    // In place: a plain restrict loop (IEEE addition commutes, so the bits are the same).
+    if (out == a) {
+      acc_range(out + i0, b + i0, i1 - i0);
+    } else if (out == b) {
+      acc_range(out + i0, a + i0, i1 - i0);
+    } else {
+      add_range(out + i0, a + i0, b + i0, i1 - i0);
+    }
   });
 }
 
 void residual_backward(Context& ctx, float* da, float* db, const float* dout, long N) {
   ctx.parallel_for_aligned(N, kAlignElems, [&](int, int64_t i0, int64_t i1) {
-    float* __restrict pa = da;
-    float* __restrict pb = db;
-    const float* __restrict g = dout;
-    for (int64_t i = i0; i < i1; ++i) {
-      pa[i] += g[i];
-      pb[i] += g[i];
-    }
+    add2_range(da + i0, db + i0, dout + i0, i1 - i0);
   });
 }
 
 void accumulate(Context& ctx, float* dst, const float* src, long N) {
-  ctx.parallel_for_aligned(N, kAlignElems, [&](int, int64_t i0, int64_t i1) {
-    float* __restrict d = dst;
-    const float* __restrict s = src;
-    for (int64_t i = i0; i < i1; ++i) d[i] += s[i];
-  });
+  ctx.parallel_for_aligned(
+      N, kAlignElems, [&](int, int64_t i0, int64_t i1) { acc_range(dst + i0, src + i0, i1 - i0); });
 }
 
 void fill_zero(Context& ctx, float* dst, long N) {
@@ -43,10 +57,8 @@ void fill_zero(Context& ctx, float* dst, long N) {
 }
 
 void scale_inplace(Context& ctx, float* dst, float s, long N) {
-  ctx.parallel_for_aligned(N, kAlignElems, [&](int, int64_t i0, int64_t i1) {
-    float* __restrict d = dst;
-    for (int64_t i = i0; i < i1; ++i) d[i] *= s;
-  });
+  ctx.parallel_for_aligned(N, kAlignElems,
+                           [&](int, int64_t i0, int64_t i1) { scale_range(dst + i0, s, i1 - i0); });
 }
 
 }  // namespace actorpipe

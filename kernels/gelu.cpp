@@ -11,35 +11,39 @@ namespace {
 constexpr float kS = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kC = 0.044715f;
 constexpr int64_t kAlignElems = 16;
+
+void gelu_range(float* __restrict out, const float* __restrict x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float xi = x[i];
+    const float u = kS * std::fma(kC * xi, xi * xi, xi);
+    out[i] = 0.5f * xi * (1.0f + internal::tanh_f32(u));
+  }
+}
+
+void gelu_backward_range(float* __restrict dx, const float* __restrict x, const float* __restrict g,
+                         int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float xi = x[i];
+    const float x2 = xi * xi;
+    const float u = kS * std::fma(kC * xi, x2, xi);
+    const float th = internal::tanh_f32(u);
+    const float sech2 = std::fma(-th, th, 1.0f);
+    const float du = kS * std::fma(3.0f * kC, x2, 1.0f);
+    const float grad = std::fma(0.5f * xi * sech2, du, 0.5f * (1.0f + th));
+    dx[i] = std::fma(grad, g[i], dx[i]);
+  }
+}
 }  // namespace
 
 void gelu_forward(Context& ctx, float* out, const float* inp, long N) {
   ctx.parallel_for_aligned(N, kAlignElems, [&](int, int64_t i0, int64_t i1) {
-    float* __restrict o = out;
-    const float* __restrict x = inp;
-    for (int64_t i = i0; i < i1; ++i) {
-      const float xi = x[i];
-      const float u = kS * std::fma(kC * xi, xi * xi, xi);
-      o[i] = 0.5f * xi * (1.0f + internal::tanh_f32(u));
-    }
+    gelu_range(out + i0, inp + i0, i1 - i0);
   });
 }
 
 void gelu_backward(Context& ctx, float* dinp, const float* inp, const float* dout, long N) {
   ctx.parallel_for_aligned(N, kAlignElems, [&](int, int64_t i0, int64_t i1) {
-    float* __restrict d = dinp;
-    const float* __restrict x = inp;
-    const float* __restrict g = dout;
-    for (int64_t i = i0; i < i1; ++i) {
-      const float xi = x[i];
-      const float x2 = xi * xi;
-      const float u = kS * std::fma(kC * xi, x2, xi);
-      const float th = internal::tanh_f32(u);
-      const float sech2 = std::fma(-th, th, 1.0f);
-      const float du = kS * std::fma(3.0f * kC, x2, 1.0f);
-      const float grad = std::fma(0.5f * xi * sech2, du, 0.5f * (1.0f + th));
-      d[i] = std::fma(grad, g[i], d[i]);
-    }
+    gelu_backward_range(dinp + i0, inp + i0, dout + i0, i1 - i0);
   });
 }
 

@@ -6,15 +6,20 @@
 
 namespace actorpipe {
 
+namespace {
+void copy_row(float* __restrict o, const float* __restrict b, const int n) {
+  for (int k = 0; k < n; ++k) o[k] = b[k];
+}
+void add_row(float* __restrict acc, const float* __restrict g, const int64_t n) {
+  for (int64_t k = 0; k < n; ++k) acc[k] += g[k];
+}
+}  // namespace
+
 void matmul_forward(Context& ctx, float* out, const float* inp, const float* weight,
                     const float* bias, int N, int C, int OC) {
   if (bias != nullptr) {
     ctx.parallel_for(N, [&](int, int64_t r0, int64_t r1) {
-      const float* __restrict b = bias;
-      for (int64_t r = r0; r < r1; ++r) {
-        float* __restrict o = out + r * OC;
-        for (int k = 0; k < OC; ++k) o[k] = b[k];
-      }
+      for (int64_t r = r0; r < r1; ++r) copy_row(out + r * OC, bias, OC);
     });
   }
   gemm(ctx, false, true, N, OC, C, 1.0f, inp, C, weight, C, bias != nullptr ? 1.0f : 0.0f, out, OC);
@@ -27,12 +32,7 @@ void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, co
   if (dbias != nullptr) {
     ctx.parallel_for_aligned(OC, 16, [&](int, int64_t o0, int64_t o1) {
       if (o0 == o1) return;
-      const int64_t w = o1 - o0;
-      float* __restrict db = dbias + o0;
-      for (int64_t r = 0; r < N; ++r) {
-        const float* __restrict g = dout + r * OC + o0;
-        for (int64_t k = 0; k < w; ++k) db[k] += g[k];
-      }
+      for (int64_t r = 0; r < N; ++r) add_row(dbias + o0, dout + r * OC + o0, o1 - o0);
     });
   }
 }

@@ -13,6 +13,54 @@ namespace {
 constexpr int64_t kAlignElems = 16;
 constexpr size_t kSumBlock = size_t{1} << 14;  // elements per grad_sumsq block
 constexpr int kDLanes = 8;
+
+struct AdamCoef {
+  float b1, b2, step_size, bc2_sqrt, decay, eps, grad_scale;
+};
+
+// Scalars arrive as parameters (not through the closure) so that gcc knows the stores
+// cannot change them and vectorises the loop.
+void adamw_range(float* __restrict p, const float* __restrict g, float* __restrict m,
+                 float* __restrict v, int64_t n, const AdamCoef c) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] * c.grad_scale;
+    const float pi = p[i] * c.decay;
+    const float mi = std::fma(1.0f - c.b1, gi - m[i], m[i]);
+    const float vi = c.b2 * v[i] + (1.0f - c.b2) * (gi * gi);
+    const float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
+    p[i] = pi - c.step_size * (mi / denom);
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+void sgd_range(float* __restrict p, const float* __restrict g, float* __restrict buf, int64_t n,
+               const float mu, const float wd, const float lr, const float grad_scale) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = g[i] * grad_scale + wd * p[i];
+    const float b = mu * buf[i] + d;
+    buf[i] = b;
+    p[i] = p[i] - lr * b;
+  }
+}
+
+double sumsq_block(const float* __restrict g, size_t len) {
+  double acc[kDLanes] = {};
+  size_t i = 0;
+  for (; i + kDLanes <= len; i += kDLanes)
+    for (int j = 0; j < kDLanes; ++j) {
+      const double x = static_cast<double>(g[i + static_cast<size_t>(j)]);
+      acc[j] += x * x;
+    }
+  for (int j = 0; i + static_cast<size_t>(j) < len; ++j) {
+    const double x = static_cast<double>(g[i + static_cast<size_t>(j)]);
+    acc[j] += x * x;
+  }
+  double sum = 0.0;
+  for (int j = 0; j < kDLanes; ++j) sum += acc[j];
+  return sum;
+}
+
 }  // namespace
 
 void adamw_update(Context& ctx, float* params, const float* grads, float* m, float* v, size_t n,
@@ -20,44 +68,20 @@ void adamw_update(Context& ctx, float* params, const float* grads, float* m, flo
   AP_CHECK(t >= 1, "adamw_update: step t = {}, must be >= 1", t);
   // torch.optim.AdamW (single-tensor path): p *= 1 - lr·wd; m = lerp(m, g, 1-β1);
   // v = β2·v + (1-β2)·g²; p -= (lr / bc1) · m / (sqrt(v) / sqrt(bc2) + eps).
-  const float b1 = p.beta1, b2 = p.beta2;
-  const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b1), t));
-  const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b2), t));
-  const float step_size = p.lr / bc1;
-  const float bc2_sqrt = std::sqrt(bc2);
-  const float decay = 1.0f - p.lr * p.weight_decay;
-  const float eps = p.eps;
+  const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(p.beta1), t));
+  const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(p.beta2), t));
+  const AdamCoef c{p.beta1, p.beta2,   p.lr / bc1, std::sqrt(bc2), 1.0f - p.lr * p.weight_decay,
+                   p.eps,   grad_scale};
   ctx.parallel_for_aligned(static_cast<int64_t>(n), kAlignElems, [&](int, int64_t i0, int64_t i1) {
-    float* __restrict pp = params;
-    const float* __restrict gg = grads;
-    float* __restrict mm = m;
-    float* __restrict vv = v;
-    for (int64_t i = i0; i < i1; ++i) {
-      const float g = gg[i] * grad_scale;
-      const float pi = pp[i] * decay;
-      const float mi = std::fma(1.0f - b1, g - mm[i], mm[i]);
-      const float vi = b2 * vv[i] + (1.0f - b2) * (g * g);
-      const float denom = std::sqrt(vi) / bc2_sqrt + eps;
-      pp[i] = pi - step_size * (mi / denom);
-      mm[i] = mi;
-      vv[i] = vi;
-    }
+    adamw_range(params + i0, grads + i0, m + i0, v + i0, i1 - i0, c);
   });
 }
 
 void sgd_update(Context& ctx, float* params, const float* grads, float* momentum_buf, size_t n,
                 const SGDParams& p, float grad_scale) {
-  const float mu = p.momentum, wd = p.weight_decay, lr = p.lr;
   ctx.parallel_for_aligned(static_cast<int64_t>(n), kAlignElems, [&](int, int64_t i0, int64_t i1) {
-    float* __restrict pp = params;
-    const float* __restrict gg = grads;
-    float* __restrict bb = momentum_buf;
-    for (int64_t i = i0; i < i1; ++i) {
-      const float d = gg[i] * grad_scale + wd * pp[i];
-      const float b = mu * bb[i] + d;
-      bb[i] = b;
-      pp[i] = pp[i] - lr * b;
-    }
+    sgd_range(params + i0, grads + i0, momentum_buf + i0, i1 - i0, p.momentum, p.weight_decay, p.lr,
+              grad_scale);
   });
 }
 
@@ -68,23 +92,7 @@ double grad_sumsq(Context& ctx, const float* grads, size_t n) {
   ctx.parallel_for(static_cast<int64_t>(nb), [&](int, int64_t b0, int64_t b1) {
     for (int64_t blk = b0; blk < b1; ++blk) {
       const size_t s = static_cast<size_t>(blk) * kSumBlock;
-      const size_t e = std::min(n, s + kSumBlock);
-      const float* __restrict g = grads + s;
-      const size_t len = e - s;
-      double acc[kDLanes] = {};
-      size_t i = 0;
-      for (; i + kDLanes <= len; i += kDLanes)
-        for (int j = 0; j < kDLanes; ++j) {
-          const double x = static_cast<double>(g[i + static_cast<size_t>(j)]);
-          acc[j] += x * x;
-        }
-      for (int j = 0; i + static_cast<size_t>(j) < len; ++j) {
-        const double x = static_cast<double>(g[i + static_cast<size_t>(j)]);
-        acc[j] += x * x;
-      }
-      double sum = 0.0;
-      for (int j = 0; j < kDLanes; ++j) sum += acc[j];
-      partial[blk] = sum;
+      partial[blk] = sumsq_block(grads + s, std::min(n, s + kSumBlock) - s);
     }
   });
   double total = 0.0;
