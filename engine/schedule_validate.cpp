@@ -28,7 +28,7 @@ Error report(const Schedule& s, const Failure& f) {
   GridOptions grid;
   grid.mark_stage = f.stage;
   grid.mark_index = f.index;
-  return make_error("invalid {} schedule ({} stages, {} microbatches x {} steps): {}{}\n{}",
+  return make_error("invalid {} schedule (d={}, m={}, steps={}): {}{}\n{}",
                     to_string(s.mode), s.stages, s.microbatches, s.steps, where, f.what,
                     format_grid(s, grid));
 }

@@ -192,7 +192,7 @@ std::vector<int> versions_kept(const Schedule& schedule) {
 std::string format_timeline(const Simulation& sim) {
   std::string out = fmt::format("{:>12} {:>12} {:>5}  {}\n", "start", "end", "stage", "action");
   for (const TimedAction& t : sim.timeline) {
-    out += fmt::format("{:>12.6g} {:>12.6g} {:>5}  {}\n", t.start, t.end, t.action.stage,
+    out += fmt::format("{:>12.6f} {:>12.6f} {:>5}  {}\n", t.start, t.end, t.action.stage,
                        to_string(t.action));
   }
   return out;

@@ -247,7 +247,7 @@ int run(const Options& o) {
   GridOptions grid;
   grid.versions = o.versions;
   const Schedule shown = o.lowered ? or_die(lower(s), 1) : s;
-  std::cout << fmt::format("{} schedule: {} stages, {} microbatches per step, {} step{}\n",
+  std::cout << fmt::format("{} schedule: d={} stages, m={} microbatches per step, {} step{}\n",
                            to_string(s.mode), s.stages, s.microbatches, s.steps,
                            s.steps == 1 ? "" : "s");
   std::cout << format_grid(shown, grid);
