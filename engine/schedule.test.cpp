@@ -160,3 +160,14 @@ TEST_CASE("a deadlocking schedule has no slots but still prints") {
   CHECK(contains(grid, "0B0"));
   CHECK(contains(grid, "1F0"));
 }
+
+TEST_CASE("a grid of actions with wrong stage fields still prints") {
+  auto s = make_1f1b(3, 2);
+  REQUIRE(s.ok());
+  for (auto& list : s->per_stage) {
+    for (Action& a : list) a.stage = 7;
+  }
+  const std::string grid = format_grid(*s);
+  CHECK(contains(grid, "7F0"));
+  CHECK(unit_slots(*s).ok());
+}

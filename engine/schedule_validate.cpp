@@ -28,9 +28,8 @@ Error report(const Schedule& s, const Failure& f) {
   GridOptions grid;
   grid.mark_stage = f.stage;
   grid.mark_index = f.index;
-  return make_error("invalid {} schedule (d={}, m={}, steps={}): {}{}\n{}",
-                    to_string(s.mode), s.stages, s.microbatches, s.steps, where, f.what,
-                    format_grid(s, grid));
+  return make_error("invalid {} schedule (d={}, m={}, steps={}): {}{}\n{}", to_string(s.mode),
+                    s.stages, s.microbatches, s.steps, where, f.what, format_grid(s, grid));
 }
 
 std::optional<Failure> check_shape(const Schedule& s) {
@@ -248,7 +247,7 @@ std::optional<Failure> check_deadlock(const Schedule& s, const internal::ActionI
                          to_string(a), k + 1);
       continue;
     }
-    internal::Dependency dep = internal::dependency_of(a, s.stages, lowered, index);
+    internal::Dependency dep = internal::dependency_of(a, r, s.stages, lowered, index);
     const int peer = dep.wanted.stage;
     const auto& peer_list = s.per_stage[peer];
     const int peer_at = rep.stuck_at[peer];

@@ -15,10 +15,11 @@ uint64_t key(int stage, ActionKind kind, int microbatch) {
 }  // namespace
 
 ActionIndex::ActionIndex(const Schedule& schedule) {
-  for (const auto& list : schedule.per_stage) {
+  for (size_t r = 0; r < schedule.per_stage.size(); ++r) {
+    const auto& list = schedule.per_stage[r];
     for (size_t i = 0; i < list.size(); ++i) {
       const Action& a = list[i];
-      map_.emplace(key(a.stage, a.kind, a.microbatch), static_cast<int>(i));
+      map_.emplace(key(static_cast<int>(r), a.kind, a.microbatch), static_cast<int>(i));
     }
   }
 }
@@ -28,7 +29,8 @@ int ActionIndex::find(int stage, ActionKind kind, int microbatch) const {
   return it == map_.end() ? -1 : it->second;
 }
 
-Dependency dependency_of(const Action& a, int stages, bool lowered, const ActionIndex& index) {
+Dependency dependency_of(const Action& a, int row, int stages, bool lowered,
+                         const ActionIndex& index) {
   Dependency dep;
   auto want = [&](int stage, ActionKind kind) {
     dep.exists = true;
@@ -36,11 +38,11 @@ Dependency dependency_of(const Action& a, int stages, bool lowered, const Action
     dep.index = index.find(stage, kind, a.microbatch);
   };
   if (lowered) {
-    if (a.kind == ActionKind::RECV_F && a.stage > 0) want(a.stage - 1, ActionKind::SEND_F);
-    if (a.kind == ActionKind::RECV_B && a.stage < stages - 1) want(a.stage + 1, ActionKind::SEND_B);
+    if (a.kind == ActionKind::RECV_F && row > 0) want(row - 1, ActionKind::SEND_F);
+    if (a.kind == ActionKind::RECV_B && row < stages - 1) want(row + 1, ActionKind::SEND_B);
   } else {
-    if (a.kind == ActionKind::F && a.stage > 0) want(a.stage - 1, ActionKind::F);
-    if (a.kind == ActionKind::B && a.stage < stages - 1) want(a.stage + 1, ActionKind::B);
+    if (a.kind == ActionKind::F && row > 0) want(row - 1, ActionKind::F);
+    if (a.kind == ActionKind::B && row < stages - 1) want(row + 1, ActionKind::B);
   }
   return dep;
 }
@@ -89,7 +91,7 @@ Replay replay(const Schedule& schedule, const ExecuteFn& execute, bool force) {
       }
       return true;
     }
-    Dependency dep = dependency_of(a, d, lowered, index);
+    Dependency dep = dependency_of(a, r, d, lowered, index);
     if (!dep.exists) return true;
     if (dep.index < 0 || pc[dep.wanted.stage] <= dep.index) return false;
     when = out.timing[dep.wanted.stage][dep.index].ready;

@@ -11,7 +11,8 @@
 
 namespace actorpipe::internal {
 
-/// Finds an action of a schedule by (stage, kind, microbatch): the first occurrence.
+/// Finds an action of a schedule by (stage, kind, microbatch): the first occurrence. The stage is
+/// the list the action is in (per_stage[stage]), whatever its `stage` field says.
 class ActionIndex {
  public:
   explicit ActionIndex(const Schedule& schedule);
@@ -32,8 +33,9 @@ struct Dependency {
   int index = -1;       ///< its index in per_stage[wanted.stage], -1 when the schedule lacks it
 };
 
-/// The dependency of `action`, for a schedule with `stages` stages (lowered or not).
-Dependency dependency_of(const Action& action, int stages, bool lowered, const ActionIndex& index);
+/// The dependency of `action`, listed at stage `row` of a schedule with `stages` stages.
+Dependency dependency_of(const Action& action, int row, int stages, bool lowered,
+                         const ActionIndex& index);
 
 /// Start and end on the stage; `ready` is when dependents may use the result (a SEND's ready is
 /// the arrival of its data at the receiver).
