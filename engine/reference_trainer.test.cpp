@@ -208,8 +208,8 @@ TEST_CASE("two runs of 20 steps give bitwise identical weights and optimizer sta
   OptimizerOptions oo;
   oo.weight_decay = 0.1f;
   oo.warmup_steps = 5;
-  auto run = [&] {
-    ReferenceTrainer tr(build(mo), oo, 2, 16);
+  auto run = [&](int threads) {
+    ReferenceTrainer tr(build(mo), oo, 2, 16, threads);
     for (int s = 0; s < 20; ++s)
       (void)tr.step(random_batches(2, 2, 16, mo.vocab_size, 1000 + static_cast<uint64_t>(s)));
     std::vector<float> all;
@@ -219,9 +219,11 @@ TEST_CASE("two runs of 20 steps give bitwise identical weights and optimizer sta
     }
     return all;
   };
-  const auto a = run(), b = run();
+  const auto a = run(1), b = run(1);
   REQUIRE(a.size() == b.size());
   CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  const auto c = run(2), d = run(2);  // with a two-thread Context too
+  CHECK(std::memcmp(c.data(), d.data(), c.size() * sizeof(float)) == 0);
   // and training moved them (the comparison is not between two untouched inits)
   ReferenceTrainer fresh(build(mo), oo, 2, 16);
   CHECK(std::memcmp(fresh.params(1).data(), a.data() + fresh.params(0).size() * 3,
