@@ -18,25 +18,29 @@ constexpr int kBlock = 64;  // query/key block of the causal triangle
 constexpr int kL = internal::kLanes;
 
 // Softmax of row[0, nv) over the keys allowed by km (null = all); row[nv, T) and masked
-// entries become 0, as does a row without any allowed key.
+// entries become 0, as does a row without any allowed key. The loops run over whole groups
+// of kL lanes up to n = min(T, nv rounded up), the entries past nv set to -inf first: they
+// add exact zeros to the lane sums, so the bits are those of a loop over nv.
 void softmax_row(float* __restrict row, const uint8_t* __restrict km, const int nv, const int T) {
   const float ninf = -std::numeric_limits<float>::infinity();
+  const int n = std::min(T, (nv + kL - 1) / kL * kL);
   if (km != nullptr)
     for (int j = 0; j < nv; ++j) row[j] = km[j] != 0 ? row[j] : ninf;
-  const float mx = nv > 0 ? internal::lane_max(row, nv) : ninf;
+  for (int j = nv; j < n; ++j) row[j] = ninf;
+  const float mx = nv > 0 ? internal::lane_max(row, n) : ninf;
   if (mx == ninf) {
     std::memset(row, 0, sizeof(float) * static_cast<size_t>(T));
     return;
   }
   float acc[kL] = {};
   int j = 0;
-  for (; j + kL <= nv; j += kL)
+  for (; j + kL <= n; j += kL)
     for (int l = 0; l < kL; ++l) {
       const float e = internal::exp_f32(row[j + l] - mx);
       row[j + l] = e;
       acc[l] += e;
     }
-  for (int l = 0; j + l < nv; ++l) {
+  for (int l = 0; j + l < n; ++l) {
     const float e = internal::exp_f32(row[j + l] - mx);
     row[j + l] = e;
     acc[l] += e;
@@ -44,16 +48,17 @@ void softmax_row(float* __restrict row, const uint8_t* __restrict km, const int 
   float sum = 0.0f;
   for (int l = 0; l < kL; ++l) sum += acc[l];
   const float inv = 1.0f / sum;
-  for (int jj = 0; jj < nv; ++jj) row[jj] *= inv;
-  for (int jj = nv; jj < T; ++jj) row[jj] = 0.0f;
+  for (int jj = 0; jj < n; ++jj) row[jj] *= inv;
+  for (int jj = n; jj < T; ++jj) row[jj] = 0.0f;
 }
 
-// d[0, nv) = a ⊙ (d − Σ a·d) · scale; d[nv, end) = 0.
-void softmax_backward_row(float* __restrict d, const float* __restrict a, const int nv,
-                          const float scale, const int end) {
-  const float dot = internal::lane_dot(a, d, nv);
-  for (int j = 0; j < nv; ++j) d[j] = a[j] * (d[j] - dot) * scale;
-  for (int j = nv; j < end; ++j) d[j] = 0.0f;
+// d[0, nv) = a ⊙ (d − Σ a·d) · scale and d[nv, end) = 0. a[nv, n) is 0 and d[nv, n) is
+// finite, so the loops run over [0, n) without tails (0·d adds exact zeros to the lanes).
+void softmax_backward_row(float* __restrict d, const float* __restrict a, const float scale,
+                          const int n, const int end) {
+  const float dot = internal::lane_dot(a, d, n);
+  for (int j = 0; j < n; ++j) d[j] = a[j] * (d[j] - dot) * scale;
+  for (int j = n; j < end; ++j) d[j] = 0.0f;
 }
 }  // namespace
 
@@ -142,10 +147,10 @@ void attention_backward(Context& ctx, float* dqkv, float* scratch, const float* 
       // causal case the entries right of the diagonal up to the block end are zeroed, as
       // the blocked GEMMs below read them.
       for (int t = 0; t < T; ++t) {
-        const int nv = causal ? t + 1 : T;
+        const int n = causal ? std::min(T, (t + kL) / kL * kL) : T;  // t + 1 rounded up
         const int end = causal ? std::min(T, (t / kBlock + 1) * kBlock) : T;
-        softmax_backward_row(D + static_cast<int64_t>(t) * T, A + static_cast<int64_t>(t) * T, nv,
-                             scale, end);
+        softmax_backward_row(D + static_cast<int64_t>(t) * T, A + static_cast<int64_t>(t) * T,
+                             scale, n, end);
       }
       if (causal) {
         for (int r0 = 0; r0 < T; r0 += kBlock) {

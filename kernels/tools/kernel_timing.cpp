@@ -1,6 +1,10 @@
 // Per-kernel timing on transformer shapes: each kernel's time next to the time of the sgemm
 // calls it makes, to see where the non-GEMM overhead of a training step goes.
-// Usage: kernel_timing [threads] [B T C NH V L]   (defaults: 1, 8 256 384 6 8192 6)
+// Usage: kernel_timing [threads] [B T C NH V L] [cpu]  (defaults: 1, 8 256 384 6 8192 6)
+// With "cpu", times are process CPU time instead of wall time: steadier on a busy machine
+// for one thread (with more threads it includes the workers' spinning).
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -25,14 +29,26 @@ using namespace actorpipe;
 
 namespace {
 
+bool g_cpu_time = false;
+
+double now_ms() {
+  if (g_cpu_time) {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return 1e3 * static_cast<double>(ts.tv_sec) + 1e-6 * static_cast<double>(ts.tv_nsec);
+  }
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 double time_ms(const std::function<void()>& fn, int reps) {
   fn();  // warm-up
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) {
-    const auto a = std::chrono::steady_clock::now();
+    const double a = now_ms();
     fn();
-    const auto b = std::chrono::steady_clock::now();
-    t.push_back(std::chrono::duration<double, std::milli>(b - a).count());
+    t.push_back(now_ms() - a);
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
@@ -68,10 +84,12 @@ int main(int argc, char** argv) {
     V = std::atoi(argv[6]);
     L = std::atoi(argv[7]);
   }
+  g_cpu_time = std::string(argv[argc - 1]) == "cpu";
   const int N = B * T;
   const int reps = 5;
   Context ctx(threads);
-  std::printf("threads=%d B=%d T=%d C=%d NH=%d V=%d L=%d\n", threads, B, T, C, NH, V, L);
+  std::printf("threads=%d B=%d T=%d C=%d NH=%d V=%d L=%d (%s time)\n", threads, B, T, C, NH, V, L,
+              g_cpu_time ? "cpu" : "wall");
 
   auto x = buf(static_cast<size_t>(N) * C), y = buf(static_cast<size_t>(N) * C),
        dx = buf(static_cast<size_t>(N) * C), dy = buf(static_cast<size_t>(N) * C);
