@@ -9,7 +9,8 @@
 namespace actorpipe {
 
 /// out (B,T,C) = wte[tokens] (V,C) + wpe[t] (maxT,C) [+ wse[segments] (S,C)].
-/// `segments` and `wse` may both be null.
+/// `segments` and `wse` may both be null. Ids are not range-checked here (V and S are not
+/// passed): the data loader validates them.
 void encoder_forward(Context& ctx, float* out, const int32_t* tokens, const int32_t* segments,
                      const float* wte, const float* wpe, const float* wse, int B, int T, int C);
 

@@ -1,12 +1,14 @@
 // Linear layer: out = inp · weightᵀ + bias. N rows, C input channels, OC output channels.
-// GEMMs go through gemm() (see gemm.hpp for the thread-count note); dbias sums rows in order.
+// GEMMs go through gemm(); dbias sums rows in order per column slice: bitwise the same
+// results for any thread count.
 #pragma once
 
 #include "kernels/context.hpp"
 
 namespace actorpipe {
 
-/// out (N,OC) = inp (N,C) · weight (OC,C)ᵀ + bias (OC); bias may be null.
+/// out (N,OC) = inp (N,C) · weight (OC,C)ᵀ + bias (OC); bias may be null. The bias is
+/// written into out first and the GEMM accumulates onto it (no extra pass).
 void matmul_forward(Context& ctx, float* out, const float* inp, const float* weight,
                     const float* bias, int N, int C, int OC);
 

@@ -16,7 +16,9 @@ struct AdamWParams {
   float weight_decay = 0.0f;  // decoupled: p -= lr * wd * p
 };
 
-/// One AdamW step at step number t (1-based, for bias correction). grad_scale multiplies
+/// One AdamW step at step number t (1-based, for bias correction), as torch.optim.AdamW:
+/// p *= 1 − lr·wd; m = β1·m + (1−β1)·g; v = β2·v + (1−β2)·g²;
+/// p −= lr/(1−β1ᵗ) · m / (√v / √(1−β2ᵗ) + eps). grad_scale multiplies
 /// the gradient first (clipping). m and v are the moment buffers (same size as params).
 void adamw_update(Context& ctx, float* params, const float* grads, float* m, float* v, size_t n,
                   const AdamWParams& p, long t, float grad_scale = 1.0f);
