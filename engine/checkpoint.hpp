@@ -1,0 +1,93 @@
+// Checkpoint: a directory <dir>/step-<N>/ (or <dir>/final/) of three safetensors files and a
+// checksummed JSON manifest, written under a temporary name and renamed into place whole.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/expected.hpp"
+#include "engine/options.hpp"
+#include "engine/safetensors.hpp"
+
+namespace actorpipe {
+
+/// The manifest format this build writes and reads.
+inline constexpr int kCheckpointFormatVersion = 1;
+
+/// Everything a checkpoint records besides its tensors (manifest.json).
+struct CheckpointInfo {
+  int format_version = kCheckpointFormatVersion;
+  bool final = false;               // written to <dir>/final rather than <dir>/step-<N>
+  int64_t step = 0;                 // optimizer steps completed
+  uint64_t data_position = 0;       // DataLoader::position() to seek to when resuming
+  std::vector<uint64_t> rng_state;  // the run's generator state (opaque words)
+  std::string mode;                 // pipeline.mode of the run that wrote it
+  int stages = 1;                   // pipeline.stages of that run (a resume may use another)
+  std::vector<int> partition;       // layers per stage of that run; empty = even
+  ModelOptions model;
+  OptimizerOptions optimizer;
+  std::map<std::string, std::string> extra;  // free-form fields, e.g. {"loss", "2.31"}
+};
+
+/// A loaded checkpoint. Tensor names are layer-granular, independent of the stage that held them.
+struct CheckpointContents {
+  CheckpointInfo info;
+  std::vector<NamedTensor> model;      // parameters: "layers.3.attn.qkv.weight"
+  std::vector<NamedTensor> optimizer;  // optimizer state: "layers.3.attn.qkv.weight.adam_m"
+  std::vector<NamedTensor> versions;   // extra live weight versions: "layers.3.attn.qkv.weight@v7"
+  std::string path;                    // the directory it was loaded from (set by load)
+};
+
+/// Tensors to save, as views of caller-owned memory (no copy is made).
+struct CheckpointRefs {
+  std::vector<TensorRef> model;
+  std::vector<TensorRef> optimizer;
+  std::vector<TensorRef> versions;
+};
+
+/// The file names inside a checkpoint directory.
+inline constexpr const char* kModelFile = "model.safetensors";
+inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
+inline constexpr const char* kVersionsFile = "versions.safetensors";
+inline constexpr const char* kManifestFile = "manifest.json";
+
+/// "step-<N>" or "final".
+std::string checkpoint_name(const CheckpointInfo& info);
+
+/// Writes <dir>/<checkpoint_name(info)>/ and returns its path. Creates `dir` if needed. The three
+/// safetensors files and then manifest.json (with the size and CRC-32 of each file) go into a
+/// temporary sibling directory, each fsynced; the directory is then renamed into place (an
+/// existing checkpoint of the same name is swapped out atomically and removed) and `dir` is
+/// fsynced. A crash leaves either no checkpoint of that name, the old one, or the complete new
+/// one, plus at most an ignored "<name>.tmp-*" directory. Older checkpoints are kept.
+Expected<std::string> save_checkpoint(const std::string& dir, const CheckpointInfo& info,
+                                      const CheckpointRefs& tensors);
+
+/// As above, from loaded tensors (e.g. to re-save a checkpoint).
+Expected<std::string> save_checkpoint(const std::string& dir, const CheckpointContents& contents);
+
+/// Views of loaded tensors, for save_checkpoint.
+std::vector<TensorRef> tensor_refs(const std::vector<NamedTensor>& tensors);
+
+/// Finds the checkpoint `path` names: a checkpoint directory (it has a manifest.json), or a
+/// directory of checkpoints, meaning the complete one with the highest step in it ("final" wins
+/// a tie). Temporaries and incomplete checkpoints (no or unreadable manifest, a file missing or
+/// of the wrong size) are skipped; the error lists what was skipped and why.
+Expected<std::string> resolve_checkpoint(const std::string& path);
+
+/// Reads and checks only manifest.json of a checkpoint directory (no file checksums).
+Expected<CheckpointInfo> read_checkpoint_info(const std::string& checkpoint_dir);
+
+/// Loads the checkpoint resolve_checkpoint(path) finds, verifying the manifest (format and
+/// version), that every file it lists exists with its recorded size and CRC-32, and every
+/// safetensors file. Errors name the file and what does not match.
+Expected<CheckpointContents> load_checkpoint(const std::string& path);
+
+/// Refuses a checkpoint whose model differs from `model` in a key that changes the parameters
+/// (arch, vocab_size, context, width, depth, heads, segments, tied); the error names each such
+/// key with the checkpoint's value and the config's value. init_seed may differ.
+Status check_compatible(const CheckpointInfo& info, const ModelOptions& model);
+
+}  // namespace actorpipe
