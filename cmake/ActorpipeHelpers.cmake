@@ -51,6 +51,7 @@ function(actorpipe_add_tests)
     set(A_TIMEOUT 300)
   endif()
   file(GLOB_RECURSE tests CONFIGURE_DEPENDS ${A_DIR}/*.test.cpp)
+  list(FILTER tests EXCLUDE REGEX "/cuda/")  # declared by their own CMakeLists
   foreach(src IN LISTS tests)
     get_filename_component(name ${src} NAME_WE)
     file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${src})

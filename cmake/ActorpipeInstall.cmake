@@ -10,8 +10,13 @@ install(TARGETS ${libs} actorpipe_build_flags EXPORT actorpipeTargets
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/actorpipe)
 foreach(dir kernels engine transport actors)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/actorpipe/${dir}
-    FILES_MATCHING PATTERN "*.hpp" PATTERN "internal" EXCLUDE PATTERN "*.test.*" EXCLUDE)
+    FILES_MATCHING PATTERN "*.hpp" PATTERN "internal" EXCLUDE PATTERN "*.test.*" EXCLUDE
+    PATTERN "api" EXCLUDE)
 endforeach()
+# The public API: <actorpipe/trainer.hpp> and its siblings (include/actorpipe/*.hpp; the module
+# headers they include sit beside them in include/actorpipe/<module>/).
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/actors/api/actorpipe/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/actorpipe
+  FILES_MATCHING PATTERN "*.hpp" PATTERN "*.test.*" EXCLUDE)
 install(EXPORT actorpipeTargets NAMESPACE actorpipe:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/actorpipe)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/actorpipeConfig.cmake.in
   ${PROJECT_BINARY_DIR}/actorpipeConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/actorpipe)
