@@ -203,6 +203,11 @@ void apply_document(Config& config, const toml::value& root, std::vector<std::st
   for (const auto& [section, value] : by_line(root.as_table())) {
     const auto& sections = internal::option_sections();
     const bool known = std::find(sections.begin(), sections.end(), section) != sections.end();
+    if (!value->is_table() && known) {
+      errors.push_back(
+          fmt::format("{}: {} must be a section [{}]", where(*value), section, section));
+      continue;
+    }
     if (!value->is_table()) {
       std::string msg =
           fmt::format("{}: {} = {} is outside any section", where(*value), section, show(*value));
@@ -212,8 +217,6 @@ void apply_document(Config& config, const toml::value& root, std::vector<std::st
           break;
         }
       }
-      if (known)
-        msg = fmt::format("{}: {} must be a section [{}]", where(*value), section, section);
       errors.push_back(msg);
       continue;
     }
