@@ -1,0 +1,471 @@
+// SerialExecutor: runs any validated schedule over d StageWorkers in one thread, in a fixed
+// round-robin order; the readable reference that every parallel execution must match bitwise.
+#include "engine/serial_executor.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "engine/data.hpp"
+#include "engine/schedule_generators.hpp"
+#include "engine/schedule_lowering.hpp"
+#include "engine/schedule_validate.hpp"
+#include "kernels/check.hpp"
+#include "kernels/optimizer.hpp"
+
+namespace actorpipe {
+
+namespace {
+
+Tensor take(std::map<int, Tensor>& box, int microbatch) {
+  auto it = box.find(microbatch);
+  AP_CHECK(it != box.end(), "microbatch {} has not arrived", microbatch);
+  Tensor t = std::move(it->second);
+  box.erase(it);
+  return t;
+}
+
+// The tied gradient of an update: owner's contribution + copy's, element-wise, in that order
+// (as reduce_tied_grads).
+void sum_tied(std::span<const float> owner, std::span<const float> copy, std::vector<float>& out) {
+  AP_CHECK(owner.size() == copy.size(), "tied sides of {} and {} floats", owner.size(),
+           copy.size());
+  out.resize(owner.size());
+  for (size_t i = 0; i < owner.size(); ++i) out[i] = owner[i] + copy[i];
+}
+
+}  // namespace
+
+// The state of one run_schedule: what is on the links, who reached which barrier, the tied
+// parameters' contributions and published versions.
+struct SerialExecutor::Run {
+  struct Update {
+    std::vector<bool> arrived;  // per stage: reached this OPT_STEP
+    int executed = 0;           // stages that ran it
+    bool collective_done = false;
+    float global_scale = 1.0f;
+    std::vector<std::vector<float>> contribution;  // per tied k: the copy stage's gradient
+    std::vector<bool> has_contribution;
+    std::vector<std::vector<float>> sum;  // per tied k: the summed gradient (exchange_grads)
+    std::vector<bool> has_sum;
+    std::vector<float> owner_scale;  // per tied k: the owner stage's clip scale
+  };
+
+  const Schedule& schedule;
+  std::span<const Microbatch> batches;
+  int d;
+  std::vector<size_t> pc;  // next action per stage
+  // tensors on their way to stage r: produced (awaiting SEND), on the link (awaiting RECV),
+  // received (awaiting F / B)
+  std::vector<std::map<int, Tensor>> f_out, f_link, f_in, b_out, b_link, b_in;
+  std::vector<double> mb_loss;
+  std::map<int, Update> updates;                             // by the OPT_STEP's (schedule) version
+  std::vector<int> flushes_done;                             // per stage
+  std::map<int, int> flush_arrivals;                         // k-th flush -> stages that reached it
+  std::vector<std::map<int, std::vector<float>>> published;  // per tied k: version -> weights
+
+  Run(const Schedule& s, std::span<const Microbatch> b, size_t tied)
+      : schedule(s),
+        batches(b),
+        d(s.stages),
+        pc(static_cast<size_t>(s.stages), 0),
+        f_out(pc.size()),
+        f_link(pc.size()),
+        f_in(pc.size()),
+        b_out(pc.size()),
+        b_link(pc.size()),
+        b_in(pc.size()),
+        mb_loss(static_cast<size_t>(s.total_microbatches()), 0.0),
+        flushes_done(pc.size(), 0),
+        published(tied) {}
+
+  Update& update(int version, size_t tied) {
+    Update& u = updates[version];
+    if (u.arrived.empty()) {
+      u.arrived.assign(static_cast<size_t>(d), false);
+      u.contribution.resize(tied);
+      u.has_contribution.assign(tied, false);
+      u.sum.resize(tied);
+      u.has_sum.assign(tied, false);
+      u.owner_scale.assign(tied, 1.0f);
+    }
+    return u;
+  }
+};
+
+SerialExecutor::SerialExecutor(const Model& model, const Partition& partition,
+                               const OptimizerOptions& optimizer,
+                               const SerialExecutorOptions& options)
+    : model_(model), partition_(partition), opt_(optimizer), opts_(options) {
+  for (int r = 0; r < partition.stages(); ++r) {
+    StageWorkerOptions w;
+    w.mode = options.mode;
+    w.stage = r;
+    w.microbatches = options.microbatches;
+    w.B = options.B;
+    w.T = options.T;
+    w.threads = options.threads.empty() ? 1 : options.threads[static_cast<size_t>(r)];
+    w.log_versions = options.log_versions;
+    workers_.push_back(std::make_unique<StageWorker>(model, partition, optimizer, w));
+  }
+}
+
+Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Model& model,
+                                                                 const Partition& partition,
+                                                                 const OptimizerOptions& optimizer,
+                                                                 const SerialExecutorOptions& o) {
+  if (partition.num_layers() != model.num_layers()) {
+    return make_error("partition {} covers {} layers but the model has {}", partition.to_string(),
+                      partition.num_layers(), model.num_layers());
+  }
+  if (o.microbatches < 1) return make_error("microbatches = {}: must be >= 1", o.microbatches);
+  if (o.B < 1) return make_error("microbatch_size = {}: must be >= 1", o.B);
+  if (o.T < 1 || o.T > model.options().context) {
+    return make_error("seq_len = {}: must be in [1, model.context = {}]", o.T,
+                      model.options().context);
+  }
+  if (!o.threads.empty() && static_cast<int>(o.threads.size()) != partition.stages()) {
+    return make_error("threads: {} entries for {} stages", o.threads.size(), partition.stages());
+  }
+  for (int t : o.threads)
+    if (t < 1) return make_error("threads = {}: every stage needs at least 1", t);
+  if (optimizer.kind != "adamw" && optimizer.kind != "sgd") {
+    return make_error("optimizer.kind = \"{}\": expected adamw | sgd", optimizer.kind);
+  }
+  // the mode's constraints on d and m (2bw: m >= d)
+  if (auto s = make_schedule(o.mode, partition.stages(), o.microbatches, 1); !s) return s.error();
+  return std::unique_ptr<SerialExecutor>(new SerialExecutor(model, partition, optimizer, o));
+}
+
+Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Config& config,
+                                                                 bool log_versions) {
+  auto model = Model::build(config.model);
+  if (!model) return model.error();
+  auto partition = Partition::from_options(config.pipeline, model->num_layers());
+  if (!partition) return partition.error();
+  auto mode = parse_mode(config.pipeline.mode);
+  if (!mode) return make_error("pipeline.mode: {}", mode.error().message);
+  SerialExecutorOptions o;
+  o.mode = *mode;
+  o.microbatches = config.pipeline.microbatches;
+  o.B = config.pipeline.microbatch_size;
+  o.T = config.pipeline.seq_len > 0 ? config.pipeline.seq_len : config.model.context;
+  o.threads.assign(static_cast<size_t>(partition->stages()), config.pipeline.threads_per_stage);
+  o.log_versions = log_versions;
+  return create(*model, *partition, config.optimizer, o);
+}
+
+int64_t SerialExecutor::microbatches_for(int steps) const {
+  return static_cast<int64_t>(steps) * (opts_.mode == Mode::pipedream ? 1 : opts_.microbatches);
+}
+
+Expected<std::vector<Schedule>> SerialExecutor::schedules_for(int steps) const {
+  if (steps < 1) return make_error("steps = {}: must be >= 1", steps);
+  const int d = stages(), m = opts_.microbatches;
+  std::vector<Schedule> out;
+  const bool sync = is_synchronous(opts_.mode);
+  for (int i = 0; i < (sync ? steps : 1); ++i) {
+    auto s = opts_.mode == Mode::pipedream ? make_pipedream(d, steps)
+                                           : make_schedule(opts_.mode, d, m, sync ? 1 : steps);
+    if (!s) return s.error();
+    if (opts_.lowered) {
+      auto l = lower(*s);
+      if (!l) return l.error();
+      out.push_back(std::move(*l));
+    } else {
+      out.push_back(std::move(*s));
+    }
+  }
+  return out;
+}
+
+Expected<std::vector<double>> SerialExecutor::run(int steps, std::span<const Microbatch> batches) {
+  auto schedules = schedules_for(steps);
+  if (!schedules) return schedules.error();
+  if (static_cast<int64_t>(batches.size()) != microbatches_for(steps)) {
+    return make_error("{} steps of {} read {} microbatches, got {}", steps, to_string(opts_.mode),
+                      microbatches_for(steps), batches.size());
+  }
+  std::vector<double> losses;
+  size_t offset = 0;
+  for (const Schedule& s : *schedules) {
+    const size_t n = static_cast<size_t>(s.total_microbatches());
+    auto l = run_schedule(s, batches.subspan(offset, n));
+    if (!l) return l.error();
+    losses.insert(losses.end(), l->begin(), l->end());
+    offset += n;
+  }
+  return losses;
+}
+
+Expected<std::vector<double>> SerialExecutor::run(int steps, DataLoader& data) {
+  if (steps < 1) return make_error("steps = {}: must be >= 1", steps);
+  std::vector<Microbatch> batches;
+  for (int64_t i = 0; i < microbatches_for(steps); ++i) batches.push_back(data.next());
+  return run(steps, batches);
+}
+
+Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
+                                                           std::span<const Microbatch> batches) {
+  if (Status st = validate(s); !st) return st.error();
+  if (s.mode != opts_.mode || s.stages != stages()) {
+    return make_error("a {} schedule of {} stages given to a {} executor of {} stages",
+                      to_string(s.mode), s.stages, to_string(opts_.mode), stages());
+  }
+  if (static_cast<int>(batches.size()) != s.total_microbatches()) {
+    return make_error("the schedule runs {} microbatches, got {}", s.total_microbatches(),
+                      batches.size());
+  }
+  for (auto& w : workers_) {
+    if (Status st = w->start_run(s, mb_done_); !st) return st.error();
+  }
+  const size_t ntied = model_.tied().size();
+  const int d = stages();
+  const bool global = clips_globally(opts_.mode);
+  const TiedSync sync = tied_sync(opts_.mode);
+  const bool lowered = is_lowered(s);
+  Run run(s, batches, ntied);
+
+  auto cross = [&](size_t k, int r, TiedRole role) {
+    return workers_[static_cast<size_t>(r)]->tied_role(k) == role;
+  };
+  auto stage_of_role = [&](size_t k, TiedRole role) {
+    const TiedParam& tp = model_.tied()[k];
+    return partition_.stage_of(role == TiedRole::owner ? tp.owner_layer : tp.copy_layer);
+  };
+
+  // Whether stage r's next action can run now (and the side effects of reaching a barrier).
+  auto ready = [&](int r, const Action& a) -> bool {
+    StageWorker& w = *workers_[static_cast<size_t>(r)];
+    switch (a.kind) {
+      case ActionKind::F: {
+        if (r > 0 && !run.f_in[static_cast<size_t>(r)].contains(a.microbatch)) return false;
+        for (size_t k = 0; k < ntied; ++k) {
+          const int need = w.tied_version_needed(a, k);
+          if (need >= 0 && !run.published[k].contains(need)) return false;
+        }
+        return true;
+      }
+      case ActionKind::B:
+        return r == d - 1 || run.b_in[static_cast<size_t>(r)].contains(a.microbatch);
+      case ActionKind::SEND_F:
+      case ActionKind::SEND_B:
+        return true;
+      case ActionKind::RECV_F:
+        return run.f_link[static_cast<size_t>(r)].contains(a.microbatch);
+      case ActionKind::RECV_B:
+        return run.b_link[static_cast<size_t>(r)].contains(a.microbatch);
+      case ActionKind::OPT_STEP: {
+        Run::Update& u = run.update(a.version, ntied);
+        if (!u.arrived[static_cast<size_t>(r)]) {
+          u.arrived[static_cast<size_t>(r)] = true;
+          // the copy side's contribution is complete once its stage reaches the update
+          for (size_t k = 0; k < ntied && !global; ++k) {
+            if (!cross(k, r, TiedRole::copy)) continue;
+            const auto g = w.tied_grad(k);
+            u.contribution[k].assign(g.begin(), g.end());
+            u.has_contribution[k] = true;
+          }
+        }
+        if (global) return std::find(u.arrived.begin(), u.arrived.end(), false) == u.arrived.end();
+        for (size_t k = 0; k < ntied; ++k) {
+          if (cross(k, r, TiedRole::owner) && !u.has_contribution[k]) return false;
+          if (cross(k, r, TiedRole::copy) && sync == TiedSync::exchange_grads && !u.has_sum[k])
+            return false;
+        }
+        return true;
+      }
+      case ActionKind::FLUSH:  // arrivals are counted by the sweep, once per stage
+        return run.flush_arrivals[run.flushes_done[static_cast<size_t>(r)]] == d;
+    }
+    return false;
+  };
+
+  auto execute = [&](int r, const Action& a) {
+    StageWorker& w = *workers_[static_cast<size_t>(r)];
+    const size_t ru = static_cast<size_t>(r);
+    switch (a.kind) {
+      case ActionKind::F: {
+        Tensor in;
+        if (r > 0) in = take(run.f_in[ru], a.microbatch);
+        for (size_t k = 0; k < ntied; ++k) {
+          const int need = w.tied_version_needed(a, k);
+          if (need < 0) continue;
+          w.install_tied_weights(a, k, need, run.published[k].at(need));
+          // forwards ask for non-decreasing versions: older ones are done with
+          std::erase_if(run.published[k], [&](const auto& e) { return e.first < need; });
+        }
+        ForwardOutput out = w.exec_forward(a, batches[static_cast<size_t>(a.microbatch)], in);
+        if (r == d - 1) {
+          run.mb_loss[static_cast<size_t>(a.microbatch)] = out.loss.mean();
+        } else if (lowered) {
+          run.f_out[ru][a.microbatch] = std::move(out.out);
+        } else {
+          run.f_in[ru + 1][a.microbatch] = std::move(out.out);
+        }
+        break;
+      }
+      case ActionKind::B: {
+        Tensor dout;
+        if (r < d - 1) dout = take(run.b_in[ru], a.microbatch);
+        Tensor din = w.exec_backward(a, batches[static_cast<size_t>(a.microbatch)], dout);
+        if (r == 0) break;
+        if (lowered) {
+          run.b_out[ru][a.microbatch] = std::move(din);
+        } else {
+          run.b_in[ru - 1][a.microbatch] = std::move(din);
+        }
+        break;
+      }
+      case ActionKind::SEND_F:
+        run.f_link[ru + 1][a.microbatch] = take(run.f_out[ru], a.microbatch);
+        break;
+      case ActionKind::RECV_F:
+        run.f_in[ru][a.microbatch] = take(run.f_link[ru], a.microbatch);
+        break;
+      case ActionKind::SEND_B:
+        run.b_link[ru - 1][a.microbatch] = take(run.b_out[ru], a.microbatch);
+        break;
+      case ActionKind::RECV_B:
+        run.b_in[ru][a.microbatch] = take(run.b_link[ru], a.microbatch);
+        break;
+      case ActionKind::OPT_STEP: {
+        Run::Update& u = run.update(a.version, ntied);
+        UpdateScales scales;
+        if (global) {
+          if (!u.collective_done) {
+            std::vector<float> sum;
+            for (size_t k = 0; k < ntied; ++k) {
+              const int o = stage_of_role(k, TiedRole::owner), c = stage_of_role(k, TiedRole::copy);
+              if (o == c) continue;
+              StageWorker& wo = *workers_[static_cast<size_t>(o)];
+              StageWorker& wc = *workers_[static_cast<size_t>(c)];
+              sum_tied(wo.tied_grad(k), wc.tied_grad(k), sum);
+              wo.set_tied_grad(k, sum);
+              wc.set_tied_grad(k, sum);
+            }
+            double sumsq = 0.0;  // every layer in order: stage order, then layer order
+            for (auto& wr : workers_)
+              for (double v : wr->finish_gradients()) sumsq += v;
+            u.global_scale = clip_scale(sumsq, opt_.grad_clip);
+            u.collective_done = true;
+          }
+          scales = {u.global_scale, u.global_scale};
+        } else {
+          for (size_t k = 0; k < ntied; ++k) {
+            if (cross(k, r, TiedRole::owner)) {
+              sum_tied(w.tied_grad(k), u.contribution[k], u.sum[k]);
+              w.set_tied_grad(k, u.sum[k]);
+            } else if (cross(k, r, TiedRole::copy) && sync == TiedSync::exchange_grads) {
+              w.set_tied_grad(k, u.sum[k]);
+            }
+          }
+          double sumsq = 0.0;  // this stage's layers in order
+          for (double v : w.finish_gradients()) sumsq += v;
+          scales.stage = scales.tied = clip_scale(sumsq, opt_.grad_clip);
+          for (size_t k = 0; k < ntied; ++k) {
+            if (cross(k, r, TiedRole::owner)) {
+              u.owner_scale[k] = scales.stage;
+              u.has_sum[k] = true;
+            } else if (cross(k, r, TiedRole::copy) && sync == TiedSync::exchange_grads) {
+              scales.tied = u.owner_scale[k];
+            }
+          }
+        }
+        w.exec_opt_step(a, scales);
+        for (size_t k = 0; k < ntied; ++k) {
+          if (sync == TiedSync::follow_owner && cross(k, r, TiedRole::owner)) {
+            const auto t = w.tied_weights(k);
+            run.published[k][static_cast<int>(w.updates())].assign(t.begin(), t.end());
+          }
+        }
+        if (++u.executed == d) run.updates.erase(a.version);
+        break;
+      }
+      case ActionKind::FLUSH: {
+        w.exec_flush(a);
+        ++run.flushes_done[ru];
+        break;
+      }
+    }
+  };
+
+  // Round-robin sweeps: each stage runs its next action if it is ready.
+  std::vector<bool> at_flush(static_cast<size_t>(d), false);
+  for (;;) {
+    bool progress = false, done = true;
+    for (int r = 0; r < d; ++r) {
+      const size_t ru = static_cast<size_t>(r);
+      const auto& list = s.per_stage[ru];
+      if (run.pc[ru] >= list.size()) continue;
+      done = false;
+      const Action& a = list[run.pc[ru]];
+      if (a.kind == ActionKind::FLUSH && !at_flush[ru]) {
+        at_flush[ru] = true;
+        ++run.flush_arrivals[run.flushes_done[ru]];
+      }
+      if (!ready(r, a)) continue;
+      execute(r, a);
+      at_flush[ru] = false;
+      ++run.pc[ru];
+      progress = true;
+    }
+    if (done) break;
+    if (!progress) {
+      std::string where;
+      for (int r = 0; r < d; ++r) {
+        const size_t ru = static_cast<size_t>(r);
+        const auto& list = s.per_stage[ru];
+        where += fmt::format("\n  stage {}: {}", r,
+                             run.pc[ru] < list.size() ? "waits at " + to_string(list[run.pc[ru]])
+                                                      : std::string("done"));
+      }
+      return make_error("the run is stuck: no stage can proceed{}", where);
+    }
+  }
+  mb_done_ += s.total_microbatches();
+  // follow_owner: the copy's stage installs the owner's newest version, so the copies are equal
+  // at rest (the final weights, a checkpoint, the next run's start)
+  for (size_t k = 0; k < ntied; ++k) {
+    const int o = stage_of_role(k, TiedRole::owner), c = stage_of_role(k, TiedRole::copy);
+    if (sync != TiedSync::follow_owner || o == c) continue;
+    const StageWorker& wo = *workers_[static_cast<size_t>(o)];
+    workers_[static_cast<size_t>(c)]->install_tied_weights(k, static_cast<int>(wo.updates()),
+                                                           wo.tied_weights(k));
+  }
+
+  // losses per optimizer step: (1/m)·Σ meanⱼ over the step's microbatches in order
+  std::vector<double> losses;
+  const int per = s.microbatches;
+  for (int u = 0; u < s.steps; ++u) {
+    double sum = 0.0;
+    for (int j = u * per; j < (u + 1) * per; ++j) sum += run.mb_loss[static_cast<size_t>(j)];
+    losses.push_back(sum / per);
+  }
+  return losses;
+}
+
+StageWorker& SerialExecutor::worker(int stage) {
+  AP_CHECK(stage >= 0 && stage < stages(), "stage {} of {}", stage, stages());
+  return *workers_[static_cast<size_t>(stage)];
+}
+
+const StageWorker& SerialExecutor::worker(int stage) const {
+  AP_CHECK(stage >= 0 && stage < stages(), "stage {} of {}", stage, stages());
+  return *workers_[static_cast<size_t>(stage)];
+}
+
+std::span<const float> SerialExecutor::params(int layer) const {
+  const int r = partition_.stage_of(layer);
+  return worker(r).params(layer - partition_.begin(r));
+}
+
+std::vector<VersionUse> SerialExecutor::version_log() const {
+  std::vector<VersionUse> out;
+  for (const auto& w : workers_)
+    out.insert(out.end(), w->version_log().begin(), w->version_log().end());
+  return out;
+}
+
+}  // namespace actorpipe

@@ -1,0 +1,98 @@
+// SerialExecutor: runs any validated schedule over d StageWorkers in one thread, in a fixed
+// round-robin order; the readable reference that every parallel execution must match bitwise.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/batch.hpp"
+#include "engine/expected.hpp"
+#include "engine/model.hpp"
+#include "engine/options.hpp"
+#include "engine/partition.hpp"
+#include "engine/schedule.hpp"
+#include "engine/stage_worker.hpp"
+
+namespace actorpipe {
+
+class DataLoader;
+
+struct SerialExecutorOptions {
+  Mode mode = Mode::onef1b;
+  int microbatches = 1;       ///< m per optimizer step (pipedream: each microbatch is a step)
+  int B = 1;                  ///< sequences per microbatch
+  int T = 1;                  ///< tokens per sequence
+  std::vector<int> threads;   ///< Context threads per stage; empty = 1 each
+  bool lowered = true;        ///< run the schedules with their SEND/RECV actions
+  bool log_versions = false;  ///< keep every F/B's VersionUse (version_log())
+};
+
+/// d StageWorkers and the loop that drives them. The loop sweeps the stages in ascending order
+/// and runs each stage's next action when it is ready, one action per stage per sweep, until
+/// every list is done:
+///   F / B            ready when its input arrived (stage 0's F and the last stage's B need none;
+///                    a follow_owner copy stage's F also needs the tied version it must install);
+///   SEND_F / SEND_B  always ready: the tensor goes onto the link to the neighbour;
+///   RECV_F / RECV_B  ready when the matching SEND has executed;
+///   OPT_STEP         runs the update protocol of StageWorker: global clipping waits for every
+///                    stage to reach the same OPT_STEP; a tied pair's stages wait for the partner's
+///                    contribution (exchange_grads: both ways; follow_owner: the owner only);
+///   FLUSH            ready when every stage has reached the same FLUSH.
+/// Results do not depend on the sweep order: every value is a function of the data dependencies.
+class SerialExecutor {
+ public:
+  /// Errors: bad options (microbatches, B, T, thread counts) or a partition of another model.
+  static Expected<std::unique_ptr<SerialExecutor>> create(const Model& model,
+                                                          const Partition& partition,
+                                                          const OptimizerOptions& optimizer,
+                                                          const SerialExecutorOptions& options);
+  /// From a whole config: model, partition, mode, m, B, T (pipeline.seq_len or model.context),
+  /// threads_per_stage.
+  static Expected<std::unique_ptr<SerialExecutor>> create(const Config& config,
+                                                          bool log_versions = false);
+
+  /// Microbatches a run of `steps` optimizer steps reads: steps·m (pipedream: steps).
+  int64_t microbatches_for(int steps) const;
+  /// The schedules a run of `steps` steps executes: `steps` one-step schedules for gpipe/1f1b,
+  /// one schedule of `steps` steps otherwise (lowered when options().lowered).
+  Expected<std::vector<Schedule>> schedules_for(int steps) const;
+
+  /// Runs `steps` optimizer steps over `batches` (exactly microbatches_for(steps) of them, in
+  /// order). Returns the loss of each step: (1/m)·Σⱼ meanⱼ over its microbatches in order.
+  Expected<std::vector<double>> run(int steps, std::span<const Microbatch> batches);
+  /// As above, reading the microbatches from `data`.
+  Expected<std::vector<double>> run(int steps, DataLoader& data);
+  /// Runs one schedule (validated here) of the executor's mode whose microbatch j is
+  /// batches[j]; returns one loss per optimizer step of the schedule.
+  Expected<std::vector<double>> run_schedule(const Schedule& schedule,
+                                             std::span<const Microbatch> batches);
+
+  const SerialExecutorOptions& options() const { return opts_; }
+  const Model& model() const { return model_; }
+  const Partition& partition() const { return partition_; }
+  int stages() const { return partition_.stages(); }
+  StageWorker& worker(int stage);
+  const StageWorker& worker(int stage) const;
+  /// Newest parameters of global layer `layer` (from the stage holding it).
+  std::span<const float> params(int layer) const;
+  /// Every F/B executed so far (log_versions), per stage in execution order, stages ascending.
+  std::vector<VersionUse> version_log() const;
+  /// Global microbatches consumed by the runs so far.
+  int64_t microbatches_done() const { return mb_done_; }
+
+ private:
+  SerialExecutor(const Model& model, const Partition& partition, const OptimizerOptions& optimizer,
+                 const SerialExecutorOptions& options);
+  struct Run;
+
+  Model model_;
+  Partition partition_;
+  OptimizerOptions opt_;
+  SerialExecutorOptions opts_;
+  std::vector<std::unique_ptr<StageWorker>> workers_;
+  int64_t mb_done_ = 0;
+};
+
+}  // namespace actorpipe

@@ -1,0 +1,341 @@
+// Serial executor tests: gpipe and 1f1b over every d ≤ 4 and m ≤ 8 equal the single-stage
+// reference trainer bitwise (GPT and BERT, clipping on), runs are deterministic with any thread
+// counts, lowered and compute-only schedules agree, and bad inputs are refused.
+#include "engine/serial_executor.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/data.hpp"
+#include "engine/reference_trainer.hpp"
+#include "engine/schedule_generators.hpp"
+#include "kernels/check.hpp"
+
+using namespace actorpipe;
+
+namespace {
+
+constexpr int kB = 2, kT = 6;
+
+ModelOptions tiny(Arch arch, bool tied = true) {
+  ModelOptions o;
+  o.arch = arch;
+  o.vocab_size = 24;
+  o.context = 8;
+  o.width = 8;
+  o.depth = 2;  // 4 layers: up to 4 stages
+  o.heads = 2;
+  o.segments = 2;
+  o.tied = tied;
+  o.init_seed = 11;
+  return o;
+}
+
+OptimizerOptions adamw_clipped() {
+  OptimizerOptions o;
+  o.kind = "adamw";
+  o.lr = 2e-2f;
+  o.weight_decay = 0.1f;
+  o.grad_clip = 0.5f;  // tiny models' gradient norms are around 1-3: every step clips
+  return o;
+}
+
+Model build(const ModelOptions& o) {
+  auto m = Model::build(o);
+  REQUIRE_MESSAGE(m.ok(), (m.ok() ? "" : m.error().message));
+  return std::move(m).value();
+}
+
+std::vector<Microbatch> batches(Arch arch, int V, int n, uint64_t seed = 7) {
+  DataOptions d;
+  d.seed = seed;
+  auto loader = DataLoader::open(d, arch, V, kB, kT);
+  REQUIRE(loader.ok());
+  std::vector<Microbatch> out;
+  for (int i = 0; i < n; ++i) out.push_back((*loader)->next());
+  return out;
+}
+
+struct Reference {
+  std::vector<std::vector<float>> params;
+  std::vector<double> losses;
+  std::vector<double> norms;
+};
+
+Reference reference_run(const Model& model, const OptimizerOptions& opt,
+                        const std::vector<Microbatch>& mbs, int m, int steps) {
+  ReferenceTrainer ref(model, opt, kB, kT, 1);
+  Reference out;
+  for (int s = 0; s < steps; ++s) {
+    std::span<const Microbatch> step(mbs.data() + static_cast<size_t>(s) * m,
+                                     static_cast<size_t>(m));
+    out.losses.push_back(ref.step(step));
+    out.norms.push_back(ref.last_grad_norm());
+  }
+  for (int i = 0; i < model.num_layers(); ++i)
+    out.params.emplace_back(ref.params(i).begin(), ref.params(i).end());
+  return out;
+}
+
+std::unique_ptr<SerialExecutor> executor(const Model& model, const Partition& p,
+                                         const OptimizerOptions& opt, Mode mode, int m,
+                                         std::vector<int> threads = {}, bool lowered = true) {
+  SerialExecutorOptions o;
+  o.mode = mode;
+  o.microbatches = m;
+  o.B = kB;
+  o.T = kT;
+  o.threads = std::move(threads);
+  o.lowered = lowered;
+  auto e = SerialExecutor::create(model, p, opt, o);
+  REQUIRE_MESSAGE(e.ok(), (e.ok() ? "" : e.error().message));
+  return std::move(e).value();
+}
+
+bool bitwise_equal(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Every layer of the executor equals the reference bit for bit.
+void check_params(const SerialExecutor& e, const Reference& ref) {
+  for (int i = 0; i < e.model().num_layers(); ++i) {
+    INFO("layer " << i);
+    CHECK(bitwise_equal(e.params(i), ref.params[static_cast<size_t>(i)]));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("gpipe and 1f1b equal the reference trainer bitwise for d <= 4, m <= 8") {
+  constexpr int kSteps = 3;
+  const OptimizerOptions opt = adamw_clipped();
+  for (Arch arch : {Arch::gpt, Arch::bert}) {
+    const Model model = build(tiny(arch));
+    for (int m = 1; m <= 8; ++m) {
+      const auto mbs = batches(arch, model.options().vocab_size, m * kSteps);
+      const Reference ref = reference_run(model, opt, mbs, m, kSteps);
+      for (double n : ref.norms) REQUIRE(n > opt.grad_clip);  // clipping is exercised
+      for (int d = 1; d <= 4; ++d) {
+        const Partition p = *Partition::even(model.num_layers(), d);
+        for (Mode mode : {Mode::gpipe, Mode::onef1b}) {
+          INFO((arch == Arch::gpt ? "gpt" : "bert")
+               << " m=" << m << " d=" << d << " " << to_string(mode));
+          auto e = executor(model, p, opt, mode, m);
+          auto losses = e->run(kSteps, mbs);
+          REQUIRE_MESSAGE(losses.ok(), (losses.ok() ? "" : losses.error().message));
+          CHECK(*losses == ref.losses);
+          check_params(*e, ref);
+          CHECK(e->microbatches_done() == m * kSteps);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("sync modes: untied, SGD with warm-up, uneven partitions and compute-only schedules") {
+  constexpr int kSteps = 4, m = 3;
+  OptimizerOptions sgd;
+  sgd.kind = "sgd";
+  sgd.lr = 5e-2f;
+  sgd.momentum = 0.9f;
+  sgd.weight_decay = 0.01f;
+  sgd.grad_clip = 0.5f;
+  sgd.warmup_steps = 3;
+  for (Arch arch : {Arch::gpt, Arch::bert}) {
+    for (bool tied : {false, true}) {
+      for (const OptimizerOptions& opt : {adamw_clipped(), sgd}) {
+        const Model model = build(tiny(arch, tied));
+        const auto mbs = batches(arch, model.options().vocab_size, m * kSteps, 99);
+        const Reference ref = reference_run(model, opt, mbs, m, kSteps);
+        for (const std::vector<int>& counts :
+             {std::vector<int>{1, 3}, std::vector<int>{3, 1}, std::vector<int>{2, 1, 1}}) {
+          const Partition p = *Partition::from_counts(model.num_layers(), counts);
+          for (bool lowered : {true, false}) {
+            INFO("tied " << tied << " " << opt.kind << " " << p.to_string() << " lowered "
+                         << lowered);
+            auto e = executor(model, p, opt, Mode::onef1b, m, {}, lowered);
+            auto losses = e->run(kSteps, mbs);
+            REQUIRE(losses.ok());
+            CHECK(*losses == ref.losses);
+            check_params(*e, ref);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("runs are deterministic with different thread counts per stage") {
+  constexpr int m = 4;
+  const OptimizerOptions opt = adamw_clipped();
+  for (Mode mode : all_modes) {
+    const Model model = build(tiny(Arch::gpt));
+    const Partition p = *Partition::even(model.num_layers(), 3);
+    const int steps = 3;
+    SerialExecutorOptions probe;
+    probe.mode = mode;
+    probe.microbatches = m;
+    auto run_once = [&](std::vector<int> threads) {
+      auto e = executor(model, p, opt, mode, m, std::move(threads));
+      const auto mbs = batches(Arch::gpt, model.options().vocab_size,
+                               static_cast<int>(e->microbatches_for(steps)), 5);
+      auto losses = e->run(steps, mbs);
+      REQUIRE_MESSAGE(losses.ok(), (losses.ok() ? "" : losses.error().message));
+      std::vector<std::vector<float>> out;
+      for (int i = 0; i < model.num_layers(); ++i)
+        out.emplace_back(e->params(i).begin(), e->params(i).end());
+      return std::pair{*losses, out};
+    };
+    INFO(to_string(mode));
+    const auto a = run_once({1, 2, 3});
+    const auto b = run_once({1, 2, 3});
+    const auto c = run_once({3, 1, 2});
+    const auto d = run_once({3, 1, 2});
+    CHECK(a.first == b.first);
+    CHECK(a.second == b.second);
+    CHECK(c.first == d.first);
+    CHECK(c.second == d.second);
+    // and the weights moved
+    const Model fresh = build(tiny(Arch::gpt));
+    std::vector<float> init(fresh.layer(1).param_floats());
+    fresh.init_layer(1, init.data());
+    CHECK(a.second[1] != init);
+  }
+}
+
+TEST_CASE("consecutive runs continue training: two runs of 2 steps equal one run of 4") {
+  constexpr int m = 2;
+  const OptimizerOptions opt = adamw_clipped();
+  const Model model = build(tiny(Arch::gpt));
+  const Partition p = *Partition::even(model.num_layers(), 2);
+  const auto mbs = batches(Arch::gpt, model.options().vocab_size, 4 * m);
+  auto one = executor(model, p, opt, Mode::gpipe, m);
+  REQUIRE(one->run(4, mbs).ok());
+  auto two = executor(model, p, opt, Mode::gpipe, m);
+  REQUIRE(two->run(2, std::span(mbs).first(2 * m)).ok());
+  REQUIRE(two->run(2, std::span(mbs).subspan(2 * m)).ok());
+  for (int i = 0; i < model.num_layers(); ++i) CHECK(bitwise_equal(one->params(i), two->params(i)));
+  CHECK(two->worker(0).updates() == 4);
+}
+
+TEST_CASE("the executor refuses bad input with errors that name it") {
+  const Model model = build(tiny(Arch::gpt));
+  const Partition p2 = *Partition::even(model.num_layers(), 2);
+  const OptimizerOptions opt = adamw_clipped();
+  auto message = [&](const SerialExecutorOptions& o) {
+    auto e = SerialExecutor::create(model, p2, opt, o);
+    return e.ok() ? std::string() : e.error().message;
+  };
+  SerialExecutorOptions o;
+  o.B = kB;
+  o.T = kT;
+  o.microbatches = 0;
+  CHECK(message(o).find("microbatches = 0") != std::string::npos);
+  o.microbatches = 2;
+  o.T = 9;
+  CHECK(message(o).find("seq_len = 9") != std::string::npos);
+  o.T = kT;
+  o.threads = {1};
+  CHECK(message(o).find("threads: 1 entries for 2 stages") != std::string::npos);
+  o.threads = {};
+  o.mode = Mode::twobw;
+  o.microbatches = 1;
+  CHECK(message(o).find("2bw needs microbatches >= stages") != std::string::npos);
+
+  o.mode = Mode::onef1b;
+  o.microbatches = 2;
+  auto e = SerialExecutor::create(model, p2, opt, o);
+  REQUIRE(e.ok());
+  const auto mbs = batches(Arch::gpt, model.options().vocab_size, 4);
+  auto wrong_count = (*e)->run(2, std::span(mbs).first(3));
+  REQUIRE_FALSE(wrong_count.ok());
+  CHECK(wrong_count.error().message.find("read 4 microbatches, got 3") != std::string::npos);
+  // a schedule of another mode, and a broken schedule
+  auto other = make_gpipe(2, 2);
+  auto r = (*e)->run_schedule(*other, std::span(mbs).first(2));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.find("gpipe schedule of 2 stages given to a 1f1b executor") !=
+        std::string::npos);
+  auto broken = *make_1f1b(2, 2);
+  broken.per_stage[1].erase(broken.per_stage[1].begin());  // drop 1F0
+  r = (*e)->run_schedule(broken, std::span(mbs).first(2));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.find("ERROR HERE") != std::string::npos);
+}
+
+TEST_CASE("a stage worker refuses actions out of order") {
+  const Model model = build(tiny(Arch::gpt));
+  const Partition p = *Partition::even(model.num_layers(), 2);
+  StageWorkerOptions o;
+  o.mode = Mode::onef1b;
+  o.stage = 1;
+  o.microbatches = 2;
+  o.B = kB;
+  o.T = kT;
+  StageWorker w(model, p, adamw_clipped(), o);
+  const auto mbs = batches(Arch::gpt, model.options().vocab_size, 2);
+  const Action f{1, ActionKind::F, 0, 0, 0};
+  const Action b{1, ActionKind::B, 0, 0, 0};
+  Tensor in = Tensor::zeros({kB, kT, model.options().width});
+  CHECK_THROWS_AS(w.exec_forward(f, mbs[0], in), CheckFailure);  // no run started
+  REQUIRE(w.start_run(*make_1f1b(2, 2), 0).ok());
+  CHECK_THROWS_AS(w.exec_backward(b, mbs[0], Tensor()), CheckFailure);  // B before F
+  CHECK_THROWS_AS(w.exec_forward(f, mbs[0], Tensor()), CheckFailure);   // missing input
+  const ForwardOutput out = w.exec_forward(f, mbs[0], in);
+  CHECK_FALSE(out.out.defined());  // the last stage returns a loss
+  CHECK(out.loss.count > 0);
+  CHECK_THROWS_AS(w.exec_forward(f, mbs[0], in), CheckFailure);  // F twice
+  const Action opt{1, ActionKind::OPT_STEP, -1, 1, 0};
+  CHECK_THROWS_AS(w.exec_opt_step(opt, {}), CheckFailure);  // before finish_gradients
+  const Action b_wrong{1, ActionKind::B, 0, 1, 0};          // version 1 does not exist yet
+  CHECK_THROWS_AS(w.exec_backward(b_wrong, mbs[0], Tensor()), CheckFailure);
+  CHECK(w.exec_backward(b, mbs[0], Tensor()).defined());  // the gradient of the stage's input
+  CHECK(w.in_flight() == 0);
+  // an in-place update under a stashed activation is refused (single policy)
+  w.exec_forward({1, ActionKind::F, 1, 0, 0}, mbs[1], in);
+  w.finish_gradients();
+  CHECK_THROWS_AS(w.exec_opt_step(opt, {}), CheckFailure);
+}
+
+TEST_CASE("output tensors go to the next stage without copies and are reused once dropped") {
+  const Model model = build(tiny(Arch::gpt));
+  const Partition p = *Partition::even(model.num_layers(), 2);
+  StageWorkerOptions o;
+  o.mode = Mode::gpipe;
+  o.stage = 0;
+  o.microbatches = 2;
+  o.B = kB;
+  o.T = kT;
+  StageWorker w(model, p, adamw_clipped(), o);
+  CHECK(w.stash_slots() == 2);
+  const auto mbs = batches(Arch::gpt, model.options().vocab_size, 2);
+  const Schedule s = *make_gpipe(2, 2);
+  REQUIRE(w.start_run(s, 0).ok());
+  ForwardOutput a = w.exec_forward({0, ActionKind::F, 0, 0, 0}, mbs[0], Tensor());
+  ForwardOutput b = w.exec_forward({0, ActionKind::F, 1, 0, 0}, mbs[1], Tensor());
+  REQUIRE(a.out.defined());
+  CHECK(a.out.storage() != b.out.storage());
+  CHECK(a.out.shape() == std::vector<int64_t>{kB, kT, model.options().width});
+  const void* first = a.out.storage().get();
+  const Tensor g = Tensor::zeros({kB, kT, model.options().width});
+  CHECK_FALSE(w.exec_backward({0, ActionKind::B, 0, 0, 0}, mbs[0], g).defined());  // stage 0
+  w.exec_backward({0, ActionKind::B, 1, 0, 0}, mbs[1], g);
+  w.finish_gradients();
+  w.exec_opt_step({0, ActionKind::OPT_STEP, -1, 1, 0}, {});
+  w.exec_flush({0, ActionKind::FLUSH, -1, 0, 0});
+  a = {};  // the next stage drops the first output: its storage comes back
+  REQUIRE(w.start_run(s, 2).ok());
+  const ForwardOutput c = w.exec_forward({0, ActionKind::F, 0, 0, 0}, mbs[0], Tensor());
+  CHECK(c.out.storage().get() == first);
+  CHECK(w.updates() == 1);
+
+  o.stash_slots = 1;
+  StageWorker small(model, p, adamw_clipped(), o);
+  auto st = small.start_run(s, 0);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().message.find("stashes up to 2 microbatches but the stage has 1") !=
+        std::string::npos);
+}

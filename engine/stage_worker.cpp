@@ -1,0 +1,632 @@
+// StageWorker: the compute unit of one pipeline stage (its layers' weight versions, gradients,
+// optimizer state, activation stash and Context) with one exec_* call per action kind.
+#include "engine/stage_worker.hpp"
+
+#include <algorithm>
+#include <atomic>
+
+#include "engine/layer_optimizer.hpp"
+#include "engine/schedule_generators.hpp"
+#include "engine/simulator.hpp"
+#include "engine/xpipe_prediction.hpp"
+#include "kernels/check.hpp"
+#include "kernels/optimizer.hpp"
+
+namespace actorpipe {
+
+namespace {
+
+// How an update treats one parameter slot.
+enum SlotRule : uint8_t {
+  kStageScale = 0,  // clipped by UpdateScales::stage
+  kTiedScale = 1,   // exchange_grads copy of a tied parameter owned elsewhere: UpdateScales::tied
+  kSkip = 2,        // follow_owner copy: the owner's stage updates it
+};
+
+// One update of a layer as optimizer_update does it (one adamw_update / sgd_update call per run
+// of slots with the same decay flag; the kernels are element-wise, so the runs do not change
+// the bits), except that each slot takes the scale its rule names or is left alone.
+void update_layer(Context& ctx, const OptimizerOptions& o, const Layer& layer, float* params,
+                  const float* grads, float* state, long step, const std::vector<uint8_t>& rules,
+                  const UpdateScales& scales) {
+  const bool adamw = o.kind == "adamw";
+  const size_t n = layer.param_floats();
+  const float lr = scheduled_lr(o, step);
+  const auto& slots = layer.slots();
+  size_t s = 0;
+  while (s < slots.size()) {
+    if (rules[s] == kSkip) {
+      ++s;
+      continue;
+    }
+    const bool decay = slots[s].decay;
+    const uint8_t rule = rules[s];
+    const size_t begin = slots[s].offset;
+    size_t end = begin;
+    while (s < slots.size() && slots[s].decay == decay && rules[s] == rule) {
+      end = slots[s].offset + slots[s].numel;
+      ++s;
+    }
+    const float wd = decay ? o.weight_decay : 0.0f;
+    const float scale = rule == kTiedScale ? scales.tied : scales.stage;
+    if (adamw) {
+      const AdamWParams p{lr, o.beta1, o.beta2, o.eps, wd};
+      adamw_update(ctx, params + begin, grads + begin, state + begin, state + n + begin,
+                   end - begin, p, step, scale);
+    } else {
+      const SGDParams p{lr, o.momentum, wd};
+      sgd_update(ctx, params + begin, grads + begin, state + begin, end - begin, p, scale);
+    }
+  }
+}
+
+int default_stash_slots(Mode mode, int d, int r, int m) {
+  // sync schedules cover one step; an async one reaches its steady state after d microbatches
+  const int steps = is_synchronous(mode) ? 1 : d + 1;
+  auto s = make_schedule(mode, d, m, steps);
+  AP_CHECK(s.ok(), "{}", s.ok() ? "" : s.error().message);
+  return peak_stash(*s)[static_cast<size_t>(r)];
+}
+
+}  // namespace
+
+TiedSync tied_sync(Mode mode) {
+  return mode == Mode::twobw || mode == Mode::pipedream ? TiedSync::follow_owner
+                                                        : TiedSync::exchange_grads;
+}
+
+bool clips_globally(Mode mode) {
+  return is_synchronous(mode);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct StageWorker::Slot {
+  int microbatch = -1;        // schedule index; -1 = free
+  int version = 0;            // absolute version of its F
+  Tensor input;               // the previous stage's output, held until the B
+  std::vector<float> hidden;  // outputs of the stage's layers but the last, (B,T,C) each
+  std::vector<float> saved;   // every layer's saved activations
+  LossStats loss;
+};
+
+struct StageWorker::Tied {
+  TiedRole role = TiedRole::none;
+  int owner_stage = 0, copy_stage = 0;
+  int owner_local = -1, copy_local = -1;  // local layer indices (when held here)
+  size_t owner_offset = 0, copy_offset = 0, numel = 0;
+};
+
+/// Output tensors handed to other stages without copying: a tensor is reused once every other
+/// holder has dropped it (its storage's use count is back to 1).
+class StageWorker::TensorPool {
+ public:
+  TensorPool(std::vector<int64_t> shape, int preallocate) : shape_(std::move(shape)) {
+    for (int i = 0; i < preallocate; ++i) items_.push_back(Tensor::zeros(shape_));
+  }
+  Tensor acquire() {
+    for (const Tensor& t : items_) {
+      if (t.storage().use_count() == 1) {
+        // the last other holder's reads happen before our writes
+        std::atomic_thread_fence(std::memory_order_acquire);
+        return t;
+      }
+    }
+    items_.push_back(Tensor::zeros(shape_));
+    return items_.back();
+  }
+
+ private:
+  std::vector<int64_t> shape_;
+  std::vector<Tensor> items_;
+};
+
+StageWorker::StageWorker(const Model& model, const Partition& partition,
+                         const OptimizerOptions& optimizer, const StageWorkerOptions& options)
+    : model_(model),
+      partition_(partition),
+      opt_(optimizer),
+      opts_(options),
+      stage_(options.stage),
+      tied_sync_(tied_sync(options.mode)),
+      ctx_(options.threads) {
+  AP_CHECK(partition.num_layers() == model.num_layers(),
+           "partition of {} layers for a model of {} layers", partition.num_layers(),
+           model.num_layers());
+  AP_CHECK(stage_ >= 0 && stage_ < partition.stages(), "stage {} of {}", stage_,
+           partition.stages());
+  AP_CHECK(options.B >= 1 && options.T >= 1 && options.T <= model.options().context,
+           "B = {}, T = {} (context {})", options.B, options.T, model.options().context);
+  AP_CHECK(options.microbatches >= 1, "microbatches = {}", options.microbatches);
+  AP_CHECK(optimizer.kind == "adamw" || optimizer.kind == "sgd", "optimizer.kind = \"{}\"",
+           optimizer.kind);
+  first_ = partition.begin(stage_);
+  update_mbs_ = options.mode == Mode::pipedream ? 1 : options.microbatches;
+  const int d = partition.stages();
+  const int L = partition.size(stage_);
+  const size_t bth = static_cast<size_t>(options.B) * options.T * model.options().width;
+
+  // layers, parameter / gradient / state layout
+  std::vector<size_t> layer_floats;
+  size_t params = 0, state = 0, saved = 0;
+  std::vector<size_t> saved_off;
+  for (int i = 0; i < L; ++i) {
+    layers_.push_back(model.layer_ptr(first_ + i));
+    const Layer& layer = *layers_.back();
+    layer_floats.push_back(layer.param_floats());
+    param_off_.push_back(params);
+    state_off_.push_back(state);
+    saved_off.push_back(saved);
+    params += layer.param_floats();
+    state += optimizer_state_floats(optimizer, layer.param_floats());
+    saved += layer.saved_floats(options.B, options.T);
+  }
+  saved_off.push_back(saved);
+  saved_off_ = std::move(saved_off);
+  grads_.assign(params, 0.0f);
+  state_.assign(state, 0.0f);
+  if (version_policy(options.mode) == VersionPolicy::predicted) predicted_.assign(params, 0.0f);
+
+  // activation stash
+  const int slots = options.stash_slots > 0
+                        ? options.stash_slots
+                        : default_stash_slots(options.mode, d, stage_, options.microbatches);
+  stash_.resize(static_cast<size_t>(std::max(slots, 1)));
+  for (Slot& s : stash_) {
+    s.hidden.assign(static_cast<size_t>(L - 1) * bth, 0.0f);
+    s.saved.assign(saved, 0.0f);
+  }
+  dh_a_.assign(bth, 0.0f);
+  dh_b_.assign(bth, 0.0f);
+  const std::vector<int64_t> hidden_shape{options.B, options.T, model.options().width};
+  out_pool_ = std::make_unique<TensorPool>(hidden_shape, is_last() ? 0 : stash_slots() + 1);
+  din_pool_ = std::make_unique<TensorPool>(hidden_shape, is_first() ? 0 : 2);
+  sumsq_.assign(static_cast<size_t>(L), 0.0);
+
+  // weight versions, initialised from the model's seeded init
+  store_ = std::make_unique<WeightStore>(version_policy(options.mode),
+                                         version_capacity(options.mode, d, stage_),
+                                         std::move(layer_floats), stash_slots());
+  for (int i = 0; i < L; ++i) model.init_layer(first_ + i, store_->mutable_params(0, i).data());
+
+  // tied parameters and per-slot update rules
+  slot_rule_.resize(static_cast<size_t>(L));
+  for (int i = 0; i < L; ++i)
+    slot_rule_[static_cast<size_t>(i)].assign(layers_[static_cast<size_t>(i)]->slots().size(),
+                                              kStageScale);
+  for (const TiedParam& tp : model.tied()) {
+    Tied t;
+    t.owner_stage = partition.stage_of(tp.owner_layer);
+    t.copy_stage = partition.stage_of(tp.copy_layer);
+    const ParamSlot* a = model.layer(tp.owner_layer).find_slot(tp.owner_slot);
+    const ParamSlot* b = model.layer(tp.copy_layer).find_slot(tp.copy_slot);
+    AP_CHECK(a && b && a->numel == b->numel, "tied slots {} / {}", tp.owner_slot, tp.copy_slot);
+    AP_CHECK(a->decay == b->decay, "tied slots {} / {} differ in weight decay", tp.owner_slot,
+             tp.copy_slot);
+    t.numel = a->numel;
+    const bool owner = t.owner_stage == stage_, copy = t.copy_stage == stage_;
+    t.role = owner && copy ? TiedRole::both
+             : owner       ? TiedRole::owner
+             : copy        ? TiedRole::copy
+                           : TiedRole::none;
+    if (owner) {
+      t.owner_local = tp.owner_layer - first_;
+      t.owner_offset = a->offset;
+    }
+    if (copy) {
+      t.copy_local = tp.copy_layer - first_;
+      t.copy_offset = b->offset;
+    }
+    if (t.role == TiedRole::copy) {
+      const auto& slots_of = layers_[static_cast<size_t>(t.copy_local)]->slots();
+      for (size_t s = 0; s < slots_of.size(); ++s) {
+        if (slots_of[s].name == tp.copy_slot) {
+          slot_rule_[static_cast<size_t>(t.copy_local)][s] =
+              tied_sync_ == TiedSync::follow_owner ? kSkip : kTiedScale;
+        }
+      }
+    }
+    tied_.push_back(t);
+    tied_held_.emplace_back();
+    tied_held_.back().reserve(static_cast<size_t>(store_->capacity()) + 2);
+    tied_held_.back().emplace_back(0, 0);  // both copies start from the same init
+  }
+  tied_carried_.assign(tied_.size(), -1);
+  if (opts_.log_versions) log_.reserve(1024);
+}
+
+StageWorker::~StageWorker() = default;
+
+void StageWorker::check_action(const Action& a, ActionKind kind) const {
+  AP_CHECK(run_active_, "{}: start_run() first", to_string(a));
+  AP_CHECK(a.kind == kind && a.stage == stage_, "{} given to exec of {} at stage {}", to_string(a),
+           to_string(kind), stage_);
+  if (is_compute(kind)) {
+    AP_CHECK(a.microbatch >= 0 && a.microbatch < run_microbatches_,
+             "{}: microbatch outside the run's [0, {})", to_string(a), run_microbatches_);
+  }
+}
+
+Status StageWorker::start_run(const Schedule& s, int64_t microbatch_offset) {
+  if (s.mode != opts_.mode) {
+    return make_error("a {} schedule given to a {} stage", to_string(s.mode),
+                      to_string(opts_.mode));
+  }
+  if (s.stages != stages() || static_cast<int>(s.per_stage.size()) != stages()) {
+    return make_error("a schedule of {} stages given to a pipeline of {} stages", s.stages,
+                      stages());
+  }
+  if (s.microbatches != update_mbs_) {
+    return make_error(
+        "the schedule averages {} microbatches per step but stage {} was built for {}",
+        s.microbatches, stage_, update_mbs_);
+  }
+  if (in_flight() > 0) {
+    return make_error("stage {}: {} microbatches of the previous run are still in flight", stage_,
+                      in_flight());
+  }
+  if (grads_finished_) return make_error("stage {}: an update was left unfinished", stage_);
+  const int need = peak_stash(s)[static_cast<size_t>(stage_)];
+  if (need > stash_slots()) {
+    return make_error(
+        "stage {}: the schedule stashes up to {} microbatches but the stage has {} "
+        "stash slots",
+        stage_, need, stash_slots());
+  }
+  base_ = static_cast<int>(updates_);
+  store_->reset(base_);
+  for (auto& held : tied_held_) {
+    std::erase_if(held, [&](const std::pair<int, int>& e) { return e.first != base_; });
+  }
+  for (size_t k = 0; k < tied_.size(); ++k) {
+    if (tied_[k].role == TiedRole::copy && tied_sync_ == TiedSync::follow_owner &&
+        tied_held(base_, k) != base_) {
+      return make_error(
+          "stage {}: its copy of tied parameter {} is not the owner's version {}: "
+          "install_tied_weights at the end of the previous run",
+          stage_, k, base_);
+    }
+  }
+  mb_offset_ = microbatch_offset;
+  run_microbatches_ = s.total_microbatches();
+  owner_f_version_.clear();
+  for (const Tied& t : tied_) {
+    if (t.role != TiedRole::copy || tied_sync_ != TiedSync::follow_owner) continue;
+    owner_f_version_.assign(static_cast<size_t>(run_microbatches_), -1);
+    for (const Action& a : s.per_stage[static_cast<size_t>(t.owner_stage)]) {
+      if (a.kind == ActionKind::F && a.microbatch >= 0 && a.microbatch < run_microbatches_)
+        owner_f_version_[static_cast<size_t>(a.microbatch)] = a.version;
+    }
+  }
+  run_active_ = true;
+  return {};
+}
+
+StageWorker::Slot& StageWorker::acquire_slot(int microbatch) {
+  Slot* free_slot = nullptr;
+  for (Slot& s : stash_) {
+    AP_CHECK(s.microbatch != microbatch, "F of microbatch {} twice without its B", microbatch);
+    if (s.microbatch < 0 && !free_slot) free_slot = &s;
+  }
+  AP_CHECK(free_slot, "stage {}: F of microbatch {} but all {} stash slots are in flight", stage_,
+           microbatch, stash_.size());
+  free_slot->microbatch = microbatch;
+  return *free_slot;
+}
+
+StageWorker::Slot& StageWorker::find_slot(int microbatch) {
+  for (Slot& s : stash_)
+    if (s.microbatch == microbatch) return s;
+  AP_CHECK(false, "stage {}: B of microbatch {} whose F has not run", stage_, microbatch);
+  return stash_.front();
+}
+
+int StageWorker::in_flight() const {
+  int n = 0;
+  for (const Slot& s : stash_) n += s.microbatch >= 0 ? 1 : 0;
+  return n;
+}
+
+int StageWorker::tied_held(int version, size_t k) const {
+  for (const auto& [v, tv] : tied_held_[k])
+    if (v == version) return tv;
+  return -1;
+}
+
+void StageWorker::set_tied_held(int version, size_t k, int tied_version) {
+  for (auto& [v, tv] : tied_held_[k]) {
+    if (v == version) {
+      tv = tied_version;
+      return;
+    }
+  }
+  tied_held_[k].emplace_back(version, tied_version);
+}
+
+ForwardOutput StageWorker::exec_forward(const Action& a, const Microbatch& mb, const Tensor& in) {
+  check_action(a, ActionKind::F);
+  AP_CHECK(mb.B == opts_.B && mb.T == opts_.T,
+           "{}: microbatch ({}, {}) but the stage takes ({}, {})", to_string(a), mb.B, mb.T,
+           opts_.B, opts_.T);
+  const size_t bth = dh_a_.size();
+  const Layer& first = *layers_.front();
+  if (first.takes_input()) {
+    AP_CHECK(in.defined() && in.dtype() == DType::f32 && static_cast<size_t>(in.numel()) == bth,
+             "{}: input {} but the stage takes (B,T,C) = {} floats", to_string(a),
+             in.defined() ? in.describe() : "undefined", bth);
+  }
+  const int v = base_ + a.version;
+  const bool predicted = store_->policy() == VersionPolicy::predicted;
+  if (predicted) {
+    AP_CHECK(v == store_->latest(), "{}: forward at version {} but the stage's weights are at {}",
+             to_string(a), v, store_->latest());
+  }
+  int tied_version = -1;
+  for (size_t k = 0; k < tied_.size(); ++k) {
+    if (tied_[k].role != TiedRole::copy || tied_sync_ != TiedSync::follow_owner) continue;
+    const int need = base_ + owner_f_version_[static_cast<size_t>(a.microbatch)];
+    AP_CHECK(tied_held(v, k) == need,
+             "{}: the tied parameter must be at version {} (the owner's) but holds {}: "
+             "install_tied_weights first",
+             to_string(a), need, tied_held(v, k));
+    tied_version = need;
+  }
+  Slot& slot = acquire_slot(a.microbatch);
+  slot.version = v;
+  slot.input = first.takes_input() ? in : Tensor();
+  if (!predicted) store_->bind(a.microbatch, v);
+  const bool predict = predicted && a.lookahead > 0 && updates_ > 0;
+
+  ForwardOutput result;
+  if (!layers_.back()->is_loss()) result.out = out_pool_->acquire();
+  const int L = num_layers();
+  for (int i = 0; i < L; ++i) {
+    const size_t k = static_cast<size_t>(i);
+    const Layer& layer = *layers_[k];
+    const float* P = store_->params(v, i).data();
+    if (predict) {
+      float* y = predicted_.data() + param_off_[k];
+      predict_weights(ctx_, opt_, layer, P, state_.data() + state_off_[k], updates_, a.lookahead,
+                      y);
+      P = y;
+    }
+    ctx_.arena().reset();
+    const float* x = i > 0 ? slot.hidden.data() + (k - 1) * bth
+                           : (layer.takes_input() ? slot.input.f32() : nullptr);
+    float* y =
+        i + 1 < L ? slot.hidden.data() + k * bth : (layer.is_loss() ? nullptr : result.out.f32());
+    const LossStats st = layer.forward(ctx_, P, mb, x, y, slot.saved.data() + saved_off_[k]);
+    if (layer.is_loss()) result.loss = st;
+  }
+  slot.loss = result.loss;
+  if (opts_.log_versions) {
+    log_.push_back({stage_, ActionKind::F, mb_offset_ + a.microbatch, v,
+                    predicted ? a.lookahead : 0, tied_version});
+  }
+  return result;
+}
+
+Tensor StageWorker::exec_backward(const Action& a, const Microbatch& mb, const Tensor& dout) {
+  check_action(a, ActionKind::B);
+  AP_CHECK(!grads_finished_, "{}: a backward after finish_gradients() and before the update",
+           to_string(a));
+  AP_CHECK(mb.B == opts_.B && mb.T == opts_.T,
+           "{}: microbatch ({}, {}) but the stage takes ({}, {})", to_string(a), mb.B, mb.T,
+           opts_.B, opts_.T);
+  const size_t bth = dh_a_.size();
+  Slot& slot = find_slot(a.microbatch);
+  const int v = base_ + a.version;
+  const bool predicted = store_->policy() == VersionPolicy::predicted;
+  if (predicted) {
+    AP_CHECK(v == store_->latest(), "{}: backward at version {} but the stage's weights are at {}",
+             to_string(a), v, store_->latest());
+  } else {
+    AP_CHECK(store_->bound_version(a.microbatch) == v,
+             "{}: backward at version {} but its forward used version {}", to_string(a), v,
+             store_->bound_version(a.microbatch));
+  }
+  const Layer& last = *layers_.back();
+  if (!last.is_loss()) {
+    AP_CHECK(
+        dout.defined() && dout.dtype() == DType::f32 && static_cast<size_t>(dout.numel()) == bth,
+        "{}: output gradient {} but the stage produces (B,T,C) = {} floats", to_string(a),
+        dout.defined() ? dout.describe() : "undefined", bth);
+  }
+  Tensor din;
+  if (layers_.front()->takes_input()) din = din_pool_->acquire();
+  const float dloss = loss_scale(slot.loss.count, update_mbs_);
+  const float* dcur = last.is_loss() ? nullptr : dout.f32();
+  for (int i = num_layers() - 1; i >= 0; --i) {
+    const size_t k = static_cast<size_t>(i);
+    const Layer& layer = *layers_[k];
+    float* dnext = i > 0 ? (dcur == dh_a_.data() ? dh_b_.data() : dh_a_.data())
+                         : (layer.takes_input() ? din.f32() : nullptr);
+    const float* x = i > 0 ? slot.hidden.data() + (k - 1) * bth
+                           : (layer.takes_input() ? slot.input.f32() : nullptr);
+    ctx_.arena().reset();
+    layer.backward(ctx_, store_->params(v, i).data(), grads_.data() + param_off_[k], mb, x,
+                   slot.saved.data() + saved_off_[k], dcur, dnext, dloss);
+    dcur = dnext;
+  }
+  if (opts_.log_versions) {
+    int tied_version = -1;
+    for (size_t k = 0; k < tied_.size(); ++k)
+      if (tied_[k].role == TiedRole::copy && tied_sync_ == TiedSync::follow_owner)
+        tied_version = tied_held(v, k);
+    log_.push_back({stage_, ActionKind::B, mb_offset_ + a.microbatch, v, 0, tied_version});
+  }
+  if (!predicted) store_->release(a.microbatch);
+  slot.microbatch = -1;
+  slot.input = Tensor();
+  return din;
+}
+
+std::span<const double> StageWorker::finish_gradients() {
+  AP_CHECK(run_active_, "stage {}: finish_gradients() outside a run", stage_);
+  AP_CHECK(!grads_finished_, "stage {}: finish_gradients() twice for one update", stage_);
+  for (const Tied& t : tied_) {
+    if (t.role != TiedRole::both) continue;
+    reduce_tied_grads(
+        grads_.data() + param_off_[static_cast<size_t>(t.owner_local)] + t.owner_offset,
+        grads_.data() + param_off_[static_cast<size_t>(t.copy_local)] + t.copy_offset, t.numel);
+  }
+  for (int i = 0; i < num_layers(); ++i) {
+    const size_t k = static_cast<size_t>(i);
+    sumsq_[k] = model_.grad_sumsq(ctx_, first_ + i, grads_.data() + param_off_[k]);
+  }
+  grads_finished_ = true;
+  return sumsq_;
+}
+
+void StageWorker::exec_opt_step(const Action& a, const UpdateScales& scales) {
+  check_action(a, ActionKind::OPT_STEP);
+  AP_CHECK(grads_finished_, "{}: finish_gradients() must come before the update", to_string(a));
+  AP_CHECK(base_ + a.version == updates_ + 1, "{}: produces version {} but the stage is at {}",
+           to_string(a), base_ + a.version, updates_);
+  // the copy slot of a follow_owner copy is not updated: the new version holds what the newest
+  // one held
+  for (size_t k = 0; k < tied_.size(); ++k) tied_carried_[k] = tied_held(store_->latest(), k);
+  store_->begin_update();
+  ++updates_;
+  for (int i = 0; i < num_layers(); ++i) {
+    const size_t k = static_cast<size_t>(i);
+    update_layer(ctx_, opt_, *layers_[k], store_->update_params(i).data(),
+                 grads_.data() + param_off_[k], state_.data() + state_off_[k], updates_,
+                 slot_rule_[k], scales);
+  }
+  store_->commit_update();
+  for (size_t k = 0; k < tied_.size(); ++k) {
+    auto& held = tied_held_[k];
+    std::erase_if(held, [&](const std::pair<int, int>& e) { return !store_->holds(e.first); });
+    if (tied_[k].role == TiedRole::copy && tied_sync_ == TiedSync::follow_owner) {
+      set_tied_held(store_->latest(), k, tied_carried_[k]);
+    } else {
+      set_tied_held(store_->latest(), k, static_cast<int>(updates_));
+    }
+  }
+  std::fill(grads_.begin(), grads_.end(), 0.0f);
+  grads_finished_ = false;
+}
+
+void StageWorker::exec_flush(const Action& a) {
+  check_action(a, ActionKind::FLUSH);
+  AP_CHECK(in_flight() == 0, "{}: {} microbatches still in flight at a flush", to_string(a),
+           in_flight());
+}
+
+size_t StageWorker::num_tied() const {
+  return tied_.size();
+}
+
+int StageWorker::stash_slots() const {
+  return static_cast<int>(stash_.size());
+}
+
+TiedRole StageWorker::tied_role(size_t k) const {
+  AP_CHECK(k < tied_.size(), "tied parameter {} of {}", k, tied_.size());
+  return tied_[k].role;
+}
+
+size_t StageWorker::tied_grad_offset(size_t k) const {
+  const TiedRole role = tied_role(k);
+  const Tied& t = tied_[k];
+  AP_CHECK(role == TiedRole::owner || role == TiedRole::copy,
+           "stage {}: tied parameter {} has no single side here", stage_, k);
+  return role == TiedRole::owner ? param_off_[static_cast<size_t>(t.owner_local)] + t.owner_offset
+                                 : param_off_[static_cast<size_t>(t.copy_local)] + t.copy_offset;
+}
+
+std::span<const float> StageWorker::tied_grad(size_t k) const {
+  return {grads_.data() + tied_grad_offset(k), tied_[k].numel};
+}
+
+void StageWorker::set_tied_grad(size_t k, std::span<const float> sum) {
+  AP_CHECK(!grads_finished_, "stage {}: set_tied_grad after finish_gradients", stage_);
+  const size_t off = tied_grad_offset(k);
+  AP_CHECK(sum.size() == tied_[k].numel, "tied gradient of {} floats, expected {}", sum.size(),
+           tied_[k].numel);
+  std::copy(sum.begin(), sum.end(), grads_.begin() + static_cast<std::ptrdiff_t>(off));
+}
+
+std::span<const float> StageWorker::tied_weights(size_t k) const {
+  const TiedRole role = tied_role(k);
+  AP_CHECK(role == TiedRole::owner || role == TiedRole::both,
+           "stage {} does not own tied parameter {}", stage_, k);
+  const Tied& t = tied_[k];
+  return store_->params(store_->latest(), t.owner_local).subspan(t.owner_offset, t.numel);
+}
+
+int StageWorker::tied_version_needed(const Action& f, size_t k) const {
+  check_action(f, ActionKind::F);
+  if (tied_role(k) != TiedRole::copy || tied_sync_ != TiedSync::follow_owner) return -1;
+  const int need = base_ + owner_f_version_[static_cast<size_t>(f.microbatch)];
+  return tied_held(base_ + f.version, k) == need ? -1 : need;
+}
+
+void StageWorker::install_tied_weights(const Action& f, size_t k, int version,
+                                       std::span<const float> w) {
+  const int need = tied_version_needed(f, k);
+  AP_CHECK(need >= 0 && need == version, "{}: tied version {} offered, {} needed", to_string(f),
+           version, need);
+  const Tied& t = tied_[k];
+  AP_CHECK(w.size() == t.numel, "tied weights of {} floats, expected {}", w.size(), t.numel);
+  const int v = base_ + f.version;
+  std::span<float> dst = store_->mutable_params(v, t.copy_local).subspan(t.copy_offset, t.numel);
+  std::copy(w.begin(), w.end(), dst.begin());
+  set_tied_held(v, k, version);
+}
+
+void StageWorker::install_tied_weights(size_t k, int version, std::span<const float> w) {
+  AP_CHECK(tied_role(k) == TiedRole::copy && tied_sync_ == TiedSync::follow_owner,
+           "stage {} does not follow an owner for tied parameter {}", stage_, k);
+  AP_CHECK(in_flight() == 0, "stage {}: tied weights installed at rest with {} in flight", stage_,
+           in_flight());
+  AP_CHECK(version == static_cast<int>(updates_),
+           "stage {}: tied version {} installed at rest, the stage is at version {}", stage_,
+           version, updates_);
+  const Tied& t = tied_[k];
+  AP_CHECK(w.size() == t.numel, "tied weights of {} floats, expected {}", w.size(), t.numel);
+  const int v = store_->latest();
+  std::span<float> dst = store_->mutable_params(v, t.copy_local).subspan(t.copy_offset, t.numel);
+  std::copy(w.begin(), w.end(), dst.begin());
+  set_tied_held(v, k, version);
+}
+
+void StageWorker::set_updates(long updates) {
+  AP_CHECK(in_flight() == 0 && !grads_finished_, "stage {}: set_updates while busy", stage_);
+  AP_CHECK(updates >= 0, "updates = {}", updates);
+  for (size_t k = 0; k < tied_.size(); ++k) {
+    const int tv = tied_held(store_->latest(), k);
+    tied_held_[k].clear();
+    // a copy following its owner keeps its relative lag; every other side is current
+    tied_held_[k].emplace_back(static_cast<int>(updates),
+                               tv == store_->latest() ? static_cast<int>(updates) : -1);
+  }
+  store_->reset(static_cast<int>(updates));
+  updates_ = updates;
+  base_ = static_cast<int>(updates);
+}
+
+std::span<const float> StageWorker::params(int i) const {
+  return store_->params(store_->latest(), i);
+}
+
+std::span<float> StageWorker::mutable_params(int i) {
+  AP_CHECK(in_flight() == 0, "stage {}: parameters written with {} microbatches in flight", stage_,
+           in_flight());
+  return store_->mutable_params(store_->latest(), i);
+}
+
+std::span<const float> StageWorker::grads(int i) const {
+  AP_CHECK(i >= 0 && i < num_layers(), "layer {} of {}", i, num_layers());
+  const size_t k = static_cast<size_t>(i);
+  return {grads_.data() + param_off_[k], layers_[k]->param_floats()};
+}
+
+std::span<float> StageWorker::optimizer_state(int i) {
+  AP_CHECK(i >= 0 && i < num_layers(), "layer {} of {}", i, num_layers());
+  const size_t k = static_cast<size_t>(i);
+  return {state_.data() + state_off_[k], optimizer_state_floats(opt_, layers_[k]->param_floats())};
+}
+
+}  // namespace actorpipe

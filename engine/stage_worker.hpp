@@ -1,0 +1,228 @@
+// StageWorker: the compute unit of one pipeline stage (its layers' weight versions, gradients,
+// optimizer state, activation stash and Context) with one exec_* call per action kind.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/batch.hpp"
+#include "engine/expected.hpp"
+#include "engine/layer.hpp"
+#include "engine/model.hpp"
+#include "engine/options.hpp"
+#include "engine/partition.hpp"
+#include "engine/schedule.hpp"
+#include "engine/weight_store.hpp"
+#include "kernels/context.hpp"
+#include "kernels/tensor.hpp"
+
+namespace actorpipe {
+
+/// How the two copies of a tied parameter held by different stages stay equal (docs/modes.md,
+/// "Tied embeddings").
+///  exchange_grads  (gpipe, 1f1b, xpipe) both stages exchange their gradient contributions of an
+///                  update, both set the sum (owner's + copy's, in that order) and apply the same
+///                  update with the same optimizer state and clip scale.
+///  follow_owner    (2bw, pipedream) the copy's stage sends its contribution to the owner's stage,
+///                  which alone updates the parameter and publishes each new version; the copy's
+///                  stage installs, before a forward, the version the owner's stage used for the
+///                  same microbatch, and never updates the copy itself.
+enum class TiedSync : uint8_t { exchange_grads, follow_owner };
+TiedSync tied_sync(Mode mode);
+
+/// Where gradient clipping takes its norm: one global norm per step over all stages (gpipe,
+/// 1f1b, exactly as the reference trainer) or one norm per stage (2bw, pipedream, xpipe; the
+/// tied parameter belongs to its owner's stage).
+bool clips_globally(Mode mode);
+
+/// Where this stage holds a tied parameter.
+enum class TiedRole : uint8_t { none, owner, copy, both };
+
+/// Clip scales applied by one update: `stage` to every parameter of the stage, `tied` instead to
+/// the copy side of a tied parameter whose owner is another stage (exchange_grads: the owner
+/// stage's scale, so both copies get the same update).
+struct UpdateScales {
+  float stage = 1.0f;
+  float tied = 1.0f;
+};
+
+/// What exec_forward produces.
+struct ForwardOutput {
+  Tensor out;      ///< (B,T,C) hidden output for the next stage; undefined at the last stage
+  LossStats loss;  ///< last stage: the microbatch's loss; {0, 0} elsewhere
+};
+
+/// One F or B as executed: the weight version it computed with (as the store resolved it).
+struct VersionUse {
+  int stage = 0;
+  ActionKind kind = ActionKind::F;
+  int64_t microbatch = 0;  ///< global microbatch index (run offset + schedule index)
+  int version = 0;         ///< absolute version id: updates of this stage it sees
+  int lookahead = 0;       ///< xpipe F: updates predicted ahead
+  int tied_version = -1;   ///< follow_owner copy stage: the tied parameter's version; else -1
+};
+
+struct StageWorkerOptions {
+  Mode mode = Mode::onef1b;
+  int stage = 0;
+  int microbatches = 1;  ///< m per optimizer step (pipedream updates after every microbatch)
+  int B = 1;             ///< sequences per microbatch
+  int T = 1;             ///< tokens per sequence
+  int threads = 1;       ///< the stage Context's thread budget
+  /// Activation stash slots; 0 = the mode's bound (peak_stash of its schedule at this stage).
+  int stash_slots = 0;
+  bool log_versions = false;  ///< keep a VersionUse per F/B (tests, traces)
+};
+
+/// One stage: global layers [partition.begin(r), partition.end(r)) of the model. Owns every
+/// buffer it computes with (weight versions, gradients, optimizer state, activation stash,
+/// output tensors, its Context and arena) and shares nothing mutable with other stages: d workers
+/// may run on d threads. One thread at a time calls a worker. Nothing allocates in the steady
+/// state (output tensors come from pools that grow only while more are in flight than ever).
+///
+/// Per run: start_run(), then the stage's actions in order: exec_forward / exec_backward per
+/// F / B, and per OPT_STEP the update protocol:
+///   1. cross-stage tied pairs: sum = owner's tied_grad() + copy's tied_grad() (element-wise, in
+///      that order); exchange_grads: set_tied_grad(sum) at both; follow_owner: at the owner only.
+///   2. finish_gradients() → Σg² per layer (double, layer order, tied copy excluded).
+///   3. scales: clips_globally: one clip_scale over Σ of every stage's values taken in stage and
+///      layer order, starting at 0.0; otherwise each stage's own sum (its layers in order), and an
+///      exchange_grads copy stage takes the owner stage's scale as UpdateScales::tied.
+///   4. exec_opt_step().
+///   5. follow_owner: the owner's tied_weights() become version updates() for the copy's stage,
+///      which install_tied_weights() before any forward whose tied_version_needed() asks for it;
+///      at the end of the run the copy's stage installs the owner's newest version.
+/// Misuse (a version not stored, a microbatch not stashed, a step out of order) is an AP_CHECK.
+class StageWorker {
+ public:
+  StageWorker(const Model& model, const Partition& partition, const OptimizerOptions& optimizer,
+              const StageWorkerOptions& options);
+  ~StageWorker();
+  StageWorker(const StageWorker&) = delete;
+  StageWorker& operator=(const StageWorker&) = delete;
+
+  int stage() const { return stage_; }
+  int stages() const { return partition_.stages(); }
+  Mode mode() const { return opts_.mode; }
+  const Model& model() const { return model_; }
+  const Partition& partition() const { return partition_; }
+  /// Global index of the stage's first layer; the stage holds num_layers() layers.
+  int first_layer() const { return first_; }
+  int num_layers() const { return static_cast<int>(layers_.size()); }
+  bool is_first() const { return stage_ == 0; }
+  bool is_last() const { return stage_ == stages() - 1; }
+  /// Microbatches averaged by one update: m, or 1 for pipedream.
+  int microbatches_per_update() const { return update_mbs_; }
+
+  /// Prepares a run of `schedule` (validated by the caller; its microbatch j is the global
+  /// microbatch microbatch_offset + j). Version ids restart from the current weights: the
+  /// schedule's version v means updates() + v, older versions are forgotten. Errors: the schedule
+  /// is of another mode, stage count or microbatches per step, or needs more stash slots than
+  /// this worker has; a microbatch is still in flight.
+  Status start_run(const Schedule& schedule, int64_t microbatch_offset);
+
+  /// F: forward of the stage's layers. `in` is the previous stage's output (B,T,C), undefined
+  /// at stage 0. The output tensor's storage is the worker's until every holder drops it: pass it
+  /// on without copying.
+  ForwardOutput exec_forward(const Action& action, const Microbatch& mb, const Tensor& in);
+  /// B: backward of the stage's layers with the microbatch's stashed activations and version,
+  /// accumulating the gradients. `dout` is the next stage's result (B,T,C), undefined at the
+  /// last stage. Returns the gradient w.r.t. the stage's input (undefined at stage 0).
+  Tensor exec_backward(const Action& action, const Microbatch& mb, const Tensor& dout);
+  /// OPT_STEP: the update protocol's step 4 (see the class comment); zeroes the gradients.
+  void exec_opt_step(const Action& action, const UpdateScales& scales);
+  /// FLUSH: checks that no microbatch is in flight.
+  void exec_flush(const Action& action);
+
+  /// Tied parameters of the model (Model::tied()) and this stage's role in each.
+  size_t num_tied() const;
+  TiedRole tied_role(size_t k) const;
+  /// This stage's gradient contribution to tied parameter k (owner or copy side; not `both`).
+  std::span<const float> tied_grad(size_t k) const;
+  /// Overwrites this stage's side of tied parameter k's gradient with the summed gradient.
+  void set_tied_grad(size_t k, std::span<const float> sum);
+  /// Owner side: tied parameter k in the newest version (version updates()).
+  std::span<const float> tied_weights(size_t k) const;
+  /// follow_owner copy stage: the tied version forward `f` needs when the weights it will use do
+  /// not hold it yet; -1 otherwise (nothing to install).
+  int tied_version_needed(const Action& f, size_t k) const;
+  /// Installs version `version` of tied parameter k into the weights forward `f` will use.
+  void install_tied_weights(const Action& f, size_t k, int version, std::span<const float> w);
+  /// follow_owner copy stage at the end of a run (nothing in flight): installs the owner's newest
+  /// version (`version` == updates()) into the newest weights, so both copies are equal at rest.
+  /// A run starts only from equal copies.
+  void install_tied_weights(size_t k, int version, std::span<const float> w);
+
+  /// Update protocol step 2: reduces tied pairs held entirely by this stage (owner + copy), then
+  /// returns Σg² of each of the stage's layers (Model::grad_sumsq), in layer order.
+  std::span<const double> finish_gradients();
+
+  /// Updates applied so far (the optimizer's step counter, the newest version id).
+  long updates() const { return updates_; }
+  /// Sets the update counter of idle weights (a resume): the newest version is renamed to it.
+  void set_updates(long updates);
+  const WeightStore& store() const { return *store_; }
+  /// Newest parameters of local layer i (global layer first_layer() + i).
+  std::span<const float> params(int i) const;
+  /// Newest parameters, writable while no microbatch is in flight (initialisation, loading).
+  std::span<float> mutable_params(int i);
+  std::span<const float> grads(int i) const;
+  /// AdamW: m then v; SGD: momentum.
+  std::span<float> optimizer_state(int i);
+  int stash_slots() const;
+  /// Microbatches whose F ran and B has not.
+  int in_flight() const;
+  const std::vector<VersionUse>& version_log() const { return log_; }
+  Context& context() { return ctx_; }
+
+ private:
+  struct Slot;
+  struct Tied;
+  class TensorPool;
+
+  Slot& acquire_slot(int microbatch);
+  Slot& find_slot(int microbatch);
+  void check_action(const Action& a, ActionKind kind) const;
+  size_t tied_grad_offset(size_t k) const;
+  int tied_held(int version, size_t k) const;
+  void set_tied_held(int version, size_t k, int tied_version);
+
+  Model model_;
+  Partition partition_;
+  OptimizerOptions opt_;
+  StageWorkerOptions opts_;
+  int stage_ = 0;
+  int first_ = 0;
+  int update_mbs_ = 1;
+  TiedSync tied_sync_;
+  std::vector<std::shared_ptr<const Layer>> layers_;
+  Context ctx_;
+
+  std::unique_ptr<WeightStore> store_;
+  std::vector<float> grads_, state_, predicted_;
+  std::vector<size_t> param_off_, state_off_, saved_off_;  // per local layer
+  std::vector<std::vector<uint8_t>> slot_rule_;  // per layer, per slot: how an update treats it
+  std::vector<Tied> tied_;
+  // per tied k: (version, tied version its copy slot holds), follow_owner copy stage only
+  std::vector<std::vector<std::pair<int, int>>> tied_held_;
+  std::vector<int> tied_carried_;  // exec_opt_step scratch
+
+  std::vector<Slot> stash_;
+  std::vector<float> dh_a_, dh_b_;  // backward ping-pong (B,T,C)
+  std::unique_ptr<TensorPool> out_pool_, din_pool_;
+  std::vector<double> sumsq_;
+
+  long updates_ = 0;
+  int base_ = 0;              // absolute version of the run's version 0
+  int64_t mb_offset_ = 0;     // global index of the run's microbatch 0
+  int run_microbatches_ = 0;  // total microbatches of the current run
+  bool run_active_ = false;
+  bool grads_finished_ = false;
+  std::vector<int> owner_f_version_;  // follow_owner copy: owner stage's F version per microbatch
+  std::vector<VersionUse> log_;
+};
+
+}  // namespace actorpipe

@@ -1,0 +1,25 @@
+// XPipe weight prediction: the weights a forward computes with, extrapolated from the current
+// weights and the optimizer state by the number of updates that land before its backward.
+#pragma once
+
+#include "engine/layer.hpp"
+#include "engine/options.hpp"
+#include "kernels/context.hpp"
+
+namespace actorpipe {
+
+/// Writes into `out` (layer.param_floats()) the weights predicted `lookahead` updates ahead of
+/// `params`, whose optimizer `state` (optimizer_state_floats layout) is that after `updates`
+/// updates. Element-wise, in float, with lr = scheduled_lr(o, updates + 1) (the next update's
+/// learning rate) and k = float(lookahead)·lr:
+///   adamw: bc1 = 1 − β1^updates, bc2 = 1 − β2^updates (computed as in adamw_update),
+///          denom = sqrt(v) / sqrt(bc2) + eps,
+///          out = w − k·((m / bc1) / denom + wd·w)    (wd: the slot's decoupled weight decay)
+///   sgd:   out = w − k·buf                           (buf: the momentum buffer)
+/// With updates == 0 (the moments are still zero) or lookahead == 0 there is nothing to
+/// extrapolate from: out = params.
+void predict_weights(Context& ctx, const OptimizerOptions& o, const Layer& layer,
+                     const float* params, const float* state, long updates, int lookahead,
+                     float* out);
+
+}  // namespace actorpipe
