@@ -175,9 +175,6 @@ TEST_CASE("runs are deterministic with different thread counts per stage") {
     const Model model = build(tiny(Arch::gpt));
     const Partition p = *Partition::even(model.num_layers(), 3);
     const int steps = 3;
-    SerialExecutorOptions probe;
-    probe.mode = mode;
-    probe.microbatches = m;
     auto run_once = [&](std::vector<int> threads) {
       auto e = executor(model, p, opt, mode, m, std::move(threads));
       const auto mbs = batches(Arch::gpt, model.options().vocab_size,
@@ -266,76 +263,44 @@ TEST_CASE("the executor refuses bad input with errors that name it") {
   CHECK(r.error().message.find("ERROR HERE") != std::string::npos);
 }
 
-TEST_CASE("a stage worker refuses actions out of order") {
-  const Model model = build(tiny(Arch::gpt));
-  const Partition p = *Partition::even(model.num_layers(), 2);
-  StageWorkerOptions o;
-  o.mode = Mode::onef1b;
-  o.stage = 1;
-  o.microbatches = 2;
-  o.B = kB;
-  o.T = kT;
-  StageWorker w(model, p, adamw_clipped(), o);
-  const auto mbs = batches(Arch::gpt, model.options().vocab_size, 2);
-  const Action f{1, ActionKind::F, 0, 0, 0};
-  const Action b{1, ActionKind::B, 0, 0, 0};
-  Tensor in = Tensor::zeros({kB, kT, model.options().width});
-  CHECK_THROWS_AS(w.exec_forward(f, mbs[0], in), CheckFailure);  // no run started
-  REQUIRE(w.start_run(*make_1f1b(2, 2), 0).ok());
-  CHECK_THROWS_AS(w.exec_backward(b, mbs[0], Tensor()), CheckFailure);  // B before F
-  CHECK_THROWS_AS(w.exec_forward(f, mbs[0], Tensor()), CheckFailure);   // missing input
-  const ForwardOutput out = w.exec_forward(f, mbs[0], in);
-  CHECK_FALSE(out.out.defined());  // the last stage returns a loss
-  CHECK(out.loss.count > 0);
-  CHECK_THROWS_AS(w.exec_forward(f, mbs[0], in), CheckFailure);  // F twice
-  const Action opt{1, ActionKind::OPT_STEP, -1, 1, 0};
-  CHECK_THROWS_AS(w.exec_opt_step(opt, {}), CheckFailure);  // before finish_gradients
-  const Action b_wrong{1, ActionKind::B, 0, 1, 0};          // version 1 does not exist yet
-  CHECK_THROWS_AS(w.exec_backward(b_wrong, mbs[0], Tensor()), CheckFailure);
-  CHECK(w.exec_backward(b, mbs[0], Tensor()).defined());  // the gradient of the stage's input
-  CHECK(w.in_flight() == 0);
-  // an in-place update under a stashed activation is refused (single policy)
-  w.exec_forward({1, ActionKind::F, 1, 0, 0}, mbs[1], in);
-  w.finish_gradients();
-  CHECK_THROWS_AS(w.exec_opt_step(opt, {}), CheckFailure);
-}
+TEST_CASE("create from a config and read the configured data") {
+  Config c;
+  c.model = tiny(Arch::gpt);
+  c.pipeline.mode = "2bw";
+  c.pipeline.stages = 2;
+  c.pipeline.microbatches = 2;
+  c.pipeline.microbatch_size = kB;
+  c.pipeline.seq_len = kT;
+  c.pipeline.partition = {3, 1};
+  c.optimizer = adamw_clipped();
+  c.data.seed = 7;
+  auto e = SerialExecutor::create(c, true);
+  REQUIRE_MESSAGE(e.ok(), (e.ok() ? "" : e.error().message));
+  CHECK((*e)->partition().counts() == std::vector<int>{3, 1});
+  CHECK((*e)->options().mode == Mode::twobw);
+  auto data = DataLoader::open(c.data, Arch::gpt, c.model.vocab_size, kB, kT);
+  REQUIRE(data.ok());
+  auto losses = (*e)->run(3, **data);
+  REQUIRE(losses.ok());
+  CHECK(losses->size() == 3);
+  CHECK((*data)->position() == 6);
+  CHECK((*e)->version_log().size() == 2 * 2 * 6);
 
-TEST_CASE("output tensors go to the next stage without copies and are reused once dropped") {
-  const Model model = build(tiny(Arch::gpt));
-  const Partition p = *Partition::even(model.num_layers(), 2);
-  StageWorkerOptions o;
-  o.mode = Mode::gpipe;
-  o.stage = 0;
-  o.microbatches = 2;
-  o.B = kB;
-  o.T = kT;
-  StageWorker w(model, p, adamw_clipped(), o);
-  CHECK(w.stash_slots() == 2);
-  const auto mbs = batches(Arch::gpt, model.options().vocab_size, 2);
-  const Schedule s = *make_gpipe(2, 2);
-  REQUIRE(w.start_run(s, 0).ok());
-  ForwardOutput a = w.exec_forward({0, ActionKind::F, 0, 0, 0}, mbs[0], Tensor());
-  ForwardOutput b = w.exec_forward({0, ActionKind::F, 1, 0, 0}, mbs[1], Tensor());
-  REQUIRE(a.out.defined());
-  CHECK(a.out.storage() != b.out.storage());
-  CHECK(a.out.shape() == std::vector<int64_t>{kB, kT, model.options().width});
-  const void* first = a.out.storage().get();
-  const Tensor g = Tensor::zeros({kB, kT, model.options().width});
-  CHECK_FALSE(w.exec_backward({0, ActionKind::B, 0, 0, 0}, mbs[0], g).defined());  // stage 0
-  w.exec_backward({0, ActionKind::B, 1, 0, 0}, mbs[1], g);
-  w.finish_gradients();
-  w.exec_opt_step({0, ActionKind::OPT_STEP, -1, 1, 0}, {});
-  w.exec_flush({0, ActionKind::FLUSH, -1, 0, 0});
-  a = {};  // the next stage drops the first output: its storage comes back
-  REQUIRE(w.start_run(s, 2).ok());
-  const ForwardOutput c = w.exec_forward({0, ActionKind::F, 0, 0, 0}, mbs[0], Tensor());
-  CHECK(c.out.storage().get() == first);
-  CHECK(w.updates() == 1);
+  // the same run from explicit parts
+  const Model model = build(c.model);
+  auto same = executor(model, *Partition::from_counts(4, std::vector<int>{3, 1}), c.optimizer,
+                       Mode::twobw, 2);
+  auto same_losses = same->run(3, batches(Arch::gpt, c.model.vocab_size, 6, 7));
+  REQUIRE(same_losses.ok());
+  CHECK(*same_losses == *losses);
+  for (int i = 0; i < model.num_layers(); ++i)
+    CHECK(bitwise_equal(same->params(i), (*e)->params(i)));
 
-  o.stash_slots = 1;
-  StageWorker small(model, p, adamw_clipped(), o);
-  auto st = small.start_run(s, 0);
-  REQUIRE_FALSE(st.ok());
-  CHECK(st.error().message.find("stashes up to 2 microbatches but the stage has 1") !=
+  c.pipeline.mode = "zero-bubble";
+  CHECK(SerialExecutor::create(c).error().message.find("pipeline.mode") != std::string::npos);
+  c.pipeline.mode = "1f1b";
+  c.pipeline.partition = {2, 1};
+  CHECK(SerialExecutor::create(c).error().message.find(
+            "pipeline.partition = [2, 1]: sums to 3 but the model has 4 layers") !=
         std::string::npos);
 }

@@ -1,0 +1,335 @@
+// StageWorker tests: the steady state allocates nothing in any mode, workers share no mutable
+// state (concurrent workers compute what sequential ones do), output tensors move without copies,
+// the tied-parameter and gradient-norm hooks, and refusals of actions out of order.
+#include "engine/stage_worker.hpp"
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/data.hpp"
+#include "engine/schedule_generators.hpp"
+#include "kernels/check.hpp"
+
+// Every allocation through operator new in this test program is counted. (The replacement
+// operators pair malloc with free, which GCC cannot see through the inlined allocators.)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+namespace {
+std::atomic<long> g_allocations{0};
+}  // namespace
+
+void* operator new(std::size_t n) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t n, std::align_val_t a) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  const size_t align = static_cast<size_t>(a);
+  if (void* p = std::aligned_alloc(align, (n + align - 1) / align * align)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
+
+using namespace actorpipe;
+
+namespace {
+
+constexpr int kB = 2, kT = 6;
+
+ModelOptions tiny(Arch arch, bool tied) {
+  ModelOptions o;
+  o.arch = arch;
+  o.vocab_size = 24;
+  o.context = 8;
+  o.width = 8;
+  o.depth = 2;
+  o.heads = 2;
+  o.segments = 2;
+  o.tied = tied;
+  o.init_seed = 17;
+  return o;
+}
+
+OptimizerOptions adamw() {
+  OptimizerOptions o;
+  o.lr = 2e-2f;
+  o.weight_decay = 0.1f;
+  return o;
+}
+
+Model build(const ModelOptions& o) {
+  auto m = Model::build(o);
+  REQUIRE(m.ok());
+  return std::move(m).value();
+}
+
+std::vector<Microbatch> batches(Arch arch, int V, int n) {
+  DataOptions d;
+  d.seed = 3;
+  auto loader = DataLoader::open(d, arch, V, kB, kT);
+  REQUIRE(loader.ok());
+  std::vector<Microbatch> out;
+  for (int i = 0; i < n; ++i) out.push_back((*loader)->next());
+  return out;
+}
+
+using Workers = std::vector<std::unique_ptr<StageWorker>>;
+
+Workers make_workers(const Model& model, int d, Mode mode, int m, int threads = 1) {
+  const Partition p = *Partition::even(model.num_layers(), d);
+  Workers ws;
+  for (int r = 0; r < d; ++r) {
+    StageWorkerOptions o;
+    o.mode = mode;
+    o.stage = r;
+    o.microbatches = m;
+    o.B = kB;
+    o.T = kT;
+    o.threads = threads;
+    ws.push_back(std::make_unique<StageWorker>(model, p, adamw(), o));
+  }
+  return ws;
+}
+
+// Drives the workers of an untied model through a compute-only schedule (updates unclipped, so
+// no cross-stage step is needed) in a round-robin over the stages. Returns the allocations made
+// inside the workers' exec_* calls.
+long drive(Workers& ws, const Schedule& s, const std::vector<Microbatch>& mbs, int64_t offset) {
+  for (auto& w : ws) REQUIRE(w->start_run(s, offset).ok());
+  const int d = static_cast<int>(ws.size());
+  const size_t n = static_cast<size_t>(s.total_microbatches());
+  std::vector<std::vector<Tensor>> f_in(ws.size(), std::vector<Tensor>(n));
+  std::vector<std::vector<Tensor>> b_in(ws.size(), std::vector<Tensor>(n));
+  std::vector<std::vector<char>> has_f(ws.size(), std::vector<char>(n, 0));
+  std::vector<std::vector<char>> has_b(ws.size(), std::vector<char>(n, 0));
+  std::vector<size_t> pc(ws.size(), 0);
+  long allocations = 0;
+  for (bool done = false; !done;) {
+    done = true;
+    bool progress = false;
+    for (int r = 0; r < d; ++r) {
+      const size_t ru = static_cast<size_t>(r);
+      const auto& list = s.per_stage[ru];
+      if (pc[ru] == list.size()) continue;
+      done = false;
+      const Action& a = list[pc[ru]];
+      const size_t j = static_cast<size_t>(std::max(a.microbatch, 0));
+      StageWorker& w = *ws[ru];
+      const long before = g_allocations.load();
+      if (a.kind == ActionKind::F) {
+        if (r > 0 && !has_f[ru][j]) continue;
+        ForwardOutput out = w.exec_forward(a, mbs[static_cast<size_t>(offset) + j], f_in[ru][j]);
+        f_in[ru][j] = Tensor();
+        if (r + 1 < d) {
+          f_in[ru + 1][j] = std::move(out.out);
+          has_f[ru + 1][j] = 1;
+        }
+      } else if (a.kind == ActionKind::B) {
+        if (r + 1 < d && !has_b[ru][j]) continue;
+        Tensor din = w.exec_backward(a, mbs[static_cast<size_t>(offset) + j], b_in[ru][j]);
+        b_in[ru][j] = Tensor();
+        if (r > 0) {
+          b_in[ru - 1][j] = std::move(din);
+          has_b[ru - 1][j] = 1;
+        }
+      } else if (a.kind == ActionKind::OPT_STEP) {
+        w.finish_gradients();
+        w.exec_opt_step(a, {});
+      } else if (a.kind == ActionKind::FLUSH) {
+        w.exec_flush(a);  // the last action of every list here
+      }
+      allocations += g_allocations.load() - before;
+      ++pc[ru];
+      progress = true;
+    }
+    REQUIRE((done || progress));
+  }
+  return allocations;
+}
+
+}  // namespace
+
+TEST_CASE("the steady state allocates nothing, in every mode") {
+  const Model model = build(tiny(Arch::bert, false));
+  struct Case {
+    Mode mode;
+    int d, m, steps;
+  };
+  for (const Case c :
+       {Case{Mode::gpipe, 2, 3, 1}, Case{Mode::onef1b, 3, 4, 1}, Case{Mode::twobw, 3, 3, 3},
+        Case{Mode::pipedream, 3, 1, 8}, Case{Mode::xpipe, 3, 2, 3}}) {
+    INFO(to_string(c.mode));
+    const Schedule s = c.mode == Mode::pipedream ? *make_pipedream(c.d, c.steps)
+                                                 : *make_schedule(c.mode, c.d, c.m, c.steps);
+    const auto mbs = batches(Arch::bert, model.options().vocab_size, 3 * s.total_microbatches());
+    Workers ws = make_workers(model, c.d, c.mode, c.m);
+    CHECK(drive(ws, s, mbs, 0) > 0);  // warm-up: the arenas reach their size (and it counts)
+    CHECK(drive(ws, s, mbs, s.total_microbatches()) == 0);
+    CHECK(drive(ws, s, mbs, 2 * s.total_microbatches()) == 0);
+    CHECK(ws[0]->updates() == 3 * s.steps);
+  }
+}
+
+TEST_CASE("workers share no mutable state: concurrent pipelines equal sequential ones") {
+  const Model model = build(tiny(Arch::gpt, false));
+  const Schedule s = *make_xpipe(2, 2, 3);
+  const auto mbs = batches(Arch::gpt, model.options().vocab_size, s.total_microbatches());
+  auto result = [&](Workers& ws) {
+    std::vector<std::vector<float>> out;
+    for (auto& w : ws)
+      for (int i = 0; i < w->num_layers(); ++i)
+        out.emplace_back(w->params(i).begin(), w->params(i).end());
+    return out;
+  };
+  Workers seq = make_workers(model, 2, Mode::xpipe, 2, 2);
+  drive(seq, s, mbs, 0);
+  Workers a = make_workers(model, 2, Mode::xpipe, 2, 2);
+  Workers b = make_workers(model, 2, Mode::xpipe, 2, 1);
+  std::thread ta([&] { drive(a, s, mbs, 0); });
+  std::thread tb([&] { drive(b, s, mbs, 0); });
+  ta.join();
+  tb.join();
+  CHECK(result(a) == result(seq));
+  CHECK(result(b) == result(seq));  // one thread or two: the kernels' bits do not change here
+}
+
+TEST_CASE("tied parameter hooks and per-layer gradient norms") {
+  const Model model = build(tiny(Arch::gpt, true));
+  Workers ws = make_workers(model, 2, Mode::onef1b, 1);
+  const size_t n = static_cast<size_t>(model.options().vocab_size) * model.options().width;
+  REQUIRE(ws[0]->num_tied() == 1);
+  CHECK(ws[0]->tied_role(0) == TiedRole::owner);
+  CHECK(ws[1]->tied_role(0) == TiedRole::copy);
+  CHECK(ws[0]->tied_grad(0).size() == n);
+  CHECK(ws[0]->tied_weights(0).size() == n);
+  CHECK_THROWS_AS(ws[1]->tied_weights(0), CheckFailure);
+  // both copies start equal
+  CHECK(std::memcmp(ws[0]->tied_weights(0).data(),
+                    ws[1]->params(ws[1]->num_layers() - 1).data() +
+                        model.layer(model.num_layers() - 1).find_slot("lm_head.weight")->offset,
+                    n * sizeof(float)) == 0);
+  Workers one = make_workers(model, 1, Mode::onef1b, 1);
+  CHECK(one[0]->tied_role(0) == TiedRole::both);
+  CHECK_THROWS_AS(one[0]->tied_grad(0), CheckFailure);
+
+  // finish_gradients: Model::grad_sumsq per layer, after the local tied sum
+  const auto mbs = batches(Arch::gpt, model.options().vocab_size, 1);
+  const Schedule s = *make_1f1b(1, 1);
+  REQUIRE(one[0]->start_run(s, 0).ok());
+  one[0]->exec_forward(s.per_stage[0][0], mbs[0], Tensor());
+  one[0]->exec_backward(s.per_stage[0][1], mbs[0], Tensor());
+  const ParamSlot* head = model.layer(3).find_slot("lm_head.weight");
+  const std::vector<float> wte(one[0]->grads(0).begin(), one[0]->grads(0).begin() + n);
+  const std::vector<float> lm(one[0]->grads(3).begin() + head->offset,
+                              one[0]->grads(3).begin() + head->offset + n);
+  const auto sums = one[0]->finish_gradients();
+  REQUIRE(sums.size() == static_cast<size_t>(model.num_layers()));
+  bool summed = true;
+  for (size_t k = 0; k < n; ++k) {
+    const float expected = wte[k] + lm[k];
+    summed = summed && one[0]->grads(0)[k] == expected &&
+             one[0]->grads(3)[head->offset + k] == expected && lm[k] != 0.0f;
+  }
+  CHECK(summed);
+  for (int i = 0; i < model.num_layers(); ++i) {
+    std::vector<float> g(one[0]->grads(i).begin(), one[0]->grads(i).end());
+    CHECK(sums[static_cast<size_t>(i)] == model.grad_sumsq(one[0]->context(), i, g.data()));
+  }
+  CHECK_THROWS_AS(one[0]->finish_gradients(), CheckFailure);  // once per update
+}
+
+TEST_CASE("a stage worker refuses actions out of order") {
+  const Model model = build(tiny(Arch::gpt, true));
+  const Partition p = *Partition::even(model.num_layers(), 2);
+  StageWorkerOptions o;
+  o.mode = Mode::onef1b;
+  o.stage = 1;
+  o.microbatches = 2;
+  o.B = kB;
+  o.T = kT;
+  StageWorker w(model, p, adamw(), o);
+  const auto mbs = batches(Arch::gpt, model.options().vocab_size, 2);
+  const Action f{1, ActionKind::F, 0, 0, 0};
+  const Action b{1, ActionKind::B, 0, 0, 0};
+  Tensor in = Tensor::zeros({kB, kT, model.options().width});
+  CHECK_THROWS_AS(w.exec_forward(f, mbs[0], in), CheckFailure);  // no run started
+  auto wrong = w.start_run(*make_gpipe(2, 2), 0);
+  REQUIRE_FALSE(wrong.ok());
+  CHECK(wrong.error().message == "a gpipe schedule given to a 1f1b stage");
+  REQUIRE(w.start_run(*make_1f1b(2, 2), 0).ok());
+  CHECK_THROWS_AS(w.exec_backward(b, mbs[0], Tensor()), CheckFailure);  // B before F
+  CHECK_THROWS_AS(w.exec_forward(f, mbs[0], Tensor()), CheckFailure);   // missing input
+  CHECK_THROWS_AS(w.exec_forward({0, ActionKind::F, 0, 0, 0}, mbs[0], in), CheckFailure);
+  const ForwardOutput out = w.exec_forward(f, mbs[0], in);
+  CHECK_FALSE(out.out.defined());  // the last stage returns a loss
+  CHECK(out.loss.count > 0);
+  CHECK_THROWS_AS(w.exec_forward(f, mbs[0], in), CheckFailure);  // F twice
+  const Action opt{1, ActionKind::OPT_STEP, -1, 1, 0};
+  CHECK_THROWS_AS(w.exec_opt_step(opt, {}), CheckFailure);  // before finish_gradients
+  const Action b_wrong{1, ActionKind::B, 0, 1, 0};          // version 1 does not exist yet
+  CHECK_THROWS_AS(w.exec_backward(b_wrong, mbs[0], Tensor()), CheckFailure);
+  CHECK(w.exec_backward(b, mbs[0], Tensor()).defined());  // the gradient of the stage's input
+  CHECK(w.in_flight() == 0);
+  // an in-place update under a stashed activation is refused (single policy)
+  w.exec_forward({1, ActionKind::F, 1, 0, 0}, mbs[1], in);
+  w.finish_gradients();
+  CHECK_THROWS_AS(w.exec_opt_step(opt, {}), CheckFailure);
+}
+
+TEST_CASE("output tensors go to the next stage without copies and are reused once dropped") {
+  const Model model = build(tiny(Arch::gpt, true));
+  const Partition p = *Partition::even(model.num_layers(), 2);
+  StageWorkerOptions o;
+  o.mode = Mode::gpipe;
+  o.stage = 0;
+  o.microbatches = 2;
+  o.B = kB;
+  o.T = kT;
+  StageWorker w(model, p, adamw(), o);
+  CHECK(w.stash_slots() == 2);
+  const auto mbs = batches(Arch::gpt, model.options().vocab_size, 2);
+  const Schedule s = *make_gpipe(2, 2);
+  REQUIRE(w.start_run(s, 0).ok());
+  ForwardOutput a = w.exec_forward({0, ActionKind::F, 0, 0, 0}, mbs[0], Tensor());
+  ForwardOutput b = w.exec_forward({0, ActionKind::F, 1, 0, 0}, mbs[1], Tensor());
+  REQUIRE(a.out.defined());
+  CHECK(a.out.storage() != b.out.storage());
+  CHECK(a.out.shape() == std::vector<int64_t>{kB, kT, model.options().width});
+  const void* first = a.out.storage().get();
+  const Tensor g = Tensor::zeros({kB, kT, model.options().width});
+  CHECK_FALSE(w.exec_backward({0, ActionKind::B, 0, 0, 0}, mbs[0], g).defined());  // stage 0
+  w.exec_backward({0, ActionKind::B, 1, 0, 0}, mbs[1], g);
+  w.finish_gradients();
+  w.exec_opt_step({0, ActionKind::OPT_STEP, -1, 1, 0}, {});
+  w.exec_flush({0, ActionKind::FLUSH, -1, 0, 0});
+  a = {};  // the next stage drops the first output: its storage comes back
+  REQUIRE(w.start_run(s, 2).ok());
+  const ForwardOutput c = w.exec_forward({0, ActionKind::F, 0, 0, 0}, mbs[0], Tensor());
+  CHECK(c.out.storage().get() == first);
+  CHECK(w.updates() == 1);
+
+  o.stash_slots = 1;
+  StageWorker small(model, p, adamw(), o);
+  auto st = small.start_run(s, 0);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().message.find("stashes up to 2 microbatches but the stage has 1") !=
+        std::string::npos);
+}
