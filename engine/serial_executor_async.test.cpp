@@ -73,8 +73,10 @@ std::vector<Microbatch> batches(Arch arch, int V, int64_t n) {
 }
 
 std::unique_ptr<SerialExecutor> executor(const Model& model, const Partition& p,
-                                         const OptimizerOptions& opt, Mode mode, int m) {
+                                         const OptimizerOptions& opt, Mode mode, int m,
+                                         bool lowered = true) {
   SerialExecutorOptions o;
+  o.lowered = lowered;
   o.mode = mode;
   o.microbatches = m;
   o.B = kB;
@@ -256,128 +258,75 @@ void check_version_bounds(const SerialExecutor& e, Mode mode, int steps) {
   }
 }
 
-}  // namespace
-
 // ---------------------------------------------------------------------------------------------
+// The rules, simulated on the unpartitioned model. Each returns the per-step losses and the final
+// weights of every layer.
 
-TEST_CASE("2bw equals W(t+1) = W(t) - opt(grad f(W(t-1))), W(-1) = W(0), bitwise") {
-  constexpr int kSteps = 4;
-  for (Arch arch : {Arch::gpt, Arch::bert}) {
-    for (bool tied : {true, false}) {
-      const Model model = build(tiny(arch, tied));
-      for (int d = 1; d <= 4; ++d) {
-        for (int m = d; m <= d + 2; ++m) {
-          for (const OptimizerOptions& opt : {adamw(), sgd()}) {
-            if (opt.kind == "sgd" && (m != d + 1 || !tied)) continue;
-            INFO((arch == Arch::gpt ? "gpt" : "bert")
-                 << " tied " << tied << " d=" << d << " m=" << m << " " << opt.kind);
-            const Partition p = *Partition::even(model.num_layers(), d);
-            const auto mbs = batches(arch, model.options().vocab_size, kSteps * m);
-            auto e = executor(model, p, opt, Mode::twobw, m);
-            auto losses = e->run(kSteps, mbs);
-            REQUIRE_MESSAGE(losses.ok(), (losses.ok() ? "" : losses.error().message));
+struct Simulated {
+  std::vector<double> losses;
+  Buffers weights;
+};
 
-            Plain sim(model, p, opt);
-            Buffers w = sim.init(), prev = w, state = sim.zeros_like_state();
-            std::vector<double> sim_losses;
-            for (int t = 0; t < kSteps; ++t) {
-              Buffers g = sim.zeros_like_params();
-              double loss = 0.0;
-              for (int j = t * m; j < (t + 1) * m; ++j)
-                loss += sim.forward_backward(mbs[static_cast<size_t>(j)], pointers(prev),
-                                             pointers(prev), g, m);
-              sim_losses.push_back(loss / m);
-              sim.reduce_tied(g);
-              Buffers next = w;
-              sim.update(next, state, g, t + 1, false);
-              prev = std::move(w);
-              w = std::move(next);
-            }
-            CHECK(*losses == sim_losses);
-            check_params(*e, w);
-            check_tied_identical(*e);
-            check_version_bounds(*e, Mode::twobw, kSteps);
-            // every F and B of step t used version max(t-1, 0)
-            for (const VersionUse& u : e->version_log()) {
-              const int t = static_cast<int>(u.microbatch / m);
-              CHECK(u.version == std::max(t - 1, 0));
-              if (u.tied_version >= 0) CHECK(u.tied_version == u.version);
-            }
-          }
-        }
-      }
-    }
+// 2bw: W(t+1) = W(t) − opt(g_t(W(t−1))), W(−1) = W(0); the tied copy equals the owner.
+Simulated simulate_2bw(const Model& model, const Partition& p, const OptimizerOptions& opt,
+                       const std::vector<Microbatch>& mbs, int m, int steps) {
+  Plain sim(model, p, opt);
+  Buffers w = sim.init(), prev = w, state = sim.zeros_like_state();
+  Simulated out;
+  for (int t = 0; t < steps; ++t) {
+    Buffers g = sim.zeros_like_params();
+    double loss = 0.0;
+    for (int j = t * m; j < (t + 1) * m; ++j)
+      loss +=
+          sim.forward_backward(mbs[static_cast<size_t>(j)], pointers(prev), pointers(prev), g, m);
+    out.losses.push_back(loss / m);
+    sim.reduce_tied(g);
+    Buffers next = w;
+    sim.update(next, state, g, t + 1, false);
+    prev = std::move(w);
+    w = std::move(next);
   }
+  out.weights = std::move(w);
+  return out;
 }
 
-TEST_CASE("pipedream: stage r is d-1-r updates behind, F and B share a version, bitwise") {
-  constexpr int kMicrobatches = 9;
-  for (Arch arch : {Arch::gpt, Arch::bert}) {
-    for (bool tied : {true, false}) {
-      const Model model = build(tiny(arch, tied));
-      for (int d = 1; d <= 4; ++d) {
-        for (const OptimizerOptions& opt : {adamw(), sgd()}) {
-          if (opt.kind == "sgd" && d != 3) continue;
-          INFO((arch == Arch::gpt ? "gpt" : "bert")
-               << " tied " << tied << " d=" << d << " " << opt.kind);
-          const Partition p = *Partition::even(model.num_layers(), d);
-          const auto mbs = batches(arch, model.options().vocab_size, kMicrobatches);
-          auto e = executor(model, p, opt, Mode::pipedream, 4);
-          CHECK(e->microbatches_for(kMicrobatches) == kMicrobatches);
-          auto losses = e->run(kMicrobatches, mbs);
-          REQUIRE_MESSAGE(losses.ok(), (losses.ok() ? "" : losses.error().message));
-
-          // versions: stage r's F and B of microbatch j use max(0, j - (d-1-r)); a tied copy on
-          // another stage reads the tied parameter at the owner's version, max(0, j - (d-1))
-          auto staleness_version = [&](int r, int64_t j) {
-            return static_cast<int>(std::max<int64_t>(0, j - (d - 1 - r)));
-          };
-          const auto log = e->version_log();
-          CHECK(log.size() == static_cast<size_t>(2 * d * kMicrobatches));
-          for (const VersionUse& u : log) {
-            INFO("stage " << u.stage << " " << to_string(u.kind) << u.microbatch);
-            CHECK(u.version == staleness_version(u.stage, u.microbatch));
-            const bool copy_elsewhere = tied && d > 1 && u.stage == d - 1;
-            CHECK(u.tied_version == (copy_elsewhere ? staleness_version(0, u.microbatch) : -1));
-          }
-
-          // the simulation: per-microbatch updates; stage r computes microbatch k's gradient with
-          // its version k-(d-1-r) and applies it to its newest weights
-          Plain sim(model, p, opt);
-          std::vector<Buffers> versions{sim.init()};  // versions[v]: every layer after v updates
-          Buffers state = sim.zeros_like_state();
-          std::vector<double> sim_losses;
-          for (int k = 0; k < kMicrobatches; ++k) {
-            Buffers used;
-            for (int i = 0; i < model.num_layers(); ++i) {
-              const int v = staleness_version(p.stage_of(i), k);
-              used.push_back(versions[static_cast<size_t>(v)][static_cast<size_t>(i)]);
-            }
-            for (const TiedParam& t : model.tied()) {
-              const auto& owner_version = versions[static_cast<size_t>(staleness_version(0, k))];
-              used[static_cast<size_t>(t.copy_layer)] =
-                  sim.with_tied_of(used[static_cast<size_t>(t.copy_layer)],
-                                   owner_version[static_cast<size_t>(t.owner_layer)], t);
-            }
-            Buffers g = sim.zeros_like_params();
-            sim_losses.push_back(sim.forward_backward(mbs[static_cast<size_t>(k)], pointers(used),
-                                                      pointers(used), g, 1));
-            sim.reduce_tied(g);
-            Buffers next = versions.back();
-            sim.update(next, state, g, k + 1, false);
-            versions.push_back(std::move(next));
-          }
-          CHECK(*losses == sim_losses);
-          check_params(*e, versions.back());
-          check_tied_identical(*e);
-          check_version_bounds(*e, Mode::pipedream, kMicrobatches);
-        }
-      }
-    }
-  }
+// pipedream: stage r's version for microbatch j.
+int staleness_version(int d, int r, int64_t j) {
+  return static_cast<int>(std::max<int64_t>(0, j - (d - 1 - r)));
 }
 
-namespace {
+// pipedream: per-microbatch updates; stage r computes microbatch k's gradient with its version
+// k−(d−1−r) and applies it to its newest weights; the tied parameter is read at the owner's
+// version at both ends and updated by the owner.
+Simulated simulate_pipedream(const Model& model, const Partition& p, const OptimizerOptions& opt,
+                             const std::vector<Microbatch>& mbs, int n) {
+  const int d = p.stages();
+  Plain sim(model, p, opt);
+  std::vector<Buffers> versions{sim.init()};  // versions[v]: every layer after v updates
+  Buffers state = sim.zeros_like_state();
+  Simulated out;
+  for (int k = 0; k < n; ++k) {
+    Buffers used;
+    for (int i = 0; i < model.num_layers(); ++i) {
+      const int v = staleness_version(d, p.stage_of(i), k);
+      used.push_back(versions[static_cast<size_t>(v)][static_cast<size_t>(i)]);
+    }
+    for (const TiedParam& t : model.tied()) {
+      const Buffers& owner = versions[static_cast<size_t>(staleness_version(d, 0, k))];
+      used[static_cast<size_t>(t.copy_layer)] = sim.with_tied_of(
+          used[static_cast<size_t>(t.copy_layer)], owner[static_cast<size_t>(t.owner_layer)], t);
+    }
+    Buffers g = sim.zeros_like_params();
+    out.losses.push_back(
+        sim.forward_backward(mbs[static_cast<size_t>(k)], pointers(used), pointers(used), g, 1));
+    sim.reduce_tied(g);
+    Buffers next = versions.back();
+    sim.update(next, state, g, k + 1, false);
+    versions.push_back(std::move(next));
+  }
+  out.weights = versions.back();
+  return out;
+}
 
 // The XPipe prediction, written from docs/modes.md: Ŵ = W − s·lr·(m̂/(√v̂+ε) + wd·W) for AdamW,
 // Ŵ = W − s·lr·buf for SGD, at t updates (nothing to predict at t = 0).
@@ -408,73 +357,149 @@ std::vector<float> predicted(const Layer& layer, const OptimizerOptions& o,
   return out;
 }
 
+// xpipe: the versions of stage r (w = d−1−r warm-up forwards, an update after each step's last
+// B): before F(j) it has done floor(max(j−w, 0)/m) updates, before B(j) floor(j/m).
+int xpipe_f_version(int d, int m, int r, int64_t j) {
+  return static_cast<int>(std::max<int64_t>(j - (d - 1 - r), 0) / m);
+}
+int xpipe_b_version(int m, int64_t j) {
+  return static_cast<int>(j / m);
+}
+
+// xpipe: per-step updates W(t+1) = W(t) − opt(g_t); microbatch j's forward at stage r uses the
+// prediction from its F version, its backward the weights W(t) of its step.
+Simulated simulate_xpipe(const Model& model, const Partition& p, const OptimizerOptions& opt,
+                         const std::vector<Microbatch>& mbs, int m, int steps) {
+  const int d = p.stages();
+  Plain sim(model, p, opt);
+  std::vector<Buffers> w{sim.init()}, st{sim.zeros_like_state()};
+  Simulated out;
+  for (int t = 0; t < steps; ++t) {
+    Buffers g = sim.zeros_like_params();
+    double loss = 0.0;
+    for (int j = t * m; j < (t + 1) * m; ++j) {
+      Buffers fwd;
+      for (int i = 0; i < model.num_layers(); ++i) {
+        const size_t k = static_cast<size_t>(i);
+        const int vf = xpipe_f_version(d, m, p.stage_of(i), j);
+        fwd.push_back(predicted(model.layer(i), opt, w[static_cast<size_t>(vf)][k],
+                                st[static_cast<size_t>(vf)][k], vf, t - vf));
+      }
+      loss += sim.forward_backward(mbs[static_cast<size_t>(j)], pointers(fwd),
+                                   pointers(w[static_cast<size_t>(t)]), g, m);
+    }
+    out.losses.push_back(loss / m);
+    sim.reduce_tied(g);
+    Buffers next = w.back(), next_state = st.back();
+    sim.update(next, next_state, g, t + 1, true);
+    w.push_back(std::move(next));
+    st.push_back(std::move(next_state));
+  }
+  out.weights = w.back();
+  return out;
+}
+
+// The versions every F and B used, as each rule names them.
+void check_versions(const SerialExecutor& e, Mode mode, int m) {
+  const int d = e.stages();
+  const bool tied = !e.model().tied().empty();
+  for (const VersionUse& u : e.version_log()) {
+    INFO("stage " << u.stage << " " << to_string(u.kind) << u.microbatch);
+    if (mode == Mode::twobw) {
+      CHECK(u.version == std::max(static_cast<int>(u.microbatch / m) - 1, 0));
+      CHECK(u.tied_version == (tied && d > 1 && u.stage == d - 1 ? u.version : -1));
+    } else if (mode == Mode::pipedream) {
+      CHECK(u.version == staleness_version(d, u.stage, u.microbatch));
+      CHECK(u.tied_version ==
+            (tied && d > 1 && u.stage == d - 1 ? staleness_version(d, 0, u.microbatch) : -1));
+    } else if (u.kind == ActionKind::F) {
+      CHECK(u.version == xpipe_f_version(d, m, u.stage, u.microbatch));
+      CHECK(u.lookahead ==
+            xpipe_b_version(m, u.microbatch) - xpipe_f_version(d, m, u.stage, u.microbatch));
+    } else {
+      CHECK(u.version == xpipe_b_version(m, u.microbatch));
+      CHECK(u.lookahead == 0);
+    }
+  }
+}
+
+// Runs the executor and the mode's simulation on the same microbatches and compares everything.
+void compare(Arch arch, bool tied, const Partition& p, const OptimizerOptions& opt, Mode mode,
+             int m, int steps, bool lowered = true) {
+  const Model model = build(tiny(arch, tied));
+  auto e = executor(model, p, opt, mode, m, lowered);
+  const auto mbs = batches(arch, model.options().vocab_size, e->microbatches_for(steps));
+  auto losses = e->run(steps, mbs);
+  REQUIRE_MESSAGE(losses.ok(), (losses.ok() ? "" : losses.error().message));
+  const Simulated sim = mode == Mode::twobw       ? simulate_2bw(model, p, opt, mbs, m, steps)
+                        : mode == Mode::pipedream ? simulate_pipedream(model, p, opt, mbs, steps)
+                                                  : simulate_xpipe(model, p, opt, mbs, m, steps);
+  CHECK(*losses == sim.losses);
+  check_params(*e, sim.weights);
+  check_tied_identical(*e);
+  check_version_bounds(*e, mode, steps);
+  check_versions(*e, mode, m);
+  CHECK(e->version_log().size() == static_cast<size_t>(2 * p.stages() * mbs.size()));
+}
+
 }  // namespace
 
-TEST_CASE("xpipe forwards use the predicted weights of its formula, backwards the actual ones") {
-  constexpr int kSteps = 4;
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("2bw equals W(t+1) = W(t) - opt(grad f(W(t-1))), W(-1) = W(0), bitwise") {
   for (Arch arch : {Arch::gpt, Arch::bert}) {
     for (bool tied : {true, false}) {
-      const Model model = build(tiny(arch, tied));
       for (int d = 1; d <= 4; ++d) {
-        for (int m = 1; m <= 4; ++m) {
-          for (const OptimizerOptions& opt : {adamw(), sgd()}) {
-            if (opt.kind == "sgd" && (m != 2 || !tied)) continue;
-            INFO((arch == Arch::gpt ? "gpt" : "bert")
-                 << " tied " << tied << " d=" << d << " m=" << m << " " << opt.kind);
-            const Partition p = *Partition::even(model.num_layers(), d);
-            const auto mbs = batches(arch, model.options().vocab_size, kSteps * m);
-            auto e = executor(model, p, opt, Mode::xpipe, m);
-            auto losses = e->run(kSteps, mbs);
-            REQUIRE_MESSAGE(losses.ok(), (losses.ok() ? "" : losses.error().message));
-
-            // stage r runs 1F1B with w = d-1-r warm-up forwards and updates after each step's
-            // last B: before F(j) it has done floor(max(j-w, 0)/m) updates, before B(j) floor(j/m)
-            auto f_version = [&](int r, int64_t j) {
-              return static_cast<int>(std::max<int64_t>(j - (d - 1 - r), 0) / m);
-            };
-            auto b_version = [&](int64_t j) { return static_cast<int>(j / m); };
-            for (const VersionUse& u : e->version_log()) {
-              INFO("stage " << u.stage << " " << to_string(u.kind) << u.microbatch);
-              if (u.kind == ActionKind::F) {
-                CHECK(u.version == f_version(u.stage, u.microbatch));
-                CHECK(u.lookahead == b_version(u.microbatch) - f_version(u.stage, u.microbatch));
-              } else {
-                CHECK(u.version == b_version(u.microbatch));
-              }
-            }
-
-            // the simulation: versions of every layer's weights and optimizer state
-            Plain sim(model, p, opt);
-            std::vector<Buffers> w{sim.init()}, st{sim.zeros_like_state()};
-            std::vector<double> sim_losses;
-            for (int t = 0; t < kSteps; ++t) {
-              Buffers g = sim.zeros_like_params();
-              double loss = 0.0;
-              for (int j = t * m; j < (t + 1) * m; ++j) {
-                Buffers fwd;
-                for (int i = 0; i < model.num_layers(); ++i) {
-                  const size_t k = static_cast<size_t>(i);
-                  const int vf = f_version(p.stage_of(i), j);
-                  fwd.push_back(predicted(model.layer(i), opt, w[static_cast<size_t>(vf)][k],
-                                          st[static_cast<size_t>(vf)][k], vf, t - vf));
-                }
-                loss += sim.forward_backward(mbs[static_cast<size_t>(j)], pointers(fwd),
-                                             pointers(w[static_cast<size_t>(t)]), g, m);
-              }
-              sim_losses.push_back(loss / m);
-              sim.reduce_tied(g);
-              Buffers next = w.back(), next_state = st.back();
-              sim.update(next, next_state, g, t + 1, true);
-              w.push_back(std::move(next));
-              st.push_back(std::move(next_state));
-            }
-            CHECK(*losses == sim_losses);
-            check_params(*e, w.back());
-            check_tied_identical(*e);
-            check_version_bounds(*e, Mode::xpipe, kSteps);
-          }
+        const Partition p = *Partition::even(4, d);
+        for (int m = d; m <= d + 2; ++m) {
+          INFO((arch == Arch::gpt ? "gpt" : "bert")
+               << " tied " << tied << " d=" << d << " m=" << m);
+          compare(arch, tied, p, adamw(), Mode::twobw, m, 4);
+          if (m == d + 1 && tied) compare(arch, tied, p, sgd(), Mode::twobw, m, 4);
         }
       }
+    }
+  }
+}
+
+TEST_CASE("pipedream: stage r is d-1-r updates behind, F and B share a version, bitwise") {
+  for (Arch arch : {Arch::gpt, Arch::bert}) {
+    for (bool tied : {true, false}) {
+      for (int d = 1; d <= 4; ++d) {
+        INFO((arch == Arch::gpt ? "gpt" : "bert") << " tied " << tied << " d=" << d);
+        const Partition p = *Partition::even(4, d);
+        compare(arch, tied, p, adamw(), Mode::pipedream, 1, 9);
+        if (d == 3) compare(arch, tied, p, sgd(), Mode::pipedream, 1, 9);
+      }
+    }
+  }
+}
+
+TEST_CASE("xpipe forwards use the predicted weights of its formula, backwards the actual ones") {
+  for (Arch arch : {Arch::gpt, Arch::bert}) {
+    for (bool tied : {true, false}) {
+      for (int d = 1; d <= 4; ++d) {
+        const Partition p = *Partition::even(4, d);
+        for (int m = 1; m <= 4; ++m) {
+          INFO((arch == Arch::gpt ? "gpt" : "bert")
+               << " tied " << tied << " d=" << d << " m=" << m);
+          compare(arch, tied, p, adamw(), Mode::xpipe, m, 4);
+          if (m == 2 && tied) compare(arch, tied, p, sgd(), Mode::xpipe, m, 4);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("async modes with uneven partitions and compute-only schedules") {
+  for (const std::vector<int>& counts :
+       {std::vector<int>{1, 3}, std::vector<int>{3, 1}, std::vector<int>{1, 2, 1}}) {
+    const Partition p = *Partition::from_counts(4, counts);
+    for (bool lowered : {true, false}) {
+      INFO(p.to_string() << " lowered " << lowered);
+      compare(Arch::gpt, true, p, adamw(), Mode::twobw, 3, 3, lowered);
+      compare(Arch::bert, true, p, adamw(), Mode::pipedream, 1, 7, lowered);
+      compare(Arch::gpt, true, p, adamw(), Mode::xpipe, 2, 4, lowered);
     }
   }
 }
