@@ -1,0 +1,226 @@
+// Pipeline checkpoint: walks every stage's layers and parameter slots to name its tensors by
+// global layer, so a checkpoint saved at d stages loads into d' stages tensor by tensor.
+#include "engine/pipeline_checkpoint.hpp"
+
+#include <charconv>
+#include <cstring>
+
+#include "engine/stage_worker.hpp"
+#include "kernels/check.hpp"
+
+namespace actorpipe {
+namespace {
+
+int sequence_length(const Config& c) {
+  return c.pipeline.seq_len > 0 ? c.pipeline.seq_len : c.model.context;
+}
+
+// The suffixes of a slot's optimizer state, in the order of the layer's state buffer: AdamW
+// keeps m for the whole layer, then v; SGD one momentum buffer.
+std::vector<std::string> state_suffixes(const OptimizerOptions& o) {
+  if (o.kind == "sgd") return {".momentum"};
+  return {".adam_m", ".adam_v"};
+}
+
+Status check_idle(std::span<StageWorker* const> workers) {
+  if (workers.empty()) return make_error("checkpoint: no stage workers");
+  for (const StageWorker* w : workers) {
+    if (w->in_flight() > 0) {
+      return make_error(
+          "checkpoint: stage {} has {} microbatches in flight (checkpoints are taken "
+          "between runs)",
+          w->stage(), w->in_flight());
+    }
+  }
+  return {};
+}
+
+const std::string* find_extra(const CheckpointInfo& info, const std::string& key) {
+  auto it = info.extra.find(key);
+  return it == info.extra.end() ? nullptr : &it->second;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Copies tensor `name` of `tensors` into dst[0, n) after checking its dtype and shape.
+Status copy_tensor(const std::vector<NamedTensor>& tensors, const std::string& file,
+                   const std::string& name, const std::vector<int64_t>& shape, float* dst,
+                   size_t n) {
+  const NamedTensor* t = find_tensor(tensors, name);
+  if (!t) return make_error("checkpoint: {} has no tensor {}", file, name);
+  if (t->dtype != "F32") {
+    return make_error("checkpoint: {} in {} is {}, expected F32", name, file, t->dtype);
+  }
+  if (t->shape != shape) {
+    return make_error("checkpoint: {} in {} has shape {}, the model expects {}", name, file,
+                      shape_text(t->shape), shape_text(shape));
+  }
+  if (t->f32.size() != n) {
+    return make_error("checkpoint: {} in {} holds {} values, expected {}", name, file,
+                      t->f32.size(), n);
+  }
+  std::memcpy(dst, t->f32.data(), n * sizeof(float));
+  return {};
+}
+
+}  // namespace
+
+CheckpointInfo pipeline_checkpoint_info(const Config& config, const RunPosition& position,
+                                        long updates) {
+  CheckpointInfo info;
+  info.final = position.final;
+  info.step = position.step;
+  info.data_position = position.data_position;
+  info.rng_state = {config.train.seed, config.data.seed};
+  info.mode = config.pipeline.mode;
+  info.stages = config.pipeline.stages;
+  info.partition = config.pipeline.partition;
+  info.model = config.model;
+  info.optimizer = config.optimizer;
+  info.extra["updates"] = std::to_string(updates);
+  info.extra["data.kind"] = config.data.kind;
+  info.extra["data.seed"] = std::to_string(config.data.seed);
+  info.extra["data.synthetic_seed"] = std::to_string(config.data.synthetic_seed);
+  info.extra["pipeline.microbatch_size"] = std::to_string(config.pipeline.microbatch_size);
+  info.extra["pipeline.seq_len"] = std::to_string(sequence_length(config));
+  info.extra["pipeline.microbatches"] = std::to_string(config.pipeline.microbatches);
+  return info;
+}
+
+Expected<CheckpointRefs> pipeline_checkpoint_refs(std::span<StageWorker* const> workers,
+                                                  const OptimizerOptions& optimizer) {
+  if (Status ok = check_idle(workers); !ok) return ok.error();
+  const long updates = workers[0]->updates();
+  for (const StageWorker* w : workers) {
+    if (w->updates() != updates) {
+      return make_error("checkpoint: stage {} has applied {} updates but stage 0 {}", w->stage(),
+                        w->updates(), updates);
+    }
+  }
+  const auto suffixes = state_suffixes(optimizer);
+  CheckpointRefs refs;
+  for (StageWorker* w : workers) {
+    const Model& model = w->model();
+    const WeightStore& store = w->store();
+    for (int i = 0; i < w->num_layers(); ++i) {
+      const int layer = w->first_layer() + i;
+      const Layer& l = model.layer(layer);
+      const float* params = w->params(i).data();
+      const std::span<float> state_span = w->optimizer_state(i);
+      AP_CHECK(state_span.size() == suffixes.size() * l.param_floats(),
+               "layer {}: {} optimizer state floats for {} parameters", layer, state_span.size(),
+               l.param_floats());
+      const float* state = state_span.data();
+      for (const ParamSlot& slot : l.slots()) {
+        const std::string name = model.param_name(layer, slot);
+        refs.model.push_back({name, slot.shape, params + slot.offset});
+        for (size_t k = 0; k < suffixes.size(); ++k) {
+          refs.optimizer.push_back(
+              {name + suffixes[k], slot.shape, state + k * l.param_floats() + slot.offset});
+        }
+        for (int v : store.versions()) {
+          if (v == store.latest()) continue;
+          refs.versions.push_back({fmt::format("{}@v{}", name, v), slot.shape,
+                                   store.params(v, i).data() + slot.offset});
+        }
+      }
+    }
+  }
+  return refs;
+}
+
+Expected<std::string> save_pipeline_checkpoint(const std::string& dir, const Config& config,
+                                               const RunPosition& position,
+                                               std::span<StageWorker* const> workers) {
+  auto refs = pipeline_checkpoint_refs(workers, config.optimizer);
+  if (!refs) return refs.error();
+  return save_checkpoint(dir, pipeline_checkpoint_info(config, position, workers[0]->updates()),
+                         *refs);
+}
+
+Status check_resume(const CheckpointInfo& info, const Config& config) {
+  std::string msg;
+  if (Status ok = check_compatible(info, config.model); !ok) msg = ok.error().message;
+  auto mismatch = [&](const std::string& key, const std::string& saved, const std::string& now) {
+    if (saved == now) return;
+    msg += fmt::format("{}{}: the checkpoint has {}, the config has {}", msg.empty() ? "" : "\n",
+                       key, saved, now);
+  };
+  mismatch("optimizer.kind", info.optimizer.kind, config.optimizer.kind);
+  const std::pair<const char*, std::string> keys[] = {
+      {"data.kind", config.data.kind},
+      {"pipeline.microbatch_size", std::to_string(config.pipeline.microbatch_size)},
+      {"pipeline.seq_len", std::to_string(sequence_length(config))},
+  };
+  for (const auto& [key, now] : keys) {
+    const std::string* saved = find_extra(info, key);
+    if (!saved) {
+      msg += fmt::format("{}the manifest's \"extra\" has no {}", msg.empty() ? "" : "\n", key);
+    } else {
+      mismatch(key, *saved, now);
+    }
+  }
+  if (!find_extra(info, "updates")) {
+    msg += fmt::format("{}the manifest's \"extra\" has no updates", msg.empty() ? "" : "\n");
+  }
+  if (msg.empty()) return {};
+  return Error{"checkpoint cannot continue this run:\n" + msg};
+}
+
+Status load_pipeline_checkpoint(const CheckpointContents& ckpt,
+                                std::span<StageWorker* const> workers,
+                                const OptimizerOptions& optimizer) {
+  if (Status ok = check_idle(workers); !ok) return ok.error();
+  long updates = 0;
+  {
+    const std::string* text = find_extra(ckpt.info, "updates");
+    if (!text) return make_error("checkpoint {}: the manifest has no updates count", ckpt.path);
+    const char* end = text->data() + text->size();
+    auto [p, ec] = std::from_chars(text->data(), end, updates);
+    if (ec != std::errc() || p != end || updates < 0) {
+      return make_error("checkpoint {}: updates = \"{}\", expected an integer >= 0", ckpt.path,
+                        *text);
+    }
+  }
+  if (ckpt.info.optimizer.kind != optimizer.kind) {
+    return make_error("checkpoint {}: optimizer.kind is {}, the stages use {}", ckpt.path,
+                      ckpt.info.optimizer.kind, optimizer.kind);
+  }
+  const auto suffixes = state_suffixes(optimizer);
+  for (StageWorker* w : workers) {
+    const Model& model = w->model();
+    if (Status ok = check_compatible(ckpt.info, model.options()); !ok) return ok.error();
+    for (int i = 0; i < w->num_layers(); ++i) {
+      const int layer = w->first_layer() + i;
+      const Layer& l = model.layer(layer);
+      float* params = w->mutable_params(i).data();
+      const std::span<float> state_span = w->optimizer_state(i);
+      AP_CHECK(state_span.size() == suffixes.size() * l.param_floats(),
+               "layer {}: {} optimizer state floats for {} parameters", layer, state_span.size(),
+               l.param_floats());
+      float* state = state_span.data();
+      for (const ParamSlot& slot : l.slots()) {
+        const std::string name = model.param_name(layer, slot);
+        if (Status ok = copy_tensor(ckpt.model, kModelFile, name, slot.shape, params + slot.offset,
+                                    slot.numel);
+            !ok)
+          return ok;
+        for (size_t k = 0; k < suffixes.size(); ++k) {
+          if (Status ok =
+                  copy_tensor(ckpt.optimizer, kOptimizerFile, name + suffixes[k], slot.shape,
+                              state + k * l.param_floats() + slot.offset, slot.numel);
+              !ok)
+            return ok;
+        }
+      }
+    }
+    w->set_updates(updates);
+  }
+  return {};
+}
+
+}  // namespace actorpipe
