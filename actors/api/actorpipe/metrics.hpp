@@ -1,0 +1,39 @@
+// Metrics: what a training step reports (loss, tokens, wall time, per-stage busy and idle time)
+// and its JSON-lines form, one object per step, written to train.metrics.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace actorpipe {
+
+/// Where one stage's wall time went, cumulative since the trainer started training.
+struct StageMetrics {
+  double busy_seconds = 0.0;  ///< computing (F, B) and updating its weights
+  double idle_seconds = 0.0;  ///< waiting for an input, a credit or a weight version
+};
+
+/// What one optimizer step reports.
+struct StepMetrics {
+  int64_t step = 0;        ///< optimizer steps completed, counting those before a resume
+  int64_t steps = 0;       ///< the step count training stops at (train.steps)
+  int64_t first_step = 0;  ///< steps completed when this trainer started (0, or the resumed step)
+  double loss = 0.0;       ///< the step's loss: (1/m)·Σⱼ meanⱼ over its microbatches
+  int64_t tokens = 0;      ///< tokens consumed since this trainer started (B·T per microbatch)
+  double seconds = 0.0;    ///< training wall time since this trainer started
+  std::vector<StageMetrics> stages;  ///< per stage; empty when not measured (serial backend)
+
+  /// Tokens per second since this trainer started (0 before any time has passed).
+  double tokens_per_second() const;
+  /// Estimated seconds until `steps`, from the mean time per step of this trainer so far.
+  double eta_seconds() const;
+};
+
+/// One JSON object on one line (no newline), with the loss printed so that it reads back to the
+/// same double (a non-finite loss is null):
+///   {"step":12,"loss":2.3025,"tokens":6144,"time":1.52,"busy":[1.2,1.3],"idle":[0.3,0.2]}
+/// busy and idle hold seconds per stage, cumulative like StepMetrics::stages.
+std::string metrics_json(const StepMetrics& metrics);
+
+}  // namespace actorpipe

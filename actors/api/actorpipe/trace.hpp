@@ -1,0 +1,32 @@
+// Trace: executed actions as a Chrome / Perfetto trace (JSON trace event format) with one track
+// per stage and one span per action, named by the action's text form ("2F0", "1B3@1").
+#pragma once
+
+#include <span>
+#include <string>
+
+#include "engine/expected.hpp"
+#include "engine/schedule.hpp"
+
+namespace actorpipe {
+
+/// One executed action: its stage, the action, and its start and end in seconds since the
+/// trainer started training.
+struct TraceSpan {
+  int stage = 0;
+  Action action;
+  double start = 0.0;
+  double end = 0.0;
+};
+
+/// The trace as JSON: {"displayTimeUnit":"ms","traceEvents":[...]} with, for each stage r of
+/// `stages`, metadata naming thread r "stage r" (sorted by r) in process 1 "actorpipe", then one
+/// complete event ("ph":"X") per span: name = to_string(action), cat = its kind ("F", "B",
+/// "OPT_STEP", ...), tid = stage, ts and dur in microseconds, args = microbatch and version.
+std::string chrome_trace_json(std::span<const TraceSpan> spans, int stages);
+
+/// Writes chrome_trace_json to `path` (load it in ui.perfetto.dev or chrome://tracing). Errors
+/// name the path and the system's reason.
+Status write_chrome_trace(const std::string& path, std::span<const TraceSpan> spans, int stages);
+
+}  // namespace actorpipe

@@ -1,0 +1,68 @@
+// Metrics tests: the JSON line parses back to every field (the loss to the same double), a
+// non-finite loss is null, and the derived rate and ETA follow their formulas.
+#include "actors/api/actorpipe/metrics.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+using namespace actorpipe;
+
+namespace {
+
+StepMetrics sample() {
+  StepMetrics m;
+  m.step = 12;
+  m.steps = 40;
+  m.first_step = 4;
+  m.loss = 0.1 + 0.2;  // 0.30000000000000004: needs all 17 digits
+  m.tokens = 6144;
+  m.seconds = 1.5;
+  m.stages = {{1.25, 0.25}, {0.75, 0.5}};
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("a metrics line is one JSON object with every field, the loss exact") {
+  const StepMetrics m = sample();
+  const std::string line = metrics_json(m);
+  CHECK(line ==
+        R"({"step":12,"loss":0.30000000000000004,"tokens":6144,"time":1.5,"busy":[1.25,0.75],)"
+        R"("idle":[0.25,0.5]})");
+  CHECK(line.find('\n') == std::string::npos);
+  const auto j = nlohmann::json::parse(line);
+  CHECK(j.at("step").get<int64_t>() == 12);
+  CHECK(j.at("loss").get<double>() == m.loss);  // bitwise: the shortest round-trip text
+  CHECK(j.at("tokens").get<int64_t>() == 6144);
+  CHECK(j.at("time").get<double>() == 1.5);
+  CHECK(j.at("busy") == nlohmann::json::array({1.25, 0.75}));
+  CHECK(j.at("idle") == nlohmann::json::array({0.25, 0.5}));
+}
+
+TEST_CASE("a non-finite loss is written as null; no stages give empty arrays") {
+  StepMetrics m = sample();
+  m.loss = std::numeric_limits<double>::quiet_NaN();
+  m.stages.clear();
+  const auto j = nlohmann::json::parse(metrics_json(m));
+  CHECK(j.at("loss").is_null());
+  CHECK(j.at("busy").empty());
+  CHECK(j.at("idle").empty());
+  m.loss = std::numeric_limits<double>::infinity();
+  CHECK(nlohmann::json::parse(metrics_json(m)).at("loss").is_null());
+}
+
+TEST_CASE("tokens per second and ETA") {
+  StepMetrics m = sample();
+  CHECK(m.tokens_per_second() == doctest::Approx(6144 / 1.5));
+  // 8 steps done by this trainer in 1.5 s, 28 to go
+  CHECK(m.eta_seconds() == doctest::Approx(1.5 / 8 * 28));
+  m.step = m.steps;
+  CHECK(m.eta_seconds() == 0.0);
+  m.step = m.first_step;  // nothing run yet: no estimate
+  CHECK(m.eta_seconds() == 0.0);
+  m.seconds = 0.0;
+  CHECK(m.tokens_per_second() == 0.0);
+}

@@ -1,0 +1,86 @@
+// Trace: Chrome trace event JSON, written by hand (names are action texts; every string is
+// escaped anyway) so that a long run's tens of thousands of spans cost one buffer.
+#include "actors/api/actorpipe/trace.hpp"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+namespace actorpipe {
+namespace {
+
+void append_string(std::string& out, std::string_view s) {
+  out += '"';
+  for (char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned>(c));
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+}
+
+// Microseconds with nanosecond resolution; non-finite times (never produced) become 0.
+double micros(double seconds) {
+  return std::isfinite(seconds) ? std::round(seconds * 1e9) / 1e3 : 0.0;
+}
+
+}  // namespace
+
+std::string chrome_trace_json(std::span<const TraceSpan> spans, int stages) {
+  std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  out += R"({"ph":"M","pid":1,"tid":0,"name":"process_name","args":{"name":"actorpipe"}})";
+  for (int r = 0; r < stages; ++r) {
+    fmt::format_to(std::back_inserter(out),
+                   ",\n{{\"ph\":\"M\",\"pid\":1,\"tid\":{0},\"name\":\"thread_name\",\"args\":{{"
+                   "\"name\":\"stage {0}\"}}}},\n{{\"ph\":\"M\",\"pid\":1,\"tid\":{0},\"name\":"
+                   "\"thread_sort_index\",\"args\":{{\"sort_index\":{0}}}}}",
+                   r);
+  }
+  for (const TraceSpan& s : spans) {
+    const double ts = micros(s.start);
+    const double dur = std::max(0.0, micros(s.end) - ts);
+    out += ",\n{\"ph\":\"X\",\"pid\":1,\"tid\":";
+    fmt::format_to(std::back_inserter(out), "{},\"name\":", s.stage);
+    append_string(out, to_string(s.action));
+    out += ",\"cat\":";
+    append_string(out, to_string(s.action.kind));
+    fmt::format_to(std::back_inserter(out),
+                   ",\"ts\":{},\"dur\":{},\"args\":{{\"microbatch\":{},\"version\":{}}}}}", ts, dur,
+                   s.action.microbatch, s.action.version);
+  }
+  out += "\n]}\n";
+  return out;
+}
+
+Status write_chrome_trace(const std::string& path, std::span<const TraceSpan> spans, int stages) {
+  const std::string json = chrome_trace_json(spans, stages);
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) return make_error("train.trace: cannot write {}: {}", path, std::strerror(errno));
+  f.write(json.data(), static_cast<std::streamsize>(json.size()));
+  f.close();
+  if (!f) return make_error("train.trace: writing {} failed: {}", path, std::strerror(errno));
+  return {};
+}
+
+}  // namespace actorpipe

@@ -1,0 +1,100 @@
+// Trace tests: the Chrome trace of a schedule's actions is valid JSON with one named track per
+// stage and one complete event per action, named by the action's text form, times in µs.
+#include "actors/api/actorpipe/trace.hpp"
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "engine/schedule_generators.hpp"
+#include "engine/schedule_lowering.hpp"
+
+using namespace actorpipe;
+
+namespace {
+
+// Spans of every action of a lowered 2bw schedule, stage r's i-th action at [i + r/10, + 0.5) ms.
+std::vector<TraceSpan> schedule_spans(int d, int m, int steps) {
+  auto s = make_2bw(d, m, steps);
+  REQUIRE(s.ok());
+  auto lowered = lower(*s);
+  REQUIRE(lowered.ok());
+  std::vector<TraceSpan> spans;
+  for (int r = 0; r < d; ++r) {
+    const auto& list = lowered->per_stage[static_cast<size_t>(r)];
+    for (size_t i = 0; i < list.size(); ++i) {
+      const double t = (static_cast<double>(i) + 0.1 * r) * 1e-3;
+      spans.push_back({r, list[i], t, t + 0.5e-3});
+    }
+  }
+  return spans;
+}
+
+}  // namespace
+
+TEST_CASE("one track per stage, one span per action named by its text form") {
+  constexpr int d = 3;
+  const auto spans = schedule_spans(d, 4, 2);
+  const auto j = nlohmann::json::parse(chrome_trace_json(spans, d));
+  CHECK(j.at("displayTimeUnit") == "ms");
+  const auto& events = j.at("traceEvents");
+  std::map<int, std::string> track_names;
+  std::map<int, int> spans_per_track;
+  size_t complete = 0;
+  for (const auto& e : events) {
+    const int tid = e.at("tid").get<int>();
+    CHECK(e.at("pid").get<int>() == 1);
+    if (e.at("ph") == "M") {
+      if (e.at("name") == "thread_name") {
+        CHECK(track_names.count(tid) == 0);
+        track_names[tid] = e.at("args").at("name").get<std::string>();
+      }
+      continue;
+    }
+    REQUIRE(e.at("ph") == "X");
+    const TraceSpan& s = spans[complete++];
+    auto action = parse_action(e.at("name").get<std::string>());
+    REQUIRE_MESSAGE(action.ok(), e.dump());
+    CHECK(*action == s.action);
+    CHECK(action->stage == tid);  // the span sits on its stage's track
+    CHECK(e.at("cat").get<std::string>() == to_string(s.action.kind));
+    CHECK(e.at("ts").get<double>() == doctest::Approx(s.start * 1e6));
+    CHECK(e.at("dur").get<double>() == doctest::Approx(500.0));
+    CHECK(e.at("args").at("microbatch").get<int>() == s.action.microbatch);
+    ++spans_per_track[tid];
+  }
+  CHECK(complete == spans.size());
+  REQUIRE(track_names.size() == d);
+  for (int r = 0; r < d; ++r) {
+    CHECK(track_names[r] == "stage " + std::to_string(r));
+    CHECK(spans_per_track[r] > 0);
+  }
+}
+
+TEST_CASE("a trace without spans still names every stage's track") {
+  const auto j = nlohmann::json::parse(chrome_trace_json({}, 2));
+  int threads = 0;
+  for (const auto& e : j.at("traceEvents")) threads += e.at("name") == "thread_name";
+  CHECK(threads == 2);
+}
+
+TEST_CASE("write_chrome_trace writes the file; an unwritable path is an error naming it") {
+  const auto spans = schedule_spans(2, 2, 1);
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("actorpipe-trace-test-" + std::to_string(getpid()) + ".json");
+  REQUIRE(write_chrome_trace(path.string(), spans, 2).ok());
+  std::ifstream f(path);
+  std::stringstream text;
+  text << f.rdbuf();
+  CHECK(text.str() == chrome_trace_json(spans, 2));
+  std::filesystem::remove(path);
+
+  Status bad = write_chrome_trace("/nonexistent-dir/trace.json", spans, 2);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.find("/nonexistent-dir/trace.json") != std::string::npos);
+}
