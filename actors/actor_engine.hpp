@@ -50,6 +50,7 @@ struct FaultInjection {
     throw_in_forward,   ///< the stage's F of `microbatch` throws
     throw_in_backward,  ///< the stage's B of `microbatch` throws
     poison_output,      ///< the stage's F output of `microbatch` is NaN (a non-finite loss follows)
+    drop_activation,    ///< the stage's SEND_F of `microbatch` never announces it (a stall follows)
   };
   Kind kind = Kind::none;
   int stage = -1;
@@ -69,6 +70,8 @@ struct ActorEngineOptions {
   bool skip_compute = false;
   /// Collect an ActionSpan for every executed action into ActorRunResult::spans.
   bool record_spans = false;
+  /// Workers keep the weight version of every F and B (StageWorker::version_log()).
+  bool log_versions = false;
   FaultInjection fault;
 };
 
@@ -82,6 +85,9 @@ struct ActorRunResult {
   std::vector<double> losses;      ///< per optimizer step, in order
   std::vector<StageTimes> stages;  ///< per stage, whole run
   std::vector<ActionSpan> spans;   ///< record_spans only; per stage in execution order
+  /// Credits: the most microbatches that were handed to the stages and not yet through stage 0's
+  /// backward at once (the activation-stash bound of stage 0 in the mode's schedule).
+  int peak_microbatches_ahead = 0;
   int64_t tokens = 0;
   double seconds = 0.0;
 };

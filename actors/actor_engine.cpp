@@ -1,0 +1,246 @@
+// Actor engine: builds the stage workers, lays out the run's schedules, spawns the driver, the
+// stage actors and the optimizer shards on a CAF system, and returns what the run produced.
+#include "actors/actor_engine.hpp"
+
+#include <algorithm>
+#include <caf/all.hpp>
+
+#include "actors/driver.hpp"
+#include "actors/internal/messages.hpp"
+#include "actors/internal/run_state.hpp"
+#include "actors/optimizer_actor.hpp"
+#include "actors/stage_actor.hpp"
+#include "engine/config.hpp"
+#include "engine/data.hpp"
+#include "engine/model.hpp"
+#include "engine/partition.hpp"
+#include "engine/schedule_generators.hpp"
+#include "engine/schedule_lowering.hpp"
+#include "engine/schedule_validate.hpp"
+#include "engine/simulator.hpp"
+#include "engine/stage_worker.hpp"
+#include "kernels/check.hpp"
+#include "transport/local_channel.hpp"
+
+namespace actorpipe {
+
+struct ActorEngine::Impl {
+  Config config;
+  ActorEngineOptions options;
+  Mode mode = Mode::onef1b;
+  int B = 1, T = 1;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Partition> partition;
+  std::vector<std::unique_ptr<StageWorker>> workers;
+  int64_t mb_done = 0;  // microbatches consumed by earlier runs
+};
+
+ActorEngine::ActorEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ActorEngine::~ActorEngine() = default;
+
+Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& config,
+                                                           const ActorEngineOptions& options) {
+  if (Status ok = validate(config); !ok) return ok.error();
+  if (options.scheduler_threads < 1)
+    return make_error("actor engine: scheduler_threads = {}, expected >= 1",
+                      options.scheduler_threads);
+  if (!(options.stall_timeout_seconds > 0))
+    return make_error("actor engine: stall_timeout_seconds = {}, expected > 0",
+                      options.stall_timeout_seconds);
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->options = options;
+  auto mode = parse_mode(config.pipeline.mode);
+  if (!mode) return mode.error();
+  impl->mode = *mode;
+  auto model = Model::build(config.model);
+  if (!model) return model.error();
+  impl->model = std::make_unique<Model>(std::move(*model));
+  auto part = Partition::from_options(config.pipeline, impl->model->num_layers());
+  if (!part) return part.error();
+  impl->partition = std::make_unique<Partition>(std::move(*part));
+  impl->B = config.pipeline.microbatch_size;
+  impl->T = config.pipeline.seq_len > 0 ? config.pipeline.seq_len : config.model.context;
+  for (int r = 0; r < impl->partition->stages(); ++r) {
+    StageWorkerOptions wo;
+    wo.mode = impl->mode;
+    wo.stage = r;
+    wo.microbatches = config.pipeline.microbatches;
+    wo.B = impl->B;
+    wo.T = impl->T;
+    wo.threads = config.pipeline.threads_per_stage;
+    wo.log_versions = options.log_versions;
+    impl->workers.push_back(
+        std::make_unique<StageWorker>(*impl->model, *impl->partition, config.optimizer, wo));
+  }
+  return std::unique_ptr<ActorEngine>(new ActorEngine(std::move(impl)));
+}
+
+const Config& ActorEngine::config() const {
+  return impl_->config;
+}
+
+int ActorEngine::stages() const {
+  return static_cast<int>(impl_->workers.size());
+}
+
+StageWorker& ActorEngine::worker(int stage) {
+  AP_CHECK(stage >= 0 && stage < stages(), "stage {} of {}", stage, stages());
+  return *impl_->workers[static_cast<size_t>(stage)];
+}
+
+const StageWorker& ActorEngine::worker(int stage) const {
+  AP_CHECK(stage >= 0 && stage < stages(), "stage {} of {}", stage, stages());
+  return *impl_->workers[static_cast<size_t>(stage)];
+}
+
+std::span<const float> ActorEngine::params(int layer) const {
+  AP_CHECK(layer >= 0 && layer < impl_->model->num_layers(), "layer {} of {}", layer,
+           impl_->model->num_layers());
+  const int r = impl_->partition->stage_of(layer);
+  return worker(r).params(layer - impl_->partition->begin(r));
+}
+
+Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
+                                          const ActorCallbacks& callbacks) {
+  using namespace internal;
+  if (steps < 1) return make_error("actor engine: steps = {}, expected >= 1", steps);
+  const Impl& im = *impl_;
+  const int d = stages();
+  const int m = im.config.pipeline.microbatches;
+
+  auto st = std::make_shared<RunState>();
+  st->options = im.options;
+  st->mode = im.mode;
+  st->stages = d;
+  st->B = im.B;
+  st->T = im.T;
+  st->tokens_per_mb = static_cast<int64_t>(im.B) * im.T;
+  st->grad_clip = im.config.optimizer.grad_clip;
+  st->global_offset = im.mb_done;
+  st->data = &data;
+  st->callbacks = callbacks;
+
+  // the schedules of the run: one per step in sync modes, one over every step otherwise
+  const bool sync = is_synchronous(im.mode);
+  const int segments = sync ? steps : 1;
+  int64_t first_mb = 0;
+  for (int s = 0; s < segments; ++s) {
+    // pipedream: every microbatch is a step
+    auto sched = im.mode == Mode::pipedream ? make_pipedream(d, steps)
+                                            : make_schedule(im.mode, d, m, sync ? 1 : steps);
+    if (!sched) return sched.error();
+    auto lowered = lower(*sched);
+    if (!lowered) return lowered.error();
+    if (Status ok = validate(*lowered); !ok) return ok.error();
+    st->credits = std::max(st->credits, peak_stash(*lowered)[0]);
+    st->group = lowered->microbatches;
+    st->segments.push_back({std::move(*lowered), first_mb});
+    first_mb += st->segments.back().schedule.total_microbatches();
+  }
+  st->total_mbs = first_mb;
+  st->steps.resize(static_cast<size_t>(d));
+  for (int s = 0; s < segments; ++s) {
+    const RunSegment& seg = st->segments[static_cast<size_t>(s)];
+    for (int r = 0; r < d; ++r) {
+      const auto& list = seg.schedule.per_stage[static_cast<size_t>(r)];
+      for (size_t i = 0; i < list.size(); ++i) {
+        StageStep step;
+        step.action = list[i];
+        step.segment = s;
+        step.mb = list[i].microbatch >= 0 ? seg.first_mb + list[i].microbatch : -1;
+        step.starts_segment = i == 0;
+        st->steps[static_cast<size_t>(r)].push_back(step);
+      }
+    }
+  }
+  for (auto& w : impl_->workers) st->workers.push_back(w.get());
+  auto channels = make_local_channels(d);
+  if (!channels) return channels.error();
+  st->channels = &*channels;
+  st->counters = std::make_unique<StageCounters[]>(static_cast<size_t>(d));
+  st->spans.resize(static_cast<size_t>(d));
+  if (im.options.record_spans) {
+    for (int r = 0; r < d; ++r)
+      st->spans[static_cast<size_t>(r)].reserve(st->steps[static_cast<size_t>(r)].size());
+  }
+
+  RunOutcome outcome;
+  {
+    caf::actor_system_config cfg;
+    cfg.set("scheduler.max-threads", im.options.scheduler_threads);
+    caf::actor_system sys{cfg};
+    st->start = std::chrono::steady_clock::now();
+    for (int r = 0; r < d; ++r) {
+      st->directory.stages.push_back(spawn_stage_actor(sys, st, r));
+      st->directory.optimizers.push_back(spawn_optimizer_actor(sys, st, r));
+    }
+    st->directory.driver = spawn_driver(sys, st);
+    {
+      caf::scoped_actor self{sys};
+      self->request(st->directory.driver, caf::infinite, run_atom::value)
+          .receive([&](RunOutcome& o) { outcome = std::move(o); },
+                   [&](caf::error& err) {
+                     outcome.ok = false;
+                     outcome.error = "driver: " + sys.render(err);
+                   });
+      for (const caf::actor& a : st->directory.stages)
+        self->send_exit(a, caf::exit_reason::user_shutdown);
+      for (const caf::actor& a : st->directory.optimizers)
+        self->send_exit(a, caf::exit_reason::user_shutdown);
+    }
+    // every actor stops after its current action; only then may the handles they read go
+    sys.await_all_actors_done();
+    st->directory = Directory{};
+  }
+  channels->clear();
+  impl_->mb_done += st->total_mbs;
+  if (!outcome.ok) return make_error("{} pipeline: {}", to_string(im.mode), outcome.error);
+  // follow_owner: the copy's stage installs the owner's newest tied weights, so both copies are
+  // equal at rest (final weights, checkpoints, the next run's start), as the serial executor does
+  if (tied_sync(im.mode) == TiedSync::follow_owner && !im.options.skip_compute) {
+    for (size_t k = 0; k < im.model->tied().size(); ++k) {
+      const TiedParam& tp = im.model->tied()[k];
+      const int owner = im.partition->stage_of(tp.owner_layer);
+      const int copy = im.partition->stage_of(tp.copy_layer);
+      if (owner == copy) continue;
+      const StageWorker& wo = *im.workers[static_cast<size_t>(owner)];
+      im.workers[static_cast<size_t>(copy)]->install_tied_weights(k, static_cast<int>(wo.updates()),
+                                                                  wo.tied_weights(k));
+    }
+  }
+
+  ActorRunResult result;
+  result.losses = std::move(outcome.losses);
+  result.stages = stage_times(*st);
+  result.peak_microbatches_ahead = outcome.peak_ahead;
+  result.tokens = st->total_mbs * st->tokens_per_mb;
+  result.seconds = st->seconds_since_start();
+  if (im.options.record_spans) {
+    for (auto& spans : st->spans)
+      result.spans.insert(result.spans.end(), spans.begin(), spans.end());
+  }
+  return result;
+}
+
+Expected<ActorTrainResult> run_actor_pipeline(const Config& config,
+                                              const ActorEngineOptions& options,
+                                              const ActorCallbacks& callbacks) {
+  auto engine = ActorEngine::create(config, options);
+  if (!engine) return engine.error();
+  const int T = config.pipeline.seq_len > 0 ? config.pipeline.seq_len : config.model.context;
+  auto data = DataLoader::open(config.data, config.model.arch, config.model.vocab_size,
+                               config.pipeline.microbatch_size, T);
+  if (!data) return data.error();
+  auto run = (*engine)->run(config.train.steps, **data, callbacks);
+  if (!run) return run.error();
+  ActorTrainResult out;
+  out.run = std::move(*run);
+  for (int i = 0; i < (*engine)->config().model.depth + 2; ++i) {
+    auto p = (*engine)->params(i);
+    out.params.emplace_back(p.begin(), p.end());
+  }
+  return out;
+}
+
+}  // namespace actorpipe

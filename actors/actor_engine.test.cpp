@@ -1,0 +1,196 @@
+// Actor engine tests: every mode, d = 1..4, several m, GPT and BERT, run concurrently by the
+// actors, equals the serial executor bitwise (losses, weights, optimizer state, versions used);
+// sync modes also equal the single-stage reference trainer.
+#include "actors/actor_engine.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/data.hpp"
+#include "engine/reference_trainer.hpp"
+#include "engine/serial_executor.hpp"
+#include "engine/stage_worker.hpp"
+
+using namespace actorpipe;
+
+namespace {
+
+Config tiny(Arch arch, const std::string& mode, int d, int m) {
+  Config c;
+  c.model.arch = arch;
+  c.model.vocab_size = 24;
+  c.model.context = 8;
+  c.model.width = 8;
+  c.model.depth = 2;  // 4 layers: up to 4 stages
+  c.model.heads = 2;
+  c.model.init_seed = 5;
+  c.pipeline.mode = mode;
+  c.pipeline.stages = d;
+  c.pipeline.microbatches = m;
+  c.pipeline.microbatch_size = 2;
+  c.pipeline.seq_len = 6;
+  c.optimizer.lr = 2e-2f;
+  c.optimizer.weight_decay = 0.1f;
+  c.optimizer.grad_clip = 0.5f;  // tiny models' gradient norms are around 1-3: every step clips
+  c.data.seed = 3;
+  return c;
+}
+
+std::unique_ptr<DataLoader> loader(const Config& c) {
+  auto d = DataLoader::open(c.data, c.model.arch, c.model.vocab_size, c.pipeline.microbatch_size,
+                            c.pipeline.seq_len);
+  REQUIRE(d.ok());
+  return std::move(d).value();
+}
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
+}
+
+bool same_log(const std::vector<VersionUse>& a, const std::vector<VersionUse>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].stage != b[i].stage || a[i].kind != b[i].kind || a[i].microbatch != b[i].microbatch ||
+        a[i].version != b[i].version || a[i].lookahead != b[i].lookahead ||
+        a[i].tied_version != b[i].tied_version)
+      return false;
+  }
+  return true;
+}
+
+// Runs `runs` (steps per run, one after another) on both engines and compares every bit.
+void check_against_serial(const Config& c, const std::vector<int>& runs) {
+  auto serial = SerialExecutor::create(c, true);
+  REQUIRE_MESSAGE(serial.ok(), (serial.ok() ? "" : serial.error().message));
+  ActorEngineOptions o;
+  o.log_versions = true;
+  auto actors = ActorEngine::create(c, o);
+  REQUIRE_MESSAGE(actors.ok(), (actors.ok() ? "" : actors.error().message));
+  auto data_s = loader(c), data_a = loader(c);
+  for (int steps : runs) {
+    auto ls = (*serial)->run(steps, *data_s);
+    REQUIRE_MESSAGE(ls.ok(), (ls.ok() ? "" : ls.error().message));
+    auto la = (*actors)->run(steps, *data_a);
+    REQUIRE_MESSAGE(la.ok(), (la.ok() ? "" : la.error().message));
+    CHECK(same_bits(la->losses, *ls));
+    CHECK(data_a->position() == data_s->position());
+  }
+  const int d = c.pipeline.stages;
+  std::vector<VersionUse> log_a;
+  for (int r = 0; r < d; ++r) {
+    StageWorker& ws = (*serial)->worker(r);
+    StageWorker& wa = (*actors)->worker(r);
+    CHECK(wa.updates() == ws.updates());
+    for (int i = 0; i < ws.num_layers(); ++i) {
+      CHECK(same_bits(wa.params(i), ws.params(i)));
+      CHECK(same_bits(wa.optimizer_state(i), ws.optimizer_state(i)));
+    }
+    log_a.insert(log_a.end(), wa.version_log().begin(), wa.version_log().end());
+  }
+  CHECK(!log_a.empty());
+  CHECK(same_log(log_a, (*serial)->version_log()));
+}
+
+}  // namespace
+
+TEST_CASE("gpipe and 1f1b equal the serial executor and the reference trainer bitwise") {
+  for (Arch arch : {Arch::gpt, Arch::bert}) {
+    for (const char* mode : {"gpipe", "1f1b"}) {
+      for (int d : {1, 2, 3, 4}) {
+        for (int m : {1, 3, 5}) {
+          CAPTURE(arch == Arch::gpt ? "gpt" : "bert");
+          CAPTURE(mode);
+          CAPTURE(d);
+          CAPTURE(m);
+          Config c = tiny(arch, mode, d, m);
+          check_against_serial(c, {2, 1});
+          // independently: single-stage gradient accumulation
+          c.train.steps = 3;
+          auto got = run_actor_pipeline(c);
+          REQUIRE_MESSAGE(got.ok(), (got.ok() ? "" : got.error().message));
+          auto model = Model::build(c.model);
+          REQUIRE(model.ok());
+          ReferenceTrainer ref(*model, c.optimizer, 2, 6);
+          auto data = loader(c);
+          std::vector<double> losses;
+          for (int s = 0; s < c.train.steps; ++s) {
+            std::vector<Microbatch> mbs;
+            for (int j = 0; j < m; ++j) mbs.push_back(data->next());
+            losses.push_back(ref.step(mbs));
+          }
+          CHECK(same_bits(got->run.losses, losses));
+          for (int i = 0; i < ref.num_layers(); ++i)
+            CHECK(same_bits(got->params[static_cast<size_t>(i)], ref.params(i)));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("2bw equals the serial executor bitwise") {
+  for (Arch arch : {Arch::gpt, Arch::bert}) {
+    for (int d : {1, 2, 3, 4}) {
+      for (int m : {4, 5}) {
+        CAPTURE(arch == Arch::gpt ? "gpt" : "bert");
+        CAPTURE(d);
+        CAPTURE(m);
+        check_against_serial(tiny(arch, "2bw", d, m), {4, 3});
+      }
+    }
+  }
+}
+
+TEST_CASE("pipedream equals the serial executor bitwise") {
+  for (Arch arch : {Arch::gpt, Arch::bert}) {
+    for (int d : {1, 2, 3, 4}) {
+      CAPTURE(arch == Arch::gpt ? "gpt" : "bert");
+      CAPTURE(d);
+      check_against_serial(tiny(arch, "pipedream", d, 1), {9, 5});
+    }
+  }
+}
+
+TEST_CASE("xpipe equals the serial executor bitwise") {
+  for (Arch arch : {Arch::gpt, Arch::bert}) {
+    for (int d : {1, 2, 3, 4}) {
+      for (int m : {1, 2, 4}) {
+        CAPTURE(arch == Arch::gpt ? "gpt" : "bert");
+        CAPTURE(d);
+        CAPTURE(m);
+        check_against_serial(tiny(arch, "xpipe", d, m), {4, 2});
+      }
+    }
+  }
+}
+
+TEST_CASE("untied models, SGD, uneven partitions, no clipping, two threads per stage") {
+  SUBCASE("untied 2bw") {
+    Config c = tiny(Arch::gpt, "2bw", 3, 4);
+    c.model.tied = false;
+    check_against_serial(c, {3});
+  }
+  SUBCASE("sgd pipedream, partition [3, 1]") {
+    Config c = tiny(Arch::bert, "pipedream", 2, 1);
+    c.optimizer.kind = "sgd";
+    c.pipeline.partition = {3, 1};
+    check_against_serial(c, {6});
+  }
+  SUBCASE("xpipe, two threads per stage") {
+    Config c = tiny(Arch::gpt, "xpipe", 2, 3);
+    c.pipeline.threads_per_stage = 2;
+    check_against_serial(c, {3});
+  }
+  SUBCASE("1f1b without clipping, partition [1, 1, 2]") {
+    Config c = tiny(Arch::gpt, "1f1b", 3, 4);
+    c.pipeline.partition = {1, 1, 2};
+    c.optimizer.grad_clip = 0.0f;
+    check_against_serial(c, {2});
+  }
+}

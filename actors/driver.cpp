@@ -1,0 +1,262 @@
+// Driver actor: microbatch feed with credits, loss gathering, global clip scale, flush barrier,
+// progress callbacks, the stall watchdog and the first-failure-wins shutdown.
+#include "actors/driver.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <map>
+
+#include "actors/internal/messages.hpp"
+#include "actors/internal/run_state.hpp"
+#include "engine/data.hpp"
+#include "engine/layer.hpp"
+#include "kernels/check.hpp"
+#include "kernels/optimizer.hpp"
+
+namespace actorpipe {
+namespace internal {
+
+std::vector<StageTimes> stage_times(const RunState& st) {
+  std::vector<StageTimes> out(static_cast<size_t>(st.stages));
+  for (int r = 0; r < st.stages; ++r) {
+    const StageCounters& c = st.counters[static_cast<size_t>(r)];
+    StageTimes& t = out[static_cast<size_t>(r)];
+    t.busy_seconds = static_cast<double>(c.busy_ns.load(std::memory_order_relaxed)) * 1e-9;
+    t.idle_seconds = static_cast<double>(c.idle_ns.load(std::memory_order_relaxed)) * 1e-9;
+    t.actions = c.actions.load(std::memory_order_relaxed);
+  }
+  return out;
+}
+
+}  // namespace internal
+
+namespace {
+
+using namespace internal;
+constexpr auto kTick = std::chrono::milliseconds(50);
+
+class DriverActor : public caf::event_based_actor {
+ public:
+  DriverActor(caf::actor_config& cfg, std::shared_ptr<RunState> st)
+      : caf::event_based_actor(cfg), st_(std::move(st)) {
+    set_exception_handler([this](caf::scheduled_actor*, std::exception_ptr& ep) -> caf::error {
+      std::string what = "unknown exception";
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      fail(Failure{-1, -1, "", "driver: " + what});
+      return caf::make_error(caf::sec::runtime_error, what);
+    });
+    set_down_handler([this](caf::down_msg& dm) {
+      if (finished_) return;
+      int stage = -1;
+      std::string who = "an actor";
+      for (int r = 0; r < st_->stages; ++r) {
+        if (dm.source == st_->directory.stages[static_cast<size_t>(r)]) {
+          stage = r;
+          who = fmt::format("the actor of stage {}", r);
+        } else if (dm.source == st_->directory.optimizers[static_cast<size_t>(r)]) {
+          stage = r;
+          who = fmt::format("the optimizer shard of stage {}", r);
+        }
+      }
+      fail(Failure{stage, -1, "", fmt::format("{} stopped: {}", who, to_string(dm.reason))});
+    });
+  }
+
+  caf::behavior make_behavior() override {
+    return {
+        [this](run_atom) -> caf::result<RunOutcome> {
+          promise_ = make_response_promise<RunOutcome>();
+          for (const caf::actor& a : st_->directory.stages) monitor(a);
+          for (const caf::actor& a : st_->directory.optimizers) monitor(a);
+          losses_.assign(static_cast<size_t>(st_->total_mbs), LossStats{});
+          have_loss_.assign(static_cast<size_t>(st_->total_mbs), false);
+          feed();
+          last_progress_ = -1;
+          last_change_ = std::chrono::steady_clock::now();
+          delayed_send(this, kTick, tick_atom::value);
+          check_done();
+          return promise_;
+        },
+        [this](loss_atom, int64_t mb, double sum, int64_t count) {
+          AP_CHECK(mb >= 0 && mb < st_->total_mbs && !have_loss_[static_cast<size_t>(mb)],
+                   "loss of microbatch {} unexpected", mb);
+          losses_[static_cast<size_t>(mb)] = LossStats{sum, count};
+          have_loss_[static_cast<size_t>(mb)] = true;
+          report_steps();
+          check_done();
+        },
+        [this](credit_atom, int64_t) {
+          --outstanding_;
+          feed();
+        },
+        [this](flush_atom, int, int ordinal) {
+          if (++flush_count_[ordinal] == st_->stages) {
+            flush_count_.erase(ordinal);
+            for (const caf::actor& a : st_->directory.stages) send(a, release_atom::value, ordinal);
+          }
+        },
+        [this](done_atom, int) {
+          ++done_;
+          check_done();
+        },
+        [this](fail_atom, const Failure& f) { fail(f); },
+        [this](sumsq_atom, const SumSq& s) {
+          auto& parts = sumsq_[s.ordinal];
+          parts.resize(static_cast<size_t>(st_->stages));
+          parts[static_cast<size_t>(s.stage)] = s.per_layer;
+          if (++sumsq_count_[s.ordinal] < st_->stages) return;
+          // stage order, then layer order, from 0.0: exactly the serial executor's sum
+          double total = 0.0;
+          for (const auto& per_layer : parts)
+            for (double v : per_layer) total += v;
+          const float scale = clip_scale(total, st_->grad_clip);
+          for (const caf::actor& a : st_->directory.optimizers)
+            send(a, scale_atom::value, s.ordinal, scale);
+          sumsq_.erase(s.ordinal);
+          sumsq_count_.erase(s.ordinal);
+        },
+        [this](tick_atom) {
+          if (finished_) return;
+          const int64_t p = st_->progress.load(std::memory_order_relaxed);
+          const auto now = std::chrono::steady_clock::now();
+          if (p != last_progress_) {
+            last_progress_ = p;
+            last_change_ = now;
+          } else if (std::chrono::duration<double>(now - last_change_).count() >
+                     st_->options.stall_timeout_seconds) {
+            fail(Failure{-1, -1, "", stall_report()});
+            return;
+          }
+          delayed_send(this, kTick, tick_atom::value);
+        },
+    };
+  }
+
+ private:
+  // Releases microbatches while credits last.
+  void feed() {
+    while (!finished_ && next_mb_ < st_->total_mbs && outstanding_ < st_->credits) {
+      auto mb = std::make_shared<Microbatch>(st_->data->next());
+      if (mb->B != st_->B || mb->T != st_->T) {
+        fail(Failure{-1, st_->global_mb(next_mb_), "",
+                     fmt::format("the data loader gave a ({}, {}) microbatch, expected ({}, {})",
+                                 mb->B, mb->T, st_->B, st_->T)});
+        return;
+      }
+      MicrobatchPtr p = std::move(mb);
+      for (const caf::actor& a : st_->directory.stages) send(a, mb_atom::value, next_mb_, p);
+      ++next_mb_;
+      ++outstanding_;
+      peak_ahead_ = std::max(peak_ahead_, outstanding_);
+    }
+  }
+
+  // Calls on_step for every step whose losses are all in, in order.
+  void report_steps() {
+    const int64_t steps = st_->total_mbs / st_->group;
+    while (reported_ < steps) {
+      const int64_t first = reported_ * st_->group;
+      for (int64_t j = first; j < first + st_->group; ++j)
+        if (!have_loss_[static_cast<size_t>(j)]) return;
+      double loss = 0.0;
+      for (int64_t j = first; j < first + st_->group; ++j)
+        loss += losses_[static_cast<size_t>(j)].mean();
+      loss /= st_->group;
+      step_losses_.push_back(loss);
+      ++reported_;
+      if (st_->callbacks.on_step) {
+        StepProgress p;
+        p.step = static_cast<int>(reported_);
+        p.steps = static_cast<int>(steps);
+        p.loss = loss;
+        p.tokens = (first + st_->group) * st_->tokens_per_mb;
+        p.seconds = st_->seconds_since_start();
+        p.stages = stage_times(*st_);
+        st_->callbacks.on_step(p);
+      }
+    }
+  }
+
+  void check_done() {
+    if (finished_ || done_ < st_->stages) return;
+    if (reported_ * st_->group < st_->total_mbs) return;
+    RunOutcome out;
+    out.ok = true;
+    out.losses = step_losses_;
+    out.peak_ahead = static_cast<int>(peak_ahead_);
+    finish(std::move(out));
+  }
+
+  void fail(const Failure& f) {
+    if (finished_) return;
+    RunOutcome out;
+    out.ok = false;
+    std::string where = f.stage >= 0 ? fmt::format("stage {}", f.stage) : "driver";
+    if (f.microbatch >= 0) where += fmt::format(", microbatch {}", f.microbatch);
+    if (!f.action.empty()) where += fmt::format(" ({})", f.action);
+    out.error = fmt::format("{}: {}", where, f.cause);
+    finish(std::move(out));
+  }
+
+  void finish(RunOutcome out) {
+    finished_ = true;
+    // every other actor stops after its current action (a stage in the middle of a forward
+    // finishes it first); the engine joins them before returning
+    for (const caf::actor& a : st_->directory.stages) send_exit(a, caf::exit_reason::user_shutdown);
+    for (const caf::actor& a : st_->directory.optimizers)
+      send_exit(a, caf::exit_reason::user_shutdown);
+    promise_.deliver(std::move(out));
+    quit();
+  }
+
+  // What every stage is waiting for when nothing moves.
+  std::string stall_report() const {
+    std::string s =
+        fmt::format("no action completed for {} s; stages at:", st_->options.stall_timeout_seconds);
+    for (int r = 0; r < st_->stages; ++r) {
+      const auto& steps = st_->steps[static_cast<size_t>(r)];
+      const int pc = st_->counters[static_cast<size_t>(r)].pc.load(std::memory_order_relaxed);
+      if (pc >= static_cast<int>(steps.size())) {
+        s += fmt::format(" stage {} done;", r);
+      } else {
+        const StageStep& step = steps[static_cast<size_t>(pc)];
+        s += fmt::format(" stage {} waits at {} (action {} of {}, microbatch {});", r,
+                         to_string(step.action), pc, steps.size(), st_->global_mb(step.mb));
+      }
+    }
+    s.pop_back();
+    return s;
+  }
+
+  std::shared_ptr<RunState> st_;
+  caf::typed_response_promise<RunOutcome> promise_;
+  bool finished_ = false;
+  int64_t next_mb_ = 0;
+  int64_t outstanding_ = 0;
+  int64_t peak_ahead_ = 0;
+  int done_ = 0;
+  int64_t reported_ = 0;
+  std::vector<LossStats> losses_;
+  std::vector<bool> have_loss_;
+  std::vector<double> step_losses_;
+  std::map<int, int> flush_count_;
+  std::map<int64_t, std::vector<std::vector<double>>> sumsq_;
+  std::map<int64_t, int> sumsq_count_;
+  int64_t last_progress_ = -1;
+  std::chrono::steady_clock::time_point last_change_;
+};
+
+}  // namespace
+
+caf::actor spawn_driver(caf::actor_system& sys, std::shared_ptr<internal::RunState> state) {
+  return sys.spawn<DriverActor>(std::move(state));
+}
+
+}  // namespace actorpipe

@@ -1,0 +1,238 @@
+// Driver tests: failures inside actors (exceptions, non-finite losses, a lost message, a failing
+// data source) stop the pipeline with an error naming stage, microbatch and cause, in bounded
+// time; progress callbacks, spans, credits and the compute-free overhead mode.
+#include "actors/driver.hpp"
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "actors/actor_engine.hpp"
+#include "engine/data.hpp"
+#include "engine/model.hpp"
+#include "engine/schedule_generators.hpp"
+#include "engine/schedule_lowering.hpp"
+
+using namespace actorpipe;
+
+namespace {
+
+Config tiny(const std::string& mode, int d, int m, int steps) {
+  Config c;
+  c.model.vocab_size = 24;
+  c.model.context = 8;
+  c.model.width = 8;
+  c.model.depth = 2;
+  c.model.heads = 2;
+  c.pipeline.mode = mode;
+  c.pipeline.stages = d;
+  c.pipeline.microbatches = m;
+  c.pipeline.microbatch_size = 2;
+  c.pipeline.seq_len = 6;
+  c.train.steps = steps;
+  return c;
+}
+
+// Runs `c` with `o` and returns the error (the run must fail) and how long it took.
+std::pair<std::string, double> run_failing(const Config& c, const ActorEngineOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run_actor_pipeline(c, o);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE_MESSAGE(!r.ok(), "the run should have failed");
+  return {r.error().message, s};
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// A data source that fails at one position.
+class FailingLoader final : public DataLoader {
+ public:
+  FailingLoader(std::unique_ptr<DataLoader> inner, uint64_t fail_at)
+      : inner_(std::move(inner)), fail_at_(fail_at) {}
+  Microbatch next() override {
+    if (inner_->position() == fail_at_) throw std::runtime_error("the disk went away");
+    return inner_->next();
+  }
+  uint64_t position() const override { return inner_->position(); }
+  void seek(uint64_t p) override { inner_->seek(p); }
+  int vocab_size() const override { return inner_->vocab_size(); }
+  std::optional<double> entropy_rate() const override { return inner_->entropy_rate(); }
+  std::string describe() const override { return "failing " + inner_->describe(); }
+
+ private:
+  std::unique_ptr<DataLoader> inner_;
+  uint64_t fail_at_;
+};
+
+}  // namespace
+
+TEST_CASE("an exception in a forward stops the run naming stage, microbatch and cause") {
+  ActorEngineOptions o;
+  o.fault = {FaultInjection::Kind::throw_in_forward, 1, 2};
+  auto [err, seconds] = run_failing(tiny("1f1b", 3, 4, 1), o);
+  CHECK(contains(err, "stage 1, microbatch 2 (1F2): injected fault in forward"));
+  CHECK(seconds < 30);
+}
+
+TEST_CASE("an exception in a backward of a later step stops an async run") {
+  ActorEngineOptions o;
+  o.fault = {FaultInjection::Kind::throw_in_backward, 0, 5};
+  auto [err, seconds] = run_failing(tiny("2bw", 2, 2, 4), o);
+  CHECK(contains(err, "stage 0, microbatch 5 (0B5@1): injected fault in backward"));
+  CHECK(seconds < 30);
+  // a second run of a fresh engine is unaffected
+  o.fault = {};
+  CHECK(run_actor_pipeline(tiny("2bw", 2, 2, 4), o).ok());
+}
+
+TEST_CASE("a poisoned activation gives a non-finite loss at the last stage") {
+  ActorEngineOptions o;
+  o.fault = {FaultInjection::Kind::poison_output, 0, 1};
+  auto [err, seconds] = run_failing(tiny("gpipe", 2, 3, 1), o);
+  CHECK(contains(err, "stage 1, microbatch 1 (1F1): non-finite loss nan"));
+  CHECK(seconds < 30);
+  // at the last stage itself (d = 1) the loss is poisoned directly
+  o.fault = {FaultInjection::Kind::poison_output, 0, 4};
+  auto [err1, seconds1] = run_failing(tiny("pipedream", 1, 1, 6), o);
+  CHECK(contains(err1, "stage 0, microbatch 4 (0F4@4): non-finite loss"));
+}
+
+TEST_CASE("an exploding learning rate gives a non-finite loss after the first update") {
+  Config c = tiny("xpipe", 3, 2, 4);
+  c.optimizer.kind = "sgd";
+  c.optimizer.lr = 1e30f;
+  c.optimizer.grad_clip = 0.0f;
+  auto [err, seconds] = run_failing(c, {});
+  CHECK(contains(err, "stage 2, microbatch "));
+  CHECK(contains(err, "non-finite loss"));
+  CHECK(seconds < 30);
+}
+
+TEST_CASE("a NaN learning rate is refused before anything runs") {
+  Config c = tiny("1f1b", 2, 2, 1);
+  c.optimizer.lr = std::numeric_limits<float>::quiet_NaN();
+  auto r = run_actor_pipeline(c);
+  REQUIRE(!r.ok());
+  CHECK(contains(r.error().message, "optimizer.lr = nan"));
+}
+
+TEST_CASE("a lost announcement is reported by the stall watchdog, not a hang") {
+  ActorEngineOptions o;
+  o.fault = {FaultInjection::Kind::drop_activation, 1, 2};
+  o.stall_timeout_seconds = 0.3;
+  auto [err, seconds] = run_failing(tiny("1f1b", 3, 4, 1), o);
+  CHECK(contains(err, "no action completed for 0.3 s"));
+  CHECK(contains(err, "stage 2 waits at 2RECV_F2"));
+  CHECK(seconds < 10);
+}
+
+TEST_CASE("a failing data source stops the run") {
+  const Config c = tiny("2bw", 2, 2, 3);
+  auto engine = ActorEngine::create(c);
+  REQUIRE(engine.ok());
+  auto inner = DataLoader::open(c.data, c.model.arch, c.model.vocab_size, 2, 6);
+  REQUIRE(inner.ok());
+  FailingLoader data(std::move(*inner), 3);
+  auto r = (*engine)->run(3, data);
+  REQUIRE(!r.ok());
+  CHECK(contains(r.error().message, "driver: the disk went away"));
+}
+
+TEST_CASE("progress callbacks come once per step, in order, with the run's losses") {
+  for (const char* mode : {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"}) {
+    CAPTURE(mode);
+    const Config c = tiny(mode, 3, 3, 4);
+    std::vector<StepProgress> seen;
+    ActorCallbacks cb;
+    cb.on_step = [&](const StepProgress& p) { seen.push_back(p); };
+    auto r = run_actor_pipeline(c, {}, cb);
+    REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message));
+    const int per_step = std::string(mode) == "pipedream" ? 1 : 3;
+    REQUIRE(seen.size() == 4);
+    REQUIRE(r->run.losses.size() == 4);
+    for (size_t i = 0; i < seen.size(); ++i) {
+      CHECK(seen[i].step == static_cast<int>(i) + 1);
+      CHECK(seen[i].steps == 4);
+      CHECK(std::memcmp(&seen[i].loss, &r->run.losses[i], sizeof(double)) == 0);
+      CHECK(seen[i].tokens == static_cast<int64_t>(i + 1) * per_step * 2 * 6);
+      CHECK(seen[i].stages.size() == 3);
+      if (i > 0) CHECK(seen[i].seconds >= seen[i - 1].seconds);
+    }
+    CHECK(r->run.tokens == 4 * per_step * 2 * 6);
+    for (const StageTimes& t : r->run.stages) {
+      CHECK(t.busy_seconds > 0);
+      CHECK(t.idle_seconds >= 0);
+      CHECK(t.busy_seconds + t.idle_seconds <= r->run.seconds * 1.01 + 1e-3);
+    }
+  }
+}
+
+TEST_CASE("spans cover every action of every stage in order") {
+  const Config c = tiny("xpipe", 4, 4, 2);
+  ActorEngineOptions o;
+  o.record_spans = true;
+  auto r = run_actor_pipeline(c, o);
+  REQUIRE(r.ok());
+  auto sched = make_schedule(Mode::xpipe, 4, 4, 2);
+  REQUIRE(sched.ok());
+  auto lowered = lower(*sched);
+  REQUIRE(lowered.ok());
+  size_t i = 0;
+  for (int s = 0; s < 4; ++s) {
+    const auto& list = lowered->per_stage[static_cast<size_t>(s)];
+    CHECK(r->run.stages[static_cast<size_t>(s)].actions == static_cast<int64_t>(list.size()));
+    double last_end = 0.0;
+    for (const Action& a : list) {
+      REQUIRE(i < r->run.spans.size());
+      const ActionSpan& span = r->run.spans[i++];
+      CHECK(span.stage == s);
+      CHECK(span.action == a);
+      CHECK(span.start >= last_end);
+      CHECK(span.end >= span.start);
+      last_end = span.end;
+    }
+  }
+  CHECK(i == r->run.spans.size());
+}
+
+TEST_CASE("credits: microbatches ahead of stage 0's backwards reach exactly the stash bound") {
+  struct Case {
+    const char* mode;
+    int d, m, steps, bound;
+  };
+  for (const Case& k :
+       {Case{"gpipe", 3, 5, 2, 5}, Case{"1f1b", 3, 5, 2, 3}, Case{"1f1b", 4, 2, 2, 2},
+        Case{"2bw", 2, 3, 3, 2}, Case{"pipedream", 4, 1, 9, 4}, Case{"xpipe", 3, 1, 6, 3}}) {
+    CAPTURE(k.mode);
+    CAPTURE(k.d);
+    auto r = run_actor_pipeline(tiny(k.mode, k.d, k.m, k.steps));
+    REQUIRE(r.ok());
+    CHECK(r->run.peak_microbatches_ahead == k.bound);
+  }
+}
+
+TEST_CASE("skip_compute runs every schedule's messages without touching the weights") {
+  for (const char* mode : {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"}) {
+    CAPTURE(mode);
+    const Config c = tiny(mode, 4, 4, 3);
+    ActorEngineOptions o;
+    o.skip_compute = true;
+    auto r = run_actor_pipeline(c, o);
+    REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message));
+    for (double l : r->run.losses) CHECK(l == 0.0);
+    auto model = Model::build(c.model);
+    REQUIRE(model.ok());
+    for (int i = 0; i < model->num_layers(); ++i) {
+      std::vector<float> init(model->layer(i).param_floats());
+      model->init_layer(i, init.data());
+      CHECK(std::memcmp(init.data(), r->params[static_cast<size_t>(i)].data(),
+                        init.size() * sizeof(float)) == 0);
+    }
+  }
+}

@@ -1,0 +1,98 @@
+// Run state: what the driver, the stage actors and the optimizer shards of one run share: the
+// action lists, the workers, the channels, the actor directory, counters and spans.
+#pragma once
+
+#include <atomic>
+#include <caf/actor.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/actor_engine.hpp"
+#include "engine/schedule.hpp"
+#include "transport/channel.hpp"
+
+namespace actorpipe {
+
+class DataLoader;
+class StageWorker;
+
+namespace internal {
+
+/// One schedule of the run: sync modes run one per optimizer step, async modes one in total.
+struct RunSegment {
+  Schedule schedule;     ///< lowered
+  int64_t first_mb = 0;  ///< run-local index of the schedule's microbatch 0
+};
+
+/// One action of a stage's run-wide list.
+struct StageStep {
+  Action action;    ///< as in its segment (microbatch and version segment-local)
+  int segment = 0;  ///< index into RunState::segments
+  int64_t mb = -1;  ///< run-local microbatch index (segment first_mb + action.microbatch)
+  bool starts_segment = false;  ///< first action of its segment at this stage
+};
+
+/// One side of a tied parameter: a gradient contribution (keyed by update ordinal) or a weight
+/// version (keyed by version id).
+struct TiedTensor {
+  int64_t key = 0;
+  int tied = 0;  ///< index into Model::tied()
+  int from_stage = 0;
+  std::shared_ptr<const std::vector<float>> data;
+};
+
+/// Counters a stage publishes while it runs (read by the driver for progress and stalls).
+struct StageCounters {
+  std::atomic<int64_t> busy_ns{0};
+  std::atomic<int64_t> idle_ns{0};
+  std::atomic<int64_t> actions{0};
+  std::atomic<int> pc{0};  ///< index of the action the stage is at
+};
+
+/// Every actor of the run, filled in before the first message is sent.
+struct Directory {
+  caf::actor driver;
+  std::vector<caf::actor> stages;
+  std::vector<caf::actor> optimizers;
+};
+
+/// Shared by every actor of one run. Immutable while the run goes, except for the atomics, the
+/// spans (each stage writes only its own list) and the workers (one thread at a time, handed
+/// over by messages).
+struct RunState {
+  ActorEngineOptions options;
+  Mode mode = Mode::onef1b;
+  int stages = 0;
+  int group = 1;              ///< microbatches per optimizer step (the loss of a step)
+  int64_t total_mbs = 0;      ///< microbatches of the run
+  int64_t global_offset = 0;  ///< data position of run-local microbatch 0
+  int B = 1, T = 1;           ///< microbatch shape
+  int64_t tokens_per_mb = 0;  ///< B·T
+  int credits = 1;            ///< microbatches released ahead of stage 0's backwards
+  float grad_clip = 0.0f;
+  std::vector<RunSegment> segments;
+  std::vector<std::vector<StageStep>> steps;  ///< per stage
+  std::vector<StageWorker*> workers;
+  ChannelSet* channels = nullptr;
+  DataLoader* data = nullptr;
+  ActorCallbacks callbacks;
+  Directory directory;
+  std::chrono::steady_clock::time_point start;
+  std::unique_ptr<StageCounters[]> counters;
+  std::atomic<int64_t> progress{0};            ///< bumped by every action and every update
+  std::vector<std::vector<ActionSpan>> spans;  ///< per stage (record_spans)
+
+  double seconds_since_start() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  int64_t global_mb(int64_t mb) const { return mb < 0 ? -1 : global_offset + mb; }
+};
+
+/// Per stage, cumulative.
+std::vector<StageTimes> stage_times(const RunState& st);
+
+}  // namespace internal
+}  // namespace actorpipe

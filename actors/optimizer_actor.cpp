@@ -1,0 +1,259 @@
+// Optimizer-shard actor: the update protocol of one stage (tied-gradient exchange, Σg², clip
+// scale from the driver or the stage itself, the optimizer update) run on its own thread.
+#include "actors/optimizer_actor.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <map>
+
+#include "actors/internal/messages.hpp"
+#include "actors/internal/run_state.hpp"
+#include "engine/stage_worker.hpp"
+#include "kernels/check.hpp"
+#include "kernels/optimizer.hpp"
+
+namespace actorpipe {
+namespace {
+
+using namespace internal;
+using Clock = std::chrono::steady_clock;
+
+class OptimizerActor : public caf::event_based_actor {
+ public:
+  OptimizerActor(caf::actor_config& cfg, std::shared_ptr<RunState> st, int stage)
+      : caf::event_based_actor(cfg),
+        st_(std::move(st)),
+        r_(stage),
+        worker_(*st_->workers[static_cast<size_t>(stage)]),
+        sync_(tied_sync(st_->mode)),
+        global_clip_(clips_globally(st_->mode)) {
+    set_exception_handler([this](caf::scheduled_actor*, std::exception_ptr& ep) -> caf::error {
+      std::string what = "unknown exception";
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      report_failure(what);
+      return caf::make_error(caf::sec::runtime_error, what);
+    });
+    // the other stage of every tied parameter split across stages
+    const Model& model = worker_.model();
+    const Partition& part = worker_.partition();
+    for (size_t k = 0; k < worker_.num_tied(); ++k) {
+      const TiedRole role = worker_.tied_role(k);
+      if (role != TiedRole::owner && role != TiedRole::copy) continue;
+      const TiedParam& tp = model.tied()[k];
+      Split s;
+      s.k = k;
+      s.owner = role == TiedRole::owner;
+      s.peer = s.owner ? part.stage_of(tp.copy_layer) : part.stage_of(tp.owner_layer);
+      s.numel = worker_.tied_grad(k).size();
+      splits_.push_back(s);
+    }
+  }
+
+  caf::behavior make_behavior() override {
+    return {
+        [this](update_atom, int64_t index) {
+          AP_CHECK(!active_, "stage {}: update requested while one is running", r_);
+          active_ = true;
+          index_ = static_cast<size_t>(index);
+          busy_ns_ = 0;
+          phase_ = Phase::tied;
+          begin_update();
+          proceed();
+        },
+        [this](tgrad_atom, const TiedTensor& t) {
+          tgrads_[{t.key, t.tied}] = t.data;
+          proceed();
+        },
+        [this](scale_atom, int64_t ordinal, float scale) {
+          scales_[ordinal] = scale;
+          proceed();
+        },
+        [this](tscale_atom, int64_t ordinal, float scale) {
+          tscales_[ordinal] = scale;
+          proceed();
+        },
+    };
+  }
+
+ private:
+  struct Split {
+    size_t k = 0;
+    bool owner = false;
+    int peer = 0;
+    size_t numel = 0;
+  };
+  enum class Phase { idle, tied, scale };
+
+  const Action& action() const { return st_->steps[static_cast<size_t>(r_)][index_].action; }
+  bool skip() const { return st_->options.skip_compute; }
+
+  template <class F>
+  void timed(F&& f) {
+    const auto t0 = Clock::now();
+    f();
+    busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+  }
+
+  // Step 1, sending side: this stage's tied contributions go to the other side's shard
+  // (exchange_grads: both ways; follow_owner: copy -> owner only).
+  void begin_update() {
+    for (const Split& s : splits_) {
+      if (sync_ == TiedSync::follow_owner && s.owner) continue;
+      TiedTensor t;
+      t.key = ordinal_;
+      t.tied = static_cast<int>(s.k);
+      t.from_stage = r_;
+      timed([&] {
+        if (skip()) {
+          t.data = std::make_shared<const std::vector<float>>(s.numel, 0.0f);
+        } else {
+          auto g = worker_.tied_grad(s.k);
+          t.data = std::make_shared<const std::vector<float>>(g.begin(), g.end());
+        }
+      });
+      send(st_->directory.optimizers[static_cast<size_t>(s.peer)], tgrad_atom::value, t);
+    }
+  }
+
+  // Advances the current update as far as the messages received allow.
+  void proceed() {
+    if (!active_ || failed_) return;
+    if (phase_ == Phase::tied) {
+      // step 1, receiving side: the sum (owner's + copy's) replaces this stage's side
+      for (const Split& s : splits_) {
+        if (sync_ == TiedSync::follow_owner && !s.owner) continue;
+        if (tgrads_.count({ordinal_, static_cast<int>(s.k)}) == 0) return;
+      }
+      for (const Split& s : splits_) {
+        if (sync_ == TiedSync::follow_owner && !s.owner) continue;
+        auto it = tgrads_.find({ordinal_, static_cast<int>(s.k)});
+        const std::vector<float>& other = *it->second;
+        AP_CHECK(other.size() == s.numel, "stage {}: tied gradient of {} floats, expected {}", r_,
+                 other.size(), s.numel);
+        if (!skip()) {
+          timed([&] {
+            auto mine = worker_.tied_grad(s.k);
+            sum_.resize(s.numel);
+            const float* owner = s.owner ? mine.data() : other.data();
+            const float* copy = s.owner ? other.data() : mine.data();
+            for (size_t i = 0; i < s.numel; ++i) sum_[i] = owner[i] + copy[i];
+            worker_.set_tied_grad(s.k, sum_);
+          });
+        }
+        tgrads_.erase(it);
+      }
+      // step 2
+      std::vector<double> per_layer(static_cast<size_t>(worker_.num_layers()), 0.0);
+      if (!skip()) {
+        timed([&] {
+          auto sums = worker_.finish_gradients();
+          per_layer.assign(sums.begin(), sums.end());
+        });
+      }
+      // step 3
+      if (global_clip_) {
+        send(st_->directory.driver, sumsq_atom::value, SumSq{ordinal_, r_, std::move(per_layer)});
+      } else {
+        double total = 0.0;
+        for (double v : per_layer) total += v;
+        own_scale_ = clip_scale(total, st_->grad_clip);
+        for (const Split& s : splits_) {
+          if (sync_ == TiedSync::exchange_grads && s.owner) {
+            send(st_->directory.optimizers[static_cast<size_t>(s.peer)], tscale_atom::value,
+                 ordinal_, own_scale_);
+          }
+        }
+      }
+      phase_ = Phase::scale;
+    }
+    if (phase_ == Phase::scale) {
+      UpdateScales scales;
+      if (global_clip_) {
+        auto it = scales_.find(ordinal_);
+        if (it == scales_.end()) return;
+        scales = {it->second, it->second};
+        scales_.erase(it);
+      } else {
+        scales = {own_scale_, own_scale_};
+        const bool copy_side = std::any_of(splits_.begin(), splits_.end(), [&](const Split& s) {
+          return sync_ == TiedSync::exchange_grads && !s.owner;
+        });
+        if (copy_side) {
+          auto it = tscales_.find(ordinal_);
+          if (it == tscales_.end()) return;
+          scales.tied = it->second;
+          tscales_.erase(it);
+        }
+      }
+      // step 4
+      if (!skip()) timed([&] { worker_.exec_opt_step(action(), scales); });
+      // step 5
+      if (sync_ == TiedSync::follow_owner) {
+        for (const Split& s : splits_) {
+          if (!s.owner) continue;
+          TiedTensor t;
+          t.key = skip() ? ordinal_ + 1 : worker_.updates();
+          t.tied = static_cast<int>(s.k);
+          t.from_stage = r_;
+          timed([&] {
+            if (skip()) {
+              t.data = std::make_shared<const std::vector<float>>(s.numel, 0.0f);
+            } else {
+              auto w = worker_.tied_weights(s.k);
+              t.data = std::make_shared<const std::vector<float>>(w.begin(), w.end());
+            }
+          });
+          send(st_->directory.stages[static_cast<size_t>(s.peer)], tweight_atom::value, t);
+        }
+      }
+      ++ordinal_;
+      active_ = false;
+      phase_ = Phase::idle;
+      st_->progress.fetch_add(1, std::memory_order_relaxed);
+      send(st_->directory.stages[static_cast<size_t>(r_)], published_atom::value, busy_ns_);
+    }
+  }
+
+  void report_failure(const std::string& cause) {
+    if (failed_) return;
+    failed_ = true;
+    Failure f;
+    f.stage = r_;
+    if (active_) f.action = to_string(action());
+    f.cause = "optimizer: " + cause;
+    send(st_->directory.driver, fail_atom::value, f);
+  }
+
+  std::shared_ptr<RunState> st_;
+  int r_;
+  StageWorker& worker_;
+  TiedSync sync_;
+  bool global_clip_;
+  std::vector<Split> splits_;
+
+  bool active_ = false;
+  bool failed_ = false;
+  Phase phase_ = Phase::idle;
+  size_t index_ = 0;
+  int64_t ordinal_ = 0;  // updates done by this shard in the run; aligned across stages
+  int64_t busy_ns_ = 0;
+  float own_scale_ = 1.0f;
+  std::vector<float> sum_;
+  std::map<std::pair<int64_t, int>, std::shared_ptr<const std::vector<float>>> tgrads_;
+  std::map<int64_t, float> scales_, tscales_;
+};
+
+}  // namespace
+
+caf::actor spawn_optimizer_actor(caf::actor_system& sys, std::shared_ptr<internal::RunState> state,
+                                 int stage) {
+  return sys.spawn<OptimizerActor, caf::detached>(std::move(state), stage);
+}
+
+}  // namespace actorpipe

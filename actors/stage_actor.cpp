@@ -1,0 +1,328 @@
+// Stage actor: runs one stage's action list (RECV, F, SEND, B, OPT_STEP hand-off, FLUSH) on its
+// own thread, firing each action once its inputs are in; reports losses, credits and failures.
+#include "actors/stage_actor.hpp"
+
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <map>
+#include <unordered_map>
+
+#include "actors/internal/messages.hpp"
+#include "actors/internal/run_state.hpp"
+#include "engine/stage_worker.hpp"
+#include "kernels/check.hpp"
+
+namespace actorpipe {
+namespace {
+
+using namespace internal;
+using Clock = std::chrono::steady_clock;
+
+int64_t ns_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
+}
+
+class StageActor : public caf::event_based_actor {
+ public:
+  StageActor(caf::actor_config& cfg, std::shared_ptr<RunState> st, int stage)
+      : caf::event_based_actor(cfg),
+        st_(std::move(st)),
+        r_(stage),
+        worker_(*st_->workers[static_cast<size_t>(stage)]),
+        steps_(st_->steps[static_cast<size_t>(stage)]),
+        counters_(st_->counters[static_cast<size_t>(stage)]) {
+    set_exception_handler([this](caf::scheduled_actor*, std::exception_ptr& ep) -> caf::error {
+      std::string what = "unknown exception";
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      report_failure(what);
+      return caf::make_error(caf::sec::runtime_error, what);
+    });
+    if (st_->options.skip_compute) {
+      dummy_ = Tensor::zeros({st_->B, st_->T, worker_.model().options().width});
+    }
+  }
+
+  caf::behavior make_behavior() override {
+    last_end_ = Clock::now();
+    return {
+        [this](mb_atom, int64_t mb, const MicrobatchPtr& p) {
+          mbs_[mb] = p;
+          advance();
+        },
+        [this](ann_atom, const Announcement& a) {
+          if (a.tag == channel_tag(r_ - 1, Direction::forward)) {
+            act_ann_[a.microbatch] = a;
+          } else {
+            grad_ann_[a.microbatch] = a;
+          }
+          advance();
+        },
+        [this](tweight_atom, const TiedTensor& t) {
+          if (!skip()) tied_w_[{t.tied, t.key}] = t.data;
+          advance();
+        },
+        [this](release_atom, int ordinal) {
+          released_ = std::max(released_, ordinal);
+          advance();
+        },
+        [this](published_atom, int64_t busy_ns) {
+          AP_CHECK(waiting_update_, "stage {}: published without an update", r_);
+          waiting_update_ = false;
+          finish_action(busy_ns);
+          advance();
+        },
+    };
+  }
+
+ private:
+  const StageStep* current() const { return pc_ < steps_.size() ? &steps_[pc_] : nullptr; }
+
+  // Runs every action whose inputs are in, in order.
+  void advance() {
+    while (!failed_ && !waiting_update_ && pc_ < steps_.size()) {
+      const StageStep& s = steps_[pc_];
+      if (s.starts_segment && !segment_started_) {
+        const RunSegment& seg = st_->segments[static_cast<size_t>(s.segment)];
+        if (!st_->options.skip_compute) {
+          Status ok = worker_.start_run(seg.schedule, st_->global_offset + seg.first_mb);
+          if (!ok) {
+            report_failure(ok.error().message);
+            return;
+          }
+        }
+        segment_started_ = true;
+      }
+      if (!ready(s)) return;
+      start_ = Clock::now();
+      counters_.idle_ns.fetch_add(ns_between(last_end_, start_), std::memory_order_relaxed);
+      execute(s);
+      if (failed_ || waiting_update_) return;
+      finish_action(-1);
+    }
+    if (pc_ == steps_.size() && !done_sent_ && !failed_) {
+      done_sent_ = true;
+      send(st_->directory.driver, done_atom::value, r_);
+    }
+  }
+
+  // Book-keeping after an action: time, span, counters, next pc. busy_ns >= 0 (an update):
+  // the shard's compute time counts as busy, the rest of the wait as idle.
+  void finish_action(int64_t busy_ns) {
+    const auto end = Clock::now();
+    const int64_t total = ns_between(start_, end);
+    if (busy_ns < 0) busy_ns = total;
+    busy_ns = std::min(busy_ns, total);
+    counters_.busy_ns.fetch_add(busy_ns, std::memory_order_relaxed);
+    counters_.idle_ns.fetch_add(total - busy_ns, std::memory_order_relaxed);
+    if (st_->options.record_spans) {
+      const auto t0 = std::chrono::duration<double>(start_ - st_->start).count();
+      const auto t1 = std::chrono::duration<double>(end - st_->start).count();
+      st_->spans[static_cast<size_t>(r_)].push_back({r_, steps_[pc_].action, t0, t1});
+    }
+    last_end_ = end;
+    ++pc_;
+    if (pc_ < steps_.size() && steps_[pc_].starts_segment) segment_started_ = false;
+    counters_.actions.fetch_add(1, std::memory_order_relaxed);
+    counters_.pc.store(static_cast<int>(pc_), std::memory_order_relaxed);
+    st_->progress.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  bool skip() const { return st_->options.skip_compute; }
+
+  bool ready(const StageStep& s) {
+    switch (s.action.kind) {
+      case ActionKind::RECV_F:
+        return act_ann_.count(s.mb) > 0;
+      case ActionKind::RECV_B:
+        return grad_ann_.count(s.mb) > 0;
+      case ActionKind::F: {
+        if (mbs_.count(s.mb) == 0) return false;
+        if (skip()) return true;
+        for (size_t k = 0; k < worker_.num_tied(); ++k) {
+          const int need = worker_.tied_version_needed(s.action, k);
+          if (need >= 0 && tied_w_.count({static_cast<int>(k), need}) == 0) return false;
+        }
+        return true;
+      }
+      case ActionKind::B:
+        return mbs_.count(s.mb) > 0;
+      case ActionKind::FLUSH:
+        if (!flush_sent_) {
+          flush_sent_ = true;
+          ++flushes_;
+          send(st_->directory.driver, flush_atom::value, r_, flushes_);
+        }
+        return released_ >= flushes_;
+      case ActionKind::SEND_F:
+      case ActionKind::SEND_B:
+      case ActionKind::OPT_STEP:
+        return true;
+    }
+    return false;
+  }
+
+  bool injected(const StageStep& s, FaultInjection::Kind kind) const {
+    const FaultInjection& f = st_->options.fault;
+    return f.kind == kind && f.stage == r_ && f.microbatch == st_->global_mb(s.mb);
+  }
+
+  void execute(const StageStep& s) {
+    const Action& a = s.action;
+    ChannelSet& ch = *st_->channels;
+    switch (a.kind) {
+      case ActionKind::RECV_F: {
+        auto it = act_ann_.find(s.mb);
+        auto t = ch.forward(r_ - 1).receive(it->second);
+        if (!t) return report_failure(t.error().message);
+        inputs_[s.mb] = std::move(*t);
+        act_ann_.erase(it);
+        break;
+      }
+      case ActionKind::RECV_B: {
+        auto it = grad_ann_.find(s.mb);
+        auto t = ch.backward(r_).receive(it->second);
+        if (!t) return report_failure(t.error().message);
+        douts_[s.mb] = std::move(*t);
+        grad_ann_.erase(it);
+        break;
+      }
+      case ActionKind::F: {
+        if (injected(s, FaultInjection::Kind::throw_in_forward))
+          throw std::runtime_error("injected fault in forward");
+        const Microbatch& mb = *mbs_.at(s.mb);
+        Tensor in;
+        if (auto it = inputs_.find(s.mb); it != inputs_.end()) {
+          in = std::move(it->second);
+          inputs_.erase(it);
+        }
+        ForwardOutput out;
+        if (skip()) {
+          if (r_ + 1 < st_->stages) out.out = dummy_;
+          out.loss = LossStats{0.0, 1};
+        } else {
+          for (size_t k = 0; k < worker_.num_tied(); ++k) {
+            const int need = worker_.tied_version_needed(a, k);
+            if (need < 0) continue;
+            const int key = static_cast<int>(k);
+            auto it = tied_w_.find({key, need});
+            worker_.install_tied_weights(a, k, need, *it->second);
+            // later forwards need this version or newer ones (versions grow with microbatches)
+            tied_w_.erase(tied_w_.lower_bound({key, 0}), it);
+          }
+          out = worker_.exec_forward(a, mb, in);
+        }
+        if (injected(s, FaultInjection::Kind::poison_output)) {
+          if (out.out.defined()) {
+            for (float& x : out.out.span_f32()) x = std::numeric_limits<float>::quiet_NaN();
+          } else {
+            out.loss.sum = std::numeric_limits<double>::quiet_NaN();
+          }
+        }
+        if (r_ + 1 == st_->stages) {
+          if (!std::isfinite(out.loss.sum)) {
+            return report_failure(
+                fmt::format("non-finite loss {} over {} targets", out.loss.sum, out.loss.count));
+          }
+          send(st_->directory.driver, loss_atom::value, s.mb, out.loss.sum, out.loss.count);
+        } else {
+          outputs_[s.mb] = std::move(out.out);
+        }
+        break;
+      }
+      case ActionKind::SEND_F: {
+        auto it = outputs_.find(s.mb);
+        AP_CHECK(it != outputs_.end(), "stage {}: {} without its F", r_, to_string(a));
+        auto ann = ch.forward(r_).post(std::move(it->second), s.mb, a.version);
+        outputs_.erase(it);
+        if (!ann) return report_failure(ann.error().message);
+        if (injected(s, FaultInjection::Kind::drop_activation)) break;
+        send(st_->directory.stages[static_cast<size_t>(r_ + 1)], ann_atom::value, *ann);
+        break;
+      }
+      case ActionKind::B: {
+        if (injected(s, FaultInjection::Kind::throw_in_backward))
+          throw std::runtime_error("injected fault in backward");
+        const Microbatch& mb = *mbs_.at(s.mb);
+        Tensor dout;
+        if (auto it = douts_.find(s.mb); it != douts_.end()) {
+          dout = std::move(it->second);
+          douts_.erase(it);
+        }
+        Tensor din = skip() ? (r_ > 0 ? dummy_ : Tensor()) : worker_.exec_backward(a, mb, dout);
+        if (r_ > 0) dins_[s.mb] = std::move(din);
+        mbs_.erase(s.mb);
+        if (r_ == 0) send(st_->directory.driver, credit_atom::value, s.mb);
+        break;
+      }
+      case ActionKind::SEND_B: {
+        auto it = dins_.find(s.mb);
+        AP_CHECK(it != dins_.end(), "stage {}: {} without its B", r_, to_string(a));
+        auto ann = ch.backward(r_ - 1).post(std::move(it->second), s.mb, a.version);
+        dins_.erase(it);
+        if (!ann) return report_failure(ann.error().message);
+        send(st_->directory.stages[static_cast<size_t>(r_ - 1)], ann_atom::value, *ann);
+        break;
+      }
+      case ActionKind::OPT_STEP:
+        // the worker belongs to the optimizer shard until it answers `published`
+        waiting_update_ = true;
+        send(st_->directory.optimizers[static_cast<size_t>(r_)], update_atom::value,
+             static_cast<int64_t>(pc_));
+        break;
+      case ActionKind::FLUSH:
+        if (!skip()) worker_.exec_flush(a);
+        flush_sent_ = false;
+        break;
+    }
+  }
+
+  void report_failure(const std::string& cause) {
+    if (failed_) return;
+    failed_ = true;
+    Failure f;
+    f.stage = r_;
+    if (const StageStep* s = current()) {
+      f.microbatch = st_->global_mb(s->mb);
+      f.action = to_string(s->action);
+    }
+    f.cause = cause;
+    send(st_->directory.driver, fail_atom::value, f);
+  }
+
+  std::shared_ptr<RunState> st_;
+  int r_;
+  StageWorker& worker_;
+  const std::vector<StageStep>& steps_;
+  StageCounters& counters_;
+  Tensor dummy_;
+
+  size_t pc_ = 0;
+  bool segment_started_ = false;
+  bool waiting_update_ = false;
+  bool failed_ = false;
+  bool done_sent_ = false;
+  bool flush_sent_ = false;
+  int flushes_ = 0;
+  int released_ = 0;
+  Clock::time_point start_, last_end_;
+
+  std::unordered_map<int64_t, MicrobatchPtr> mbs_;
+  std::unordered_map<int64_t, Announcement> act_ann_, grad_ann_;
+  std::unordered_map<int64_t, Tensor> inputs_, outputs_, douts_, dins_;
+  std::map<std::pair<int, int64_t>, std::shared_ptr<const std::vector<float>>> tied_w_;
+};
+
+}  // namespace
+
+caf::actor spawn_stage_actor(caf::actor_system& sys, std::shared_ptr<internal::RunState> state,
+                             int stage) {
+  return sys.spawn<StageActor, caf::detached>(std::move(state), stage);
+}
+
+}  // namespace actorpipe
