@@ -1,0 +1,116 @@
+// Trainer: the public C++ API of actorpipe. Built from a Config; train() to the configured step
+// count (with checkpoints, metrics and trace) or run() a few steps at a time. CAF-free.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/config.hpp"
+#include "engine/expected.hpp"
+#include "engine/options.hpp"
+#include "engine/safetensors.hpp"
+#include "metrics.hpp"
+#include "trace.hpp"
+
+namespace actorpipe {
+
+/// Which executor runs the pipeline. Both compute the same bits.
+enum class Backend : uint8_t {
+  actors,  ///< one actor per stage and per optimizer shard plus a driver; stages run concurrently
+  serial,  ///< the serial reference executor: every stage in one thread, in a fixed order
+};
+
+/// "actors", "serial".
+std::string_view to_string(Backend backend);
+/// Parses a backend name; the error names the value and the allowed names.
+Expected<Backend> parse_backend(std::string_view name);
+
+/// How a Trainer runs (never what it computes).
+struct TrainerOptions {
+  Backend backend = Backend::actors;
+  /// actors: threads of the cooperative scheduler (driver, optimizer shards); each stage owns
+  /// one more thread.
+  int scheduler_threads = 2;
+  /// Collect trace spans (trace()) even when train.trace is empty. actors backend only.
+  bool record_trace = false;
+};
+
+/// Trains one model as configured. Not thread-safe: one thread calls a Trainer at a time (the
+/// step callback runs on that thread too, or on the engine's driver thread while run() blocks).
+class Trainer {
+ public:
+  /// Validates the config, builds the model, its partition into pipeline.stages stages and the
+  /// executor, opens the data and, when checkpoint.resume is set, loads that checkpoint
+  /// (parameters, optimizer state, update count, data position; the pipeline may have another
+  /// number of stages). Opens train.metrics (appending when resuming). Errors name the key or
+  /// file at fault, the value and what is allowed, or what does not match in a checkpoint.
+  static Expected<std::unique_ptr<Trainer>> create(const Config& config,
+                                                   const TrainerOptions& options = {});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  /// Called after every optimizer step, in order, with that step's metrics.
+  void on_step(std::function<void(const StepMetrics&)> callback);
+
+  /// Trains until train.steps steps are done (counting those before a resume). With
+  /// checkpoint.dir set, the steps run in pipeline runs that end at multiples of
+  /// checkpoint.every (a checkpoint <dir>/step-<N> after each) and <dir>/final is written at the
+  /// end; then the trace goes to train.trace. Every step appends a line to train.metrics.
+  Status train();
+
+  /// Runs `steps` more optimizer steps as one pipeline run (async modes fill the pipeline at its
+  /// start and drain it at its end) and returns the last step's metrics. No checkpoint.
+  Expected<StepMetrics> run(int steps);
+  /// run(1).
+  Expected<StepMetrics> step() { return run(1); }
+
+  /// Writes a checkpoint of the current state to <dir>/step-<N> (N = step_count()), or to
+  /// <dir>/final, and returns its path.
+  Expected<std::string> save(const std::string& dir, bool final = false);
+
+  /// Spans of every action run so far (train.trace set or TrainerOptions::record_trace).
+  std::span<const TraceSpan> trace() const;
+  /// Writes trace() as a Chrome / Perfetto trace.
+  Status write_trace(const std::string& path) const;
+
+  const Config& config() const;
+  Backend backend() const;
+  /// Optimizer steps done, counting those before a resume.
+  int64_t step_count() const;
+  /// Metrics of the last step run (step_count() and zeros before any step).
+  const StepMetrics& last_metrics() const;
+  int stages() const;
+  /// Layers of each stage, in order (they sum to num_layers()).
+  std::vector<int> partition() const;
+  /// Layers of the model: embedding, model.depth blocks, head.
+  int num_layers() const;
+  /// Trainable parameters (a tied parameter counted once).
+  int64_t parameter_count() const;
+  /// Current parameters of global layer `layer`: one contiguous buffer, laid out by the layer's
+  /// parameter slots (see weights() for names and shapes).
+  std::span<const float> params(int layer) const;
+  /// Every parameter tensor under its checkpoint name ("layers.3.attn.qkv.weight"), with its
+  /// shape and a copy of its current values, in layer and slot order.
+  std::vector<NamedTensor> weights() const;
+  /// One line describing the data source (kind, file or chain, sizes).
+  std::string data_description() const;
+  /// The lowest achievable mean loss of the data, when known (GPT on the synthetic corpus: its
+  /// entropy rate in nats/token).
+  std::optional<double> loss_floor() const;
+  /// The checkpoint this trainer resumed from, or empty.
+  const std::string& resumed_from() const;
+
+ private:
+  struct Impl;
+  explicit Trainer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace actorpipe

@@ -1,0 +1,412 @@
+// Trainer: owns the executor (actor engine or serial executor), the data loader and the run's
+// bookkeeping (step count, tokens, time, stage times, spans); checkpoints between runs.
+#include "actors/api/actorpipe/trainer.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "actors/actor_engine.hpp"
+#include "engine/checkpoint.hpp"
+#include "engine/data.hpp"
+#include "engine/mode.hpp"
+#include "engine/pipeline_checkpoint.hpp"
+#include "engine/serial_executor.hpp"
+#include "engine/stage_worker.hpp"
+#include "kernels/check.hpp"
+
+namespace actorpipe {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int sequence_length(const Config& c) {
+  return c.pipeline.seq_len > 0 ? c.pipeline.seq_len : c.model.context;
+}
+
+// What an executor reports after each step of a run; times are relative to the run's start.
+struct RunStep {
+  int step = 0;  // 1-based within the run
+  double loss = 0.0;
+  int64_t tokens = 0;  // within the run
+  double seconds = 0.0;
+  std::vector<StageTimes> stages;  // cumulative within the run; empty when not measured
+};
+
+struct RunOutput {
+  std::vector<double> losses;
+  std::vector<StageTimes> stages;
+  std::vector<ActionSpan> spans;
+  int64_t tokens = 0;
+};
+
+using RunStepFn = std::function<void(const RunStep&)>;
+
+// The two ways to run the pipeline, behind one small interface.
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual int stages() const = 0;
+  /// True when runs report per-stage busy and idle time.
+  virtual bool measures_stages() const = 0;
+  virtual StageWorker& worker(int stage) = 0;
+  virtual const StageWorker& worker(int stage) const = 0;
+  virtual Expected<RunOutput> run(int steps, DataLoader& data, const RunStepFn& on_step) = 0;
+};
+
+class ActorsExecutor final : public Executor {
+ public:
+  explicit ActorsExecutor(std::unique_ptr<ActorEngine> engine) : engine_(std::move(engine)) {}
+  int stages() const override { return engine_->stages(); }
+  bool measures_stages() const override { return true; }
+  StageWorker& worker(int r) override { return engine_->worker(r); }
+  const StageWorker& worker(int r) const override { return engine_->worker(r); }
+
+  Expected<RunOutput> run(int steps, DataLoader& data, const RunStepFn& on_step) override {
+    ActorCallbacks callbacks;
+    callbacks.on_step = [&](const StepProgress& p) {
+      on_step(RunStep{p.step, p.loss, p.tokens, p.seconds, p.stages});
+    };
+    auto r = engine_->run(steps, data, callbacks);
+    if (!r) return r.error();
+    return RunOutput{std::move(r->losses), std::move(r->stages), std::move(r->spans), r->tokens};
+  }
+
+ private:
+  std::unique_ptr<ActorEngine> engine_;
+};
+
+// The serial executor reports losses only when a run returns, and measures no stage times. A
+// synchronous mode runs step by step (its schedules are per step anyway), so each step is
+// reported as it completes; an asynchronous mode is one run reported at its end.
+class SerialBackend final : public Executor {
+ public:
+  SerialBackend(std::unique_ptr<SerialExecutor> exec, int64_t tokens_per_microbatch)
+      : exec_(std::move(exec)), tokens_per_mb_(tokens_per_microbatch) {}
+  int stages() const override { return exec_->stages(); }
+  bool measures_stages() const override { return false; }
+  StageWorker& worker(int r) override { return exec_->worker(r); }
+  const StageWorker& worker(int r) const override { return exec_->worker(r); }
+
+  Expected<RunOutput> run(int steps, DataLoader& data, const RunStepFn& on_step) override {
+    const auto t0 = Clock::now();
+    auto since = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+    RunOutput out;
+    const bool per_step = is_synchronous(exec_->options().mode);
+    const int chunks = per_step ? steps : 1;
+    for (int c = 0; c < chunks; ++c) {
+      const int n = per_step ? 1 : steps;
+      auto losses = exec_->run(n, data);
+      if (!losses) return losses.error();
+      const double t = since();
+      for (size_t j = 0; j < losses->size(); ++j) {
+        out.losses.push_back((*losses)[j]);
+        const int done = static_cast<int>(out.losses.size());
+        out.tokens = exec_->microbatches_for(done) * tokens_per_mb_;
+        on_step(RunStep{done, (*losses)[j], out.tokens, t, {}});
+      }
+    }
+    return out;
+  }
+
+ private:
+  std::unique_ptr<SerialExecutor> exec_;
+  int64_t tokens_per_mb_;
+};
+
+struct FileCloser {
+  void operator()(std::FILE* f) const {
+    if (f) std::fclose(f);
+  }
+};
+
+}  // namespace
+
+std::string_view to_string(Backend backend) {
+  return backend == Backend::serial ? "serial" : "actors";
+}
+
+Expected<Backend> parse_backend(std::string_view name) {
+  if (name == "actors") return Backend::actors;
+  if (name == "serial") return Backend::serial;
+  return make_error("backend \"{}\": unknown (allowed: actors, serial)", name);
+}
+
+struct Trainer::Impl {
+  Config config;
+  TrainerOptions options;
+  std::unique_ptr<Executor> exec;
+  std::unique_ptr<DataLoader> data;
+  std::unique_ptr<std::FILE, FileCloser> metrics;
+  std::function<void(const StepMetrics&)> callback;
+  bool record_spans = false;
+  std::string resumed_from;
+
+  int64_t step = 0;        // optimizer steps done, counting those before a resume
+  int64_t first_step = 0;  // step when this trainer started
+  int64_t tokens = 0;      // consumed by finished runs
+  std::optional<Clock::time_point> train_start;
+  std::vector<StageMetrics> stage_totals;  // of finished runs
+  std::vector<TraceSpan> spans;
+  StepMetrics last;
+  Status callback_status;  // the first failure inside a step report (a metrics write)
+
+  std::vector<StageWorker*> workers() {
+    std::vector<StageWorker*> w;
+    for (int r = 0; r < exec->stages(); ++r) w.push_back(&exec->worker(r));
+    return w;
+  }
+  const Partition& partition() const { return exec->worker(0).partition(); }
+  const Model& model() const { return exec->worker(0).model(); }
+};
+
+Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Trainer::~Trainer() = default;
+
+Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
+                                                   const TrainerOptions& options) {
+  if (Status ok = validate(config); !ok) return ok.error();
+  if (options.scheduler_threads < 1) {
+    return make_error("trainer: scheduler_threads = {}, expected >= 1", options.scheduler_threads);
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->options = options;
+  impl->record_spans = options.record_trace || !config.train.trace.empty();
+  if (impl->record_spans && options.backend == Backend::serial) {
+    return make_error(
+        "train.trace = \"{}\": the serial backend records no trace (use the actors "
+        "backend)",
+        config.train.trace);
+  }
+  const int B = config.pipeline.microbatch_size;
+  const int T = sequence_length(config);
+  if (options.backend == Backend::actors) {
+    ActorEngineOptions eo;
+    eo.scheduler_threads = options.scheduler_threads;
+    eo.record_spans = impl->record_spans;
+    auto engine = ActorEngine::create(config, eo);
+    if (!engine) return engine.error();
+    impl->exec = std::make_unique<ActorsExecutor>(std::move(*engine));
+  } else {
+    auto exec = SerialExecutor::create(config);
+    if (!exec) return exec.error();
+    impl->exec = std::make_unique<SerialBackend>(std::move(*exec), int64_t{B} * T);
+  }
+  auto data = DataLoader::open(config.data, config.model.arch, config.model.vocab_size, B, T);
+  if (!data) return data.error();
+  impl->data = std::move(*data);
+
+  if (!config.checkpoint.resume.empty()) {
+    auto ckpt = load_checkpoint(config.checkpoint.resume);
+    if (!ckpt) return make_error("checkpoint.resume: {}", ckpt.error().message);
+    if (Status ok = check_resume(ckpt->info, config); !ok) {
+      return make_error("checkpoint.resume = \"{}\" ({}): {}", config.checkpoint.resume, ckpt->path,
+                        ok.error().message);
+    }
+    auto workers = impl->workers();
+    if (Status ok = load_pipeline_checkpoint(*ckpt, workers, config.optimizer); !ok) {
+      return make_error("checkpoint.resume = \"{}\": {}", config.checkpoint.resume,
+                        ok.error().message);
+    }
+    impl->data->seek(ckpt->info.data_position);
+    impl->step = ckpt->info.step;
+    impl->first_step = ckpt->info.step;
+    impl->resumed_from = ckpt->path;
+  }
+  impl->last.step = impl->step;
+  impl->last.steps = config.train.steps;
+  impl->last.first_step = impl->first_step;
+  if (impl->exec->measures_stages()) {
+    impl->stage_totals.assign(static_cast<size_t>(impl->exec->stages()), StageMetrics{});
+  }
+  impl->last.stages = impl->stage_totals;
+
+  if (!config.train.metrics.empty()) {
+    // a resumed run continues the file it most likely wrote before
+    const char* mode = impl->resumed_from.empty() ? "w" : "a";
+    std::FILE* f = std::fopen(config.train.metrics.c_str(), mode);
+    if (!f) {
+      return make_error("train.metrics = \"{}\": cannot open for writing: {}", config.train.metrics,
+                        std::strerror(errno));
+    }
+    impl->metrics.reset(f);
+  }
+  return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
+}
+
+void Trainer::on_step(std::function<void(const StepMetrics&)> callback) {
+  impl_->callback = std::move(callback);
+}
+
+Expected<StepMetrics> Trainer::run(int steps) {
+  Impl& im = *impl_;
+  if (steps < 1) return make_error("trainer: run({}) steps, expected >= 1", steps);
+  const auto now = Clock::now();
+  if (!im.train_start) im.train_start = now;
+  const double offset = std::chrono::duration<double>(now - *im.train_start).count();
+  const int64_t base_step = im.step;
+  const int64_t target = std::max<int64_t>(im.config.train.steps, base_step + steps);
+  im.callback_status = {};
+
+  auto report = [&](const RunStep& rs) {
+    StepMetrics m;
+    m.step = base_step + rs.step;
+    m.steps = target;
+    m.first_step = im.first_step;
+    m.loss = rs.loss;
+    m.tokens = im.tokens + rs.tokens;
+    m.seconds = offset + rs.seconds;
+    m.stages = im.stage_totals;
+    for (size_t r = 0; r < rs.stages.size() && r < m.stages.size(); ++r) {
+      m.stages[r].busy_seconds += rs.stages[r].busy_seconds;
+      m.stages[r].idle_seconds += rs.stages[r].idle_seconds;
+    }
+    if (im.metrics && im.callback_status.ok()) {
+      const std::string line = metrics_json(m) + "\n";
+      if (std::fwrite(line.data(), 1, line.size(), im.metrics.get()) != line.size() ||
+          std::fflush(im.metrics.get()) != 0) {
+        im.callback_status = make_error("train.metrics = \"{}\": write failed: {}",
+                                        im.config.train.metrics, std::strerror(errno));
+      }
+    }
+    im.last = m;
+    if (im.callback) im.callback(m);
+  };
+
+  auto out = im.exec->run(steps, *im.data, report);
+  if (!out) return out.error();
+  AP_CHECK(static_cast<int>(out->losses.size()) == steps, "a run of {} steps reported {} losses",
+           steps, out->losses.size());
+  im.step = base_step + steps;
+  im.tokens += out->tokens;
+  for (size_t r = 0; r < out->stages.size() && r < im.stage_totals.size(); ++r) {
+    im.stage_totals[r].busy_seconds += out->stages[r].busy_seconds;
+    im.stage_totals[r].idle_seconds += out->stages[r].idle_seconds;
+  }
+  im.last.stages = im.stage_totals;
+  im.last.tokens = im.tokens;
+  for (const ActionSpan& s : out->spans) {
+    im.spans.push_back(TraceSpan{s.stage, s.action, offset + s.start, offset + s.end});
+  }
+  if (!im.callback_status.ok()) return im.callback_status.error();
+  return im.last;
+}
+
+Status Trainer::train() {
+  Impl& im = *impl_;
+  const int64_t target = im.config.train.steps;
+  const std::string& dir = im.config.checkpoint.dir;
+  const int every = dir.empty() ? 0 : im.config.checkpoint.every;
+  while (im.step < target) {
+    // runs end at multiples of checkpoint.every, counted from step 0, so a resumed run splits
+    // its steps exactly as the uninterrupted one did
+    const int64_t end = every > 0 ? std::min(target, (im.step / every + 1) * every) : target;
+    auto r = run(static_cast<int>(end - im.step));
+    if (!r) return r.error();
+    if (every > 0 && im.step % every == 0) {
+      if (auto p = save(dir); !p) return p.error();
+    }
+  }
+  if (!dir.empty()) {
+    if (auto p = save(dir, true); !p) return p.error();
+  }
+  if (!im.config.train.trace.empty()) {
+    if (Status ok = write_trace(im.config.train.trace); !ok) return ok;
+  }
+  return {};
+}
+
+Expected<std::string> Trainer::save(const std::string& dir, bool final) {
+  Impl& im = *impl_;
+  if (dir.empty()) return make_error("checkpoint: no directory given (checkpoint.dir is empty)");
+  RunPosition pos;
+  pos.step = im.step;
+  pos.data_position = im.data->position();
+  pos.final = final;
+  auto workers = im.workers();
+  auto path = save_pipeline_checkpoint(dir, im.config, pos, workers);
+  if (!path) return make_error("checkpoint.dir = \"{}\": {}", dir, path.error().message);
+  return path;
+}
+
+std::span<const TraceSpan> Trainer::trace() const {
+  return impl_->spans;
+}
+
+Status Trainer::write_trace(const std::string& path) const {
+  return write_chrome_trace(path, impl_->spans, impl_->exec->stages());
+}
+
+const Config& Trainer::config() const {
+  return impl_->config;
+}
+
+Backend Trainer::backend() const {
+  return impl_->options.backend;
+}
+
+int64_t Trainer::step_count() const {
+  return impl_->step;
+}
+
+const StepMetrics& Trainer::last_metrics() const {
+  return impl_->last;
+}
+
+int Trainer::stages() const {
+  return impl_->exec->stages();
+}
+
+std::vector<int> Trainer::partition() const {
+  return impl_->partition().counts();
+}
+
+int Trainer::num_layers() const {
+  return impl_->model().num_layers();
+}
+
+int64_t Trainer::parameter_count() const {
+  return static_cast<int64_t>(impl_->model().unique_parameters());
+}
+
+std::span<const float> Trainer::params(int layer) const {
+  AP_CHECK(layer >= 0 && layer < num_layers(), "layer {} of {}", layer, num_layers());
+  const Partition& p = impl_->partition();
+  const int r = p.stage_of(layer);
+  return impl_->exec->worker(r).params(layer - p.begin(r));
+}
+
+std::vector<NamedTensor> Trainer::weights() const {
+  std::vector<NamedTensor> out;
+  const Model& model = impl_->model();
+  for (int i = 0; i < model.num_layers(); ++i) {
+    const std::span<const float> p = params(i);
+    for (const ParamSlot& slot : model.layer(i).slots()) {
+      NamedTensor t;
+      t.name = model.param_name(i, slot);
+      t.dtype = "F32";
+      t.shape = slot.shape;
+      t.f32.assign(p.begin() + static_cast<std::ptrdiff_t>(slot.offset),
+                   p.begin() + static_cast<std::ptrdiff_t>(slot.offset + slot.numel));
+      out.push_back(std::move(t));
+    }
+  }
+  return out;
+}
+
+std::string Trainer::data_description() const {
+  return impl_->data->describe();
+}
+
+std::optional<double> Trainer::loss_floor() const {
+  return impl_->data->expected_loss_floor(sequence_length(impl_->config));
+}
+
+const std::string& Trainer::resumed_from() const {
+  return impl_->resumed_from;
+}
+
+}  // namespace actorpipe

@@ -1,0 +1,321 @@
+// Trainer tests: the actors backend equals the serial one bitwise through the public API;
+// train() with checkpoints then a resume equals an uninterrupted train() bitwise (also at another
+// stage count); metrics lines and the trace of a real run; bad checkpoints are refused.
+#include "actors/api/actorpipe/trainer.hpp"
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "engine/schedule_generators.hpp"
+#include "engine/schedule_lowering.hpp"
+
+using namespace actorpipe;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static std::atomic<int> n{0};
+    path = fs::temp_directory_path() /
+           ("actorpipe-trainer-" + std::to_string(getpid()) + "-" + std::to_string(n++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+Config tiny(const std::string& mode, int stages, int steps) {
+  Config c;
+  c.model.vocab_size = 24;
+  c.model.context = 8;
+  c.model.width = 8;
+  c.model.depth = 2;  // 4 layers
+  c.model.heads = 2;
+  c.model.init_seed = 3;
+  c.pipeline.mode = mode;
+  c.pipeline.stages = stages;
+  c.pipeline.microbatches = 4;
+  c.pipeline.microbatch_size = 2;
+  c.pipeline.seq_len = 6;
+  c.optimizer.lr = 2e-2f;
+  c.optimizer.grad_clip = 0.5f;
+  c.train.steps = steps;
+  return c;
+}
+
+std::unique_ptr<Trainer> make(const Config& c, Backend backend = Backend::actors) {
+  TrainerOptions o;
+  o.backend = backend;
+  auto t = Trainer::create(c, o);
+  REQUIRE_MESSAGE(t.ok(), t.error().message);
+  return std::move(*t);
+}
+
+void train(Trainer& t) {
+  Status ok = t.train();
+  REQUIRE_MESSAGE(ok.ok(), ok.error().message);
+}
+
+bool same_weights(const Trainer& a, const Trainer& b) {
+  const auto wa = a.weights(), wb = b.weights();
+  if (wa.size() != wb.size()) return false;
+  for (size_t i = 0; i < wa.size(); ++i) {
+    if (wa[i].name != wb[i].name || wa[i].shape != wb[i].shape ||
+        wa[i].f32.size() != wb[i].f32.size() ||
+        std::memcmp(wa[i].f32.data(), wb[i].f32.data(), wa[i].f32.size() * sizeof(float)) != 0)
+      return false;
+  }
+  return true;
+}
+
+std::vector<nlohmann::json> read_lines(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<nlohmann::json> out;
+  for (std::string line; std::getline(f, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+// Losses of every step reported through on_step.
+std::vector<double> record_losses(Trainer& t) {
+  auto losses = std::make_shared<std::vector<double>>();
+  t.on_step([losses](const StepMetrics& m) { losses->push_back(m.loss); });
+  train(t);
+  return *losses;
+}
+
+bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("the actors and the serial backend train to the same bits in every mode") {
+  for (const char* mode : {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"}) {
+    const std::string what = mode;
+    CAPTURE(what);
+    const Config c = tiny(mode, 3, 3);
+    auto actors = make(c, Backend::actors);
+    auto serial = make(c, Backend::serial);
+    const auto la = record_losses(*actors);
+    const auto ls = record_losses(*serial);
+    CHECK(la.size() == 3);
+    CHECK(same_bits(la, ls));
+    CHECK(same_weights(*actors, *serial));
+    CHECK(actors->step_count() == 3);
+  }
+}
+
+TEST_CASE(
+    "gpipe and 1f1b: train 2N == train N, resume, train N, bitwise; 2bw, pipedream, xpipe "
+    "with checkpoints every N") {
+  constexpr int N = 3;
+  for (const char* mode : {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"}) {
+    const std::string what = mode;
+    CAPTURE(what);
+    const bool sync = what == "gpipe" || what == "1f1b";
+    TempDir tmp;
+    // uninterrupted; async modes checkpoint at N, which ends a pipeline run there
+    Config whole = tiny(mode, 2, 2 * N);
+    whole.checkpoint.dir = tmp / "whole";
+    whole.checkpoint.every = sync ? 0 : N;
+    whole.train.metrics = tmp / "whole.jsonl";
+    auto a = make(whole);
+    train(*a);
+    CHECK(fs::exists(tmp / "whole/final/manifest.json"));
+    CHECK(fs::exists(tmp / "whole/step-3/manifest.json") == !sync);
+
+    // interrupted after N steps, continued by a fresh trainer from the directory's latest
+    Config first = tiny(mode, 2, N);
+    first.checkpoint.dir = tmp / "run";
+    first.train.metrics = tmp / "run.jsonl";
+    train(*make(first));
+    Config second = tiny(mode, 2, 2 * N);
+    second.checkpoint.dir = tmp / "run";
+    second.checkpoint.resume = tmp / "run";
+    second.train.metrics = tmp / "run.jsonl";
+    auto b = make(second);
+    CHECK(b->step_count() == N);
+    CHECK(b->resumed_from() == tmp / "run/final");
+    train(*b);
+    CHECK(b->step_count() == 2 * N);
+    CHECK(same_weights(*a, *b));
+
+    // the metrics file continued: the same 2N lines with the same losses
+    const auto la = read_lines(tmp / "whole.jsonl");
+    const auto lb = read_lines(tmp / "run.jsonl");
+    REQUIRE(la.size() == 2 * N);
+    REQUIRE(lb.size() == 2 * N);
+    for (size_t i = 0; i < la.size(); ++i) {
+      CHECK(lb[i].at("step") == static_cast<int>(i) + 1);
+      CHECK(la[i].at("loss").get<double>() == lb[i].at("loss").get<double>());
+    }
+    // both final checkpoints hold the same model bytes
+    std::ifstream fa(tmp / "whole/final/model.safetensors", std::ios::binary);
+    std::ifstream fb(tmp / "run/final/model.safetensors", std::ios::binary);
+    std::stringstream sa, sb;
+    sa << fa.rdbuf();
+    sb << fb.rdbuf();
+    CHECK(sa.str() == sb.str());
+  }
+}
+
+TEST_CASE("a 1f1b checkpoint of 2 stages continues bitwise on 3 and on 1 stages") {
+  TempDir tmp;
+  auto whole = make(tiny("1f1b", 2, 4));
+  train(*whole);
+  Config first = tiny("1f1b", 2, 2);
+  first.checkpoint.dir = tmp / "ckpt";
+  train(*make(first));
+  for (int d : {3, 1}) {
+    CAPTURE(d);
+    Config next = tiny("1f1b", d, 4);
+    next.checkpoint.resume = tmp / "ckpt/final";
+    auto t = make(next);
+    CHECK(t->stages() == d);
+    train(*t);
+    CHECK(same_weights(*whole, *t));
+  }
+}
+
+TEST_CASE("run() and step() continue like train()") {
+  auto whole = make(tiny("1f1b", 2, 3));
+  train(*whole);
+  auto t = make(tiny("1f1b", 2, 3));
+  auto m1 = t->step();
+  REQUIRE(m1.ok());
+  CHECK(m1->step == 1);
+  auto m2 = t->run(2);
+  REQUIRE(m2.ok());
+  CHECK(m2->step == 3);
+  CHECK(m2->tokens == 3 * 4 * 2 * 6);
+  CHECK(same_weights(*whole, *t));
+  CHECK(t->run(0).ok() == false);
+}
+
+TEST_CASE("metrics: one JSON line per step with step, loss, tokens, time, busy and idle") {
+  TempDir tmp;
+  Config c = tiny("2bw", 2, 5);
+  c.train.metrics = tmp / "m.jsonl";
+  auto t = make(c);
+  std::vector<StepMetrics> seen;
+  t->on_step([&](const StepMetrics& m) { seen.push_back(m); });
+  train(*t);
+  const auto lines = read_lines(c.train.metrics);
+  REQUIRE(lines.size() == 5);
+  REQUIRE(seen.size() == 5);
+  double last_time = 0.0;
+  std::vector<double> last_busy(2, 0.0);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const auto& j = lines[i];
+    CHECK(j.at("step") == i + 1);
+    CHECK(j.at("loss").get<double>() == seen[i].loss);
+    CHECK(j.at("tokens") == static_cast<int64_t>(i + 1) * 4 * 2 * 6);  // m·B·T per step
+    CHECK(j.at("time").get<double>() >= last_time);
+    last_time = j.at("time").get<double>();
+    REQUIRE(j.at("busy").size() == 2);
+    REQUIRE(j.at("idle").size() == 2);
+    for (size_t r = 0; r < 2; ++r) {
+      CHECK(j.at("busy")[r].get<double>() >= last_busy[r]);  // cumulative
+      CHECK(j.at("idle")[r].get<double>() >= 0.0);
+      last_busy[r] = j.at("busy")[r].get<double>();
+    }
+  }
+  CHECK(last_busy[0] > 0.0);
+  CHECK(last_busy[1] > 0.0);
+}
+
+TEST_CASE("the trace of a run: one track per stage, one span per executed action") {
+  TempDir tmp;
+  Config c = tiny("1f1b", 3, 2);
+  c.train.trace = tmp / "trace.json";
+  auto t = make(c);
+  train(*t);
+  std::ifstream f(c.train.trace);
+  const auto j = nlohmann::json::parse(f);
+  // every action of the two one-step schedules, per stage, by text
+  auto sched = lower(*make_1f1b(3, 4));
+  REQUIRE(sched.ok());
+  std::map<int, std::multiset<std::string>> expected, got;
+  for (int r = 0; r < 3; ++r) {
+    for (const Action& a : sched->per_stage[static_cast<size_t>(r)]) {
+      expected[r].insert(to_string(a));
+      expected[r].insert(to_string(a));
+    }
+  }
+  std::map<int, std::string> tracks;
+  for (const auto& e : j.at("traceEvents")) {
+    if (e.at("ph") == "M" && e.at("name") == "thread_name") {
+      tracks[e.at("tid").get<int>()] = e.at("args").at("name").get<std::string>();
+    } else if (e.at("ph") == "X") {
+      got[e.at("tid").get<int>()].insert(e.at("name").get<std::string>());
+      CHECK(e.at("dur").get<double>() >= 0.0);
+    }
+  }
+  CHECK(tracks == std::map<int, std::string>{{0, "stage 0"}, {1, "stage 1"}, {2, "stage 2"}});
+  CHECK(got == expected);
+  CHECK(t->trace().size() == expected[0].size() + expected[1].size() + expected[2].size());
+}
+
+TEST_CASE("bad checkpoints and options are refused with a message saying what is wrong") {
+  TempDir tmp;
+  Config c = tiny("1f1b", 2, 1);
+  c.checkpoint.dir = tmp / "ckpt";
+  train(*make(c));
+
+  SUBCASE("a damaged file") {
+    const std::string file = tmp / "ckpt/final/model.safetensors";
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);
+    f.put('\x7f');
+    f.close();
+    Config next = tiny("1f1b", 2, 2);
+    next.checkpoint.resume = tmp / "ckpt";
+    auto t = Trainer::create(next);
+    REQUIRE_FALSE(t.ok());
+    CHECK(t.error().message.find("checkpoint.resume") != std::string::npos);
+    CHECK(t.error().message.find("model.safetensors") != std::string::npos);
+  }
+  SUBCASE("another model") {
+    Config next = tiny("1f1b", 2, 2);
+    next.model.depth = 3;
+    next.checkpoint.resume = tmp / "ckpt";
+    auto t = Trainer::create(next);
+    REQUIRE_FALSE(t.ok());
+    CHECK(t.error().message.find("model.depth: the checkpoint has 2, the config has 3") !=
+          std::string::npos);
+  }
+  SUBCASE("no checkpoint there") {
+    Config next = tiny("1f1b", 2, 2);
+    next.checkpoint.resume = tmp / "nothing";
+    auto t = Trainer::create(next);
+    REQUIRE_FALSE(t.ok());
+    CHECK(t.error().message.find(tmp / "nothing") != std::string::npos);
+  }
+  SUBCASE("a trace with the serial backend, an unknown backend name") {
+    Config next = tiny("1f1b", 2, 2);
+    next.train.trace = tmp / "t.json";
+    TrainerOptions o;
+    o.backend = Backend::serial;
+    auto t = Trainer::create(next, o);
+    REQUIRE_FALSE(t.ok());
+    CHECK(t.error().message.find("train.trace") != std::string::npos);
+    auto b = parse_backend("gpu");
+    REQUIRE_FALSE(b.ok());
+    CHECK(b.error().message == "backend \"gpu\": unknown (allowed: actors, serial)");
+  }
+}
