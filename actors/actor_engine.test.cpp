@@ -104,7 +104,7 @@ TEST_CASE("gpipe and 1f1b equal the serial executor and the reference trainer bi
   for (Arch arch : {Arch::gpt, Arch::bert}) {
     for (const char* mode : {"gpipe", "1f1b"}) {
       for (int d : {1, 2, 3, 4}) {
-        for (int m : {1, 3, 5}) {
+        for (int m : {1, 2, 3, 5, 8}) {
           CAPTURE(arch == Arch::gpt ? "gpt" : "bert");
           CAPTURE(mode);
           CAPTURE(d);
@@ -137,7 +137,7 @@ TEST_CASE("gpipe and 1f1b equal the serial executor and the reference trainer bi
 TEST_CASE("2bw equals the serial executor bitwise") {
   for (Arch arch : {Arch::gpt, Arch::bert}) {
     for (int d : {1, 2, 3, 4}) {
-      for (int m : {4, 5}) {
+      for (int m : {d, d + 1, 2 * d + 1}) {
         CAPTURE(arch == Arch::gpt ? "gpt" : "bert");
         CAPTURE(d);
         CAPTURE(m);
@@ -153,6 +153,7 @@ TEST_CASE("pipedream equals the serial executor bitwise") {
       CAPTURE(arch == Arch::gpt ? "gpt" : "bert");
       CAPTURE(d);
       check_against_serial(tiny(arch, "pipedream", d, 1), {9, 5});
+      check_against_serial(tiny(arch, "pipedream", d, 3), {2 * d + 1});
     }
   }
 }
@@ -160,7 +161,7 @@ TEST_CASE("pipedream equals the serial executor bitwise") {
 TEST_CASE("xpipe equals the serial executor bitwise") {
   for (Arch arch : {Arch::gpt, Arch::bert}) {
     for (int d : {1, 2, 3, 4}) {
-      for (int m : {1, 2, 4}) {
+      for (int m : {1, 2, 3, 5}) {
         CAPTURE(arch == Arch::gpt ? "gpt" : "bert");
         CAPTURE(d);
         CAPTURE(m);

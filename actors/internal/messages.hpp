@@ -67,7 +67,19 @@ struct RunOutcome {
 
 }  // namespace actorpipe::internal
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::Announcement)
+namespace actorpipe {
+
+/// Serialisation, printing and debugging of an announcement (the one message that will cross
+/// process boundaries as it is: it carries no pointer).
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Announcement& a) {
+  static_assert(Tensor::kMaxDims == 4, "inspect lists every dimension");
+  return f(caf::meta::type_name("Announcement"), a.tag, a.sequence, a.microbatch, a.version,
+           a.dtype, a.ndim, a.dims[0], a.dims[1], a.dims[2], a.dims[3]);
+}
+
+}  // namespace actorpipe
+
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::internal::MicrobatchPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::internal::TiedTensor)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::internal::SumSq)
