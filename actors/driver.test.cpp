@@ -72,7 +72,8 @@ class FailingLoader final : public DataLoader {
 
 }  // namespace
 
-TEST_CASE("an exception in a forward stops the run naming stage, microbatch and cause") {
+TEST_CASE("an exception in a forward stops the run naming stage, microbatch and cause" *
+          doctest::timeout(60)) {
   ActorEngineOptions o;
   o.fault = {FaultInjection::Kind::throw_in_forward, 1, 2};
   auto [err, seconds] = run_failing(tiny("1f1b", 3, 4, 1), o);
@@ -80,7 +81,7 @@ TEST_CASE("an exception in a forward stops the run naming stage, microbatch and 
   CHECK(seconds < 30);
 }
 
-TEST_CASE("an exception in a backward of a later step stops an async run") {
+TEST_CASE("an exception in a backward of a later step stops an async run" * doctest::timeout(60)) {
   ActorEngineOptions o;
   o.fault = {FaultInjection::Kind::throw_in_backward, 0, 5};
   auto [err, seconds] = run_failing(tiny("2bw", 2, 2, 4), o);
@@ -91,7 +92,8 @@ TEST_CASE("an exception in a backward of a later step stops an async run") {
   CHECK(run_actor_pipeline(tiny("2bw", 2, 2, 4), o).ok());
 }
 
-TEST_CASE("a poisoned activation gives a non-finite loss at the last stage") {
+TEST_CASE("a poisoned activation gives a non-finite loss at the last stage" *
+          doctest::timeout(60)) {
   ActorEngineOptions o;
   o.fault = {FaultInjection::Kind::poison_output, 0, 1};
   auto [err, seconds] = run_failing(tiny("gpipe", 2, 3, 1), o);
@@ -103,7 +105,8 @@ TEST_CASE("a poisoned activation gives a non-finite loss at the last stage") {
   CHECK(contains(err1, "stage 0, microbatch 4 (0F4@4): non-finite loss"));
 }
 
-TEST_CASE("an exploding learning rate gives a non-finite loss after the first update") {
+TEST_CASE("an exploding learning rate gives a non-finite loss after the first update" *
+          doctest::timeout(60)) {
   Config c = tiny("xpipe", 3, 2, 4);
   c.optimizer.kind = "sgd";
   c.optimizer.lr = 1e30f;
@@ -122,7 +125,8 @@ TEST_CASE("a NaN learning rate is refused before anything runs") {
   CHECK(contains(r.error().message, "optimizer.lr = nan"));
 }
 
-TEST_CASE("a lost announcement is reported by the stall watchdog, not a hang") {
+TEST_CASE("a lost announcement is reported by the stall watchdog, not a hang" *
+          doctest::timeout(60)) {
   ActorEngineOptions o;
   o.fault = {FaultInjection::Kind::drop_activation, 1, 2};
   o.stall_timeout_seconds = 0.3;
@@ -132,7 +136,7 @@ TEST_CASE("a lost announcement is reported by the stall watchdog, not a hang") {
   CHECK(seconds < 10);
 }
 
-TEST_CASE("a failing data source stops the run") {
+TEST_CASE("a failing data source stops the run" * doctest::timeout(60)) {
   const Config c = tiny("2bw", 2, 2, 3);
   auto engine = ActorEngine::create(c);
   REQUIRE(engine.ok());
