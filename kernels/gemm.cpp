@@ -4,6 +4,9 @@
 
 #include <cblas.h>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "kernels/check.hpp"
 
 namespace actorpipe {
@@ -16,6 +19,18 @@ constexpr int kGemmAlign = 32;
 // kernels that round differently from its blocked path; keeping the whole product and
 // every piece on the blocked path makes the result independent of the thread count.
 constexpr double kMinPieceMNK = 8.0 * 1024 * 1024;
+
+// The smallest non-empty chunk of [0, n) as Context::parallel_for_aligned cuts it.
+int64_t smallest_chunk(int64_t n, int64_t align, int t) {
+  const int64_t units = (n + align - 1) / align;
+  int64_t smallest = n;
+  for (int c = 0; c < t; ++c) {
+    const int64_t b = std::min(n, units * c / t * align);
+    const int64_t e = std::min(n, units * (c + 1) / t * align);
+    if (e > b) smallest = std::min(smallest, e - b);
+  }
+  return smallest;
+}
 }  // namespace
 
 void gemm_serial(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
@@ -29,14 +44,17 @@ void gemm(Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, float a
           const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
   AP_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M={} N={} K={}", M, N, K);
   if (M == 0 || N == 0) return;
-  const double mnk = static_cast<double>(M) * N * K;
-  if (ctx.threads() == 1 || mnk < kMinPieceMNK * ctx.threads()) {
+  // Split the larger output dimension: the operand shared by all threads (B for a row
+  // split, A for a column split) is then the smaller one, and is packed once per thread.
+  const bool split_rows = M >= N;
+  const double piece =
+      static_cast<double>(smallest_chunk(split_rows ? M : N, kGemmAlign, ctx.threads())) *
+      (split_rows ? N : M) * K;
+  if (ctx.threads() == 1 || piece < kMinPieceMNK) {
     gemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-  // Split the larger output dimension: the operand shared by all threads (B for a row
-  // split, A for a column split) is then the smaller one, and is packed once per thread.
-  if (M >= N) {
+  if (split_rows) {
     ctx.parallel_for_aligned(M, kGemmAlign, [&](int, int64_t b, int64_t e) {
       if (b == e) return;
       const int m0 = static_cast<int>(b);
