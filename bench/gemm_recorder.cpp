@@ -1,0 +1,152 @@
+// GEMM recorder: captures every sgemm call a training step makes (on each thread of its
+// Context, in order) and replays them alone, which times the GEMM-only floor of the step.
+#include "bench/gemm_recorder.hpp"
+
+#include <cblas.h>
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+
+#include "kernels/check.hpp"
+
+namespace actorpipe::bench {
+
+namespace {
+
+using SgemmFn = void (*)(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE, blasint,
+                         blasint, blasint, float, const float*, blasint, const float*, blasint,
+                         float, float*, blasint);
+
+std::atomic<GemmRecorder*> g_active{nullptr};
+
+SgemmFn openblas_sgemm() {
+  static const SgemmFn fn = reinterpret_cast<SgemmFn>(dlsym(RTLD_NEXT, "cblas_sgemm"));
+  return fn;
+}
+
+pid_t this_tid() {
+  return static_cast<pid_t>(gettid());
+}
+
+void call_real(SgemmFn fn, const SgemmCall& c) {
+  fn(c.row_major ? CblasRowMajor : CblasColMajor, c.trans_a ? CblasTrans : CblasNoTrans,
+     c.trans_b ? CblasTrans : CblasNoTrans, c.M, c.N, c.K, c.alpha, c.A, c.lda, c.B, c.ldb, c.beta,
+     c.C, c.ldc);
+}
+
+}  // namespace
+
+bool sgemm_interposed() {
+  return openblas_sgemm() != nullptr;
+}
+
+void real_sgemm(const SgemmCall& call) {
+  const SgemmFn fn = openblas_sgemm();
+  AP_CHECK(fn != nullptr, "OpenBLAS's cblas_sgemm was not found behind the recording one");
+  call_real(fn, call);
+}
+
+GemmRecorder::GemmRecorder(Context& ctx) : ctx_(ctx) {
+  const int t = ctx.threads();
+  tids_.assign(static_cast<size_t>(t), 0);
+  calls_.resize(static_cast<size_t>(t));
+  ctx.parallel_for(t, [&](int c, int64_t, int64_t) { tids_[static_cast<size_t>(c)] = this_tid(); });
+}
+
+GemmRecorder::~GemmRecorder() {
+  if (recording_) stop();
+}
+
+void GemmRecorder::start() {
+  GemmRecorder* expected = nullptr;
+  AP_CHECK(g_active.compare_exchange_strong(expected, this),
+           "another GemmRecorder is already recording");
+  for (auto& v : calls_) {
+    v.clear();
+    v.reserve(4096);
+  }
+  foreign_.store(0);
+  recording_ = true;
+}
+
+void GemmRecorder::stop() {
+  GemmRecorder* expected = this;
+  g_active.compare_exchange_strong(expected, nullptr);
+  recording_ = false;
+}
+
+size_t GemmRecorder::total_calls() const {
+  size_t n = 0;
+  for (const auto& v : calls_) n += v.size();
+  return n;
+}
+
+double GemmRecorder::total_flops() const {
+  double f = 0.0;
+  for (const auto& v : calls_)
+    for (const SgemmCall& c : v) f += c.flops();
+  return f;
+}
+
+void GemmRecorder::record(const SgemmCall& call) {
+  const pid_t tid = this_tid();
+  for (size_t c = 0; c < tids_.size(); ++c) {
+    if (tids_[c] == tid) {
+      calls_[c].push_back(call);  // only thread c appends to calls_[c]
+      return;
+    }
+  }
+  // Counted, not stored: a thread outside the Context is not part of the step.
+  foreign_.fetch_add(1, std::memory_order_relaxed);
+}
+
+double GemmRecorder::replay() {
+  AP_CHECK(!recording_, "replay while recording");
+  const SgemmFn fn = openblas_sgemm();
+  AP_CHECK(fn != nullptr, "OpenBLAS's cblas_sgemm was not found behind the recording one");
+  const auto t0 = std::chrono::steady_clock::now();
+  ctx_.parallel_for(ctx_.threads(), [&](int c, int64_t b, int64_t e) {
+    if (b == e) return;
+    for (const SgemmCall& call : calls_[static_cast<size_t>(c)]) call_real(fn, call);
+  });
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace actorpipe::bench
+
+// The program's cblas_sgemm: the kernels' calls land here (the executable's definition
+// takes precedence over the shared library's), are recorded when a recorder is active,
+// and go on to OpenBLAS.
+extern "C" void cblas_sgemm(OPENBLAS_CONST enum CBLAS_ORDER Order,
+                            OPENBLAS_CONST enum CBLAS_TRANSPOSE TransA,
+                            OPENBLAS_CONST enum CBLAS_TRANSPOSE TransB, OPENBLAS_CONST blasint M,
+                            OPENBLAS_CONST blasint N, OPENBLAS_CONST blasint K,
+                            OPENBLAS_CONST float alpha, OPENBLAS_CONST float* A,
+                            OPENBLAS_CONST blasint lda, OPENBLAS_CONST float* B,
+                            OPENBLAS_CONST blasint ldb, OPENBLAS_CONST float beta, float* C,
+                            OPENBLAS_CONST blasint ldc) {
+  using namespace actorpipe::bench;
+  const SgemmFn fn = openblas_sgemm();
+  AP_CHECK(fn != nullptr, "OpenBLAS's cblas_sgemm was not found behind the recording one");
+  if (GemmRecorder* rec = g_active.load(std::memory_order_acquire); rec != nullptr) {
+    SgemmCall c;
+    c.row_major = Order == CblasRowMajor;
+    c.trans_a = TransA != CblasNoTrans;
+    c.trans_b = TransB != CblasNoTrans;
+    c.M = M;
+    c.N = N;
+    c.K = K;
+    c.alpha = alpha;
+    c.A = A;
+    c.lda = lda;
+    c.B = B;
+    c.ldb = ldb;
+    c.beta = beta;
+    c.C = C;
+    c.ldc = ldc;
+    rec->record(c);
+  }
+  fn(Order, TransA, TransB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}

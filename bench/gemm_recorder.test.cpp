@@ -1,0 +1,112 @@
+// GEMM recorder tests: the pieces of a split product land on the threads that ran them and
+// replay to the same bits; a whole training step's recorded FLOPs equal an independent count.
+#include "bench/gemm_recorder.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "engine/reference_trainer.hpp"
+#include "kernels/gemm.hpp"
+
+using namespace actorpipe;
+using namespace actorpipe::bench;
+
+namespace {
+
+std::vector<float> random_vector(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+Microbatch make_microbatch(int V, int B, int T) {
+  Microbatch mb;
+  mb.B = B;
+  mb.T = T;
+  for (int i = 0; i < B * T; ++i) {
+    mb.tokens.push_back((i * 7 + 3) % V);
+    mb.targets.push_back((i * 5 + 1) % V);
+  }
+  return mb;
+}
+
+}  // namespace
+
+TEST_CASE("the program's cblas_sgemm is the recording one") {
+  CHECK(sgemm_interposed());
+}
+
+TEST_CASE("a split product is recorded piece by piece, per thread, and replays bitwise") {
+  const int M = 512, N = 256, K = 256;  // 32M multiply-adds: split over 2 threads
+  Context ctx(2);
+  const auto A = random_vector(static_cast<size_t>(M) * K, 1);
+  const auto B = random_vector(static_cast<size_t>(K) * N, 2);
+  std::vector<float> C(static_cast<size_t>(M) * N, 0.0f);
+  GemmRecorder rec(ctx);
+  rec.start();
+  gemm(ctx, false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C.data(), N);
+  rec.stop();
+  CHECK(rec.foreign_calls() == 0);
+  REQUIRE(rec.calls().size() == 2);
+  REQUIRE(rec.calls()[0].size() == 1);
+  REQUIRE(rec.calls()[1].size() == 1);
+  const SgemmCall& p0 = rec.calls()[0][0];
+  const SgemmCall& p1 = rec.calls()[1][0];
+  // Row pieces: [0, m0) on the caller, [m0, M) on the worker.
+  CHECK(p0.A == A.data());
+  CHECK(p0.C == C.data());
+  CHECK(p1.A == A.data() + static_cast<size_t>(p0.M) * K);
+  CHECK(p1.C == C.data() + static_cast<size_t>(p0.M) * N);
+  CHECK(p0.M + p1.M == M);
+  CHECK(p0.N == N);
+  CHECK(p1.K == K);
+  CHECK(rec.total_flops() == 2.0 * M * N * K);
+
+  const std::vector<float> first = C;
+  std::fill(C.begin(), C.end(), -7.0f);
+  CHECK(rec.replay() > 0.0);
+  CHECK(std::equal(C.begin(), C.end(), first.begin()));
+  rec.replay();
+  CHECK(rec.total_calls() == 2);  // replays are not recorded
+}
+
+TEST_CASE("a training step's sgemm FLOPs equal the model's matmul and attention FLOPs") {
+  // T <= 64: the causal attention's blocked GEMMs then cover the whole T×T square once.
+  ModelOptions mo;
+  mo.vocab_size = 96;
+  mo.context = 48;
+  mo.width = 64;
+  mo.depth = 2;
+  mo.heads = 4;
+  const int B = 3, T = 48, C = mo.width, L = mo.depth, V = mo.vocab_size;
+  const double tokens = static_cast<double>(B) * T;
+  // Forward 2·(12C² per block + V·C head) per token, backward twice that (input and weight
+  // gradients); attention: QKᵀ and A·V forward, four products backward, 2·T·C each.
+  const double expect =
+      3.0 * 2.0 * tokens * (L * 12.0 * C * C + 1.0 * V * C) + L * 12.0 * tokens * T * C;
+  const std::vector<Microbatch> mbs = {make_microbatch(V, B, T)};
+  double flops_1 = 0.0;
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    auto model = Model::build(mo);
+    REQUIRE(model.ok());
+    ReferenceTrainer trainer(std::move(*model), OptimizerOptions{}, B, T, threads);
+    trainer.step(mbs);
+    GemmRecorder rec(trainer.context());
+    rec.start();
+    trainer.step(mbs);
+    rec.stop();
+    CHECK(rec.foreign_calls() == 0);
+    CHECK(rec.total_flops() == doctest::Approx(expect).epsilon(1e-12));
+    if (threads == 1) flops_1 = rec.total_flops();
+    if (threads == 2) {
+      CHECK(rec.total_flops() == flops_1);
+      CHECK(rec.calls()[1].size() > 0);  // the worker ran attention heads
+    }
+    CHECK(rec.replay() > 0.0);
+  }
+}

@@ -1,0 +1,207 @@
+// actorpipe-bench: times the reference trainer's full step at named GPT shapes and thread
+// counts, next to its GEMM-only floor and a PyTorch peer; a table or JSON lines.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/bench_options.hpp"
+#include "bench/bench_report.hpp"
+#include "bench/step_timing.hpp"
+#include "bench/subprocess.hpp"
+#include "bench/torch_peer.hpp"
+
+#ifndef ACTORPIPE_BENCH_PEER_SCRIPT
+#define ACTORPIPE_BENCH_PEER_SCRIPT "bench/peers/torch_step.py"
+#endif
+
+using namespace actorpipe;
+using namespace actorpipe::bench;
+
+namespace {
+
+// A 1-minute load average at or above this means other work is running on the machine.
+constexpr double kBusyLoad = 0.5;
+
+double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double l = -1.0;
+  in >> l;
+  return l;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "unknown CPU";
+}
+
+std::string peer_script(const BenchOptions& o) {
+  if (!o.peer_script.empty()) return o.peer_script;
+  if (const char* src = std::getenv("ACTORPIPE_SOURCE_DIR"))
+    return std::string(src) + "/bench/peers/torch_step.py";
+  return ACTORPIPE_BENCH_PEER_SCRIPT;
+}
+
+// Child mode: measure shapes[0] at threads[0] here, print one JSON line.
+int run_child(const BenchOptions& o) {
+  auto shape = find_bench_shape(o.shapes.at(0));
+  if (!shape) {
+    fmt::print(stderr, "actorpipe-bench: {}\n", shape.error().message);
+    return 2;
+  }
+  try {
+    auto r = measure_step(*shape, o.threads.at(0), o.reps, o.warmup, o.profile);
+    if (!r) {
+      fmt::print(stderr, "actorpipe-bench: {}\n", r.error().message);
+      return 1;
+    }
+    fmt::print("{}\n", to_json(*r).dump());
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "actorpipe-bench: {} at {} threads: {}\n", shape->name, o.threads.at(0),
+               e.what());
+    return 1;
+  }
+}
+
+// Runs one configuration of actorpipe in a fresh child process (its own peak RSS).
+Expected<StepResult> measure_in_child(const BenchOptions& o, const std::string& shape,
+                                      int threads) {
+  std::vector<std::string> argv = {self_executable(), "--child",
+                                   "--shapes",        shape,
+                                   "--threads",       std::to_string(threads),
+                                   "--reps",          std::to_string(o.reps),
+                                   "--warmup",        std::to_string(o.warmup)};
+  if (o.profile) argv.push_back("--profile");
+  // The Context partitions GEMMs itself and keeps OpenBLAS single-threaded; no idle
+  // OpenBLAS threads either.
+  auto proc = run_process(argv, {{"OPENBLAS_NUM_THREADS", "1"}});
+  if (!proc) return proc.error();
+  if (proc->exit_code != 0)
+    return make_error("{} at {} threads: the measuring process exited with status {}", shape,
+                      threads, proc->exit_code);
+  auto j = nlohmann::json::parse(proc->out, nullptr, false);
+  if (j.is_discarded())
+    return make_error("{} at {} threads: unreadable measurement '{}'", shape, threads,
+                      proc->out.substr(0, 200));
+  return step_result_from_json(j);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  auto parsed = parse_bench_options(args);
+  if (!parsed) {
+    fmt::print(stderr, "actorpipe-bench: {}\n", parsed.error().message);
+    return 2;
+  }
+  const BenchOptions& o = *parsed;
+  if (o.help) {
+    fmt::print("{}", bench_usage());
+    return 0;
+  }
+  if (o.child) return run_child(o);
+
+  const double load0 = load_average();
+  const std::string machine =
+      fmt::format("{}, {} cores", cpu_model(), std::thread::hardware_concurrency());
+  const bool busy = load0 >= kBusyLoad;
+  const std::string script = peer_script(o);
+  if (busy)
+    fmt::print(stderr,
+               "actorpipe-bench: warning: load average {:.2f} (>= {}): other processes are "
+               "running and will distort the figures\n",
+               load0, kBusyLoad);
+  if (!o.json) {
+    fmt::print(
+        "actorpipe-bench: reference trainer step (forward, backward, AdamW), one "
+        "microbatch per step,\n  median of {} timed steps after {} warm-up step{}, each "
+        "configuration in a fresh process\n",
+        o.reps, o.warmup, o.warmup == 1 ? "" : "s");
+    fmt::print("machine: {}; load average at start {:.2f}{}\n", machine, load0,
+               busy ? " (BUSY: figures distorted)" : " (quiet)");
+    fmt::print(
+        "GFLOP/s: model FLOPs 6*N*tokens + 12*L*T*d*tokens (N: parameters without the "
+        "position table)\n");
+    fmt::print(
+        "floor: the step's own sgemm calls replayed alone, each on the thread that made "
+        "it (the Context's partition; OpenBLAS single-threaded)\n");
+    if (o.peer) {
+      fmt::print("peer: PyTorch, the same GPT and step, one child process per configuration:\n");
+      for (int t : o.threads) fmt::print("  {}\n", describe_peer_command(o.python, script, t));
+    }
+    fmt::print("\n{}", table_header());
+    std::fflush(stdout);
+  }
+
+  int failures = 0;
+  bool peer_missing = !o.peer;
+  std::string peer_missing_reason = o.peer ? "" : "skipped (--no-peer)";
+  std::vector<Measurement> done;
+  for (const std::string& name : o.shapes) {
+    const BenchShape shape = find_bench_shape(name).value();
+    for (int t : o.threads) {
+      auto ours = measure_in_child(o, name, t);
+      if (!ours) {
+        fmt::print(stderr, "actorpipe-bench: {}\n", ours.error().message);
+        ++failures;
+        continue;
+      }
+      Measurement m{shape, std::move(*ours), {}};
+      if (!peer_missing) {
+        m.peer = run_torch_peer(o.python, script, shape, OptimizerOptions{}, t, o.reps, o.warmup);
+        if (!m.peer.ran) {
+          fmt::print(stderr, "actorpipe-bench: PyTorch peer: {}\n", m.peer.error);
+          if (m.peer.missing) {
+            peer_missing = true;
+            peer_missing_reason = m.peer.error;
+          }
+        } else if (m.peer.parameters != m.ours.parameters) {
+          fmt::print(stderr,
+                     "actorpipe-bench: warning: the peer's model has {} parameters, "
+                     "actorpipe's {}\n",
+                     m.peer.parameters, m.ours.parameters);
+        }
+      } else if (o.peer) {
+        m.peer.error = peer_missing_reason;
+      }
+      if (o.json) {
+        nlohmann::ordered_json j = measurement_json(m);
+        j["machine"] = machine;
+        j["loadavg_start"] = load0;
+        j["loadavg_now"] = load_average();
+        if (m.peer.ran) j["peer_command"] = describe_peer_command(o.python, script, t);
+        fmt::print("{}\n", j.dump());
+      } else {
+        fmt::print("{}", table_row(m));
+      }
+      std::fflush(stdout);
+      done.push_back(std::move(m));
+    }
+  }
+
+  if (!o.json) {
+    if (o.peer && peer_missing)
+      fmt::print("\nPyTorch peer missing: {}; actorpipe's figures only.\n", peer_missing_reason);
+    for (const Measurement& m : done) {
+      if (!m.ours.floor_ok)
+        fmt::print("\nno GEMM floor for {}: {}\n", m.shape.name, m.ours.floor_note);
+      if (m.ours.profile) fmt::print("\n{}", profile_table(m));
+    }
+    const double load1 = load_average();
+    fmt::print("\nload average at the end {:.2f}{}\n", load1,
+               load1 >= kBusyLoad ? " (BUSY: figures distorted)" : "");
+  }
+  return failures == 0 ? 0 : 1;
+}

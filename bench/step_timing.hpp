@@ -1,0 +1,52 @@
+// Step timing: one configuration (shape, threads) of the reference trainer measured in this
+// process: median step time, model FLOP/s, peak RSS, the GEMM-only floor and a profile.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench/bench_shapes.hpp"
+#include "bench/sampling_profiler.hpp"
+#include "engine/expected.hpp"
+
+namespace actorpipe::bench {
+
+/// What one configuration measures. Times are per step of one microbatch (B, T).
+struct StepResult {
+  std::string shape;
+  int threads = 1;
+  int reps = 0;
+  int warmup = 0;
+  long parameters = 0;              // unique trainable parameters
+  double model_flops = 0.0;         // step_model_flops per step
+  std::vector<double> step_ms_all;  // every timed step, in order
+  double step_ms = 0.0;             // median of step_ms_all
+  double tokens_per_s = 0.0;        // B·T / step
+  double gflops = 0.0;              // model_flops / step
+  double peak_rss_mb = 0.0;         // high-water mark after the timed steps (MiB)
+  double first_loss = 0.0;          // loss of the first step (≈ ln V at init)
+  // GEMM-only floor: the sgemm calls of one step replayed alone on the same threads.
+  bool floor_ok = false;
+  std::string floor_note;  // why there is no floor
+  size_t gemm_calls = 0;
+  double gemm_flops = 0.0;   // Σ 2·M·N·K of the step's sgemm calls
+  double floor_ms = 0.0;     // median replay time
+  double floor_ratio = 0.0;  // step_ms / floor_ms
+  std::optional<ProfileReport> profile;
+};
+
+/// Builds the model and a ReferenceTrainer at `threads`, runs `warmup` untimed steps, times
+/// `reps` steps, records one step's sgemm calls and replays them `reps` times for the
+/// floor, and with `profile` samples whole steps (at least 0.5 s of them) for the profile.
+Expected<StepResult> measure_step(const BenchShape& shape, int threads, int reps, int warmup,
+                                  bool profile);
+
+nlohmann::ordered_json to_json(const StepResult& r);
+Expected<StepResult> step_result_from_json(const nlohmann::json& j);
+
+/// Median of a non-empty list.
+double median(std::vector<double> v);
+
+}  // namespace actorpipe::bench
