@@ -121,39 +121,20 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
   st->data = &data;
   st->callbacks = callbacks;
 
-  // the schedules of the run: one per step in sync modes, one over every step otherwise
+  // the schedule of the run: one step, repeated per step, in sync modes; every step otherwise
+  // (pipedream: every microbatch is a step)
   const bool sync = is_synchronous(im.mode);
-  const int segments = sync ? steps : 1;
-  int64_t first_mb = 0;
-  for (int s = 0; s < segments; ++s) {
-    // pipedream: every microbatch is a step
-    auto sched = im.mode == Mode::pipedream ? make_pipedream(d, steps)
-                                            : make_schedule(im.mode, d, m, sync ? 1 : steps);
-    if (!sched) return sched.error();
-    auto lowered = lower(*sched);
-    if (!lowered) return lowered.error();
-    if (Status ok = validate(*lowered); !ok) return ok.error();
-    st->credits = std::max(st->credits, peak_stash(*lowered)[0]);
-    st->group = lowered->microbatches;
-    st->segments.push_back({std::move(*lowered), first_mb});
-    first_mb += st->segments.back().schedule.total_microbatches();
-  }
-  st->total_mbs = first_mb;
-  st->steps.resize(static_cast<size_t>(d));
-  for (int s = 0; s < segments; ++s) {
-    const RunSegment& seg = st->segments[static_cast<size_t>(s)];
-    for (int r = 0; r < d; ++r) {
-      const auto& list = seg.schedule.per_stage[static_cast<size_t>(r)];
-      for (size_t i = 0; i < list.size(); ++i) {
-        StageStep step;
-        step.action = list[i];
-        step.segment = s;
-        step.mb = list[i].microbatch >= 0 ? seg.first_mb + list[i].microbatch : -1;
-        step.starts_segment = i == 0;
-        st->steps[static_cast<size_t>(r)].push_back(step);
-      }
-    }
-  }
+  auto sched = im.mode == Mode::pipedream ? make_pipedream(d, steps)
+                                          : make_schedule(im.mode, d, m, sync ? 1 : steps);
+  if (!sched) return sched.error();
+  auto lowered = lower(*sched);
+  if (!lowered) return lowered.error();
+  if (Status ok = validate(*lowered); !ok) return ok.error();
+  st->schedule = std::move(*lowered);
+  st->repeats = sync ? steps : 1;
+  st->credits = std::max(1, peak_stash(st->schedule)[0]);
+  st->group = st->schedule.microbatches;
+  st->total_mbs = static_cast<int64_t>(st->repeats) * st->schedule.total_microbatches();
   for (auto& w : impl_->workers) st->workers.push_back(w.get());
   auto channels = make_local_channels(d);
   if (!channels) return channels.error();
@@ -161,8 +142,7 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
   st->counters = std::make_unique<StageCounters[]>(static_cast<size_t>(d));
   st->spans.resize(static_cast<size_t>(d));
   if (im.options.record_spans) {
-    for (int r = 0; r < d; ++r)
-      st->spans[static_cast<size_t>(r)].reserve(st->steps[static_cast<size_t>(r)].size());
+    for (int r = 0; r < d; ++r) st->spans[static_cast<size_t>(r)].reserve(st->actions(r));
   }
 
   RunOutcome outcome;

@@ -42,13 +42,7 @@ class DriverActor : public caf::event_based_actor {
   DriverActor(caf::actor_config& cfg, std::shared_ptr<RunState> st)
       : caf::event_based_actor(cfg), st_(std::move(st)) {
     set_exception_handler([this](caf::scheduled_actor*, std::exception_ptr& ep) -> caf::error {
-      std::string what = "unknown exception";
-      try {
-        std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
+      const std::string what = exception_text(ep);
       fail(Failure{-1, -1, "", "driver: " + what});
       return caf::make_error(caf::sec::runtime_error, what);
     });
@@ -221,14 +215,15 @@ class DriverActor : public caf::event_based_actor {
     std::string s =
         fmt::format("no action completed for {} s; stages at:", st_->options.stall_timeout_seconds);
     for (int r = 0; r < st_->stages; ++r) {
-      const auto& steps = st_->steps[static_cast<size_t>(r)];
-      const int pc = st_->counters[static_cast<size_t>(r)].pc.load(std::memory_order_relaxed);
-      if (pc >= static_cast<int>(steps.size())) {
+      const size_t n = st_->actions(r);
+      const size_t pc = static_cast<size_t>(
+          st_->counters[static_cast<size_t>(r)].pc.load(std::memory_order_relaxed));
+      if (pc >= n) {
         s += fmt::format(" stage {} done;", r);
       } else {
-        const StageStep& step = steps[static_cast<size_t>(pc)];
+        const StageStep step = st_->step(r, pc);
         s += fmt::format(" stage {} waits at {} (action {} of {}, microbatch {});", r,
-                         to_string(step.action), pc, steps.size(), st_->global_mb(step.mb));
+                         to_string(step.action), pc, n, st_->global_mb(step.mb));
       }
     }
     s.pop_back();

@@ -29,13 +29,7 @@ class OptimizerActor : public caf::event_based_actor {
         sync_(tied_sync(st_->mode)),
         global_clip_(clips_globally(st_->mode)) {
     set_exception_handler([this](caf::scheduled_actor*, std::exception_ptr& ep) -> caf::error {
-      std::string what = "unknown exception";
-      try {
-        std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
+      const std::string what = exception_text(ep);
       report_failure(what);
       return caf::make_error(caf::sec::runtime_error, what);
     });
@@ -90,7 +84,7 @@ class OptimizerActor : public caf::event_based_actor {
   };
   enum class Phase { idle, tied, scale };
 
-  const Action& action() const { return st_->steps[static_cast<size_t>(r_)][index_].action; }
+  Action action() const { return st_->step(r_, index_).action; }
   bool skip() const { return st_->options.skip_compute; }
 
   template <class F>

@@ -30,16 +30,10 @@ class StageActor : public caf::event_based_actor {
         st_(std::move(st)),
         r_(stage),
         worker_(*st_->workers[static_cast<size_t>(stage)]),
-        steps_(st_->steps[static_cast<size_t>(stage)]),
+        n_(st_->actions(stage)),
         counters_(st_->counters[static_cast<size_t>(stage)]) {
     set_exception_handler([this](caf::scheduled_actor*, std::exception_ptr& ep) -> caf::error {
-      std::string what = "unknown exception";
-      try {
-        std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
+      const std::string what = exception_text(ep);
       report_failure(what);
       return caf::make_error(caf::sec::runtime_error, what);
     });
@@ -50,16 +44,20 @@ class StageActor : public caf::event_based_actor {
 
   caf::behavior make_behavior() override {
     last_end_ = Clock::now();
+    if (n_ > 0) cur_ = st_->step(r_, 0);
     return {
         [this](mb_atom, int64_t mb, const MicrobatchPtr& p) {
           mbs_[mb] = p;
           advance();
         },
         [this](ann_atom, const Announcement& a) {
-          if (a.tag == channel_tag(r_ - 1, Direction::forward)) {
+          if (r_ > 0 && a.tag == channel_tag(r_ - 1, Direction::forward)) {
             act_ann_[a.microbatch] = a;
-          } else {
+          } else if (r_ + 1 < st_->stages && a.tag == channel_tag(r_, Direction::backward)) {
             grad_ann_[a.microbatch] = a;
+          } else {
+            return report_failure(
+                fmt::format("an announcement for another stage arrived: {}", to_string(a)));
           }
           advance();
         },
@@ -81,22 +79,21 @@ class StageActor : public caf::event_based_actor {
   }
 
  private:
-  const StageStep* current() const { return pc_ < steps_.size() ? &steps_[pc_] : nullptr; }
+  const StageStep* current() const { return pc_ < n_ ? &cur_ : nullptr; }
 
   // Runs every action whose inputs are in, in order.
   void advance() {
-    while (!failed_ && !waiting_update_ && pc_ < steps_.size()) {
-      const StageStep& s = steps_[pc_];
-      if (s.starts_segment && !segment_started_) {
-        const RunSegment& seg = st_->segments[static_cast<size_t>(s.segment)];
-        if (!st_->options.skip_compute) {
-          Status ok = worker_.start_run(seg.schedule, st_->global_offset + seg.first_mb);
-          if (!ok) {
-            report_failure(ok.error().message);
-            return;
-          }
+    while (!failed_ && !waiting_update_ && pc_ < n_) {
+      const StageStep& s = cur_;
+      if (s.starts && !repeat_started_) {
+        // every repetition of the schedule is a run of the worker (sync modes: one per step)
+        if (!skip()) {
+          const int64_t first =
+              st_->global_mb(static_cast<int64_t>(s.repeat) * st_->schedule.total_microbatches());
+          Status ok = worker_.start_run(st_->schedule, first);
+          if (!ok) return report_failure(ok.error().message);
         }
-        segment_started_ = true;
+        repeat_started_ = true;
       }
       if (!ready(s)) return;
       start_ = Clock::now();
@@ -105,7 +102,7 @@ class StageActor : public caf::event_based_actor {
       if (failed_ || waiting_update_) return;
       finish_action(-1);
     }
-    if (pc_ == steps_.size() && !done_sent_ && !failed_) {
+    if (pc_ == n_ && !done_sent_ && !failed_) {
       done_sent_ = true;
       send(st_->directory.driver, done_atom::value, r_);
     }
@@ -123,11 +120,14 @@ class StageActor : public caf::event_based_actor {
     if (st_->options.record_spans) {
       const auto t0 = std::chrono::duration<double>(start_ - st_->start).count();
       const auto t1 = std::chrono::duration<double>(end - st_->start).count();
-      st_->spans[static_cast<size_t>(r_)].push_back({r_, steps_[pc_].action, t0, t1});
+      st_->spans[static_cast<size_t>(r_)].push_back({r_, cur_.action, t0, t1});
     }
     last_end_ = end;
     ++pc_;
-    if (pc_ < steps_.size() && steps_[pc_].starts_segment) segment_started_ = false;
+    if (pc_ < n_) {
+      cur_ = st_->step(r_, pc_);
+      if (cur_.starts) repeat_started_ = false;
+    }
     counters_.actions.fetch_add(1, std::memory_order_relaxed);
     counters_.pc.store(static_cast<int>(pc_), std::memory_order_relaxed);
     st_->progress.fetch_add(1, std::memory_order_relaxed);
@@ -298,12 +298,13 @@ class StageActor : public caf::event_based_actor {
   std::shared_ptr<RunState> st_;
   int r_;
   StageWorker& worker_;
-  const std::vector<StageStep>& steps_;
+  const size_t n_;  // actions in the run
+  StageStep cur_;   // the action at pc_
   StageCounters& counters_;
   Tensor dummy_;
 
   size_t pc_ = 0;
-  bool segment_started_ = false;
+  bool repeat_started_ = false;
   bool waiting_update_ = false;
   bool failed_ = false;
   bool done_sent_ = false;

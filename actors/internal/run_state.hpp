@@ -6,6 +6,7 @@
 #include <caf/actor.hpp>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,18 +22,12 @@ class StageWorker;
 
 namespace internal {
 
-/// One schedule of the run: sync modes run one per optimizer step, async modes one in total.
-struct RunSegment {
-  Schedule schedule;     ///< lowered
-  int64_t first_mb = 0;  ///< run-local index of the schedule's microbatch 0
-};
-
-/// One action of a stage's run-wide list.
+/// One action of a stage's run-wide list: the schedule's action and where it sits in the run.
 struct StageStep {
-  Action action;    ///< as in its segment (microbatch and version segment-local)
-  int segment = 0;  ///< index into RunState::segments
-  int64_t mb = -1;  ///< run-local microbatch index (segment first_mb + action.microbatch)
-  bool starts_segment = false;  ///< first action of its segment at this stage
+  Action action;        ///< as in the schedule (microbatch and version schedule-local)
+  int repeat = 0;       ///< which repetition of the schedule (sync modes: the step)
+  int64_t mb = -1;      ///< run-local microbatch index, -1 for OPT_STEP and FLUSH
+  bool starts = false;  ///< first action of its repetition at this stage
 };
 
 /// One side of a tied parameter: a gradient contribution (keyed by update ordinal) or a weight
@@ -73,8 +68,8 @@ struct RunState {
   int64_t tokens_per_mb = 0;  ///< B·T
   int credits = 1;            ///< microbatches released ahead of stage 0's backwards
   float grad_clip = 0.0f;
-  std::vector<RunSegment> segments;
-  std::vector<std::vector<StageStep>> steps;  ///< per stage
+  Schedule schedule;  ///< lowered; sync modes run it once per step (`repeats` times)
+  int repeats = 1;
   std::vector<StageWorker*> workers;
   ChannelSet* channels = nullptr;
   DataLoader* data = nullptr;
@@ -89,7 +84,35 @@ struct RunState {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   int64_t global_mb(int64_t mb) const { return mb < 0 ? -1 : global_offset + mb; }
+  /// Actions stage r runs in the run.
+  size_t actions(int r) const {
+    return schedule.per_stage[static_cast<size_t>(r)].size() * static_cast<size_t>(repeats);
+  }
+  /// Stage r's pc-th action of the run (pc < actions(r)).
+  StageStep step(int r, size_t pc) const {
+    const auto& list = schedule.per_stage[static_cast<size_t>(r)];
+    StageStep s;
+    s.action = list[pc % list.size()];
+    s.repeat = static_cast<int>(pc / list.size());
+    s.mb =
+        s.action.microbatch < 0
+            ? -1
+            : static_cast<int64_t>(s.repeat) * schedule.total_microbatches() + s.action.microbatch;
+    s.starts = pc % list.size() == 0;
+    return s;
+  }
 };
+
+/// The message of a caught exception ("unknown exception" for a non-std one).
+inline std::string exception_text(std::exception_ptr ep) {
+  try {
+    std::rethrow_exception(ep);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+  }
+  return "unknown exception";
+}
 
 /// Per stage, cumulative.
 std::vector<StageTimes> stage_times(const RunState& st);
