@@ -1,0 +1,20 @@
+# Runs EXE with ARGS ("|"-separated) in a fresh WORKDIR and checks the exit code (EXIT), that
+# stdout + stderr match MATCH (a regex, optional) and that every FILES entry exists in WORKDIR.
+file(REMOVE_RECURSE "${WORKDIR}")
+file(MAKE_DIRECTORY "${WORKDIR}")
+string(REPLACE "|" ";" args "${ARGS}")
+execute_process(COMMAND "${EXE}" ${args} WORKING_DIRECTORY "${WORKDIR}"
+  RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}${err}")
+if(NOT "${code}" STREQUAL "${EXIT}")
+  message(FATAL_ERROR "exit code ${code}, expected ${EXIT}")
+endif()
+if(NOT "${MATCH}" STREQUAL "" AND NOT "${out}${err}" MATCHES "${MATCH}")
+  message(FATAL_ERROR "the output does not match: ${MATCH}")
+endif()
+string(REPLACE "|" ";" files "${FILES}")
+foreach(f IN LISTS files)
+  if(NOT EXISTS "${WORKDIR}/${f}")
+    message(FATAL_ERROR "${f} was not written")
+  endif()
+endforeach()

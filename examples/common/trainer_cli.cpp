@@ -1,0 +1,212 @@
+// Trainer command line: argument parsing, config loading (embedded default or --config, then
+// --set), a Trainer with a progress printer, and one-line errors with distinct exit codes.
+#include "examples/common/trainer_cli.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <exception>
+
+#include "actors/api/actorpipe/progress.hpp"
+#include "actors/api/actorpipe/trainer.hpp"
+#include "engine/config.hpp"
+
+namespace actorpipe {
+namespace {
+
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+
+// "name: error: first line" and the following lines of a multi-line message indented.
+void print_error(std::string_view program, const std::string& message) {
+  std::string text = message;
+  for (size_t p = text.find('\n'); p != std::string::npos; p = text.find('\n', p + 3)) {
+    text.replace(p, 1, "\n  ");
+  }
+  fmt::print(stderr, "{}: error: {}\n", program, text);
+}
+
+std::string_view arch_name(Arch a) {
+  return a == Arch::gpt ? "gpt" : "bert";
+}
+
+std::string partition_text(const std::vector<int>& counts) {
+  std::string s = "[";
+  for (size_t i = 0; i < counts.size(); ++i) s += (i ? ", " : "") + std::to_string(counts[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+Expected<CliArgs> parse_cli(int argc, const char* const* argv) {
+  CliArgs args;
+  // --name VALUE or --name=VALUE; `i` moves past a separate value
+  auto value_of = [&](int& i, std::string_view flag, std::string& out) -> Expected<bool> {
+    const std::string_view a = argv[i];
+    if (a == flag) {
+      if (i + 1 >= argc) return make_error("{} needs a value", flag);
+      out = argv[++i];
+      return true;
+    }
+    if (a.size() > flag.size() && a.substr(0, flag.size()) == flag && a[flag.size()] == '=') {
+      out = std::string(a.substr(flag.size() + 1));
+      return true;
+    }
+    return false;
+  };
+  bool have_config = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    std::string value;
+    if (a == "--help" || a == "-h") {
+      args.help = true;
+      continue;
+    }
+    if (a == "--print-config") {
+      args.print_config = true;
+      continue;
+    }
+    auto cfg = value_of(i, "--config", value);
+    if (!cfg) return cfg.error();
+    if (*cfg) {
+      if (have_config)
+        return make_error("--config given twice (\"{}\" and \"{}\")", args.config_path, value);
+      if (value.empty()) return make_error("--config needs a file name");
+      have_config = true;
+      args.config_path = value;
+      continue;
+    }
+    auto set = value_of(i, "--set", value);
+    if (!set) return set.error();
+    if (*set) {
+      const size_t eq = value.find('=');
+      const size_t dot = value.find('.');
+      if (eq == std::string::npos || dot == std::string::npos || dot == 0 || dot + 1 >= eq) {
+        return make_error("--set \"{}\": expected section.key=value, e.g. --set pipeline.mode=2bw",
+                          value);
+      }
+      args.sets.push_back(value);
+      continue;
+    }
+    auto backend = value_of(i, "--backend", value);
+    if (!backend) return backend.error();
+    if (*backend) {
+      if (auto b = parse_backend(value); !b) return make_error("--backend: {}", b.error().message);
+      args.backend = value;
+      continue;
+    }
+    return make_error("unknown argument \"{}\" (see --help)", a);
+  }
+  return args;
+}
+
+std::string cli_usage(const TrainerProgram& p) {
+  return fmt::format(
+      R"(usage: {0} [--config FILE] [--set section.key=value]... [--backend actors|serial]
+       {0} --print-config [--config FILE] [--set ...]
+
+Trains a {1} model with pipeline parallelism. Without --config, an embedded default config is
+used (--print-config shows it); each --set overrides one key of it, e.g.
+  --set pipeline.mode=2bw --set pipeline.stages=2 --set train.steps=50
+Keys (docs/config.md): model.*, data.*, pipeline.*, optimizer.*, train.*, checkpoint.*.
+  train.metrics = FILE     JSON lines: step, loss, tokens, time, per-stage busy and idle seconds
+  train.trace = FILE       Chrome/Perfetto trace: one track per stage, one span per action
+  checkpoint.dir = DIR     checkpoints DIR/step-<N> every checkpoint.every steps and DIR/final
+  checkpoint.resume = P    continue from a checkpoint, DIR/final, or DIR (its latest)
+--backend serial runs the serial reference executor (same results, one thread, no trace).
+Exit codes: 0 done, 1 config, data, checkpoint or training error, 2 bad argument.
+)",
+      p.name, p.arch == Arch::gpt ? "GPT" : "BERT");
+}
+
+int trainer_main(int argc, const char* const* argv, const TrainerProgram& program) {
+  auto args = parse_cli(argc, argv);
+  if (!args) {
+    print_error(program.name, args.error().message);
+    return kExitUsage;
+  }
+  if (args->help) {
+    fmt::print("{}", cli_usage(program));
+    return 0;
+  }
+  auto config = args->config_path.empty() ? config_from_string(program.default_config, args->sets)
+                                          : load_config(args->config_path, args->sets);
+  if (!config) {
+    print_error(program.name, config.error().message);
+    return kExitError;
+  }
+  if (config->model.arch != program.arch) {
+    print_error(program.name,
+                fmt::format("model.arch = \"{}\": {} trains {} models (use actorpipe-{})",
+                            arch_name(config->model.arch), program.name, arch_name(program.arch),
+                            arch_name(config->model.arch)));
+    return kExitError;
+  }
+  if (args->print_config) {
+    fmt::print("{}", to_toml(*config));
+    return 0;
+  }
+
+  TrainerOptions options;
+  options.backend = *parse_backend(args->backend);
+  std::unique_ptr<Trainer> trainer;
+  try {
+    auto created = Trainer::create(*config, options);
+    if (!created) {
+      print_error(program.name, created.error().message);
+      return kExitError;
+    }
+    trainer = std::move(*created);
+  } catch (const std::exception& e) {
+    print_error(program.name, e.what());
+    return kExitError;
+  }
+
+  const Config& c = trainer->config();
+  const int T = c.pipeline.seq_len > 0 ? c.pipeline.seq_len : c.model.context;
+  fmt::print("{}: {} with {} blocks, width {}, {} heads, {} parameters\n", program.name,
+             arch_name(c.model.arch), c.model.depth, c.model.width, c.model.heads,
+             trainer->parameter_count());
+  fmt::print(
+      "pipeline: {} mode, {} stages {}, {} microbatches of {}x{} tokens per step, {} "
+      "backend\n",
+      c.pipeline.mode, trainer->stages(), partition_text(trainer->partition()),
+      c.pipeline.microbatches, c.pipeline.microbatch_size, T, to_string(options.backend));
+  fmt::print("data: {}\n", trainer->data_description());
+  const std::optional<double> floor = trainer->loss_floor();
+  if (floor) fmt::print("loss floor (entropy rate of the data): {:.4f} nats/token\n", *floor);
+  if (!trainer->resumed_from().empty()) {
+    fmt::print("resumed from {} at step {}\n", trainer->resumed_from(), trainer->step_count());
+  }
+  std::fflush(stdout);
+
+  ProgressPrinter printer(stdout, isatty(fileno(stdout)) != 0, c.train.log_every, floor);
+  trainer->on_step([&](const StepMetrics& m) { printer.step(m); });
+  Status done;
+  try {
+    done = trainer->train();
+  } catch (const std::exception& e) {
+    done = Error{e.what()};
+  }
+  printer.finish();
+  if (!done) {
+    print_error(program.name, done.error().message);
+    return kExitError;
+  }
+
+  const StepMetrics& last = trainer->last_metrics();
+  std::string summary = fmt::format("done: step {}", last.step);
+  if (last.step > last.first_step) {
+    summary += fmt::format(" in {}, loss {:.4f}", format_duration(last.seconds), last.loss);
+    if (floor) summary += fmt::format(" (floor {:.4f})", *floor);
+    summary += fmt::format(", {} tok/s", format_rate(last.tokens_per_second()));
+  }
+  if (!c.checkpoint.dir.empty()) summary += fmt::format("; checkpoints in {}", c.checkpoint.dir);
+  if (!c.train.metrics.empty()) summary += fmt::format("; metrics {}", c.train.metrics);
+  if (!c.train.trace.empty()) summary += fmt::format("; trace {}", c.train.trace);
+  fmt::print("{}\n", summary);
+  return 0;
+}
+
+}  // namespace actorpipe
