@@ -47,6 +47,14 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& config,
   if (!(options.stall_timeout_seconds > 0))
     return make_error("actor engine: stall_timeout_seconds = {}, expected > 0",
                       options.stall_timeout_seconds);
+  const FaultInjection& f = options.fault;
+  if (f.kind != FaultInjection::Kind::none &&
+      (f.stage < 0 || f.stage >= config.pipeline.stages || f.microbatch < 0)) {
+    return make_error(
+        "actor engine: fault injection at stage {}, microbatch {}: expected a stage in [0, {}) "
+        "and a microbatch >= 0",
+        f.stage, f.microbatch, config.pipeline.stages);
+  }
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->options = options;

@@ -136,6 +136,31 @@ TEST_CASE("a lost announcement is reported by the stall watchdog, not a hang" *
   CHECK(seconds < 10);
 }
 
+TEST_CASE("engine options are checked before anything runs") {
+  ActorEngineOptions o;
+  o.fault = {FaultInjection::Kind::throw_in_forward, 3, 0};
+  auto r = ActorEngine::create(tiny("1f1b", 3, 2, 1), o);
+  REQUIRE(!r.ok());
+  CHECK(contains(r.error().message, "fault injection at stage 3, microbatch 0"));
+  o = {};
+  o.scheduler_threads = 0;
+  CHECK(!ActorEngine::create(tiny("1f1b", 3, 2, 1), o).ok());
+  o = {};
+  o.stall_timeout_seconds = 0;
+  CHECK(!ActorEngine::create(tiny("1f1b", 3, 2, 1), o).ok());
+  auto e = ActorEngine::create(tiny("1f1b", 3, 2, 1));
+  REQUIRE(e.ok());
+  auto data = DataLoader::open({}, Arch::gpt, 24, 2, 6);
+  REQUIRE(data.ok());
+  CHECK(!(*e)->run(0, **data).ok());
+  // a loader of another microbatch shape is refused by the driver
+  auto wrong = DataLoader::open({}, Arch::gpt, 24, 3, 6);
+  REQUIRE(wrong.ok());
+  auto bad = (*e)->run(1, **wrong);
+  REQUIRE(!bad.ok());
+  CHECK(contains(bad.error().message, "a (3, 6) microbatch, expected (2, 6)"));
+}
+
 TEST_CASE("a failing data source stops the run" * doctest::timeout(60)) {
   const Config c = tiny("2bw", 2, 2, 3);
   auto engine = ActorEngine::create(c);
