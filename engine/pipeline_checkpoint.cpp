@@ -144,7 +144,12 @@ Expected<std::string> save_pipeline_checkpoint(const std::string& dir, const Con
 
 Status check_resume(const CheckpointInfo& info, const Config& config) {
   std::string msg;
-  if (Status ok = check_compatible(info, config.model); !ok) msg = ok.error().message;
+  if (Status ok = check_compatible(info, config.model); !ok) {
+    // its lines after the heading: one per model key
+    const std::string& m = ok.error().message;
+    const size_t nl = m.find('\n');
+    msg = nl == std::string::npos ? m : m.substr(nl + 1);
+  }
   auto mismatch = [&](const std::string& key, const std::string& saved, const std::string& now) {
     if (saved == now) return;
     msg += fmt::format("{}{}: the checkpoint has {}, the config has {}", msg.empty() ? "" : "\n",
@@ -168,7 +173,7 @@ Status check_resume(const CheckpointInfo& info, const Config& config) {
     msg += fmt::format("{}the manifest's \"extra\" has no updates", msg.empty() ? "" : "\n");
   }
   if (msg.empty()) return {};
-  return Error{"checkpoint cannot continue this run:\n" + msg};
+  return Error{"the checkpoint does not match this run:\n" + msg};
 }
 
 Status load_pipeline_checkpoint(const CheckpointContents& ckpt,

@@ -1,5 +1,5 @@
-// Metrics: derived rates of a step and its one-line JSON form (fmt prints the shortest text
-// that reads back to the same double, so the file loses no precision).
+// Metrics: derived rates of a step and its one-line JSON form (the loss as the shortest text that
+// reads back to the same double, so the file loses no precision; times to the microsecond).
 #include "actors/api/actorpipe/metrics.hpp"
 
 #include <fmt/format.h>
@@ -14,6 +14,15 @@ namespace {
 void append_number(std::string& out, double x) {
   if (std::isfinite(x)) {
     fmt::format_to(std::back_inserter(out), "{}", x);
+  } else {
+    out += "null";
+  }
+}
+
+// Seconds with microsecond resolution (the clocks behind them are not finer than that).
+void append_seconds(std::string& out, double x) {
+  if (std::isfinite(x)) {
+    fmt::format_to(std::back_inserter(out), "{:.6f}", x);
   } else {
     out += "null";
   }
@@ -36,16 +45,16 @@ std::string metrics_json(const StepMetrics& m) {
   fmt::format_to(std::back_inserter(out), "{{\"step\":{},\"loss\":", m.step);
   append_number(out, m.loss);
   fmt::format_to(std::back_inserter(out), ",\"tokens\":{},\"time\":", m.tokens);
-  append_number(out, m.seconds);
+  append_seconds(out, m.seconds);
   out += ",\"busy\":[";
   for (size_t r = 0; r < m.stages.size(); ++r) {
     if (r > 0) out += ',';
-    append_number(out, m.stages[r].busy_seconds);
+    append_seconds(out, m.stages[r].busy_seconds);
   }
   out += "],\"idle\":[";
   for (size_t r = 0; r < m.stages.size(); ++r) {
     if (r > 0) out += ',';
-    append_number(out, m.stages[r].idle_seconds);
+    append_seconds(out, m.stages[r].idle_seconds);
   }
   out += "]}";
   return out;

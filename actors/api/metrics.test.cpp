@@ -26,12 +26,11 @@ StepMetrics sample() {
 
 }  // namespace
 
-TEST_CASE("a metrics line is one JSON object with every field, the loss exact") {
+TEST_CASE("a metrics line is one JSON object with every field, the loss exact, times in µs") {
   const StepMetrics m = sample();
   const std::string line = metrics_json(m);
-  CHECK(line ==
-        R"({"step":12,"loss":0.30000000000000004,"tokens":6144,"time":1.5,"busy":[1.25,0.75],)"
-        R"("idle":[0.25,0.5]})");
+  CHECK(line == R"({"step":12,"loss":0.30000000000000004,"tokens":6144,"time":1.500000,)"
+                R"("busy":[1.250000,0.750000],"idle":[0.250000,0.500000]})");
   CHECK(line.find('\n') == std::string::npos);
   const auto j = nlohmann::json::parse(line);
   CHECK(j.at("step").get<int64_t>() == 12);
@@ -40,6 +39,9 @@ TEST_CASE("a metrics line is one JSON object with every field, the loss exact") 
   CHECK(j.at("time").get<double>() == 1.5);
   CHECK(j.at("busy") == nlohmann::json::array({1.25, 0.75}));
   CHECK(j.at("idle") == nlohmann::json::array({0.25, 0.5}));
+  StepMetrics fine = m;
+  fine.seconds = 0.06400597000000001;  // a sum of nanosecond counts
+  CHECK(nlohmann::json::parse(metrics_json(fine)).at("time").get<double>() == 0.064006);
 }
 
 TEST_CASE("a non-finite loss is written as null; no stages give empty arrays") {

@@ -31,8 +31,9 @@ struct StepMetrics {
 };
 
 /// One JSON object on one line (no newline), with the loss printed so that it reads back to the
-/// same double (a non-finite loss is null):
-///   {"step":12,"loss":2.3025,"tokens":6144,"time":1.52,"busy":[1.2,1.3],"idle":[0.3,0.2]}
+/// same double (a non-finite value is null) and times in seconds to the microsecond:
+///   {"step":12,"loss":2.3025,"tokens":6144,"time":1.520000,"busy":[1.200000,1.300000],
+///    "idle":[0.300000,0.200000]}
 /// busy and idle hold seconds per stage, cumulative like StepMetrics::stages.
 std::string metrics_json(const StepMetrics& metrics);
 
