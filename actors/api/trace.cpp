@@ -40,9 +40,14 @@ void append_string(std::string& out, std::string_view s) {
   out += '"';
 }
 
-// Microseconds with nanosecond resolution; non-finite times (never produced) become 0.
-double micros(double seconds) {
-  return std::isfinite(seconds) ? std::round(seconds * 1e9) / 1e3 : 0.0;
+// Seconds as whole nanoseconds (non-finite or negative times, never produced, count as 0).
+int64_t nanos(double seconds) {
+  return std::isfinite(seconds) && seconds > 0 ? std::llround(seconds * 1e9) : 0;
+}
+
+// Nanoseconds as microseconds with three exact decimals: 1234567 -> "1234.567".
+void append_micros(std::string& out, int64_t ns) {
+  fmt::format_to(std::back_inserter(out), "{}.{:03}", ns / 1000, ns % 1000);
 }
 
 }  // namespace
@@ -58,15 +63,18 @@ std::string chrome_trace_json(std::span<const TraceSpan> spans, int stages) {
                    r);
   }
   for (const TraceSpan& s : spans) {
-    const double ts = micros(s.start);
-    const double dur = std::max(0.0, micros(s.end) - ts);
+    const int64_t start = nanos(s.start);
+    const int64_t dur = std::max<int64_t>(0, nanos(s.end) - start);
     out += ",\n{\"ph\":\"X\",\"pid\":1,\"tid\":";
     fmt::format_to(std::back_inserter(out), "{},\"name\":", s.stage);
     append_string(out, to_string(s.action));
     out += ",\"cat\":";
     append_string(out, to_string(s.action.kind));
-    fmt::format_to(std::back_inserter(out),
-                   ",\"ts\":{},\"dur\":{},\"args\":{{\"microbatch\":{},\"version\":{}}}}}", ts, dur,
+    out += ",\"ts\":";
+    append_micros(out, start);
+    out += ",\"dur\":";
+    append_micros(out, dur);
+    fmt::format_to(std::back_inserter(out), ",\"args\":{{\"microbatch\":{},\"version\":{}}}}}",
                    s.action.microbatch, s.action.version);
   }
   out += "\n]}\n";

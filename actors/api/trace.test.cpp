@@ -98,3 +98,10 @@ TEST_CASE("write_chrome_trace writes the file; an unwritable path is an error na
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().message.find("/nonexistent-dir/trace.json") != std::string::npos);
 }
+
+TEST_CASE("times are microseconds with exact nanosecond decimals") {
+  const TraceSpan span{1, *parse_action("1B3@2"), 0.001234567, 0.002};
+  const std::string json = chrome_trace_json(std::span(&span, 1), 2);
+  CHECK(json.find(R"("name":"1B3@2","cat":"B","ts":1234.567,"dur":765.433,)"
+                  R"("args":{"microbatch":3,"version":2}})") != std::string::npos);
+}
