@@ -176,10 +176,10 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
   impl->options = options;
   impl->record_spans = options.record_trace || !config.train.trace.empty();
   if (impl->record_spans && options.backend == Backend::serial) {
-    return make_error(
-        "train.trace = \"{}\": the serial backend records no trace (use the actors "
-        "backend)",
-        config.train.trace);
+    const std::string what = config.train.trace.empty()
+                                 ? std::string("TrainerOptions::record_trace")
+                                 : fmt::format("train.trace = \"{}\"", config.train.trace);
+    return make_error("{}: the serial backend records no trace (use the actors backend)", what);
   }
   const int B = config.pipeline.microbatch_size;
   const int T = sequence_length(config);
