@@ -1,0 +1,39 @@
+// Layer profile: each layer of a model timed alone for one microbatch (forward, backward, the
+// optimizer's share of an update, a weight-version copy, an XPipe prediction) at a thread count.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/expected.hpp"
+#include "engine/options.hpp"
+
+namespace actorpipe::bench {
+
+/// Median seconds of one layer's work for one microbatch of (B, T).
+struct LayerCost {
+  std::string name;       ///< "gpt_embedding 0", "gpt_block 3", "gpt_head 7"
+  double forward = 0.0;   ///< Layer::forward
+  double backward = 0.0;  ///< Layer::backward (accumulating into the gradient)
+  double update = 0.0;    ///< Σg² + the optimizer update + zeroing the gradient
+  double copy = 0.0;      ///< copying the parameters (a new weight version: 2bw, pipedream)
+  double predict = 0.0;   ///< predict_weights one update ahead (an xpipe forward with s > 0)
+};
+
+struct LayerProfile {
+  int threads = 1;
+  int B = 0;
+  int T = 0;
+  int reps = 0;
+  std::vector<LayerCost> layers;  ///< one per global layer, in order
+};
+
+/// Builds the model at its seeded initialisation and a Context of `threads` threads (the rule a
+/// stage of threads_per_stage threads follows), runs one forward and one backward chain over all
+/// layers with random tokens to warm up and to get realistic inputs, then times every layer's
+/// forward, backward, update (with `optimizer`), copy and prediction `reps` times each; medians.
+/// Errors: a bad model, B, T or reps.
+Expected<LayerProfile> profile_layers(const ModelOptions& model, const OptimizerOptions& optimizer,
+                                      int B, int T, int threads, int reps);
+
+}  // namespace actorpipe::bench

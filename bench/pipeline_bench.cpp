@@ -1,0 +1,544 @@
+// `actorpipe-bench pipeline`: profiles the layers, times every mode as one stage on 1 and 2
+// threads and as two stages, the compute-free overhead runs and the GPipe peer; reports them.
+#include "bench/pipeline_bench.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "bench/bench_shapes.hpp"
+#include "bench/layer_profile.hpp"
+#include "bench/pipe_peer.hpp"
+#include "bench/pipeline_options.hpp"
+#include "bench/pipeline_prediction.hpp"
+#include "bench/pipeline_timing.hpp"
+#include "bench/step_timing.hpp"
+
+#ifndef ACTORPIPE_BENCH_PEER_SCRIPT
+#define ACTORPIPE_BENCH_PEER_SCRIPT "bench/peers/torch_step.py"
+#endif
+
+namespace actorpipe::bench {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// A 1-minute load average at or above this means other work is running on the machine.
+constexpr double kBusyLoad = 0.5;
+// Targets: flushing modes within 3% of m/(m+d-1)·d, asynchronous modes at least 1.8x on two
+// stages; the simulator within 10% of each measurement; the engine's own cost per microbatch
+// under 20 µs and under 1% of a stage's compute.
+constexpr double kIdealTolerance = 0.03;
+constexpr double kAsyncTarget = 1.8;
+constexpr double kPredictionTolerance = 0.10;
+constexpr double kOverheadMaxUs = 20.0;
+constexpr double kOverheadMaxFraction = 0.01;
+
+double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double l = -1.0;
+  in >> l;
+  return l;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "unknown CPU";
+}
+
+std::string pipe_script(const PipelineBenchOptions& o) {
+  if (!o.peer_script.empty()) return o.peer_script;
+  if (const char* src = std::getenv("ACTORPIPE_SOURCE_DIR"))
+    return std::string(src) + "/bench/peers/torch_pipe.py";
+  return (std::filesystem::path(ACTORPIPE_BENCH_PEER_SCRIPT).parent_path() / "torch_pipe.py")
+      .string();
+}
+
+std::string label(int stages, int threads) {
+  return fmt::format("{} stage{} x {} thread{}", stages, stages == 1 ? "" : "s", threads,
+                     threads == 1 ? "" : "s");
+}
+
+double ideal_ratio(int m, int d) {
+  return static_cast<double>(m) / (m + d - 1) * d;
+}
+
+json or_null(const std::optional<double>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+json or_null(const std::optional<bool>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+std::vector<double> scaled(const std::vector<double>& v, double f) {
+  std::vector<double> out;
+  for (double x : v) out.push_back(x * f);
+  return out;
+}
+
+double stage_sum(const LayerProfile& p, const std::vector<int>& counts, int stage, bool fb) {
+  int first = 0;
+  for (int r = 0; r < stage; ++r) first += counts[static_cast<size_t>(r)];
+  double s = 0.0;
+  for (int i = first; i < first + counts[static_cast<size_t>(stage)]; ++i) {
+    const LayerCost& c = p.layers[static_cast<size_t>(i)];
+    s += fb ? c.forward + c.backward : c.update;
+  }
+  return s;
+}
+
+/// One configuration of the efficiency table.
+struct RunRecord {
+  Mode mode = Mode::gpipe;
+  int stages = 1;
+  int threads = 1;
+  std::vector<int> counts;
+  bool ok = false;
+  std::string error;
+  PipelineRunResult r;
+  std::optional<PipelinePrediction> predicted;
+  std::string prediction_error;  // why there is no prediction
+  std::optional<double> ratio_1x1, ratio_1x2, ideal;
+  double load = 0.0;
+
+  std::optional<double> predicted_tokens_per_s(int tokens_per_step) const {
+    if (!predicted || !(predicted->step_seconds > 0)) return std::nullopt;
+    return tokens_per_step / predicted->step_seconds;
+  }
+  std::optional<double> prediction_err(int tokens_per_step) const {
+    auto p = predicted_tokens_per_s(tokens_per_step);
+    if (!p || !ok) return std::nullopt;
+    return *p / r.tokens_per_s - 1.0;
+  }
+  /// The efficiency target of a two-stage run and whether it was met.
+  std::string target() const {
+    if (stages < 2) return "";
+    if (is_synchronous(mode)) return fmt::format("within {:.0f}% of ideal", kIdealTolerance * 100);
+    return fmt::format(">= {:.1f}x", kAsyncTarget);
+  }
+  std::optional<bool> met() const {
+    if (stages < 2 || !ratio_1x1) return std::nullopt;
+    if (is_synchronous(mode)) return *ratio_1x1 >= (1.0 - kIdealTolerance) * *ideal;
+    return *ratio_1x1 >= kAsyncTarget;
+  }
+};
+
+json run_json(const RunRecord& rec, const BenchShape& shape, int m) {
+  const int tokens = m * shape.B * shape.T;
+  json j;
+  j["name"] = "pipeline_run";
+  j["shape"] = shape.name;
+  j["mode"] = std::string(to_string(rec.mode));
+  j["stages"] = rec.stages;
+  j["threads_per_stage"] = rec.threads;
+  j["microbatches"] = m;
+  j["partition"] = rec.counts;
+  j["ok"] = rec.ok;
+  if (!rec.ok) j["error"] = rec.error;
+  j["tokens_per_s"] = rec.ok ? json(rec.r.tokens_per_s) : json(nullptr);
+  j["step_ms"] = rec.ok ? json(rec.r.step_seconds * 1e3) : json(nullptr);
+  j["step_ms_all"] = scaled(rec.r.step_seconds_all, 1e3);
+  j["stage_busy"] = rec.r.stage_busy;
+  j["first_loss"] = rec.ok ? json(rec.r.first_loss) : json(nullptr);
+  j["ratio_to_1x1"] = or_null(rec.ratio_1x1);
+  j["ratio_to_1x2"] = or_null(rec.ratio_1x2);
+  j["ideal_ratio"] = or_null(rec.ideal);
+  j["fraction_of_ideal"] =
+      rec.ratio_1x1 && rec.ideal ? json(*rec.ratio_1x1 / *rec.ideal) : json(nullptr);
+  j["target"] = rec.target().empty() ? json(nullptr) : json(rec.target());
+  j["meets_target"] = or_null(rec.met());
+  j["predicted_tokens_per_s"] = or_null(rec.predicted_tokens_per_s(tokens));
+  j["predicted_step_ms"] = rec.predicted ? json(rec.predicted->step_seconds * 1e3) : json(nullptr);
+  j["prediction_error"] = or_null(rec.prediction_err(tokens));
+  auto err = rec.prediction_err(tokens);
+  j["prediction_within_target"] =
+      err ? json(std::abs(*err) <= kPredictionTolerance) : json(nullptr);
+  if (rec.predicted) {
+    j["simulated_stage_ms"] = {{"forward", scaled(rec.predicted->costs.forward, 1e3)},
+                               {"backward", scaled(rec.predicted->costs.backward, 1e3)},
+                               {"optimizer", scaled(rec.predicted->costs.optimizer, 1e3)}};
+  } else {
+    j["prediction_note"] = rec.prediction_error;
+  }
+  j["loadavg"] = rec.load;
+  return j;
+}
+
+std::string fmt_opt(const std::optional<double>& v, const char* f) {
+  return v ? fmt::format(fmt::runtime(f), *v) : std::string("-");
+}
+
+std::string run_row(const RunRecord& rec, int tokens_per_step) {
+  if (!rec.ok)
+    return fmt::format("{:<10} {:<21} FAILED: {}\n", to_string(rec.mode),
+                       label(rec.stages, rec.threads), rec.error);
+  std::string busy;
+  for (double b : rec.r.stage_busy) busy += fmt::format("{}{:.2f}", busy.empty() ? "" : " ", b);
+  std::string of_ideal = rec.ratio_1x1 && rec.ideal
+                             ? fmt::format("{:.1f}%", 100.0 * *rec.ratio_1x1 / *rec.ideal)
+                             : "-";
+  std::string target = "-";
+  if (auto met = rec.met()) target = rec.target() + (*met ? " ok" : " MISSED");
+  auto err = rec.prediction_err(tokens_per_step);
+  return fmt::format(
+      "{:<10} {:<21} {:>9.1f} {:>9.0f}  {:<10} {:>6} {:>6} {:>8}  {:<24} {:>9} {:>7}\n",
+      to_string(rec.mode), label(rec.stages, rec.threads), rec.r.tokens_per_s,
+      rec.r.step_seconds * 1e3, busy, fmt_opt(rec.ratio_1x1, "{:.2f}x"),
+      fmt_opt(rec.ideal, "{:.2f}x"), of_ideal, target,
+      fmt_opt(rec.predicted_tokens_per_s(tokens_per_step), "{:.1f}"),
+      err ? fmt::format("{:+.1f}%", *err * 100) : std::string("-"));
+}
+
+std::string run_header() {
+  return fmt::format("{:<10} {:<21} {:>9} {:>9}  {:<10} {:>6} {:>6} {:>8}  {:<24} {:>9} {:>7}\n",
+                     "mode", "configuration", "tokens/s", "step ms", "busy", "x 1x1", "ideal",
+                     "of ideal", "target", "simulated", "error");
+}
+
+}  // namespace
+
+int run_pipeline_bench(std::span<const std::string> args) {
+  auto parsed = parse_pipeline_options(args);
+  if (!parsed) {
+    fmt::print(stderr, "actorpipe-bench pipeline: {}\n", parsed.error().message);
+    return 2;
+  }
+  const PipelineBenchOptions& o = *parsed;
+  if (o.help) {
+    fmt::print("{}", pipeline_usage());
+    return 0;
+  }
+  const BenchShape shape = find_bench_shape(o.shape).value();
+  const int m = o.microbatches;
+  const int layers = shape.model.depth + 2;
+  const int tokens_per_step = m * shape.B * shape.T;
+  const OptimizerOptions opt;  // the engine's default optimizer (AdamW, clipping at 1.0)
+  std::string command = "actorpipe-bench pipeline";
+  for (const std::string& a : args) command += " " + a;
+  const double load0 = load_average();
+  const std::string machine =
+      fmt::format("{}, {} cores", cpu_model(), std::thread::hardware_concurrency());
+  auto busy_note = [](double l) {
+    return l >= kBusyLoad ? " (BUSY: figures distorted)" : " (quiet)";
+  };
+  if (load0 >= kBusyLoad)
+    fmt::print(stderr,
+               "actorpipe-bench pipeline: warning: load average {:.2f} (>= {}): other processes "
+               "are running and will distort the figures\n",
+               load0, kBusyLoad);
+  if (!o.partition.empty() && o.partition[0] + o.partition[1] != layers) {
+    fmt::print(stderr,
+               "actorpipe-bench pipeline: --partition {},{}: the counts add up to {}, but {} has "
+               "{} layers (embedding, {} blocks, head)\n",
+               o.partition[0], o.partition[1], o.partition[0] + o.partition[1], shape.name, layers,
+               shape.model.depth);
+    return 2;
+  }
+  auto out = [](const std::string& s) {
+    fmt::print("{}", s);
+    std::fflush(stdout);
+  };
+
+  // 1. per-layer profile, at the thread counts of the stages
+  auto prof1 = profile_layers(shape.model, opt, shape.B, shape.T, 1, o.profile_reps);
+  if (!prof1) {
+    fmt::print(stderr, "actorpipe-bench pipeline: profile: {}\n", prof1.error().message);
+    return 1;
+  }
+  auto prof2 = profile_layers(shape.model, opt, shape.B, shape.T, 2, o.profile_reps);
+  if (!prof2) {
+    fmt::print(stderr, "actorpipe-bench pipeline: profile: {}\n", prof2.error().message);
+    return 1;
+  }
+  std::vector<int> split = o.partition;
+  if (split.empty()) {
+    std::vector<double> fb;
+    for (const LayerCost& c : prof1->layers) fb.push_back(c.forward + c.backward);
+    split = balanced_partition(fb, 2).value();
+  }
+  const std::string split_source =
+      o.partition.empty() ? "balanced by the profile's F+B at 1 thread" : "--partition";
+
+  if (o.json) {
+    json s;
+    s["name"] = "pipeline_setup";
+    s["shape"] = shape.name;
+    s["describe"] = shape.describe();
+    s["microbatches"] = m;
+    s["tokens_per_step"] = tokens_per_step;
+    s["partition"] = split;
+    s["partition_source"] = split_source;
+    s["warmup"] = o.warmup;
+    s["reps"] = o.reps;
+    s["machine"] = machine;
+    s["loadavg_start"] = load0;
+    s["command"] = command;
+    out(s.dump() + "\n");
+    for (const LayerProfile* p : {&*prof1, &*prof2}) {
+      json j;
+      j["name"] = "pipeline_profile";
+      j["threads"] = p->threads;
+      j["reps"] = p->reps;
+      json ls = json::array();
+      for (const LayerCost& c : p->layers)
+        ls.push_back({{"layer", c.name},
+                      {"forward_ms", c.forward * 1e3},
+                      {"backward_ms", c.backward * 1e3},
+                      {"update_ms", c.update * 1e3},
+                      {"copy_ms", c.copy * 1e3},
+                      {"predict_ms", c.predict * 1e3}});
+      j["layers"] = ls;
+      out(j.dump() + "\n");
+    }
+  } else {
+    out(fmt::format(
+        "actorpipe-bench pipeline: GPT {} ({}), m = {} microbatches per step ({} tokens)\n",
+        shape.name, shape.describe(), m, tokens_per_step));
+    out(fmt::format("machine: {}; load average at start {:.2f}{}\ncommand: {}\n", machine, load0,
+                    busy_note(load0), command));
+    out(fmt::format(
+        "timing: each configuration trains {} step{} on the actor engine (synthetic data, AdamW, "
+        "clipping 1.0);\n  a step's time is between the driver's receipt of consecutive steps' "
+        "last losses, median of {} after {} untimed\n",
+        o.warmup + o.reps, o.warmup + o.reps == 1 ? "" : "s", o.reps, o.warmup));
+    out(
+        fmt::format("\nper-layer profile, ms per microbatch (median of {} calls, alone on a "
+                    "Context of 1 or 2 threads):\n",
+                    o.profile_reps));
+    out(fmt::format("{:<18} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8} {:>8}\n", "layer", "F 1t", "B 1t",
+                    "update", "copy", "predict", "F 2t", "B 2t"));
+    for (size_t i = 0; i < prof1->layers.size(); ++i) {
+      const LayerCost& a = prof1->layers[i];
+      const LayerCost& b = prof2->layers[i];
+      out(fmt::format("{:<18} {:>8.2f} {:>8.2f} {:>8.2f} {:>7.2f} {:>8.2f} {:>8.2f} {:>8.2f}\n",
+                      a.name, a.forward * 1e3, a.backward * 1e3, a.update * 1e3, a.copy * 1e3,
+                      a.predict * 1e3, b.forward * 1e3, b.backward * 1e3));
+    }
+    out(fmt::format("two-stage partition: [{}, {}] ({}; F+B per microbatch {:.1f} / {:.1f} ms)\n",
+                    split[0], split[1], split_source, 1e3 * stage_sum(*prof1, split, 0, true),
+                    1e3 * stage_sum(*prof1, split, 1, true)));
+    out("\npipeline efficiency (x 1x1: against the same mode on 1 stage x 1 thread; ideal: "
+        "m/(m+d-1)*d for gpipe and 1f1b;\n  busy: per stage, share of the timed steps in compute "
+        "and updates; simulated: the simulator fed the profile):\n");
+    out(run_header());
+  }
+
+  // 2. every mode on 1 stage x 1 thread, 1 stage x 2 threads, 2 stages x 1 thread
+  int failures = 0;
+  std::vector<RunRecord> runs;
+  for (Mode mode : o.modes) {
+    std::optional<double> tps11, tps12;
+    for (auto [stages, threads] : {std::pair{1, 1}, std::pair{1, 2}, std::pair{2, 1}}) {
+      RunRecord rec;
+      rec.mode = mode;
+      rec.stages = stages;
+      rec.threads = threads;
+      rec.counts = stages == 1 ? std::vector<int>{layers} : split;
+      PipelineRunSpec spec;
+      spec.model = shape.model;
+      spec.B = shape.B;
+      spec.T = shape.T;
+      spec.mode = mode;
+      spec.stages = stages;
+      spec.threads_per_stage = threads;
+      spec.microbatches = m;
+      spec.partition = rec.counts;
+      spec.warmup = o.warmup;
+      spec.reps = o.reps;
+      auto res = measure_pipeline(spec);
+      rec.load = load_average();
+      if (res) {
+        rec.ok = true;
+        rec.r = std::move(*res);
+      } else {
+        rec.error = res.error().message;
+        ++failures;
+      }
+      auto pred =
+          predict_pipeline(threads == 2 ? *prof2 : *prof1, mode, rec.counts, m, o.warmup, o.reps);
+      if (pred) {
+        rec.predicted = std::move(*pred);
+      } else {
+        rec.prediction_error = pred.error().message;
+      }
+      if (rec.ok) {
+        if (stages == 1 && threads == 1) tps11 = rec.r.tokens_per_s;
+        if (stages == 1 && threads == 2) tps12 = rec.r.tokens_per_s;
+        if (tps11 && !(stages == 1 && threads == 1)) rec.ratio_1x1 = rec.r.tokens_per_s / *tps11;
+        if (tps12 && stages == 2) rec.ratio_1x2 = rec.r.tokens_per_s / *tps12;
+        if (stages == 2 && is_synchronous(mode)) rec.ideal = ideal_ratio(m, stages);
+      }
+      out(o.json ? run_json(rec, shape, m).dump() + "\n" : run_row(rec, tokens_per_step));
+      runs.push_back(std::move(rec));
+    }
+  }
+  if (!o.json) {
+    out("\n2 stages x 1 thread against 1 stage x 2 threads (tokens/s ratio):\n");
+    for (const RunRecord& r : runs) {
+      if (r.stages == 2)
+        out(fmt::format("  {:<10} {}\n", to_string(r.mode), fmt_opt(r.ratio_1x2, "{:.3f}x")));
+    }
+  }
+
+  // 3. the engine's own cost: the same schedules with no compute
+  if (o.overhead_steps > 0) {
+    if (!o.json)
+      out(fmt::format(
+          "\nengine overhead: the same schedules with no compute (skip_compute), {} runs of {} "
+          "steps after {} untimed;\n  per microbatch = a run's timed steps / (steps x m), median "
+          "over runs; fraction of the smallest stage's F+B (1 thread, profile)\n"
+          "{:<10} {:>6} {:>14} {:>16} {:>10}  {}\n",
+          o.reps, o.overhead_steps, o.warmup, "mode", "stages", "us/microbatch", "stage F+B us",
+          "fraction", "target (< 20 us and < 1%)"));
+    for (Mode mode : o.modes) {
+      for (int stages : {1, 2}) {
+        const std::vector<int> counts = stages == 1 ? std::vector<int>{layers} : split;
+        PipelineRunSpec spec;
+        spec.model = shape.model;
+        spec.B = shape.B;
+        spec.T = shape.T;
+        spec.mode = mode;
+        spec.stages = stages;
+        spec.microbatches = m;
+        spec.partition = counts;
+        spec.skip_compute = true;
+        spec.warmup = o.warmup;
+        spec.reps = o.overhead_steps;
+        spec.runs = o.reps;
+        auto res = measure_pipeline(spec);
+        double compute = 0.0;
+        for (int r = 0; r < stages; ++r) {
+          const double s = stage_sum(*prof1, counts, r, true);
+          compute = r == 0 ? s : std::min(compute, s);
+        }
+        json j;
+        j["name"] = "pipeline_overhead";
+        j["shape"] = shape.name;
+        j["mode"] = std::string(to_string(mode));
+        j["stages"] = stages;
+        j["microbatches"] = m;
+        j["ok"] = res.ok();
+        if (!res) {
+          ++failures;
+          j["error"] = res.error().message;
+          out(o.json ? j.dump() + "\n"
+                     : fmt::format("{:<10} {:>6} FAILED: {}\n", to_string(mode), stages,
+                                   res.error().message));
+          continue;
+        }
+        std::vector<double> per_run;  // µs per microbatch, one per run
+        for (int k = 0; k < spec.runs; ++k) {
+          double sum = 0.0;
+          for (int s = 0; s < spec.reps; ++s)
+            sum += res->step_seconds_all[static_cast<size_t>(k * spec.reps + s)];
+          per_run.push_back(sum / (spec.reps * m) * 1e6);
+        }
+        const double us = median(per_run);
+        const double fraction = us * 1e-6 / compute;
+        const bool met = us < kOverheadMaxUs && fraction < kOverheadMaxFraction;
+        j["us_per_microbatch"] = us;
+        j["us_per_microbatch_runs"] = per_run;
+        j["stage_compute_us"] = compute * 1e6;
+        j["fraction"] = fraction;
+        j["meets_target"] = met;
+        j["loadavg"] = load_average();
+        out(o.json
+                ? j.dump() + "\n"
+                : fmt::format("{:<10} {:>6} {:>14.1f} {:>16.0f} {:>9.4f}%  {}\n", to_string(mode),
+                              stages, us, compute * 1e6, fraction * 100, met ? "ok" : "MISSED"));
+      }
+    }
+  }
+
+  // 4. PyTorch's GPipe: 2 partitions at the same cut, m chunks, next to the unsplit model
+  if (o.peer) {
+    const std::string script = pipe_script(o);
+    if (!o.json)
+      out(fmt::format(
+          "\nPyTorch GPipe peer: Pipe(2 partitions [{}, {}], chunks={}, checkpoint=\"never\") and "
+          "the unsplit model with gradient accumulation, same GPT and step;\n  median of {} "
+          "steps after {}; x unsplit 1t: against the unsplit model on 1 thread\n",
+          split[0], split[1], m, o.reps, o.warmup));
+    std::optional<double> unsplit1;
+    for (int threads : {1, 2}) {
+      const auto argv =
+          pipe_peer_argv(o.python, script, shape, opt, m, split[0], threads, o.reps, o.warmup);
+      const std::string how = describe_pipe_peer_command(argv, threads);
+      PipePeerResult p =
+          run_pipe_peer(o.python, script, shape, opt, m, split[0], threads, o.reps, o.warmup);
+      if (!p.ran) {
+        fmt::print(stderr, "actorpipe-bench pipeline: GPipe peer: {}\n", p.error);
+        json j{{"name", "pipeline_peer"}, {"threads", threads}, {"ran", false},
+               {"missing", p.missing},    {"error", p.error},   {"command", how}};
+        out(o.json ? j.dump() + "\n"
+                   : fmt::format("  {} thread{}: no peer measurement ({}); actorpipe's figures "
+                                 "only\n",
+                                 threads, threads == 1 ? "" : "s", p.error));
+        if (p.missing) break;
+        continue;
+      }
+      if (threads == 1) unsplit1 = p.unsplit.tokens_per_s;
+      if (!o.json) out(fmt::format("  run as: {}\n", how));
+      for (const auto& [variant, v] :
+           {std::pair<std::string, const PipePeerVariant*>{"unsplit", &p.unsplit},
+            std::pair<std::string, const PipePeerVariant*>{"pipe", &p.pipe}}) {
+        std::optional<double> ratio;
+        if (unsplit1) ratio = v->tokens_per_s / *unsplit1;
+        if (o.json) {
+          json j;
+          j["name"] = "pipeline_peer";
+          j["shape"] = shape.name;
+          j["ran"] = true;
+          j["variant"] = variant;
+          j["threads"] = p.threads;
+          j["microbatches"] = m;
+          j["partition"] = variant == "pipe" ? json(split) : json(std::vector<int>{layers});
+          j["tokens_per_s"] = v->tokens_per_s;
+          j["step_ms"] = v->step_ms;
+          j["step_ms_all"] = v->step_ms_all;
+          j["ratio_to_unsplit_1thread"] = or_null(ratio);
+          j["torch"] = p.torch_version;
+          j["attention"] = p.attention;
+          j["parameters"] = p.parameters;
+          j["command"] = how;
+          out(j.dump() + "\n");
+        } else {
+          out(
+              fmt::format("  {:<8} {} thread{}: {:>9.1f} tokens/s {:>9.0f} ms/step  x unsplit 1t "
+                          "{}\n",
+                          variant, p.threads, p.threads == 1 ? " " : "s", v->tokens_per_s,
+                          v->step_ms, fmt_opt(ratio, "{:.2f}x")));
+        }
+      }
+      if (!o.json && threads == 2)
+        out(fmt::format("  torch {}, attention: {}, {} parameters, Pipe partitions: {}\n",
+                        p.torch_version, p.attention, p.parameters, p.partitions));
+    }
+  }
+
+  const double load1 = load_average();
+  if (o.json) {
+    out(json{{"name", "pipeline_end"}, {"loadavg_end", load1}, {"failures", failures}}.dump() +
+        "\n");
+  } else {
+    out(fmt::format("\nload average at the end {:.2f}{}\n", load1, busy_note(load1)));
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace actorpipe::bench

@@ -1,0 +1,138 @@
+// Command line of `actorpipe-bench pipeline`: parsing and the help text.
+// Every error names the option, the value and what is allowed.
+#include "bench/pipeline_options.hpp"
+
+#include <charconv>
+
+#include "bench/bench_shapes.hpp"
+
+namespace actorpipe::bench {
+
+namespace {
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t begin = 0;
+  while (begin <= s.size()) {
+    const size_t end = std::min(s.find(',', begin), s.size());
+    out.push_back(s.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return out;
+}
+
+Expected<int> parse_int(const std::string& option, const std::string& text, int lo, int hi) {
+  int v = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || ptr != text.data() + text.size() || v < lo || v > hi)
+    return make_error("{}: '{}' is not an integer in [{}, {}]", option, text, lo, hi);
+  return v;
+}
+
+}  // namespace
+
+std::string pipeline_usage() {
+  return R"(usage: actorpipe-bench pipeline [options]
+
+Pipeline efficiency of the actor engine on this machine: a GPT trained in every mode as one
+stage on 1 thread, one stage on 2 threads and two stages on 1 thread each (tokens/s, ratios,
+the ideal m/(m+d-1)*d of the flushing modes), next to PyTorch's GPipe (Pipe, 2 partitions);
+the engine's own cost per microbatch (the same schedules computing nothing); the simulator's
+prediction from a per-layer profile against each measurement.
+
+  --shape NAME         GPT shape: tiny, small, gpt2 (default: small)
+  --modes a,b,...      modes: gpipe, 1f1b, 2bw, pipedream, xpipe (default: all five)
+  --microbatches M     microbatches per optimizer step (default: 8)
+  --reps N             timed steps per configuration, median reported (default: 3)
+  --warmup N           untimed steps first, at least 1 (default: 1)
+  --partition a,b      layers of stage 0 and stage 1 in the two-stage runs (embedding, each
+                       block and the head count 1; default: balanced by the profile)
+  --overhead-steps N   steps of each compute-free run, 0 to skip them (default: 100)
+  --profile-reps N     timed calls per layer and pass in the profile (default: 3)
+  --no-peer            do not run PyTorch's Pipe
+  --json               one JSON object per line instead of tables
+  --python PATH        interpreter of the peer (default: /usr/bin/python3)
+  --peer-script PATH   the peer (default: bench/peers/torch_pipe.py of the source tree)
+)";
+}
+
+Expected<PipelineBenchOptions> parse_pipeline_options(std::span<const std::string> args) {
+  PipelineBenchOptions o;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> Expected<std::string> {
+      if (i + 1 >= args.size()) return make_error("{}: missing value", a);
+      return args[++i];
+    };
+    if (a == "--shape") {
+      auto v = value();
+      if (!v) return v.error();
+      if (!find_bench_shape(*v)) {
+        std::string known;
+        for (const BenchShape& s : bench_shapes()) known += (known.empty() ? "" : ", ") + s.name;
+        return make_error("--shape: unknown shape '{}' (known: {})", *v, known);
+      }
+      o.shape = *v;
+    } else if (a == "--modes") {
+      auto v = value();
+      if (!v) return v.error();
+      o.modes.clear();
+      for (const std::string& name : split_commas(*v)) {
+        auto mode = parse_mode(name);
+        if (!mode) return make_error("--modes: {}", mode.error().message);
+        for (Mode seen : o.modes)
+          if (seen == *mode) return make_error("--modes: '{}' is listed twice", name);
+        o.modes.push_back(*mode);
+      }
+    } else if (a == "--partition") {
+      auto v = value();
+      if (!v) return v.error();
+      o.partition.clear();
+      for (const std::string& t : split_commas(*v)) {
+        auto n = parse_int("--partition", t, 1, 100000);
+        if (!n) return n.error();
+        o.partition.push_back(*n);
+      }
+      if (o.partition.size() != 2)
+        return make_error("--partition: '{}' has {} counts, expected 2 (stage 0, stage 1)", *v,
+                          o.partition.size());
+    } else if (a == "--microbatches" || a == "--reps" || a == "--warmup" || a == "--profile-reps") {
+      auto v = value();
+      if (!v) return v.error();
+      auto n = parse_int(a, *v, 1, 100000);
+      if (!n) return n.error();
+      (a == "--microbatches" ? o.microbatches
+       : a == "--reps"       ? o.reps
+       : a == "--warmup"     ? o.warmup
+                             : o.profile_reps) = *n;
+    } else if (a == "--overhead-steps") {
+      auto v = value();
+      if (!v) return v.error();
+      auto n = parse_int(a, *v, 0, 1000000);
+      if (!n) return n.error();
+      o.overhead_steps = *n;
+    } else if (a == "--python" || a == "--peer-script") {
+      auto v = value();
+      if (!v) return v.error();
+      (a == "--python" ? o.python : o.peer_script) = *v;
+    } else if (a == "--no-peer") {
+      o.peer = false;
+    } else if (a == "--json") {
+      o.json = true;
+    } else if (a == "--help" || a == "-h") {
+      o.help = true;
+    } else {
+      return make_error("pipeline: unknown option '{}' (see actorpipe-bench pipeline --help)", a);
+    }
+  }
+  for (Mode m : o.modes) {
+    if (m == Mode::twobw && o.microbatches < 2)
+      return make_error(
+          "--microbatches {}: 2bw needs at least 2 (one per stage of the two-stage "
+          "runs); drop 2bw from --modes or raise --microbatches",
+          o.microbatches);
+  }
+  return o;
+}
+
+}  // namespace actorpipe::bench

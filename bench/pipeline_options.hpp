@@ -1,0 +1,37 @@
+// Command line of `actorpipe-bench pipeline`: the shape, modes and microbatches of the pipeline
+// benchmark, repetitions, partition, overhead runs, the GPipe peer and the output format.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/expected.hpp"
+#include "engine/mode.hpp"
+
+namespace actorpipe::bench {
+
+struct PipelineBenchOptions {
+  std::string shape = "small";  ///< --shape NAME (bench_shapes(): tiny, small, gpt2)
+  std::vector<Mode> modes = {all_modes.begin(), all_modes.end()};  ///< --modes a,b
+  int microbatches = 8;        ///< --microbatches M: m per optimizer step
+  int reps = 3;                ///< --reps N: timed steps per configuration (median reported)
+  int warmup = 1;              ///< --warmup N: untimed steps first (at least 1)
+  std::vector<int> partition;  ///< --partition a,b: layers per stage of the 2-stage runs;
+                               ///< empty = balanced from the per-layer profile
+  int overhead_steps = 100;    ///< --overhead-steps N: steps of each compute-free run (0 = none)
+  int profile_reps = 3;        ///< --profile-reps N: timed calls per layer and pass
+  bool peer = true;            ///< --no-peer skips PyTorch's GPipe
+  bool json = false;           ///< --json: JSON lines instead of tables
+  bool help = false;           ///< --help
+  std::string python = "/usr/bin/python3";  ///< --python PATH runs the peer
+  std::string peer_script;                  ///< --peer-script PATH (default: the source tree's)
+};
+
+/// Parses the arguments after `pipeline`; errors name the option, the value and what is allowed.
+Expected<PipelineBenchOptions> parse_pipeline_options(std::span<const std::string> args);
+
+/// The `actorpipe-bench pipeline --help` text.
+std::string pipeline_usage();
+
+}  // namespace actorpipe::bench

@@ -1,0 +1,161 @@
+// Pipeline prediction: a balanced partition by dynamic programming, per-stage costs from a
+// layer profile, and the simulator's steady-state step time measured as the benchmark measures.
+#include "bench/pipeline_prediction.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "bench/step_timing.hpp"
+#include "engine/schedule_generators.hpp"
+
+namespace actorpipe::bench {
+
+namespace {
+
+Expected<Schedule> schedule_of(Mode mode, int stages, int microbatches, int steps) {
+  if (mode == Mode::pipedream) return make_pipedream(stages, steps * microbatches);
+  return make_schedule(mode, stages, microbatches, is_synchronous(mode) ? 1 : steps);
+}
+
+}  // namespace
+
+Expected<std::vector<int>> balanced_partition(std::span<const double> cost, int stages) {
+  const int n = static_cast<int>(cost.size());
+  if (stages < 1 || stages > n)
+    return make_error("balanced partition: {} stages for {} layers, expected 1 .. {}", stages, n,
+                      n);
+  for (size_t i = 0; i < cost.size(); ++i) {
+    if (!std::isfinite(cost[i]) || cost[i] < 0)
+      return make_error("balanced partition: layer {} costs {}, expected a finite value >= 0", i,
+                        cost[i]);
+  }
+  std::vector<double> prefix(static_cast<size_t>(n) + 1, 0.0);
+  for (int i = 0; i < n; ++i)
+    prefix[static_cast<size_t>(i) + 1] =
+        prefix[static_cast<size_t>(i)] + cost[static_cast<size_t>(i)];
+  auto span_cost = [&](int i, int j) {
+    return prefix[static_cast<size_t>(j)] - prefix[static_cast<size_t>(i)];
+  };
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  // best[s][j]: the smallest largest stage over the first j layers cut into s stages
+  std::vector<std::vector<double>> best(static_cast<size_t>(stages) + 1,
+                                        std::vector<double>(static_cast<size_t>(n) + 1, inf));
+  best[0][0] = 0.0;
+  for (int s = 1; s <= stages; ++s) {
+    for (int j = s; j <= n; ++j) {
+      double b = inf;
+      for (int i = s - 1; i < j; ++i)
+        b = std::min(
+            b, std::max(best[static_cast<size_t>(s) - 1][static_cast<size_t>(i)], span_cost(i, j)));
+      best[static_cast<size_t>(s)][static_cast<size_t>(j)] = b;
+    }
+  }
+  // walk back from the end, each stage as short as the optimum allows (more layers early)
+  const double target = best[static_cast<size_t>(stages)][static_cast<size_t>(n)];
+  std::vector<int> counts(static_cast<size_t>(stages));
+  int j = n;
+  for (int s = stages; s >= 1; --s) {
+    int cut = s - 1;
+    for (int i = j - 1; i >= s - 1; --i) {
+      if (span_cost(i, j) <= target &&
+          best[static_cast<size_t>(s) - 1][static_cast<size_t>(i)] <= target) {
+        cut = i;
+        break;
+      }
+    }
+    counts[static_cast<size_t>(s) - 1] = j - cut;
+    j = cut;
+  }
+  return counts;
+}
+
+Expected<double> simulated_step_seconds(Mode mode, int microbatches, const CostModel& costs,
+                                        int warmup, int reps) {
+  if (microbatches < 1 || warmup < 1 || reps < 1)
+    return make_error("simulated step: microbatches = {}, warmup = {}, reps = {}: expected >= 1",
+                      microbatches, warmup, reps);
+  const int d = static_cast<int>(costs.forward.size());
+  const int steps = warmup + reps;
+  auto schedule = schedule_of(mode, d, microbatches, steps);
+  if (!schedule) return schedule.error();
+  if (is_synchronous(mode)) {
+    CostModel no_update = costs;
+    no_update.optimizer.clear();
+    auto sim = simulate(*schedule, no_update);
+    if (!sim) return sim.error();
+    double slowest = 0.0;
+    for (double o : costs.optimizer) slowest = std::max(slowest, o);
+    return sim->makespan + slowest;
+  }
+  auto sim = simulate(*schedule, costs);
+  if (!sim) return sim.error();
+  // t_k: the end of the last stage's F of microbatch k*m - 1
+  std::vector<double> loss_in(static_cast<size_t>(steps) + 1, -1.0);
+  for (const TimedAction& t : sim->timeline) {
+    const Action& a = t.action;
+    if (a.stage != d - 1 || a.kind != ActionKind::F || (a.microbatch + 1) % microbatches != 0)
+      continue;
+    loss_in[static_cast<size_t>((a.microbatch + 1) / microbatches)] = t.end;
+  }
+  std::vector<double> periods;
+  for (int k = warmup; k < steps; ++k) {
+    const double t0 = loss_in[static_cast<size_t>(k)], t1 = loss_in[static_cast<size_t>(k) + 1];
+    if (t0 < 0 || t1 < 0)
+      return make_error("simulated step: step {} has no loss in the timeline", k);
+    periods.push_back(t1 - t0);
+  }
+  return median(std::move(periods));
+}
+
+Expected<CostModel> stage_costs(const LayerProfile& profile, Mode mode, std::span<const int> counts,
+                                int microbatches, int steps) {
+  const std::vector<int> per_stage(counts.begin(), counts.end());
+  const int d = static_cast<int>(per_stage.size());
+  std::vector<double> f, b, u, c, p;
+  for (const LayerCost& l : profile.layers) {
+    f.push_back(l.forward);
+    b.push_back(l.backward);
+    u.push_back(l.update);
+    c.push_back(l.copy);
+    p.push_back(l.predict);
+  }
+  auto F = sum_layers_per_stage(f, per_stage);
+  if (!F) return F.error();
+  auto B = sum_layers_per_stage(b, per_stage);
+  auto U = sum_layers_per_stage(u, per_stage);
+  auto C = sum_layers_per_stage(c, per_stage);
+  auto P = sum_layers_per_stage(p, per_stage);
+  auto schedule = schedule_of(mode, d, microbatches, steps);
+  if (!schedule) return schedule.error();
+  const std::vector<int> versions = versions_kept(*schedule);
+  CostModel m;
+  m.forward = *F;
+  m.backward = *B;
+  m.optimizer = *U;
+  for (int r = 0; r < d; ++r) {
+    const size_t k = static_cast<size_t>(r);
+    if (versions[k] > 1) m.optimizer[k] += (*C)[k];
+    if (mode != Mode::xpipe) continue;
+    int forwards = 0, predicting = 0;
+    for (const Action& a : schedule->per_stage[k]) {
+      if (a.kind != ActionKind::F) continue;
+      ++forwards;
+      if (a.lookahead > 0 && a.version > 0) ++predicting;
+    }
+    if (forwards > 0) m.forward[k] += (*P)[k] * predicting / forwards;
+  }
+  return m;
+}
+
+Expected<PipelinePrediction> predict_pipeline(const LayerProfile& profile, Mode mode,
+                                              std::span<const int> counts, int microbatches,
+                                              int warmup, int reps) {
+  auto costs = stage_costs(profile, mode, counts, microbatches, warmup + reps);
+  if (!costs) return costs.error();
+  auto step = simulated_step_seconds(mode, microbatches, *costs, warmup, reps);
+  if (!step) return step.error();
+  return PipelinePrediction{std::move(*costs), *step};
+}
+
+}  // namespace actorpipe::bench

@@ -1,0 +1,191 @@
+// Tests of the pipeline prediction: the balanced partition against brute force, the simulated
+// step time against the closed forms of uniform stages, per-stage costs from a profile.
+#include "bench/pipeline_prediction.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <functional>
+#include <random>
+
+using namespace actorpipe;
+using namespace actorpipe::bench;
+
+namespace {
+
+// Every composition of n layers into d stages of >= 1 layer each.
+void compositions(int n, int d, std::vector<int>& cur, std::vector<std::vector<int>>& out) {
+  if (d == 1) {
+    cur.push_back(n);
+    out.push_back(cur);
+    cur.pop_back();
+    return;
+  }
+  for (int first = 1; first <= n - (d - 1); ++first) {
+    cur.push_back(first);
+    compositions(n - first, d - 1, cur, out);
+    cur.pop_back();
+  }
+}
+
+double largest_stage(const std::vector<double>& cost, const std::vector<int>& counts) {
+  double worst = 0.0;
+  size_t i = 0;
+  for (int c : counts) {
+    double s = 0.0;
+    for (int k = 0; k < c; ++k) s += cost[i++];
+    worst = std::max(worst, s);
+  }
+  return worst;
+}
+
+CostModel uniform(int d, double f, double b, double opt) {
+  CostModel c = uniform_costs(d, f, b);
+  c.optimizer.assign(static_cast<size_t>(d), opt);
+  return c;
+}
+
+LayerProfile synthetic_profile(int layers) {
+  LayerProfile p;
+  p.threads = 1;
+  p.B = 1;
+  p.T = 1;
+  p.reps = 1;
+  for (int i = 0; i < layers; ++i) {
+    LayerCost c;
+    c.name = std::to_string(i);
+    c.forward = i + 1;         // 1, 2, 3, ...
+    c.backward = 2 * (i + 1);  // 2, 4, 6, ...
+    c.update = 0.25;
+    c.copy = 0.125;
+    c.predict = 0.5;
+    p.layers.push_back(c);
+  }
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("balanced_partition equals brute force: the smallest largest stage, last stages short") {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> cost_of(0, 9);
+  for (int n = 1; n <= 8; ++n) {
+    for (int d = 1; d <= std::min(n, 4); ++d) {
+      for (int trial = 0; trial < 5; ++trial) {
+        std::vector<double> cost;  // integers: every sum is exact
+        for (int i = 0; i < n; ++i) cost.push_back(cost_of(rng));
+        std::vector<std::vector<int>> all;
+        std::vector<int> cur;
+        compositions(n, d, cur, all);
+        double best = 1e300;
+        for (const auto& c : all) best = std::min(best, largest_stage(cost, c));
+        // among the optimal ones: the shortest last stage, then the shortest one before it, ...
+        std::vector<int> expected;
+        for (const auto& c : all) {
+          if (largest_stage(cost, c) != best) continue;
+          if (expected.empty() || std::lexicographical_compare(c.rbegin(), c.rend(),
+                                                               expected.rbegin(), expected.rend()))
+            expected = c;
+        }
+        auto got = balanced_partition(cost, d);
+        REQUIRE(got.ok());
+        CHECK_MESSAGE(*got == expected, "n = ", n, ", d = ", d);
+      }
+    }
+  }
+}
+
+TEST_CASE("balanced_partition of a profile-like shape: embedding, 6 blocks, a heavy head") {
+  // embedding, 6 equal blocks, a head of 1.8 blocks
+  const std::vector<double> cost = {0.1, 1, 1, 1, 1, 1, 1, 1.8};
+  auto p = balanced_partition(cost, 2);
+  REQUIRE(p.ok());
+  CHECK(*p == std::vector<int>{5, 3});  // 4.1 | 3.8; [4, 4] would be 3.1 | 4.8
+}
+
+TEST_CASE("balanced_partition errors") {
+  const std::vector<double> cost = {1, 2, 3};
+  CHECK(balanced_partition(cost, 0).error().message.find("0 stages for 3 layers") !=
+        std::string::npos);
+  CHECK(balanced_partition(cost, 4).error().message.find("expected 1 .. 3") != std::string::npos);
+  const std::vector<double> bad = {1, -2, 3};
+  CHECK(balanced_partition(bad, 2).error().message.find("layer 1 costs -2") != std::string::npos);
+}
+
+TEST_CASE("simulated step: flushing modes take (m+d-1)(f+b) plus the slowest update") {
+  for (Mode mode : {Mode::gpipe, Mode::onef1b}) {
+    for (int d = 1; d <= 3; ++d) {
+      for (int m = 1; m <= 8; ++m) {
+        CostModel c = uniform(d, 1.0, 2.0, 0.0);
+        c.optimizer.back() = 0.75;  // the slowest update, on the last stage
+        auto s = simulated_step_seconds(mode, m, c, 1, 3);
+        REQUIRE(s.ok());
+        CHECK_MESSAGE(*s == doctest::Approx((m + d - 1) * 3.0 + 0.75), to_string(mode), " d ", d,
+                      " m ", m);
+      }
+    }
+  }
+}
+
+TEST_CASE("simulated step: asynchronous modes keep uniform stages busy, m(f+b) per step") {
+  for (Mode mode : {Mode::twobw, Mode::xpipe, Mode::pipedream}) {
+    for (int d = 1; d <= 3; ++d) {
+      for (int m = d; m <= 8; ++m) {
+        auto s = simulated_step_seconds(mode, m, uniform(d, 1.0, 2.0, 0.0), 1, 3);
+        REQUIRE(s.ok());
+        CHECK_MESSAGE(*s == doctest::Approx(m * 3.0), to_string(mode), " d ", d, " m ", m);
+      }
+    }
+  }
+  // one stage: the update follows the step's last backward (pipedream: every backward)
+  CHECK(*simulated_step_seconds(Mode::twobw, 4, uniform(1, 1, 2, 0.5), 1, 3) ==
+        doctest::Approx(4 * 3.0 + 0.5));
+  CHECK(*simulated_step_seconds(Mode::pipedream, 4, uniform(1, 1, 2, 0.5), 1, 3) ==
+        doctest::Approx(4 * 3.5));
+}
+
+TEST_CASE("simulated step: errors") {
+  CHECK_FALSE(simulated_step_seconds(Mode::gpipe, 0, uniform(2, 1, 2, 0), 1, 1).ok());
+  CHECK_FALSE(simulated_step_seconds(Mode::gpipe, 2, uniform(2, 1, 2, 0), 0, 1).ok());
+  CHECK_FALSE(simulated_step_seconds(Mode::twobw, 1, uniform(2, 1, 2, 0), 1, 1).ok());  // m < d
+  CostModel bad = uniform(2, 1, 2, 0);
+  bad.forward[0] = -1;
+  CHECK_FALSE(simulated_step_seconds(Mode::onef1b, 2, bad, 1, 1).ok());
+}
+
+TEST_CASE("stage_costs: sums per stage, a copy where versions are kept, xpipe's prediction") {
+  const LayerProfile p = synthetic_profile(3);  // F 1 2 3, B 2 4 6
+  const std::vector<int> counts = {2, 1};
+  for (Mode mode : all_modes) {
+    auto c = stage_costs(p, mode, counts, 4, 3);
+    REQUIRE(c.ok());
+    CHECK(c->backward == std::vector<double>{6, 6});
+    // gpipe/1f1b/xpipe: one version; 2bw: two at every stage; pipedream: d - r at stage r
+    const bool copy0 = mode == Mode::twobw || mode == Mode::pipedream;
+    const bool copy1 = mode == Mode::twobw;
+    CHECK(c->optimizer[0] == 0.5 + (copy0 ? 0.25 : 0.0));
+    CHECK(c->optimizer[1] == 0.25 + (copy1 ? 0.125 : 0.0));
+    if (mode != Mode::xpipe) {
+      CHECK(c->forward == std::vector<double>{3, 3});
+      continue;
+    }
+    // xpipe, d = 2, m = 4, 3 steps: stage 0 (warm-up 1) looks one update ahead at the first
+    // microbatch of steps 1 and 2, but at step 1's there is no update yet to extrapolate from:
+    // 1 of 12 forwards predicts (layers 0 and 1: 0.5 each); the last stage never predicts
+    CHECK(c->forward[0] == doctest::Approx(3 + 1.0 * 1 / 12));
+    CHECK(c->forward[1] == 3);
+  }
+  CHECK_FALSE(stage_costs(p, Mode::gpipe, std::vector<int>{2, 2}, 4, 1).ok());
+}
+
+TEST_CASE("predict_pipeline: one stage of gpipe is m(F+B) plus the update") {
+  const LayerProfile p = synthetic_profile(3);  // F+B of all layers: 18; update 0.75
+  auto r = predict_pipeline(p, Mode::gpipe, std::vector<int>{3}, 4, 1, 2);
+  REQUIRE(r.ok());
+  CHECK(r->step_seconds == doctest::Approx(4 * 18 + 0.75));
+  auto two = predict_pipeline(p, Mode::onef1b, std::vector<int>{2, 1}, 4, 1, 2);
+  REQUIRE(two.ok());
+  CHECK(two->costs.forward == std::vector<double>{3, 3});
+  // balanced stages of 9: (m + 1)·9 plus the slowest update (stage 0: 0.5)
+  CHECK(two->step_seconds == doctest::Approx(5 * 9 + 0.5));
+}

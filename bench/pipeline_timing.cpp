@@ -1,0 +1,94 @@
+// Pipeline timing: runs the actor engine on one configuration and reads the steady-state step
+// time from the driver's per-step reports, with a data loader that replays ready microbatches.
+#include "bench/pipeline_timing.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "actors/actor_engine.hpp"
+#include "bench/step_timing.hpp"
+
+namespace actorpipe::bench {
+
+ReplayLoader::ReplayLoader(DataLoader& source, int pool)
+    : vocab_(source.vocab_size()), entropy_(source.entropy_rate()), source_(source.describe()) {
+  for (int i = 0; i < std::max(pool, 1); ++i) pool_.push_back(source.next());
+}
+
+Microbatch ReplayLoader::next() {
+  Microbatch mb = pool_[position_ % pool_.size()];
+  mb.index = static_cast<int64_t>(position_);
+  ++position_;
+  return mb;
+}
+
+std::string ReplayLoader::describe() const {
+  return fmt::format("{} microbatches of {} replayed in turn", pool_.size(), source_);
+}
+
+std::vector<double> step_periods(const std::vector<double>& seconds, int group, int warmup) {
+  std::vector<double> out;
+  if (group < 1) return out;
+  const int K = static_cast<int>(seconds.size()) / group;
+  auto t = [&](int k) { return seconds[static_cast<size_t>(k) * group - 1]; };
+  for (int k = std::max(warmup, 1); k < K; ++k) out.push_back(t(k + 1) - t(k));
+  return out;
+}
+
+Expected<PipelineRunResult> measure_pipeline(const PipelineRunSpec& spec) {
+  if (spec.warmup < 1 || spec.reps < 1 || spec.runs < 1)
+    return make_error("pipeline timing: warmup = {}, reps = {}, runs = {}: expected >= 1",
+                      spec.warmup, spec.reps, spec.runs);
+  Config c;
+  c.model = spec.model;
+  c.pipeline.mode = std::string(to_string(spec.mode));
+  c.pipeline.stages = spec.stages;
+  c.pipeline.microbatches = spec.microbatches;
+  c.pipeline.microbatch_size = spec.B;
+  c.pipeline.seq_len = spec.T;
+  c.pipeline.partition = spec.partition;
+  c.pipeline.threads_per_stage = spec.threads_per_stage;
+  ActorEngineOptions o;
+  o.skip_compute = spec.skip_compute;
+  o.stall_timeout_seconds = 900.0;  // a busy machine slows a step, it does not stall it
+  auto engine = ActorEngine::create(c, o);
+  if (!engine) return engine.error();
+
+  const int group = spec.mode == Mode::pipedream ? spec.microbatches : 1;
+  const int steps = (spec.warmup + spec.reps) * group;
+  const int per_run = (spec.warmup + spec.reps) * spec.microbatches;
+  auto source = DataLoader::open(c.data, c.model.arch, c.model.vocab_size, spec.B, spec.T);
+  if (!source) return source.error();
+  ReplayLoader data(**source, std::min(per_run, 32));
+
+  PipelineRunResult r;
+  for (int run = 0; run < spec.runs; ++run) {
+    std::vector<double> seconds;
+    std::vector<std::vector<double>> busy;  // per reported step, per stage (cumulative)
+    ActorCallbacks cb;
+    cb.on_step = [&](const StepProgress& p) {
+      seconds.push_back(p.seconds);
+      std::vector<double> b;
+      for (const StageTimes& s : p.stages) b.push_back(s.busy_seconds);
+      busy.push_back(std::move(b));
+    };
+    auto result = (*engine)->run(steps, data, cb);
+    if (!result) return result.error();
+    if (static_cast<int>(seconds.size()) != steps)
+      return make_error("pipeline timing: {} steps reported, expected {}", seconds.size(), steps);
+    if (run == 0 && !result->losses.empty()) r.first_loss = result->losses.front();
+    const std::vector<double> periods = step_periods(seconds, group, spec.warmup);
+    r.step_seconds_all.insert(r.step_seconds_all.end(), periods.begin(), periods.end());
+    const size_t first = static_cast<size_t>(spec.warmup) * group - 1, last = seconds.size() - 1;
+    const double window = seconds[last] - seconds[first];
+    r.stage_busy.clear();
+    for (size_t s = 0; s < busy[last].size(); ++s)
+      r.stage_busy.push_back(window > 0 ? (busy[last][s] - busy[first][s]) / window : 0.0);
+  }
+  r.step_seconds = median(r.step_seconds_all);
+  r.tokens_per_s = static_cast<double>(spec.microbatches) * spec.B * spec.T / r.step_seconds;
+  return r;
+}
+
+}  // namespace actorpipe::bench
