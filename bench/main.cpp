@@ -11,6 +11,7 @@
 
 #include "bench/bench_options.hpp"
 #include "bench/bench_report.hpp"
+#include "bench/pipeline_bench.hpp"
 #include "bench/step_timing.hpp"
 #include "bench/subprocess.hpp"
 #include "bench/torch_peer.hpp"
@@ -101,6 +102,8 @@ Expected<StepResult> measure_in_child(const BenchOptions& o, const std::string& 
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args[0] == "pipeline")
+    return run_pipeline_bench(std::span<const std::string>(args).subspan(1));
   auto parsed = parse_bench_options(args);
   if (!parsed) {
     fmt::print(stderr, "actorpipe-bench: {}\n", parsed.error().message);
