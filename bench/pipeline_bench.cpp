@@ -102,6 +102,17 @@ double stage_sum(const LayerProfile& p, const std::vector<int>& counts, int stag
   return s;
 }
 
+/// Per stage: the busy time of one step the simulator's costs imply (every F, B and update of
+/// the step), in seconds.
+std::vector<double> simulated_busy(const CostModel& c, Mode mode, int m) {
+  std::vector<double> out;
+  for (size_t r = 0; r < c.forward.size(); ++r) {
+    const double opt = c.optimizer.empty() ? 0.0 : c.optimizer[r];
+    out.push_back(m * (c.forward[r] + c.backward[r]) + (mode == Mode::pipedream ? m : 1) * opt);
+  }
+  return out;
+}
+
 /// One configuration of the efficiency table.
 struct RunRecord {
   Mode mode = Mode::gpipe;
@@ -154,6 +165,9 @@ json run_json(const RunRecord& rec, const BenchShape& shape, int m) {
   j["step_ms"] = rec.ok ? json(rec.r.step_seconds * 1e3) : json(nullptr);
   j["step_ms_all"] = scaled(rec.r.step_seconds_all, 1e3);
   j["stage_busy"] = rec.r.stage_busy;
+  j["measured_busy_ms"] = scaled(rec.r.stage_busy, rec.r.step_seconds * 1e3);
+  j["cpu_share"] =
+      rec.r.timed_seconds > 0 ? json(rec.r.cpu_seconds / rec.r.timed_seconds) : json(nullptr);
   j["first_loss"] = rec.ok ? json(rec.r.first_loss) : json(nullptr);
   j["ratio_to_1x1"] = or_null(rec.ratio_1x1);
   j["ratio_to_1x2"] = or_null(rec.ratio_1x2);
@@ -172,6 +186,7 @@ json run_json(const RunRecord& rec, const BenchShape& shape, int m) {
     j["simulated_stage_ms"] = {{"forward", scaled(rec.predicted->costs.forward, 1e3)},
                                {"backward", scaled(rec.predicted->costs.backward, 1e3)},
                                {"optimizer", scaled(rec.predicted->costs.optimizer, 1e3)}};
+    j["simulated_busy_ms"] = scaled(simulated_busy(rec.predicted->costs, rec.mode, m), 1e3);
   } else {
     j["prediction_note"] = rec.prediction_error;
   }
@@ -395,6 +410,24 @@ int run_pipeline_bench(std::span<const std::string> args) {
     }
   }
 
+  if (!o.json) {
+    out("\nstage compute per step, ms (measured: busy share x step time; profile: m(F+B) + "
+        "updates as the simulator sees them) and the process's CPU use (cores):\n");
+    for (const RunRecord& r : runs) {
+      if (!r.ok || !r.predicted) continue;
+      const std::vector<double> sim = simulated_busy(r.predicted->costs, r.mode, m);
+      std::string cells;
+      for (size_t k = 0; k < sim.size(); ++k) {
+        const double meas = r.r.stage_busy[k] * r.r.step_seconds;
+        cells += fmt::format("  stage {}: {:>8.0f} measured {:>8.0f} profile ({:+.1f}%)", k,
+                             meas * 1e3, sim[k] * 1e3, 100.0 * (meas / sim[k] - 1.0));
+      }
+      out(fmt::format("  {:<10} {:<21} cpu {:.2f}{}\n", to_string(r.mode),
+                      label(r.stages, r.threads),
+                      r.r.timed_seconds > 0 ? r.r.cpu_seconds / r.r.timed_seconds : 0.0, cells));
+    }
+  }
+
   // 3. the engine's own cost: the same schedules with no compute
   if (o.overhead_steps > 0) {
     if (!o.json)
@@ -449,10 +482,13 @@ int run_pipeline_bench(std::span<const std::string> args) {
           per_run.push_back(sum / (spec.reps * m) * 1e6);
         }
         const double us = median(per_run);
+        const double cpu_us =
+            res->cpu_seconds / (static_cast<double>(spec.runs) * spec.reps * m) * 1e6;
         const double fraction = us * 1e-6 / compute;
         const bool met = us < kOverheadMaxUs && fraction < kOverheadMaxFraction;
         j["us_per_microbatch"] = us;
         j["us_per_microbatch_runs"] = per_run;
+        j["cpu_us_per_microbatch"] = cpu_us;
         j["stage_compute_us"] = compute * 1e6;
         j["fraction"] = fraction;
         j["meets_target"] = met;

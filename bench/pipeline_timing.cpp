@@ -3,6 +3,7 @@
 #include "bench/pipeline_timing.hpp"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 
@@ -10,6 +11,17 @@
 #include "bench/step_timing.hpp"
 
 namespace actorpipe::bench {
+
+namespace {
+
+double process_cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
+  return sec(ru.ru_utime) + sec(ru.ru_stime);
+}
+
+}  // namespace
 
 ReplayLoader::ReplayLoader(DataLoader& source, int pool)
     : vocab_(source.vocab_size()), entropy_(source.entropy_rate()), source_(source.describe()) {
@@ -66,9 +78,11 @@ Expected<PipelineRunResult> measure_pipeline(const PipelineRunSpec& spec) {
   for (int run = 0; run < spec.runs; ++run) {
     std::vector<double> seconds;
     std::vector<std::vector<double>> busy;  // per reported step, per stage (cumulative)
+    std::vector<double> cpu;                // process CPU time per reported step
     ActorCallbacks cb;
     cb.on_step = [&](const StepProgress& p) {
       seconds.push_back(p.seconds);
+      cpu.push_back(process_cpu_seconds());
       std::vector<double> b;
       for (const StageTimes& s : p.stages) b.push_back(s.busy_seconds);
       busy.push_back(std::move(b));
@@ -82,6 +96,8 @@ Expected<PipelineRunResult> measure_pipeline(const PipelineRunSpec& spec) {
     r.step_seconds_all.insert(r.step_seconds_all.end(), periods.begin(), periods.end());
     const size_t first = static_cast<size_t>(spec.warmup) * group - 1, last = seconds.size() - 1;
     const double window = seconds[last] - seconds[first];
+    r.timed_seconds += window;
+    r.cpu_seconds += cpu[last] - cpu[first];
     r.stage_busy.clear();
     for (size_t s = 0; s < busy[last].size(); ++s)
       r.stage_busy.push_back(window > 0 ? (busy[last][s] - busy[first][s]) / window : 0.0);

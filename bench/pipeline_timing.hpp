@@ -35,7 +35,9 @@ struct PipelineRunResult {
   double step_seconds = 0.0;             ///< median of step_seconds_all
   double tokens_per_s = 0.0;             ///< m·B·T / step_seconds
   std::vector<double> stage_busy;        ///< per stage: busy share of the timed steps (last run)
-  double first_loss = 0.0;               ///< loss of the first step (≈ ln V at initialisation)
+  double timed_seconds = 0.0;            ///< wall time of the timed steps, all runs
+  double cpu_seconds = 0.0;  ///< CPU time of the process (every thread) over the timed steps
+  double first_loss = 0.0;   ///< loss of the first step (≈ ln V at initialisation)
 };
 
 /// Builds the config of `spec` (synthetic data, default AdamW with clipping), creates an
