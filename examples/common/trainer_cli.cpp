@@ -11,6 +11,7 @@
 #include "actors/api/actorpipe/progress.hpp"
 #include "actors/api/actorpipe/trainer.hpp"
 #include "engine/config.hpp"
+#include "kernels/device.hpp"
 
 namespace actorpipe {
 namespace {
@@ -174,6 +175,8 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
       c.pipeline.mode, trainer->stages(), partition_text(trainer->partition()),
       c.pipeline.microbatches, c.pipeline.microbatch_size, T, to_string(options.backend));
   fmt::print("data: {}\n", trainer->data_description());
+  fmt::print("devices: CPU, {} thread(s) per stage; {}\n", c.pipeline.threads_per_stage,
+             probe_devices().status);
   const std::optional<double> floor = trainer->loss_floor();
   if (floor) fmt::print("loss floor (entropy rate of the data): {:.4f} nats/token\n", *floor);
   if (!trainer->resumed_from().empty()) {

@@ -11,7 +11,7 @@ function(actorpipe_trainer_program)
     @ONLY)
   add_executable(${A_NAME} main.cpp ${PROJECT_SOURCE_DIR}/examples/common/trainer_cli.cpp)
   target_include_directories(${A_NAME} PRIVATE ${CMAKE_CURRENT_BINARY_DIR}/generated)
-  target_link_libraries(${A_NAME} PRIVATE actorpipe::actorpipe actorpipe_build_flags)
+  target_link_libraries(${A_NAME} PRIVATE actorpipe::actorpipe actorpipe::device actorpipe_build_flags)
   install(TARGETS ${A_NAME} RUNTIME DESTINATION bin)
 endfunction()
 
