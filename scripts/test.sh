@@ -1,8 +1,23 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs the whole test suite; prints ctest's summary.
+#   1. Release build (-Werror under CI), every test.
+#   2. AddressSanitizer + UndefinedBehaviorSanitizer build, every test except the slow label.
+# ACTORPIPE_TEST_SANITIZE=0 skips step 2; extra arguments go to both ctest runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-scripts/build.sh
-cd "${BUILD_DIR:-build}"
-ctest -j "${JOBS:-$(nproc)}" --output-on-failure --timeout 600 "$@"
+jobs=${JOBS:-$(nproc)}
+
+echo "== release build and tests"
+BUILD_DIR=${BUILD_DIR:-build} scripts/build.sh
+(cd "${BUILD_DIR:-build}" && ctest -j "$jobs" --output-on-failure --timeout 600 "$@")
+
+if [[ "${ACTORPIPE_TEST_SANITIZE:-1}" != "0" ]]; then
+  echo "== address,undefined sanitizer build and tests"
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+  BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo \
+    CMAKE_ARGS="-DACTORPIPE_SANITIZE=address,undefined -DACTORPIPE_BENCH=OFF -DACTORPIPE_CUDA=OFF" \
+    scripts/build.sh
+  (cd build-asan && ctest -j "$jobs" --output-on-failure --timeout 900 -LE slow "$@")
+fi
