@@ -13,6 +13,7 @@
 #include "engine/config.hpp"
 #include "engine/data.hpp"
 #include "engine/model.hpp"
+#include "engine/optimizer_shard.hpp"
 #include "engine/partition.hpp"
 #include "engine/schedule_generators.hpp"
 #include "engine/schedule_lowering.hpp"
@@ -32,6 +33,7 @@ struct ActorEngine::Impl {
   std::unique_ptr<Model> model;
   std::unique_ptr<Partition> partition;
   std::vector<std::unique_ptr<StageWorker>> workers;
+  std::vector<std::unique_ptr<OptimizerShard>> shards;
   int64_t mb_done = 0;  // microbatches consumed by earlier runs
 };
 
@@ -80,6 +82,9 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& config,
     wo.log_versions = options.log_versions;
     impl->workers.push_back(
         std::make_unique<StageWorker>(*impl->model, *impl->partition, config.optimizer, wo));
+    impl->shards.push_back(
+        std::make_unique<OptimizerShard>(*impl->model, *impl->partition, r, config.optimizer));
+    impl->workers.back()->predict_from(*impl->shards.back());
   }
   return std::unique_ptr<ActorEngine>(new ActorEngine(std::move(impl)));
 }
@@ -100,6 +105,16 @@ StageWorker& ActorEngine::worker(int stage) {
 const StageWorker& ActorEngine::worker(int stage) const {
   AP_CHECK(stage >= 0 && stage < stages(), "stage {} of {}", stage, stages());
   return *impl_->workers[static_cast<size_t>(stage)];
+}
+
+OptimizerShard& ActorEngine::optimizer(int stage) {
+  AP_CHECK(stage >= 0 && stage < stages(), "stage {} of {}", stage, stages());
+  return *impl_->shards[static_cast<size_t>(stage)];
+}
+
+const OptimizerShard& ActorEngine::optimizer(int stage) const {
+  AP_CHECK(stage >= 0 && stage < stages(), "stage {} of {}", stage, stages());
+  return *impl_->shards[static_cast<size_t>(stage)];
 }
 
 std::span<const float> ActorEngine::params(int layer) const {
@@ -144,11 +159,13 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
   st->group = st->schedule.microbatches;
   st->total_mbs = static_cast<int64_t>(st->repeats) * st->schedule.total_microbatches();
   for (auto& w : impl_->workers) st->workers.push_back(w.get());
+  for (auto& o : impl_->shards) st->shards.push_back(o.get());
   auto channels = make_local_channels(d);
   if (!channels) return channels.error();
   st->channels = &*channels;
   st->counters = std::make_unique<StageCounters[]>(static_cast<size_t>(d));
   st->spans.resize(static_cast<size_t>(d));
+  st->update_spans.resize(static_cast<size_t>(d));
   if (im.options.record_spans) {
     for (int r = 0; r < d; ++r) st->spans[static_cast<size_t>(r)].reserve(st->actions(r));
   }
@@ -207,6 +224,8 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
   if (im.options.record_spans) {
     for (auto& spans : st->spans)
       result.spans.insert(result.spans.end(), spans.begin(), spans.end());
+    for (auto& spans : st->update_spans)
+      result.update_spans.insert(result.update_spans.end(), spans.begin(), spans.end());
   }
   return result;
 }

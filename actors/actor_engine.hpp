@@ -15,6 +15,7 @@
 namespace actorpipe {
 
 class DataLoader;
+class OptimizerShard;
 class StageWorker;
 
 /// Where a stage's wall time went (seconds since the run started).
@@ -73,6 +74,10 @@ struct ActorEngineOptions {
   /// Workers keep the weight version of every F and B (StageWorker::version_log()).
   bool log_versions = false;
   FaultInjection fault;
+  /// Test hook: called on an optimizer shard's thread right before each update's math, with the
+  /// stage and the version the update produces (e.g. to slow an update down). Its time counts as
+  /// the shard's compute.
+  std::function<void(int stage, long version)> before_update;
 };
 
 /// Called by the engine while it runs (from the driver's thread, one call at a time).
@@ -85,6 +90,10 @@ struct ActorRunResult {
   std::vector<double> losses;      ///< per optimizer step, in order
   std::vector<StageTimes> stages;  ///< per stage, whole run
   std::vector<ActionSpan> spans;   ///< record_spans only; per stage in execution order
+  /// record_spans only: per stage in order, each update its optimizer shard ran (the OPT_STEP it
+  /// came from), from the stage's hand-off to the new version's hand-back. In 2bw these overlap
+  /// the stage's own spans: the stage computes while its shard writes the next version.
+  std::vector<ActionSpan> update_spans;
   /// Credits: the most microbatches that were handed to the stages and not yet through stage 0's
   /// backward at once (the activation-stash bound of stage 0 in the mode's schedule).
   int peak_microbatches_ahead = 0;
@@ -92,11 +101,11 @@ struct ActorRunResult {
   double seconds = 0.0;
 };
 
-/// A pipeline of d stage workers driven by actors. The workers keep their state (weights, every
-/// live weight version, optimizer state) between runs, so a trainer can run, checkpoint through
-/// worker(), and run again. A run is one schedule of the configured mode over `steps` optimizer
-/// steps: for async modes it fills the pipeline at its start and drains it at its end, exactly
-/// like the serial executor given the same schedule.
+/// A pipeline of d stage workers and their optimizer shards driven by actors. They keep their
+/// state (weights, every live weight version; optimizer state) between runs, so a trainer can
+/// run, checkpoint through worker() and optimizer(), and run again. A run is one schedule of the
+/// configured mode over `steps` optimizer steps: for async modes it fills the pipeline at its start
+/// and drains it at its end, exactly like the serial executor given the same schedule.
 class ActorEngine {
  public:
   /// Builds the model, the partition and one StageWorker per stage from `config`, parameters at
@@ -115,9 +124,12 @@ class ActorEngine {
 
   const Config& config() const;
   int stages() const;
-  /// Stage r's worker (weights, versions, optimizer state), for checkpoints; not during run().
+  /// Stage r's worker (weights, versions), for checkpoints; not during run().
   StageWorker& worker(int stage);
   const StageWorker& worker(int stage) const;
+  /// Stage r's optimizer shard (optimizer state), for checkpoints; not during run().
+  OptimizerShard& optimizer(int stage);
+  const OptimizerShard& optimizer(int stage) const;
   /// Current parameters of global layer `layer` (from the stage that holds it).
   std::span<const float> params(int layer) const;
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/data.hpp"
+#include "engine/optimizer_shard.hpp"
 #include "engine/reference_trainer.hpp"
 #include "engine/serial_executor.hpp"
 #include "engine/stage_worker.hpp"
@@ -90,7 +91,7 @@ void check_against_serial(const Config& c, const std::vector<int>& runs) {
     CHECK(wa.updates() == ws.updates());
     for (int i = 0; i < ws.num_layers(); ++i) {
       CHECK(same_bits(wa.params(i), ws.params(i)));
-      CHECK(same_bits(wa.optimizer_state(i), ws.optimizer_state(i)));
+      CHECK(same_bits((*actors)->optimizer(r).state(i), (*serial)->optimizer(r).state(i)));
     }
     log_a.insert(log_a.end(), wa.version_log().begin(), wa.version_log().end());
   }

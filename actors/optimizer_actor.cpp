@@ -1,5 +1,5 @@
 // Optimizer-shard actor: the update protocol of one stage (tied-gradient exchange, Σg², clip
-// scale from the driver or the stage itself, the optimizer update) run on its own thread.
+// scale from the driver or the stage itself, the optimizer update) on its own thread and state.
 #include "actors/optimizer_actor.hpp"
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 
 #include "actors/internal/messages.hpp"
 #include "actors/internal/run_state.hpp"
+#include "engine/optimizer_shard.hpp"
 #include "engine/stage_worker.hpp"
 #include "kernels/check.hpp"
 #include "kernels/optimizer.hpp"
@@ -25,7 +26,8 @@ class OptimizerActor : public caf::event_based_actor {
       : caf::event_based_actor(cfg),
         st_(std::move(st)),
         r_(stage),
-        worker_(*st_->workers[static_cast<size_t>(stage)]),
+        shard_(*st_->shards[static_cast<size_t>(stage)]),
+        ctx_(st_->workers[static_cast<size_t>(stage)]->context().threads()),
         sync_(tied_sync(st_->mode)),
         global_clip_(clips_globally(st_->mode)) {
     set_exception_handler([this](caf::scheduled_actor*, std::exception_ptr& ep) -> caf::error {
@@ -33,28 +35,31 @@ class OptimizerActor : public caf::event_based_actor {
       report_failure(what);
       return caf::make_error(caf::sec::runtime_error, what);
     });
-    // the other stage of every tied parameter split across stages
-    const Model& model = worker_.model();
-    const Partition& part = worker_.partition();
-    for (size_t k = 0; k < worker_.num_tied(); ++k) {
-      const TiedRole role = worker_.tied_role(k);
+    // the other stage of every tied parameter split across stages (the worker's layout is
+    // immutable: read here, before the run starts)
+    const StageWorker& worker = *st_->workers[static_cast<size_t>(stage)];
+    const Model& model = worker.model();
+    const Partition& part = worker.partition();
+    for (size_t k = 0; k < worker.num_tied(); ++k) {
+      const TiedRole role = worker.tied_role(k);
       if (role != TiedRole::owner && role != TiedRole::copy) continue;
       const TiedParam& tp = model.tied()[k];
       Split s;
       s.k = k;
       s.owner = role == TiedRole::owner;
       s.peer = s.owner ? part.stage_of(tp.copy_layer) : part.stage_of(tp.owner_layer);
-      s.numel = worker_.tied_grad(k).size();
+      s.numel = model.layer(tp.owner_layer).find_slot(tp.owner_slot)->numel;
       splits_.push_back(s);
     }
   }
 
   caf::behavior make_behavior() override {
     return {
-        [this](update_atom, int64_t index) {
+        [this](update_atom, const UpdateTicket& t) {
           AP_CHECK(!active_, "stage {}: update requested while one is running", r_);
+          AP_CHECK(skip() || t.job, "stage {}: update without a job", r_);
           active_ = true;
-          index_ = static_cast<size_t>(index);
+          ticket_ = t;
           busy_ns_ = 0;
           phase_ = Phase::tied;
           begin_update();
@@ -84,8 +89,9 @@ class OptimizerActor : public caf::event_based_actor {
   };
   enum class Phase { idle, tied, scale };
 
-  Action action() const { return st_->step(r_, index_).action; }
+  Action action() const { return st_->step(r_, static_cast<size_t>(ticket_.index)).action; }
   bool skip() const { return st_->options.skip_compute; }
+  UpdateJob& job() { return *ticket_.job; }
 
   template <class F>
   void timed(F&& f) {
@@ -107,7 +113,7 @@ class OptimizerActor : public caf::event_based_actor {
         if (skip()) {
           t.data = std::make_shared<const std::vector<float>>(s.numel, 0.0f);
         } else {
-          auto g = worker_.tied_grad(s.k);
+          auto g = job().tied_grad(s.k);
           t.data = std::make_shared<const std::vector<float>>(g.begin(), g.end());
         }
       });
@@ -132,21 +138,22 @@ class OptimizerActor : public caf::event_based_actor {
                  other.size(), s.numel);
         if (!skip()) {
           timed([&] {
-            auto mine = worker_.tied_grad(s.k);
+            auto mine = job().tied_grad(s.k);
             sum_.resize(s.numel);
             const float* owner = s.owner ? mine.data() : other.data();
             const float* copy = s.owner ? other.data() : mine.data();
             for (size_t i = 0; i < s.numel; ++i) sum_[i] = owner[i] + copy[i];
-            worker_.set_tied_grad(s.k, sum_);
+            job().set_tied_grad(s.k, sum_);
           });
         }
         tgrads_.erase(it);
       }
       // step 2
-      std::vector<double> per_layer(static_cast<size_t>(worker_.num_layers()), 0.0);
+      const size_t layers = static_cast<size_t>(shard_.num_layers());
+      std::vector<double> per_layer(layers, 0.0);
       if (!skip()) {
         timed([&] {
-          auto sums = worker_.finish_gradients();
+          auto sums = job().finish_gradients(ctx_);
           per_layer.assign(sums.begin(), sums.end());
         });
       }
@@ -185,32 +192,42 @@ class OptimizerActor : public caf::event_based_actor {
           tscales_.erase(it);
         }
       }
-      // step 4
-      if (!skip()) timed([&] { worker_.exec_opt_step(action(), scales); });
+      // step 4: the new version, written while the stage computes on older ones
+      const long version = skip() ? static_cast<long>(ordinal_) + 1 : job().step();
+      timed([&] {
+        if (st_->options.before_update) st_->options.before_update(r_, version);
+        if (!skip()) shard_.run_update(ctx_, job(), scales);
+      });
       // step 5
       if (sync_ == TiedSync::follow_owner) {
         for (const Split& s : splits_) {
           if (!s.owner) continue;
           TiedTensor t;
-          t.key = skip() ? ordinal_ + 1 : worker_.updates();
+          t.key = version;
           t.tied = static_cast<int>(s.k);
           t.from_stage = r_;
           timed([&] {
             if (skip()) {
               t.data = std::make_shared<const std::vector<float>>(s.numel, 0.0f);
             } else {
-              auto w = worker_.tied_weights(s.k);
+              auto w = job().tied_weights(s.k);
               t.data = std::make_shared<const std::vector<float>>(w.begin(), w.end());
             }
           });
           send(st_->directory.stages[static_cast<size_t>(s.peer)], tweight_atom::value, t);
         }
       }
+      if (st_->options.record_spans) {
+        st_->update_spans[static_cast<size_t>(r_)].push_back(
+            {r_, action(), ticket_.handed, st_->seconds_since_start()});
+      }
       ++ordinal_;
       active_ = false;
       phase_ = Phase::idle;
       st_->progress.fetch_add(1, std::memory_order_relaxed);
-      send(st_->directory.stages[static_cast<size_t>(r_)], published_atom::value, busy_ns_);
+      send(st_->directory.stages[static_cast<size_t>(r_)], published_atom::value, ticket_,
+           busy_ns_);
+      ticket_ = {};
     }
   }
 
@@ -226,7 +243,8 @@ class OptimizerActor : public caf::event_based_actor {
 
   std::shared_ptr<RunState> st_;
   int r_;
-  StageWorker& worker_;
+  OptimizerShard& shard_;
+  Context ctx_;  // the update's compute budget: as many threads as the stage's
   TiedSync sync_;
   bool global_clip_;
   std::vector<Split> splits_;
@@ -234,7 +252,7 @@ class OptimizerActor : public caf::event_based_actor {
   bool active_ = false;
   bool failed_ = false;
   Phase phase_ = Phase::idle;
-  size_t index_ = 0;
+  UpdateTicket ticket_;
   int64_t ordinal_ = 0;  // updates done by this shard in the run; aligned across stages
   int64_t busy_ns_ = 0;
   float own_scale_ = 1.0f;

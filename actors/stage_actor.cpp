@@ -69,10 +69,20 @@ class StageActor : public caf::event_based_actor {
           released_ = std::max(released_, ordinal);
           advance();
         },
-        [this](published_atom, int64_t busy_ns) {
-          AP_CHECK(waiting_update_, "stage {}: published without an update", r_);
-          waiting_update_ = false;
-          finish_action(busy_ns);
+        [this](published_atom, const UpdateTicket& t, int64_t busy_ns) {
+          AP_CHECK(update_pending_, "stage {}: published without an update", r_);
+          if (!skip()) worker_.commit_update(*t.job);
+          update_pending_ = false;
+          if (blocked_) {
+            // the wait for the new version counts as busy up to the shard's own compute
+            blocked_ = false;
+            const int64_t credit = std::min(busy_ns, ns_between(blocked_since_, Clock::now()));
+            if (pc_ < n_) {
+              credit_ns_ += credit;  // taken from the idle gap before the next action
+            } else {
+              counters_.busy_ns.fetch_add(credit, std::memory_order_relaxed);
+            }
+          }
           advance();
         },
     };
@@ -83,9 +93,10 @@ class StageActor : public caf::event_based_actor {
 
   // Runs every action whose inputs are in, in order.
   void advance() {
-    while (!failed_ && !waiting_update_ && pc_ < n_) {
+    while (!failed_ && pc_ < n_) {
       const StageStep& s = cur_;
       if (s.starts && !repeat_started_) {
+        if (update_pending_) return block();  // a run starts from committed weights
         // every repetition of the schedule is a run of the worker (sync modes: one per step)
         if (!skip()) {
           const int64_t first =
@@ -95,28 +106,42 @@ class StageActor : public caf::event_based_actor {
         }
         repeat_started_ = true;
       }
+      if (update_pending_ && waits_for_update(s.action)) return block();
       if (!ready(s)) return;
       start_ = Clock::now();
-      counters_.idle_ns.fetch_add(ns_between(last_end_, start_), std::memory_order_relaxed);
+      const int64_t gap = ns_between(last_end_, start_);
+      const int64_t credit = std::min(credit_ns_, gap);
+      credit_ns_ = 0;
+      counters_.busy_ns.fetch_add(credit, std::memory_order_relaxed);
+      counters_.idle_ns.fetch_add(gap - credit, std::memory_order_relaxed);
       execute(s);
-      if (failed_ || waiting_update_) return;
-      finish_action(-1);
+      if (failed_) return;
+      finish_action();
     }
+    if (pc_ == n_ && update_pending_) return block();  // the run ends with committed weights
     if (pc_ == n_ && !done_sent_ && !failed_) {
       done_sent_ = true;
       send(st_->directory.driver, done_atom::value, r_);
     }
   }
 
-  // Book-keeping after an action: time, span, counters, next pc. busy_ns >= 0 (an update):
-  // the shard's compute time counts as busy, the rest of the wait as idle.
-  void finish_action(int64_t busy_ns) {
+  // The stage's next action (or its run's start or end) waits for its open update's commit.
+  void block() {
+    if (blocked_) return;
+    blocked_ = true;
+    blocked_since_ = Clock::now();
+  }
+
+  // Whether `a` must wait for the update in progress: an action that needs the version being
+  // written (the worker knows which), or the next OPT_STEP (one update at a time).
+  bool waits_for_update(const Action& a) const {
+    return skip() ? a.kind == ActionKind::OPT_STEP : worker_.waits_for_update(a);
+  }
+
+  // Book-keeping after an action: time, span, counters, next pc.
+  void finish_action() {
     const auto end = Clock::now();
-    const int64_t total = ns_between(start_, end);
-    if (busy_ns < 0) busy_ns = total;
-    busy_ns = std::min(busy_ns, total);
-    counters_.busy_ns.fetch_add(busy_ns, std::memory_order_relaxed);
-    counters_.idle_ns.fetch_add(total - busy_ns, std::memory_order_relaxed);
+    counters_.busy_ns.fetch_add(ns_between(start_, end), std::memory_order_relaxed);
     if (st_->options.record_spans) {
       const auto t0 = std::chrono::duration<double>(start_ - st_->start).count();
       const auto t1 = std::chrono::duration<double>(end - st_->start).count();
@@ -269,12 +294,16 @@ class StageActor : public caf::event_based_actor {
         send(st_->directory.stages[static_cast<size_t>(r_ - 1)], ann_atom::value, *ann);
         break;
       }
-      case ActionKind::OPT_STEP:
-        // the worker belongs to the optimizer shard until it answers `published`
-        waiting_update_ = true;
-        send(st_->directory.optimizers[static_cast<size_t>(r_)], update_atom::value,
-             static_cast<int64_t>(pc_));
+      case ActionKind::OPT_STEP: {
+        // the shard applies the update while this stage runs on; it commits on `published`
+        UpdateTicket t;
+        t.index = static_cast<int64_t>(pc_);
+        t.handed = st_->seconds_since_start();
+        if (!skip()) t.job = &worker_.begin_update(a);
+        update_pending_ = true;
+        send(st_->directory.optimizers[static_cast<size_t>(r_)], update_atom::value, t);
         break;
+      }
       case ActionKind::FLUSH:
         if (!skip()) worker_.exec_flush(a);
         flush_sent_ = false;
@@ -305,7 +334,10 @@ class StageActor : public caf::event_based_actor {
 
   size_t pc_ = 0;
   bool repeat_started_ = false;
-  bool waiting_update_ = false;
+  bool update_pending_ = false;  // handed to the shard, not committed yet
+  bool blocked_ = false;         // the next action waits for that commit, since blocked_since_
+  Clock::time_point blocked_since_;
+  int64_t credit_ns_ = 0;  // a wait for the shard's compute, to count as busy
   bool failed_ = false;
   bool done_sent_ = false;
   bool flush_sent_ = false;

@@ -16,7 +16,12 @@ struct RunState;
 ///  in:  mb (driver), ann (neighbour stages), tweight (the tied owner's optimizer shard),
 ///       release (driver, after a FLUSH), published (its optimizer shard, after an OPT_STEP)
 ///  out: ann (neighbours), loss (last stage), credit (stage 0), flush, done, fail (driver),
-///       update (its optimizer shard, which holds the worker until it answers published)
+///       update (its optimizer shard: the worker's UpdateJob of an OPT_STEP)
+/// At an OPT_STEP it hands the update's job to its shard and goes on with its next actions; it
+/// commits the new version when the shard answers `published`. Only an action that needs that
+/// version (StageWorker::waits_for_update), the next OPT_STEP, the start of the next schedule
+/// repetition and the end of the run wait for the commit; in 2bw the next step's microbatches
+/// thus compute on the current version while the shard writes the next one.
 caf::actor spawn_stage_actor(caf::actor_system& sys, std::shared_ptr<internal::RunState> state,
                              int stage);
 

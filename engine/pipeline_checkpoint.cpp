@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstring>
 
+#include "engine/optimizer_shard.hpp"
 #include "engine/stage_worker.hpp"
 #include "kernels/check.hpp"
 
@@ -22,14 +23,26 @@ std::vector<std::string> state_suffixes(const OptimizerOptions& o) {
   return {".adam_m", ".adam_v"};
 }
 
-Status check_idle(std::span<StageWorker* const> workers) {
+Status check_idle(std::span<StageWorker* const> workers,
+                  std::span<OptimizerShard* const> optimizers) {
   if (workers.empty()) return make_error("checkpoint: no stage workers");
-  for (const StageWorker* w : workers) {
-    if (w->in_flight() > 0) {
+  if (optimizers.size() != workers.size()) {
+    return make_error("checkpoint: {} optimizer shards for {} stage workers", optimizers.size(),
+                      workers.size());
+  }
+  for (size_t r = 0; r < workers.size(); ++r) {
+    const StageWorker* w = workers[r];
+    const OptimizerShard* o = optimizers[r];
+    if (o->stage() != w->stage() || o->first_layer() != w->first_layer() ||
+        o->num_layers() != w->num_layers()) {
+      return make_error("checkpoint: the optimizer shard of stage {} given for stage {}",
+                        o->stage(), w->stage());
+    }
+    if (w->in_flight() > 0 || w->update_open()) {
       return make_error(
-          "checkpoint: stage {} has {} microbatches in flight (checkpoints are taken "
+          "checkpoint: stage {} has {} microbatches in flight{} (checkpoints are taken "
           "between runs)",
-          w->stage(), w->in_flight());
+          w->stage(), w->in_flight(), w->update_open() ? " and an update open" : "");
     }
   }
   return {};
@@ -92,8 +105,8 @@ CheckpointInfo pipeline_checkpoint_info(const Config& config, const RunPosition&
 }
 
 Expected<CheckpointRefs> pipeline_checkpoint_refs(std::span<StageWorker* const> workers,
-                                                  const OptimizerOptions& optimizer) {
-  if (Status ok = check_idle(workers); !ok) return ok.error();
+                                                  std::span<OptimizerShard* const> optimizers) {
+  if (Status ok = check_idle(workers, optimizers); !ok) return ok.error();
   const long updates = workers[0]->updates();
   for (const StageWorker* w : workers) {
     if (w->updates() != updates) {
@@ -101,16 +114,18 @@ Expected<CheckpointRefs> pipeline_checkpoint_refs(std::span<StageWorker* const> 
                         w->updates(), updates);
     }
   }
-  const auto suffixes = state_suffixes(optimizer);
+  const auto suffixes = state_suffixes(optimizers[0]->options());
   CheckpointRefs refs;
-  for (StageWorker* w : workers) {
+  for (size_t r = 0; r < workers.size(); ++r) {
+    const StageWorker* w = workers[r];
+    const OptimizerShard* o = optimizers[r];
     const Model& model = w->model();
     const WeightStore& store = w->store();
     for (int i = 0; i < w->num_layers(); ++i) {
       const int layer = w->first_layer() + i;
       const Layer& l = model.layer(layer);
       const float* params = w->params(i).data();
-      const std::span<float> state_span = w->optimizer_state(i);
+      const std::span<const float> state_span = o->state(i);
       AP_CHECK(state_span.size() == suffixes.size() * l.param_floats(),
                "layer {}: {} optimizer state floats for {} parameters", layer, state_span.size(),
                l.param_floats());
@@ -135,8 +150,9 @@ Expected<CheckpointRefs> pipeline_checkpoint_refs(std::span<StageWorker* const> 
 
 Expected<std::string> save_pipeline_checkpoint(const std::string& dir, const Config& config,
                                                const RunPosition& position,
-                                               std::span<StageWorker* const> workers) {
-  auto refs = pipeline_checkpoint_refs(workers, config.optimizer);
+                                               std::span<StageWorker* const> workers,
+                                               std::span<OptimizerShard* const> optimizers) {
+  auto refs = pipeline_checkpoint_refs(workers, optimizers);
   if (!refs) return refs.error();
   return save_checkpoint(dir, pipeline_checkpoint_info(config, position, workers[0]->updates()),
                          *refs);
@@ -178,8 +194,9 @@ Status check_resume(const CheckpointInfo& info, const Config& config) {
 
 Status load_pipeline_checkpoint(const CheckpointContents& ckpt,
                                 std::span<StageWorker* const> workers,
-                                const OptimizerOptions& optimizer) {
-  if (Status ok = check_idle(workers); !ok) return ok.error();
+                                std::span<OptimizerShard* const> optimizers) {
+  if (Status ok = check_idle(workers, optimizers); !ok) return ok.error();
+  const OptimizerOptions& optimizer = optimizers[0]->options();
   long updates = 0;
   {
     const std::string* text = find_extra(ckpt.info, "updates");
@@ -196,14 +213,16 @@ Status load_pipeline_checkpoint(const CheckpointContents& ckpt,
                       ckpt.info.optimizer.kind, optimizer.kind);
   }
   const auto suffixes = state_suffixes(optimizer);
-  for (StageWorker* w : workers) {
+  for (size_t r = 0; r < workers.size(); ++r) {
+    StageWorker* w = workers[r];
+    OptimizerShard* o = optimizers[r];
     const Model& model = w->model();
     if (Status ok = check_compatible(ckpt.info, model.options()); !ok) return ok.error();
     for (int i = 0; i < w->num_layers(); ++i) {
       const int layer = w->first_layer() + i;
       const Layer& l = model.layer(layer);
       float* params = w->mutable_params(i).data();
-      const std::span<float> state_span = w->optimizer_state(i);
+      const std::span<float> state_span = o->state(i);
       AP_CHECK(state_span.size() == suffixes.size() * l.param_floats(),
                "layer {}: {} optimizer state floats for {} parameters", layer, state_span.size(),
                l.param_floats());

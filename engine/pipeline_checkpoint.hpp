@@ -1,5 +1,5 @@
-// Pipeline checkpoint: the state of d stage workers (parameters, optimizer state, update count,
-// older live weight versions) under stage-independent names, and back into any partition.
+// Pipeline checkpoint: the state of d stages (workers: parameters, update count, older live
+// weight versions; optimizer shards: optimizer state) under stage-independent names, and back.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 
 namespace actorpipe {
 
+class OptimizerShard;
 class StageWorker;
 
 /// Where a run stands when it is checkpointed.
@@ -30,21 +31,22 @@ struct RunPosition {
 CheckpointInfo pipeline_checkpoint_info(const Config& config, const RunPosition& position,
                                         long updates);
 
-/// Views of the workers' tensors (no copy), whose optimizer is `optimizer`: `model` holds each
-/// layer's newest parameters, one tensor per slot, "layers.<i>.<slot>" (a tied copy under its own
-/// name, equal to its owner); `optimizer` the state per slot, "<param>.adam_m" and "<param>.adam_v"
-/// (AdamW) or
-/// "<param>.momentum" (SGD); `versions` every older version the stages still hold,
-/// "<param>@v<k>" with k its update count. Errors: a microbatch in flight, or stages that have
-/// applied different numbers of updates. The workers must outlive the returned views.
+/// Views of the stages' tensors (no copy): `model` holds each layer's newest parameters (from
+/// the workers), one tensor per slot, "layers.<i>.<slot>" (a tied copy under its own name, equal
+/// to its owner); `optimizer` the state per slot (from the optimizer shards, optimizers[r] being
+/// stage r's), "<param>.adam_m" and "<param>.adam_v" (AdamW) or "<param>.momentum" (SGD);
+/// `versions` every older version the stages still hold, "<param>@v<k>" with k its update count.
+/// Errors: a microbatch in flight or an update open, stages that have applied different numbers
+/// of updates, shards that are not the workers' stages'. The stages must outlive the views.
 Expected<CheckpointRefs> pipeline_checkpoint_refs(std::span<StageWorker* const> workers,
-                                                  const OptimizerOptions& optimizer);
+                                                  std::span<OptimizerShard* const> optimizers);
 
 /// pipeline_checkpoint_info + pipeline_checkpoint_refs + save_checkpoint: writes
 /// <dir>/step-<N> or <dir>/final atomically and returns its path.
 Expected<std::string> save_pipeline_checkpoint(const std::string& dir, const Config& config,
                                                const RunPosition& position,
-                                               std::span<StageWorker* const> workers);
+                                               std::span<StageWorker* const> workers,
+                                               std::span<OptimizerShard* const> optimizers);
 
 /// Whether a checkpoint can continue a run of `config`. Refuses, naming every mismatch with
 /// the checkpoint's and the config's value: a model key that changes the parameters
@@ -53,12 +55,13 @@ Expected<std::string> save_pipeline_checkpoint(const std::string& dir, const Con
 /// mode, the number of stages, the partition and the remaining optimizer keys may differ.
 Status check_resume(const CheckpointInfo& info, const Config& config);
 
-/// Loads a checkpoint's parameters and optimizer state into idle workers (optimizer: theirs) of any
-/// partition of the same model, and sets every worker's update count. Every tensor the workers need
-/// must be present with its shape; errors name the tensor and what does not match. The workers'
-/// runs then start from the loaded weights (a run boundary: older versions are not restored).
+/// Loads a checkpoint's parameters into idle workers and its optimizer state into their stages'
+/// optimizer shards (optimizers[r] being stage r's), of any partition of the same model, and
+/// sets every worker's update count. Every tensor the stages need must be present with its
+/// shape; errors name the tensor and what does not match. The workers' runs then start from the
+/// loaded weights (a run boundary: older versions are not restored).
 Status load_pipeline_checkpoint(const CheckpointContents& checkpoint,
                                 std::span<StageWorker* const> workers,
-                                const OptimizerOptions& optimizer);
+                                std::span<OptimizerShard* const> optimizers);
 
 }  // namespace actorpipe

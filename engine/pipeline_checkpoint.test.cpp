@@ -87,9 +87,15 @@ struct Pipeline {
     for (int r = 0; r < exec->stages(); ++r) w.push_back(&exec->worker(r));
     return w;
   }
+  std::vector<OptimizerShard*> shards() {
+    std::vector<OptimizerShard*> o;
+    for (int r = 0; r < exec->stages(); ++r) o.push_back(&exec->optimizer(r));
+    return o;
+  }
   std::string save(const Config& c, const std::string& dir, int64_t step) {
     auto ws = workers();
-    auto p = save_pipeline_checkpoint(dir, c, {step, data->position(), false}, ws);
+    auto os = shards();
+    auto p = save_pipeline_checkpoint(dir, c, {step, data->position(), false}, ws, os);
     REQUIRE_MESSAGE(p.ok(), p.error().message);
     return *p;
   }
@@ -98,7 +104,8 @@ struct Pipeline {
     REQUIRE_MESSAGE(ckpt.ok(), ckpt.error().message);
     if (Status ok = check_resume(ckpt->info, c); !ok) return ok;
     auto ws = workers();
-    if (Status ok = load_pipeline_checkpoint(*ckpt, ws, c.optimizer); !ok) return ok;
+    auto os = shards();
+    if (Status ok = load_pipeline_checkpoint(*ckpt, ws, os); !ok) return ok;
     data->seek(ckpt->info.data_position);
     return {};
   }
@@ -121,8 +128,8 @@ void check_same_state(Pipeline& a, Pipeline& b) {
     CAPTURE(i);
     CHECK(same_bits(a.exec->params(i), b.exec->params(i)));
     const int ra = pa.stage_of(i), rb = pb.stage_of(i);
-    CHECK(same_bits(a.exec->worker(ra).optimizer_state(i - pa.begin(ra)),
-                    b.exec->worker(rb).optimizer_state(i - pb.begin(rb))));
+    CHECK(same_bits(a.exec->optimizer(ra).state(i - pa.begin(ra)),
+                    b.exec->optimizer(rb).state(i - pb.begin(rb))));
   }
   for (int r = 0; r < b.exec->stages(); ++r)
     CHECK(b.exec->worker(r).updates() == a.exec->worker(0).updates());
@@ -342,7 +349,8 @@ TEST_CASE("mismatched checkpoints are refused naming what does not match") {
                   [](const NamedTensor& t) { return t.name == "layers.2.mlp.fc.weight"; });
     Pipeline q(c);
     auto ws = q.workers();
-    Status s = load_pipeline_checkpoint(broken, ws, c.optimizer);
+    auto os = q.shards();
+    Status s = load_pipeline_checkpoint(broken, ws, os);
     REQUIRE_FALSE(s.ok());
     CHECK(s.error().message.find("model.safetensors has no tensor layers.2.mlp.fc.weight") !=
           std::string::npos);
@@ -351,7 +359,7 @@ TEST_CASE("mismatched checkpoints are refused naming what does not match") {
     for (NamedTensor& t : broken.optimizer) {
       if (t.name == "layers.0.wte.adam_v") t.shape = {t.numel()};
     }
-    s = load_pipeline_checkpoint(broken, ws, c.optimizer);
+    s = load_pipeline_checkpoint(broken, ws, os);
     REQUIRE_FALSE(s.ok());
     CHECK(s.error().message.find("layers.0.wte.adam_v in optimizer.safetensors has shape [192], "
                                  "the model expects [24, 8]") != std::string::npos);

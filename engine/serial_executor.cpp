@@ -41,8 +41,9 @@ void sum_tied(std::span<const float> owner, std::span<const float> copy, std::ve
 // parameters' contributions and published versions.
 struct SerialExecutor::Run {
   struct Update {
-    std::vector<bool> arrived;  // per stage: reached this OPT_STEP
-    int executed = 0;           // stages that ran it
+    std::vector<bool> arrived;     // per stage: reached this OPT_STEP
+    std::vector<UpdateJob*> jobs;  // per stage: its update, begun when it arrived
+    int executed = 0;              // stages that ran it
     bool collective_done = false;
     float global_scale = 1.0f;
     std::vector<std::vector<float>> contribution;  // per tied k: the copy stage's gradient
@@ -84,6 +85,7 @@ struct SerialExecutor::Run {
     Update& u = updates[version];
     if (u.arrived.empty()) {
       u.arrived.assign(static_cast<size_t>(d), false);
+      u.jobs.assign(static_cast<size_t>(d), nullptr);
       u.contribution.resize(tied);
       u.has_contribution.assign(tied, false);
       u.sum.resize(tied);
@@ -108,6 +110,8 @@ SerialExecutor::SerialExecutor(const Model& model, const Partition& partition,
     w.threads = options.threads.empty() ? 1 : options.threads[static_cast<size_t>(r)];
     w.log_versions = options.log_versions;
     workers_.push_back(std::make_unique<StageWorker>(model, partition, optimizer, w));
+    shards_.push_back(std::make_unique<OptimizerShard>(model, partition, r, optimizer));
+    workers_.back()->predict_from(*shards_.back());
   }
 }
 
@@ -259,11 +263,12 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
       case ActionKind::OPT_STEP: {
         Run::Update& u = run.update(a.version, ntied);
         if (!u.arrived[static_cast<size_t>(r)]) {
+          // the stage's gradients are complete once it reaches the update: it hands them out
           u.arrived[static_cast<size_t>(r)] = true;
-          // the copy side's contribution is complete once its stage reaches the update
+          u.jobs[static_cast<size_t>(r)] = &w.begin_update(a);
           for (size_t k = 0; k < ntied && !global; ++k) {
             if (!cross(k, r, TiedRole::copy)) continue;
-            const auto g = w.tied_grad(k);
+            const auto g = u.jobs[static_cast<size_t>(r)]->tied_grad(k);
             u.contribution[k].assign(g.begin(), g.end());
             u.has_contribution[k] = true;
           }
@@ -332,6 +337,7 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
         break;
       case ActionKind::OPT_STEP: {
         Run::Update& u = run.update(a.version, ntied);
+        UpdateJob& job = *u.jobs[ru];
         UpdateScales scales;
         if (global) {
           if (!u.collective_done) {
@@ -339,15 +345,18 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
             for (size_t k = 0; k < ntied; ++k) {
               const int o = stage_of_role(k, TiedRole::owner), c = stage_of_role(k, TiedRole::copy);
               if (o == c) continue;
-              StageWorker& wo = *workers_[static_cast<size_t>(o)];
-              StageWorker& wc = *workers_[static_cast<size_t>(c)];
-              sum_tied(wo.tied_grad(k), wc.tied_grad(k), sum);
-              wo.set_tied_grad(k, sum);
-              wc.set_tied_grad(k, sum);
+              UpdateJob& jo = *u.jobs[static_cast<size_t>(o)];
+              UpdateJob& jc = *u.jobs[static_cast<size_t>(c)];
+              sum_tied(jo.tied_grad(k), jc.tied_grad(k), sum);
+              jo.set_tied_grad(k, sum);
+              jc.set_tied_grad(k, sum);
             }
             double sumsq = 0.0;  // every layer in order: stage order, then layer order
-            for (auto& wr : workers_)
-              for (double v : wr->finish_gradients()) sumsq += v;
+            for (int q = 0; q < d; ++q) {
+              UpdateJob& jq = *u.jobs[static_cast<size_t>(q)];
+              for (double v : jq.finish_gradients(workers_[static_cast<size_t>(q)]->context()))
+                sumsq += v;
+            }
             u.global_scale = clip_scale(sumsq, opt_.grad_clip);
             u.collective_done = true;
           }
@@ -355,14 +364,14 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
         } else {
           for (size_t k = 0; k < ntied; ++k) {
             if (cross(k, r, TiedRole::owner)) {
-              sum_tied(w.tied_grad(k), u.contribution[k], u.sum[k]);
-              w.set_tied_grad(k, u.sum[k]);
+              sum_tied(job.tied_grad(k), u.contribution[k], u.sum[k]);
+              job.set_tied_grad(k, u.sum[k]);
             } else if (cross(k, r, TiedRole::copy) && sync == TiedSync::exchange_grads) {
-              w.set_tied_grad(k, u.sum[k]);
+              job.set_tied_grad(k, u.sum[k]);
             }
           }
           double sumsq = 0.0;  // this stage's layers in order
-          for (double v : w.finish_gradients()) sumsq += v;
+          for (double v : job.finish_gradients(w.context())) sumsq += v;
           scales.stage = scales.tied = clip_scale(sumsq, opt_.grad_clip);
           for (size_t k = 0; k < ntied; ++k) {
             if (cross(k, r, TiedRole::owner)) {
@@ -373,7 +382,9 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
             }
           }
         }
-        w.exec_opt_step(a, scales);
+        // the rest of the protocol back to back: the shard's math on the stage's Context
+        shards_[ru]->run_update(w.context(), job, scales);
+        w.commit_update(job);
         for (size_t k = 0; k < ntied; ++k) {
           if (sync == TiedSync::follow_owner && cross(k, r, TiedRole::owner)) {
             const auto t = w.tied_weights(k);
@@ -454,6 +465,16 @@ StageWorker& SerialExecutor::worker(int stage) {
 const StageWorker& SerialExecutor::worker(int stage) const {
   AP_CHECK(stage >= 0 && stage < stages(), "stage {} of {}", stage, stages());
   return *workers_[static_cast<size_t>(stage)];
+}
+
+OptimizerShard& SerialExecutor::optimizer(int stage) {
+  AP_CHECK(stage >= 0 && stage < stages(), "stage {} of {}", stage, stages());
+  return *shards_[static_cast<size_t>(stage)];
+}
+
+const OptimizerShard& SerialExecutor::optimizer(int stage) const {
+  AP_CHECK(stage >= 0 && stage < stages(), "stage {} of {}", stage, stages());
+  return *shards_[static_cast<size_t>(stage)];
 }
 
 std::span<const float> SerialExecutor::params(int layer) const {

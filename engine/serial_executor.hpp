@@ -10,6 +10,7 @@
 #include "engine/batch.hpp"
 #include "engine/expected.hpp"
 #include "engine/model.hpp"
+#include "engine/optimizer_shard.hpp"
 #include "engine/options.hpp"
 #include "engine/partition.hpp"
 #include "engine/schedule.hpp"
@@ -29,16 +30,18 @@ struct SerialExecutorOptions {
   bool log_versions = false;  ///< keep every F/B's VersionUse (version_log())
 };
 
-/// d StageWorkers and the loop that drives them. The loop sweeps the stages in ascending order
-/// and runs each stage's next action when it is ready, one action per stage per sweep, until
-/// every list is done:
+/// d StageWorkers, their OptimizerShards, and the loop that drives them. The loop sweeps the stages
+/// in ascending order and runs each stage's next action when it is ready, one action per stage per
+/// sweep, until every list is done:
 ///   F / B            ready when its input arrived (stage 0's F and the last stage's B need none;
 ///                    a follow_owner copy stage's F also needs the tied version it must install);
 ///   SEND_F / SEND_B  always ready: the tensor goes onto the link to the neighbour;
 ///   RECV_F / RECV_B  ready when the matching SEND has executed;
-///   OPT_STEP         runs the update protocol of StageWorker: global clipping waits for every
-///                    stage to reach the same OPT_STEP; a tied pair's stages wait for the partner's
-///                    contribution (exchange_grads: both ways; follow_owner: the owner only);
+///   OPT_STEP         runs the update protocol of StageWorker, begin_update to commit_update back
+///                    to back (the shard's math on the stage's Context): global clipping waits
+///                    for every stage to reach the same OPT_STEP; a tied pair's stages wait for
+///                    the partner's contribution (exchange_grads: both ways; follow_owner: the
+///                    owner only); a stage that reaches an OPT_STEP begins its update at once;
 ///   FLUSH            ready when every stage has reached the same FLUSH.
 /// Results do not depend on the sweep order: every value is a function of the data dependencies.
 class SerialExecutor {
@@ -75,6 +78,9 @@ class SerialExecutor {
   int stages() const { return partition_.stages(); }
   StageWorker& worker(int stage);
   const StageWorker& worker(int stage) const;
+  /// Stage `stage`'s optimizer shard (its optimizer state).
+  OptimizerShard& optimizer(int stage);
+  const OptimizerShard& optimizer(int stage) const;
   /// Newest parameters of global layer `layer` (from the stage holding it).
   std::span<const float> params(int layer) const;
   /// Every F/B executed so far (log_versions), per stage in execution order, stages ascending.
@@ -92,6 +98,7 @@ class SerialExecutor {
   OptimizerOptions opt_;
   SerialExecutorOptions opts_;
   std::vector<std::unique_ptr<StageWorker>> workers_;
+  std::vector<std::unique_ptr<OptimizerShard>> shards_;
   int64_t mb_done_ = 0;
 };
 

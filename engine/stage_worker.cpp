@@ -1,64 +1,19 @@
 // StageWorker: the compute unit of one pipeline stage (its layers' weight versions, gradients,
-// optimizer state, activation stash and Context) with one exec_* call per action kind.
+// activation stash and Context) with one exec_* call per action kind and the update hand-off.
 #include "engine/stage_worker.hpp"
 
 #include <algorithm>
 #include <atomic>
 
-#include "engine/layer_optimizer.hpp"
+#include "engine/optimizer_shard.hpp"
 #include "engine/schedule_generators.hpp"
 #include "engine/simulator.hpp"
 #include "engine/xpipe_prediction.hpp"
 #include "kernels/check.hpp"
-#include "kernels/optimizer.hpp"
 
 namespace actorpipe {
 
 namespace {
-
-// How an update treats one parameter slot.
-enum SlotRule : uint8_t {
-  kStageScale = 0,  // clipped by UpdateScales::stage
-  kTiedScale = 1,   // exchange_grads copy of a tied parameter owned elsewhere: UpdateScales::tied
-  kSkip = 2,        // follow_owner copy: the owner's stage updates it
-};
-
-// One update of a layer as optimizer_update does it (one adamw_update / sgd_update call per run
-// of slots with the same decay flag; the kernels are element-wise, so the runs do not change
-// the bits), except that each slot takes the scale its rule names or is left alone.
-void update_layer(Context& ctx, const OptimizerOptions& o, const Layer& layer, float* params,
-                  const float* grads, float* state, long step, const std::vector<uint8_t>& rules,
-                  const UpdateScales& scales) {
-  const bool adamw = o.kind == "adamw";
-  const size_t n = layer.param_floats();
-  const float lr = scheduled_lr(o, step);
-  const auto& slots = layer.slots();
-  size_t s = 0;
-  while (s < slots.size()) {
-    if (rules[s] == kSkip) {
-      ++s;
-      continue;
-    }
-    const bool decay = slots[s].decay;
-    const uint8_t rule = rules[s];
-    const size_t begin = slots[s].offset;
-    size_t end = begin;
-    while (s < slots.size() && slots[s].decay == decay && rules[s] == rule) {
-      end = slots[s].offset + slots[s].numel;
-      ++s;
-    }
-    const float wd = decay ? o.weight_decay : 0.0f;
-    const float scale = rule == kTiedScale ? scales.tied : scales.stage;
-    if (adamw) {
-      const AdamWParams p{lr, o.beta1, o.beta2, o.eps, wd};
-      adamw_update(ctx, params + begin, grads + begin, state + begin, state + n + begin,
-                   end - begin, p, step, scale);
-    } else {
-      const SGDParams p{lr, o.momentum, wd};
-      sgd_update(ctx, params + begin, grads + begin, state + begin, end - begin, p, scale);
-    }
-  }
-}
 
 int default_stash_slots(Mode mode, int d, int r, int m) {
   // sync schedules cover one step; an async one reaches its steady state after d microbatches
@@ -88,13 +43,6 @@ struct StageWorker::Slot {
   std::vector<float> hidden;  // outputs of the stage's layers but the last, (B,T,C) each
   std::vector<float> saved;   // every layer's saved activations
   LossStats loss;
-};
-
-struct StageWorker::Tied {
-  TiedRole role = TiedRole::none;
-  int owner_stage = 0, copy_stage = 0;
-  int owner_local = -1, copy_local = -1;  // local layer indices (when held here)
-  size_t owner_offset = 0, copy_offset = 0, numel = 0;
 };
 
 /// Output tensors handed to other stages without copying: a tensor is reused once every other
@@ -146,25 +94,26 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
   const int L = partition.size(stage_);
   const size_t bth = static_cast<size_t>(options.B) * options.T * model.options().width;
 
-  // layers, parameter / gradient / state layout
+  // layers, parameter / gradient layout
   std::vector<size_t> layer_floats;
-  size_t params = 0, state = 0, saved = 0;
+  size_t params = 0, saved = 0;
   std::vector<size_t> saved_off;
   for (int i = 0; i < L; ++i) {
     layers_.push_back(model.layer_ptr(first_ + i));
     const Layer& layer = *layers_.back();
     layer_floats.push_back(layer.param_floats());
     param_off_.push_back(params);
-    state_off_.push_back(state);
     saved_off.push_back(saved);
     params += layer.param_floats();
-    state += optimizer_state_floats(optimizer, layer.param_floats());
     saved += layer.saved_floats(options.B, options.T);
   }
   saved_off.push_back(saved);
   saved_off_ = std::move(saved_off);
-  grads_.assign(params, 0.0f);
-  state_.assign(state, 0.0f);
+  // a second gradient buffer only when backwards can run while an update is open
+  const int versions = version_capacity(options.mode, d, stage_);
+  grad_buf_[0].assign(params, 0.0f);
+  if (versions > 1) grad_buf_[1].assign(params, 0.0f);
+  grads_ = grad_buf_[0].data();
   if (version_policy(options.mode) == VersionPolicy::predicted) predicted_.assign(params, 0.0f);
 
   // activation stash
@@ -181,21 +130,27 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
   const std::vector<int64_t> hidden_shape{options.B, options.T, model.options().width};
   out_pool_ = std::make_unique<TensorPool>(hidden_shape, is_last() ? 0 : stash_slots() + 1);
   din_pool_ = std::make_unique<TensorPool>(hidden_shape, is_first() ? 0 : 2);
-  sumsq_.assign(static_cast<size_t>(L), 0.0);
 
   // weight versions, initialised from the model's seeded init
-  store_ = std::make_unique<WeightStore>(version_policy(options.mode),
-                                         version_capacity(options.mode, d, stage_),
+  store_ = std::make_unique<WeightStore>(version_policy(options.mode), versions,
                                          std::move(layer_floats), stash_slots());
   for (int i = 0; i < L; ++i) model.init_layer(first_ + i, store_->mutable_params(0, i).data());
 
-  // tied parameters and per-slot update rules
-  slot_rule_.resize(static_cast<size_t>(L));
+  // the update job's layout: per-slot update rules, tied parameters
+  job_.model_ = &model_;
+  job_.stage_ = stage_;
+  job_.first_ = first_;
+  job_.layers_ = layers_;
+  job_.offsets_ = param_off_;
+  job_.sumsq_.assign(static_cast<size_t>(L), 0.0);
+  job_.params_.resize(static_cast<size_t>(L));
+  std::vector<std::vector<SlotUpdate>>& rules = job_.updates_;
+  rules.resize(static_cast<size_t>(L));
   for (int i = 0; i < L; ++i)
-    slot_rule_[static_cast<size_t>(i)].assign(layers_[static_cast<size_t>(i)]->slots().size(),
-                                              kStageScale);
+    rules[static_cast<size_t>(i)].assign(layers_[static_cast<size_t>(i)]->slots().size(),
+                                         SlotUpdate::stage_scale);
   for (const TiedParam& tp : model.tied()) {
-    Tied t;
+    TiedLayout t;
     t.owner_stage = partition.stage_of(tp.owner_layer);
     t.copy_stage = partition.stage_of(tp.copy_layer);
     const ParamSlot* a = model.layer(tp.owner_layer).find_slot(tp.owner_slot);
@@ -221,8 +176,8 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
       const auto& slots_of = layers_[static_cast<size_t>(t.copy_local)]->slots();
       for (size_t s = 0; s < slots_of.size(); ++s) {
         if (slots_of[s].name == tp.copy_slot) {
-          slot_rule_[static_cast<size_t>(t.copy_local)][s] =
-              tied_sync_ == TiedSync::follow_owner ? kSkip : kTiedScale;
+          rules[static_cast<size_t>(t.copy_local)][s] =
+              tied_sync_ == TiedSync::follow_owner ? SlotUpdate::skip : SlotUpdate::tied_scale;
         }
       }
     }
@@ -231,6 +186,7 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
     tied_held_.back().reserve(static_cast<size_t>(store_->capacity()) + 2);
     tied_held_.back().emplace_back(0, 0);  // both copies start from the same init
   }
+  job_.tied_ = tied_;
   tied_carried_.assign(tied_.size(), -1);
   if (opts_.log_versions) log_.reserve(1024);
 }
@@ -265,7 +221,10 @@ Status StageWorker::start_run(const Schedule& s, int64_t microbatch_offset) {
     return make_error("stage {}: {} microbatches of the previous run are still in flight", stage_,
                       in_flight());
   }
-  if (grads_finished_) return make_error("stage {}: an update was left unfinished", stage_);
+  if (job_.open()) {
+    return make_error("stage {}: the update to version {} is still open (commit it first)", stage_,
+                      job_.step());
+  }
   const int need = peak_stash(s)[static_cast<size_t>(stage_)];
   if (need > stash_slots()) {
     return make_error(
@@ -290,7 +249,7 @@ Status StageWorker::start_run(const Schedule& s, int64_t microbatch_offset) {
   mb_offset_ = microbatch_offset;
   run_microbatches_ = s.total_microbatches();
   owner_f_version_.clear();
-  for (const Tied& t : tied_) {
+  for (const TiedLayout& t : tied_) {
     if (t.role != TiedRole::copy || tied_sync_ != TiedSync::follow_owner) continue;
     owner_f_version_.assign(static_cast<size_t>(run_microbatches_), -1);
     for (const Action& a : s.per_stage[static_cast<size_t>(t.owner_stage)]) {
@@ -345,6 +304,8 @@ void StageWorker::set_tied_held(int version, size_t k, int tied_version) {
 
 ForwardOutput StageWorker::exec_forward(const Action& a, const Microbatch& mb, const Tensor& in) {
   check_action(a, ActionKind::F);
+  AP_CHECK(!waits_for_update(a), "{}: needs the update to version {}, which is not committed",
+           to_string(a), job_.step());
   AP_CHECK(mb.B == opts_.B && mb.T == opts_.T,
            "{}: microbatch ({}, {}) but the stage takes ({}, {})", to_string(a), mb.B, mb.T,
            opts_.B, opts_.T);
@@ -385,9 +346,12 @@ ForwardOutput StageWorker::exec_forward(const Action& a, const Microbatch& mb, c
     const Layer& layer = *layers_[k];
     const float* P = store_->params(v, i).data();
     if (predict) {
+      AP_CHECK(moments_,
+               "{}: an xpipe forward predicts from the optimizer moments: predict_from() "
+               "first",
+               to_string(a));
       float* y = predicted_.data() + param_off_[k];
-      predict_weights(ctx_, opt_, layer, P, state_.data() + state_off_[k], updates_, a.lookahead,
-                      y);
+      predict_weights(ctx_, opt_, layer, P, moments_->state(i).data(), updates_, a.lookahead, y);
       P = y;
     }
     ctx_.arena().reset();
@@ -408,8 +372,8 @@ ForwardOutput StageWorker::exec_forward(const Action& a, const Microbatch& mb, c
 
 Tensor StageWorker::exec_backward(const Action& a, const Microbatch& mb, const Tensor& dout) {
   check_action(a, ActionKind::B);
-  AP_CHECK(!grads_finished_, "{}: a backward after finish_gradients() and before the update",
-           to_string(a));
+  AP_CHECK(!waits_for_update(a), "{}: needs the update to version {}, which is not committed",
+           to_string(a), job_.step());
   AP_CHECK(mb.B == opts_.B && mb.T == opts_.T,
            "{}: microbatch ({}, {}) but the stage takes ({}, {})", to_string(a), mb.B, mb.T,
            opts_.B, opts_.T);
@@ -444,7 +408,7 @@ Tensor StageWorker::exec_backward(const Action& a, const Microbatch& mb, const T
     const float* x = i > 0 ? slot.hidden.data() + (k - 1) * bth
                            : (layer.takes_input() ? slot.input.f32() : nullptr);
     ctx_.arena().reset();
-    layer.backward(ctx_, store_->params(v, i).data(), grads_.data() + param_off_[k], mb, x,
+    layer.backward(ctx_, store_->params(v, i).data(), grads_ + param_off_[k], mb, x,
                    slot.saved.data() + saved_off_[k], dcur, dnext, dloss);
     dcur = dnext;
   }
@@ -461,40 +425,35 @@ Tensor StageWorker::exec_backward(const Action& a, const Microbatch& mb, const T
   return din;
 }
 
-std::span<const double> StageWorker::finish_gradients() {
-  AP_CHECK(run_active_, "stage {}: finish_gradients() outside a run", stage_);
-  AP_CHECK(!grads_finished_, "stage {}: finish_gradients() twice for one update", stage_);
-  for (const Tied& t : tied_) {
-    if (t.role != TiedRole::both) continue;
-    reduce_tied_grads(
-        grads_.data() + param_off_[static_cast<size_t>(t.owner_local)] + t.owner_offset,
-        grads_.data() + param_off_[static_cast<size_t>(t.copy_local)] + t.copy_offset, t.numel);
-  }
-  for (int i = 0; i < num_layers(); ++i) {
-    const size_t k = static_cast<size_t>(i);
-    sumsq_[k] = model_.grad_sumsq(ctx_, first_ + i, grads_.data() + param_off_[k]);
-  }
-  grads_finished_ = true;
-  return sumsq_;
-}
-
-void StageWorker::exec_opt_step(const Action& a, const UpdateScales& scales) {
+UpdateJob& StageWorker::begin_update(const Action& a) {
   check_action(a, ActionKind::OPT_STEP);
-  AP_CHECK(grads_finished_, "{}: finish_gradients() must come before the update", to_string(a));
+  AP_CHECK(!job_.open(), "{}: the update to version {} is still open", to_string(a), job_.step());
   AP_CHECK(base_ + a.version == updates_ + 1, "{}: produces version {} but the stage is at {}",
            to_string(a), base_ + a.version, updates_);
   // the copy slot of a follow_owner copy is not updated: the new version holds what the newest
-  // one held
+  // one holds now
   for (size_t k = 0; k < tied_.size(); ++k) tied_carried_[k] = tied_held(store_->latest(), k);
   store_->begin_update();
-  ++updates_;
-  for (int i = 0; i < num_layers(); ++i) {
-    const size_t k = static_cast<size_t>(i);
-    update_layer(ctx_, opt_, *layers_[k], store_->update_params(i).data(),
-                 grads_.data() + param_off_[k], state_.data() + state_off_[k], updates_,
-                 slot_rule_[k], scales);
-  }
+  for (int i = 0; i < num_layers(); ++i)
+    job_.params_[static_cast<size_t>(i)] = store_->update_params(i);
+  // the job takes the accumulated gradients; later backwards accumulate into the other
+  // (zeroed) buffer, when there is one
+  job_.grads_ = grads_;
+  if (!grad_buf_[1].empty())
+    grads_ = grads_ == grad_buf_[0].data() ? grad_buf_[1].data() : grad_buf_[0].data();
+  job_.step_ = updates_ + 1;
+  job_.open_ = true;
+  job_.finished_ = false;
+  job_.applied_ = false;
+  return job_;
+}
+
+void StageWorker::commit_update(UpdateJob& job) {
+  AP_CHECK(&job == &job_ && job_.open(), "stage {}: commit of an update it did not begin", stage_);
+  AP_CHECK(job_.applied(), "stage {}: commit of the update to version {} before it was applied",
+           stage_, job_.step());
   store_->commit_update();
+  ++updates_;
   for (size_t k = 0; k < tied_.size(); ++k) {
     auto& held = tied_held_[k];
     std::erase_if(held, [&](const std::pair<int, int>& e) { return !store_->holds(e.first); });
@@ -504,8 +463,31 @@ void StageWorker::exec_opt_step(const Action& a, const UpdateScales& scales) {
       set_tied_held(store_->latest(), k, static_cast<int>(updates_));
     }
   }
-  std::fill(grads_.begin(), grads_.end(), 0.0f);
-  grads_finished_ = false;
+  job_.open_ = false;
+  job_.grads_ = nullptr;
+  for (auto& p : job_.params_) p = {};
+}
+
+bool StageWorker::waits_for_update(const Action& a) const {
+  if (!job_.open()) return false;
+  const bool in_place = store_->capacity() == 1;  // single, predicted, a ring of one
+  switch (a.kind) {
+    case ActionKind::OPT_STEP:
+      return true;
+    case ActionKind::F:
+      return in_place || !store_->holds(base_ + a.version);
+    case ActionKind::B:
+      return in_place || grad_buf_[1].empty();
+    default:
+      return false;
+  }
+}
+
+void StageWorker::predict_from(const OptimizerShard& shard) {
+  AP_CHECK(shard.stage() == stage_ && shard.first_layer() == first_ &&
+               shard.num_layers() == num_layers(),
+           "stage {} predicts from the optimizer shard of stage {}", stage_, shard.stage());
+  moments_ = &shard;
 }
 
 void StageWorker::exec_flush(const Action& a) {
@@ -527,32 +509,11 @@ TiedRole StageWorker::tied_role(size_t k) const {
   return tied_[k].role;
 }
 
-size_t StageWorker::tied_grad_offset(size_t k) const {
-  const TiedRole role = tied_role(k);
-  const Tied& t = tied_[k];
-  AP_CHECK(role == TiedRole::owner || role == TiedRole::copy,
-           "stage {}: tied parameter {} has no single side here", stage_, k);
-  return role == TiedRole::owner ? param_off_[static_cast<size_t>(t.owner_local)] + t.owner_offset
-                                 : param_off_[static_cast<size_t>(t.copy_local)] + t.copy_offset;
-}
-
-std::span<const float> StageWorker::tied_grad(size_t k) const {
-  return {grads_.data() + tied_grad_offset(k), tied_[k].numel};
-}
-
-void StageWorker::set_tied_grad(size_t k, std::span<const float> sum) {
-  AP_CHECK(!grads_finished_, "stage {}: set_tied_grad after finish_gradients", stage_);
-  const size_t off = tied_grad_offset(k);
-  AP_CHECK(sum.size() == tied_[k].numel, "tied gradient of {} floats, expected {}", sum.size(),
-           tied_[k].numel);
-  std::copy(sum.begin(), sum.end(), grads_.begin() + static_cast<std::ptrdiff_t>(off));
-}
-
 std::span<const float> StageWorker::tied_weights(size_t k) const {
   const TiedRole role = tied_role(k);
   AP_CHECK(role == TiedRole::owner || role == TiedRole::both,
            "stage {} does not own tied parameter {}", stage_, k);
-  const Tied& t = tied_[k];
+  const TiedLayout& t = tied_[k];
   return store_->params(store_->latest(), t.owner_local).subspan(t.owner_offset, t.numel);
 }
 
@@ -568,7 +529,7 @@ void StageWorker::install_tied_weights(const Action& f, size_t k, int version,
   const int need = tied_version_needed(f, k);
   AP_CHECK(need >= 0 && need == version, "{}: tied version {} offered, {} needed", to_string(f),
            version, need);
-  const Tied& t = tied_[k];
+  const TiedLayout& t = tied_[k];
   AP_CHECK(w.size() == t.numel, "tied weights of {} floats, expected {}", w.size(), t.numel);
   const int v = base_ + f.version;
   std::span<float> dst = store_->mutable_params(v, t.copy_local).subspan(t.copy_offset, t.numel);
@@ -584,7 +545,7 @@ void StageWorker::install_tied_weights(size_t k, int version, std::span<const fl
   AP_CHECK(version == static_cast<int>(updates_),
            "stage {}: tied version {} installed at rest, the stage is at version {}", stage_,
            version, updates_);
-  const Tied& t = tied_[k];
+  const TiedLayout& t = tied_[k];
   AP_CHECK(w.size() == t.numel, "tied weights of {} floats, expected {}", w.size(), t.numel);
   const int v = store_->latest();
   std::span<float> dst = store_->mutable_params(v, t.copy_local).subspan(t.copy_offset, t.numel);
@@ -593,7 +554,7 @@ void StageWorker::install_tied_weights(size_t k, int version, std::span<const fl
 }
 
 void StageWorker::set_updates(long updates) {
-  AP_CHECK(in_flight() == 0 && !grads_finished_, "stage {}: set_updates while busy", stage_);
+  AP_CHECK(in_flight() == 0 && !job_.open(), "stage {}: set_updates while busy", stage_);
   AP_CHECK(updates >= 0, "updates = {}", updates);
   for (size_t k = 0; k < tied_.size(); ++k) {
     const int tv = tied_held(store_->latest(), k);
@@ -620,13 +581,7 @@ std::span<float> StageWorker::mutable_params(int i) {
 std::span<const float> StageWorker::grads(int i) const {
   AP_CHECK(i >= 0 && i < num_layers(), "layer {} of {}", i, num_layers());
   const size_t k = static_cast<size_t>(i);
-  return {grads_.data() + param_off_[k], layers_[k]->param_floats()};
-}
-
-std::span<float> StageWorker::optimizer_state(int i) {
-  AP_CHECK(i >= 0 && i < num_layers(), "layer {} of {}", i, num_layers());
-  const size_t k = static_cast<size_t>(i);
-  return {state_.data() + state_off_[k], optimizer_state_floats(opt_, layers_[k]->param_floats())};
+  return {grads_ + param_off_[k], layers_[k]->param_floats()};
 }
 
 }  // namespace actorpipe

@@ -1,5 +1,5 @@
 // StageWorker: the compute unit of one pipeline stage (its layers' weight versions, gradients,
-// optimizer state, activation stash and Context) with one exec_* call per action kind.
+// activation stash and Context) with one exec_* call per action kind and the update hand-off.
 #pragma once
 
 #include <cstddef>
@@ -15,11 +15,14 @@
 #include "engine/options.hpp"
 #include "engine/partition.hpp"
 #include "engine/schedule.hpp"
+#include "engine/update_job.hpp"
 #include "engine/weight_store.hpp"
 #include "kernels/context.hpp"
 #include "kernels/tensor.hpp"
 
 namespace actorpipe {
+
+class OptimizerShard;
 
 /// How the two copies of a tied parameter held by different stages stay equal (docs/modes.md,
 /// "Tied embeddings").
@@ -37,17 +40,6 @@ TiedSync tied_sync(Mode mode);
 /// 1f1b, exactly as the reference trainer) or one norm per stage (2bw, pipedream, xpipe; the
 /// tied parameter belongs to its owner's stage).
 bool clips_globally(Mode mode);
-
-/// Where this stage holds a tied parameter.
-enum class TiedRole : uint8_t { none, owner, copy, both };
-
-/// Clip scales applied by one update: `stage` to every parameter of the stage, `tied` instead to
-/// the copy side of a tied parameter whose owner is another stage (exchange_grads: the owner
-/// stage's scale, so both copies get the same update).
-struct UpdateScales {
-  float stage = 1.0f;
-  float tied = 1.0f;
-};
 
 /// What exec_forward produces.
 struct ForwardOutput {
@@ -78,23 +70,38 @@ struct StageWorkerOptions {
 };
 
 /// One stage: global layers [partition.begin(r), partition.end(r)) of the model. Owns every
-/// buffer it computes with (weight versions, gradients, optimizer state, activation stash,
-/// output tensors, its Context and arena) and shares nothing mutable with other stages: d workers
-/// may run on d threads. One thread at a time calls a worker. Nothing allocates in the steady
-/// state (output tensors come from pools that grow only while more are in flight than ever).
+/// buffer it computes with (weight versions, gradients, activation stash, output tensors, its
+/// Context and arena) and shares nothing mutable with other stages: d workers may run on d
+/// threads. The optimizer state is not the worker's: it lives in the stage's OptimizerShard,
+/// which applies the updates the worker hands out. One thread at a time calls a worker. Nothing
+/// allocates in the steady state (output tensors come from pools that grow only while more are
+/// in flight than ever).
 ///
 /// Per run: start_run(), then the stage's actions in order: exec_forward / exec_backward per
 /// F / B, and per OPT_STEP the update protocol:
-///   1. cross-stage tied pairs: sum = owner's tied_grad() + copy's tied_grad() (element-wise, in
-///      that order); exchange_grads: set_tied_grad(sum) at both; follow_owner: at the owner only.
-///   2. finish_gradients() → Σg² per layer (double, layer order, tied copy excluded).
+///   0. begin_update(action) hands out the UpdateJob: the gradients accumulated for it and the
+///      buffers of the version it produces (a copy of the newest one).
+///   1. cross-stage tied pairs: sum = owner job's tied_grad() + copy job's tied_grad()
+///      (element-wise, in that order); exchange_grads: set_tied_grad(sum) at both; follow_owner:
+///      at the owner only.
+///   2. job.finish_gradients() → Σg² per layer (double, layer order, tied copy excluded).
 ///   3. scales: clips_globally: one clip_scale over Σ of every stage's values taken in stage and
 ///      layer order, starting at 0.0; otherwise each stage's own sum (its layers in order), and an
 ///      exchange_grads copy stage takes the owner stage's scale as UpdateScales::tied.
-///   4. exec_opt_step().
-///   5. follow_owner: the owner's tied_weights() become version updates() for the copy's stage,
-///      which install_tied_weights() before any forward whose tied_version_needed() asks for it;
-///      at the end of the run the copy's stage installs the owner's newest version.
+///   4. OptimizerShard::run_update(ctx, job, scales) writes the new version.
+///   5. commit_update(job): the new version becomes the newest, version updates().
+///   6. follow_owner: the owner's new tied weights (job.tied_weights() after step 4, or
+///      tied_weights() after step 5) become version updates() for the copy's stage, which
+///      install_tied_weights() before any forward whose tied_version_needed() asks for it; at
+///      the end of the run the copy's stage installs the owner's newest version.
+/// Steps 1-4 touch the job and the shard only, never the worker: they may run on another thread
+/// while the worker executes the stage's next actions. An action for which waits_for_update()
+/// is true must wait for the commit: a forward or backward whose weight version is the one
+/// being produced (or is updated in place: single, predicted and one-buffer ring policies), and
+/// the next OPT_STEP. When the policy keeps several versions, backwards in the meantime
+/// accumulate into a second gradient buffer. So in 2bw the stage computes the next step's
+/// microbatches on the current version while its shard writes the next (shadow) one. An
+/// executor that runs steps 0-5 back to back computes the same bits.
 /// Misuse (a version not stored, a microbatch not stashed, a step out of order) is an AP_CHECK.
 class StageWorker {
  public:
@@ -132,18 +139,29 @@ class StageWorker {
   /// accumulating the gradients. `dout` is the next stage's result (B,T,C), undefined at the
   /// last stage. Returns the gradient w.r.t. the stage's input (undefined at stage 0).
   Tensor exec_backward(const Action& action, const Microbatch& mb, const Tensor& dout);
-  /// OPT_STEP: the update protocol's step 4 (see the class comment); zeroes the gradients.
-  void exec_opt_step(const Action& action, const UpdateScales& scales);
+  /// OPT_STEP, protocol step 0: opens the update producing version updates() + 1 and hands
+  /// out its job (the worker's own object, valid until commit_update). Fails (AP_CHECK) while
+  /// another update is open, when the action produces another version, or when the policy
+  /// updates its only version in place and a microbatch is bound to it.
+  UpdateJob& begin_update(const Action& action);
+  /// Protocol step 5: the job (applied by OptimizerShard::run_update) becomes the newest version.
+  void commit_update(UpdateJob& job);
+  /// An update is open (between begin_update and commit_update).
+  bool update_open() const { return job_.open(); }
+  /// True while `action` (the stage's next one) must wait for the open update's commit: a
+  /// forward whose version is not stored yet, a forward or backward of a policy that updates in
+  /// place (or without a second gradient buffer), another OPT_STEP. False when no update is open.
+  bool waits_for_update(const Action& action) const;
+  /// xpipe: the shard whose optimizer moments (the state after the newest committed update)
+  /// predict the forwards' weights. Read only inside exec_forward, which never runs while an
+  /// update is open (the predicted policy updates in place). Other modes never read it.
+  void predict_from(const OptimizerShard& shard);
   /// FLUSH: checks that no microbatch is in flight.
   void exec_flush(const Action& action);
 
   /// Tied parameters of the model (Model::tied()) and this stage's role in each.
   size_t num_tied() const;
   TiedRole tied_role(size_t k) const;
-  /// This stage's gradient contribution to tied parameter k (owner or copy side; not `both`).
-  std::span<const float> tied_grad(size_t k) const;
-  /// Overwrites this stage's side of tied parameter k's gradient with the summed gradient.
-  void set_tied_grad(size_t k, std::span<const float> sum);
   /// Owner side: tied parameter k in the newest version (version updates()).
   std::span<const float> tied_weights(size_t k) const;
   /// follow_owner copy stage: the tied version forward `f` needs when the weights it will use do
@@ -156,11 +174,7 @@ class StageWorker {
   /// A run starts only from equal copies.
   void install_tied_weights(size_t k, int version, std::span<const float> w);
 
-  /// Update protocol step 2: reduces tied pairs held entirely by this stage (owner + copy), then
-  /// returns Σg² of each of the stage's layers (Model::grad_sumsq), in layer order.
-  std::span<const double> finish_gradients();
-
-  /// Updates applied so far (the optimizer's step counter, the newest version id).
+  /// Updates committed so far (the optimizer's step counter, the newest version id).
   long updates() const { return updates_; }
   /// Sets the update counter of idle weights (a resume): the newest version is renamed to it.
   void set_updates(long updates);
@@ -169,9 +183,8 @@ class StageWorker {
   std::span<const float> params(int i) const;
   /// Newest parameters, writable while no microbatch is in flight (initialisation, loading).
   std::span<float> mutable_params(int i);
+  /// Gradients accumulated so far for the next update (not the open update's: its job has them).
   std::span<const float> grads(int i) const;
-  /// AdamW: m then v; SGD: momentum.
-  std::span<float> optimizer_state(int i);
   int stash_slots() const;
   /// Microbatches whose F ran and B has not.
   int in_flight() const;
@@ -180,13 +193,11 @@ class StageWorker {
 
  private:
   struct Slot;
-  struct Tied;
   class TensorPool;
 
   Slot& acquire_slot(int microbatch);
   Slot& find_slot(int microbatch);
   void check_action(const Action& a, ActionKind kind) const;
-  size_t tied_grad_offset(size_t k) const;
   int tied_held(int version, size_t k) const;
   void set_tied_held(int version, size_t k, int tied_version);
 
@@ -202,25 +213,28 @@ class StageWorker {
   Context ctx_;
 
   std::unique_ptr<WeightStore> store_;
-  std::vector<float> grads_, state_, predicted_;
-  std::vector<size_t> param_off_, state_off_, saved_off_;  // per local layer
-  std::vector<std::vector<uint8_t>> slot_rule_;  // per layer, per slot: how an update treats it
-  std::vector<Tied> tied_;
+  // gradients: the buffer backwards accumulate into, and a second one while the policy keeps
+  // several versions (backwards may run while an update holds the first)
+  std::vector<float> grad_buf_[2];
+  float* grads_ = nullptr;
+  std::vector<float> predicted_;
+  std::vector<size_t> param_off_, saved_off_;  // per local layer
+  std::vector<TiedLayout> tied_;
+  UpdateJob job_;                            // the update handed out (layout fixed at build)
+  const OptimizerShard* moments_ = nullptr;  // xpipe prediction
   // per tied k: (version, tied version its copy slot holds), follow_owner copy stage only
   std::vector<std::vector<std::pair<int, int>>> tied_held_;
-  std::vector<int> tied_carried_;  // exec_opt_step scratch
+  std::vector<int> tied_carried_;  // per tied k: what the open update's copy slot holds
 
   std::vector<Slot> stash_;
   std::vector<float> dh_a_, dh_b_;  // backward ping-pong (B,T,C)
   std::unique_ptr<TensorPool> out_pool_, din_pool_;
-  std::vector<double> sumsq_;
 
   long updates_ = 0;
   int base_ = 0;              // absolute version of the run's version 0
   int64_t mb_offset_ = 0;     // global index of the run's microbatch 0
   int run_microbatches_ = 0;  // total microbatches of the current run
   bool run_active_ = false;
-  bool grads_finished_ = false;
   std::vector<int> owner_f_version_;  // follow_owner copy: owner stage's F version per microbatch
   std::vector<VersionUse> log_;
 };

@@ -1,10 +1,12 @@
 // StageWorker tests: the steady state allocates nothing in any mode, workers share no mutable
-// state (concurrent workers compute what sequential ones do), output tensors move without copies,
+// state (concurrent workers compute what sequential ones do), updates applied on another thread
+// while the worker computes equal updates applied at once, output tensors move without copies,
 // the tied-parameter and gradient-norm hooks, and refusals of actions out of order.
 #include "engine/stage_worker.hpp"
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "engine/data.hpp"
+#include "engine/optimizer_shard.hpp"
 #include "engine/schedule_generators.hpp"
 #include "kernels/check.hpp"
 
@@ -91,7 +94,13 @@ std::vector<Microbatch> batches(Arch arch, int V, int n) {
   return out;
 }
 
-using Workers = std::vector<std::unique_ptr<StageWorker>>;
+// d stage workers and their optimizer shards.
+struct Workers {
+  std::vector<std::unique_ptr<StageWorker>> w;
+  std::vector<std::unique_ptr<OptimizerShard>> o;
+  StageWorker* operator[](size_t r) { return w[r].get(); }
+  size_t size() const { return w.size(); }
+};
 
 Workers make_workers(const Model& model, int d, Mode mode, int m, int threads = 1) {
   const Partition p = *Partition::even(model.num_layers(), d);
@@ -104,16 +113,27 @@ Workers make_workers(const Model& model, int d, Mode mode, int m, int threads = 
     o.B = kB;
     o.T = kT;
     o.threads = threads;
-    ws.push_back(std::make_unique<StageWorker>(model, p, adamw(), o));
+    ws.w.push_back(std::make_unique<StageWorker>(model, p, adamw(), o));
+    ws.o.push_back(std::make_unique<OptimizerShard>(model, p, r, adamw()));
+    ws.w.back()->predict_from(*ws.o.back());
   }
   return ws;
 }
 
+// How drive() applies an update after begin_update.
+enum class Apply {
+  at_once,     // finish, run and commit right away (the serial executor's way)
+  concurrent,  // finish and run on another thread with another Context while the worker goes on
+               // with its next actions; commit when an action waits for it (or at the end)
+};
+
 // Drives the workers of an untied model through a compute-only schedule (updates unclipped, so
 // no cross-stage step is needed) in a round-robin over the stages. Returns the allocations made
-// inside the workers' exec_* calls.
-long drive(Workers& ws, const Schedule& s, const std::vector<Microbatch>& mbs, int64_t offset) {
-  for (auto& w : ws) REQUIRE(w->start_run(s, offset).ok());
+// inside the workers' calls.
+// `overlapped` counts the F and B executed while their stage's update was open.
+long drive(Workers& ws, const Schedule& s, const std::vector<Microbatch>& mbs, int64_t offset,
+           Apply apply = Apply::at_once, int* overlapped = nullptr) {
+  for (auto& w : ws.w) REQUIRE(w->start_run(s, offset).ok());
   const int d = static_cast<int>(ws.size());
   const size_t n = static_cast<size_t>(s.total_microbatches());
   std::vector<std::vector<Tensor>> f_in(ws.size(), std::vector<Tensor>(n));
@@ -121,6 +141,15 @@ long drive(Workers& ws, const Schedule& s, const std::vector<Microbatch>& mbs, i
   std::vector<std::vector<char>> has_f(ws.size(), std::vector<char>(n, 0));
   std::vector<std::vector<char>> has_b(ws.size(), std::vector<char>(n, 0));
   std::vector<size_t> pc(ws.size(), 0);
+  std::vector<std::thread> updating(ws.size());
+  std::vector<UpdateJob*> jobs(ws.size(), nullptr);
+  std::vector<std::unique_ptr<Context>> shard_ctx;
+  for (size_t r = 0; r < ws.size(); ++r) shard_ctx.push_back(std::make_unique<Context>(1));
+  auto commit = [&](size_t r) {
+    updating[r].join();
+    ws[r]->commit_update(*jobs[r]);
+    jobs[r] = nullptr;
+  };
   long allocations = 0;
   for (bool done = false; !done;) {
     done = true;
@@ -128,11 +157,16 @@ long drive(Workers& ws, const Schedule& s, const std::vector<Microbatch>& mbs, i
     for (int r = 0; r < d; ++r) {
       const size_t ru = static_cast<size_t>(r);
       const auto& list = s.per_stage[ru];
-      if (pc[ru] == list.size()) continue;
+      if (pc[ru] == list.size()) {
+        if (jobs[ru]) commit(ru);
+        continue;
+      }
       done = false;
       const Action& a = list[pc[ru]];
       const size_t j = static_cast<size_t>(std::max(a.microbatch, 0));
       StageWorker& w = *ws[ru];
+      if (jobs[ru] && w.waits_for_update(a)) commit(ru);
+      if (jobs[ru] && overlapped && is_compute(a.kind)) ++*overlapped;
       const long before = g_allocations.load();
       if (a.kind == ActionKind::F) {
         if (r > 0 && !has_f[ru][j]) continue;
@@ -151,8 +185,20 @@ long drive(Workers& ws, const Schedule& s, const std::vector<Microbatch>& mbs, i
           has_b[ru - 1][j] = 1;
         }
       } else if (a.kind == ActionKind::OPT_STEP) {
-        w.finish_gradients();
-        w.exec_opt_step(a, {});
+        UpdateJob& job = w.begin_update(a);
+        OptimizerShard& shard = *ws.o[ru];
+        if (apply == Apply::at_once) {
+          job.finish_gradients(w.context());
+          shard.run_update(w.context(), job, {});
+          w.commit_update(job);
+        } else {
+          Context& ctx = *shard_ctx[ru];
+          jobs[ru] = &job;
+          updating[ru] = std::thread([&job, &shard, &ctx] {
+            job.finish_gradients(ctx);
+            shard.run_update(ctx, job, {});
+          });
+        }
       } else if (a.kind == ActionKind::FLUSH) {
         w.exec_flush(a);  // the last action of every list here
       }
@@ -194,7 +240,7 @@ TEST_CASE("workers share no mutable state: concurrent pipelines equal sequential
   const auto mbs = batches(Arch::gpt, model.options().vocab_size, s.total_microbatches());
   auto result = [&](Workers& ws) {
     std::vector<std::vector<float>> out;
-    for (auto& w : ws)
+    for (auto& w : ws.w)
       for (int i = 0; i < w->num_layers(); ++i)
         out.emplace_back(w->params(i).begin(), w->params(i).end());
     return out;
@@ -211,6 +257,40 @@ TEST_CASE("workers share no mutable state: concurrent pipelines equal sequential
   CHECK(result(b) == result(seq));  // one thread or two: the kernels' bits do not change here
 }
 
+TEST_CASE("updates applied on another thread while the worker computes equal updates at once") {
+  const Model model = build(tiny(Arch::gpt, false));
+  struct Case {
+    Mode mode;
+    int d, m, steps;
+    bool overlaps;  // some F/B runs while its stage's update is open
+  };
+  for (const Case c : {Case{Mode::twobw, 3, 3, 4, true}, Case{Mode::pipedream, 3, 1, 9, true},
+                       Case{Mode::xpipe, 3, 2, 3, false}, Case{Mode::onef1b, 2, 3, 1, false}}) {
+    INFO(to_string(c.mode));
+    const Schedule s = c.mode == Mode::pipedream ? *make_pipedream(c.d, c.steps)
+                                                 : *make_schedule(c.mode, c.d, c.m, c.steps);
+    const auto mbs = batches(Arch::gpt, model.options().vocab_size, 2 * s.total_microbatches());
+    Workers a = make_workers(model, c.d, c.mode, c.m);
+    Workers b = make_workers(model, c.d, c.mode, c.m);
+    int overlapped = 0;
+    for (int64_t run = 0; run < 2; ++run) {
+      drive(a, s, mbs, run * s.total_microbatches());
+      drive(b, s, mbs, run * s.total_microbatches(), Apply::concurrent, &overlapped);
+    }
+    CHECK((overlapped > 0) == c.overlaps);
+    for (int r = 0; r < c.d; ++r) {
+      const size_t ru = static_cast<size_t>(r);
+      CHECK(b[ru]->updates() == a[ru]->updates());
+      for (int i = 0; i < a[ru]->num_layers(); ++i) {
+        CHECK(std::memcmp(a[ru]->params(i).data(), b[ru]->params(i).data(),
+                          a[ru]->params(i).size_bytes()) == 0);
+        CHECK(std::memcmp(a.o[ru]->state(i).data(), b.o[ru]->state(i).data(),
+                          a.o[ru]->state(i).size_bytes()) == 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("tied parameter hooks and per-layer gradient norms") {
   const Model model = build(tiny(Arch::gpt, true));
   Workers ws = make_workers(model, 2, Mode::onef1b, 1);
@@ -218,7 +298,6 @@ TEST_CASE("tied parameter hooks and per-layer gradient norms") {
   REQUIRE(ws[0]->num_tied() == 1);
   CHECK(ws[0]->tied_role(0) == TiedRole::owner);
   CHECK(ws[1]->tied_role(0) == TiedRole::copy);
-  CHECK(ws[0]->tied_grad(0).size() == n);
   CHECK(ws[0]->tied_weights(0).size() == n);
   CHECK_THROWS_AS(ws[1]->tied_weights(0), CheckFailure);
   // both copies start equal
@@ -226,9 +305,16 @@ TEST_CASE("tied parameter hooks and per-layer gradient norms") {
                     ws[1]->params(ws[1]->num_layers() - 1).data() +
                         model.layer(model.num_layers() - 1).find_slot("lm_head.weight")->offset,
                     n * sizeof(float)) == 0);
+  // an update's job: each side's tied gradient
+  for (size_t r = 0; r < 2; ++r) {
+    REQUIRE(ws[r]->start_run(*make_1f1b(2, 1), 0).ok());
+    UpdateJob& job = ws[r]->begin_update({static_cast<int>(r), ActionKind::OPT_STEP, -1, 1, 0});
+    CHECK(job.tied_role(0) == ws[r]->tied_role(0));
+    CHECK(job.tied_grad(0).size() == n);
+    CHECK_THROWS_AS(job.tied_weights(0), CheckFailure);  // not applied yet
+  }
   Workers one = make_workers(model, 1, Mode::onef1b, 1);
   CHECK(one[0]->tied_role(0) == TiedRole::both);
-  CHECK_THROWS_AS(one[0]->tied_grad(0), CheckFailure);
 
   // finish_gradients: Model::grad_sumsq per layer, after the local tied sum
   const auto mbs = batches(Arch::gpt, model.options().vocab_size, 1);
@@ -240,20 +326,32 @@ TEST_CASE("tied parameter hooks and per-layer gradient norms") {
   const std::vector<float> wte(one[0]->grads(0).begin(), one[0]->grads(0).begin() + n);
   const std::vector<float> lm(one[0]->grads(3).begin() + head->offset,
                               one[0]->grads(3).begin() + head->offset + n);
-  const auto sums = one[0]->finish_gradients();
+  UpdateJob& job = one[0]->begin_update(s.per_stage[0][2]);
+  CHECK_THROWS_AS(job.tied_grad(0), CheckFailure);  // both sides are here
+  const auto sums = job.finish_gradients(one[0]->context());
   REQUIRE(sums.size() == static_cast<size_t>(model.num_layers()));
   bool summed = true;
   for (size_t k = 0; k < n; ++k) {
     const float expected = wte[k] + lm[k];
-    summed = summed && one[0]->grads(0)[k] == expected &&
-             one[0]->grads(3)[head->offset + k] == expected && lm[k] != 0.0f;
+    summed = summed && job.grads(0)[k] == expected && job.grads(3)[head->offset + k] == expected &&
+             lm[k] != 0.0f;
   }
   CHECK(summed);
   for (int i = 0; i < model.num_layers(); ++i) {
-    std::vector<float> g(one[0]->grads(i).begin(), one[0]->grads(i).end());
+    std::vector<float> g(job.grads(i).begin(), job.grads(i).end());
     CHECK(sums[static_cast<size_t>(i)] == model.grad_sumsq(one[0]->context(), i, g.data()));
   }
-  CHECK_THROWS_AS(one[0]->finish_gradients(), CheckFailure);  // once per update
+  CHECK_THROWS_AS(job.finish_gradients(one[0]->context()), CheckFailure);  // once per update
+  // the update: both copies of the tied parameter stay equal; the gradients are consumed
+  one.o[0]->run_update(one[0]->context(), job, {});
+  CHECK(std::memcmp(job.tied_weights(0).data(), job.params(3).data() + head->offset,
+                    n * sizeof(float)) == 0);
+  CHECK(std::all_of(job.grads(0).begin(), job.grads(0).end(), [](float g) { return g == 0; }));
+  one[0]->commit_update(job);
+  CHECK(one[0]->updates() == 1);
+  CHECK(std::memcmp(one[0]->tied_weights(0).data(), one[0]->params(3).data() + head->offset,
+                    n * sizeof(float)) == 0);
+  CHECK(std::memcmp(one[0]->tied_weights(0).data(), wte.data(), n * sizeof(float)) != 0);
 }
 
 TEST_CASE("a stage worker refuses actions out of order") {
@@ -282,16 +380,39 @@ TEST_CASE("a stage worker refuses actions out of order") {
   CHECK_FALSE(out.out.defined());  // the last stage returns a loss
   CHECK(out.loss.count > 0);
   CHECK_THROWS_AS(w.exec_forward(f, mbs[0], in), CheckFailure);  // F twice
+  // an in-place update under a stashed activation is refused (single policy)
   const Action opt{1, ActionKind::OPT_STEP, -1, 1, 0};
-  CHECK_THROWS_AS(w.exec_opt_step(opt, {}), CheckFailure);  // before finish_gradients
-  const Action b_wrong{1, ActionKind::B, 0, 1, 0};          // version 1 does not exist yet
+  CHECK_THROWS_AS(w.begin_update(opt), CheckFailure);
+  const Action b_wrong{1, ActionKind::B, 0, 1, 0};  // version 1 does not exist yet
   CHECK_THROWS_AS(w.exec_backward(b_wrong, mbs[0], Tensor()), CheckFailure);
   CHECK(w.exec_backward(b, mbs[0], Tensor()).defined());  // the gradient of the stage's input
   CHECK(w.in_flight() == 0);
-  // an in-place update under a stashed activation is refused (single policy)
-  w.exec_forward({1, ActionKind::F, 1, 0, 0}, mbs[1], in);
-  w.finish_gradients();
-  CHECK_THROWS_AS(w.exec_opt_step(opt, {}), CheckFailure);
+  CHECK_THROWS_AS(w.begin_update({1, ActionKind::OPT_STEP, -1, 2, 0}), CheckFailure);  // v2
+  // while the update is open: the version it writes in place is not there to compute with
+  const Action f1{1, ActionKind::F, 1, 0, 0};
+  CHECK_FALSE(w.waits_for_update(f1));
+  UpdateJob& job = w.begin_update(opt);
+  CHECK(w.update_open());
+  CHECK(w.waits_for_update(f1));
+  CHECK(w.waits_for_update(opt));
+  CHECK_FALSE(w.waits_for_update({1, ActionKind::FLUSH, -1, 0, 0}));
+  CHECK_THROWS_AS(w.exec_forward(f1, mbs[1], in), CheckFailure);
+  CHECK_THROWS_AS(w.begin_update(opt), CheckFailure);  // one update at a time
+  CHECK_FALSE(w.start_run(*make_1f1b(2, 2), 2).ok());
+  // the protocol's steps in order, each once, by the stage's own shard
+  OptimizerShard shard(model, p, 1, adamw());
+  OptimizerShard other(model, p, 0, adamw());
+  CHECK_THROWS_AS(shard.run_update(w.context(), job, {}), CheckFailure);  // not finished
+  CHECK_THROWS_AS(w.commit_update(job), CheckFailure);                    // not applied
+  job.finish_gradients(w.context());
+  CHECK_THROWS_AS(other.run_update(w.context(), job, {}), CheckFailure);  // another stage's
+  shard.run_update(w.context(), job, {});
+  CHECK_THROWS_AS(shard.run_update(w.context(), job, {}), CheckFailure);  // twice
+  w.commit_update(job);
+  CHECK_THROWS_AS(w.commit_update(job), CheckFailure);  // twice
+  CHECK_FALSE(w.update_open());
+  CHECK(w.updates() == 1);
+  CHECK_FALSE(w.waits_for_update(f1));
 }
 
 TEST_CASE("output tensors go to the next stage without copies and are reused once dropped") {
@@ -317,8 +438,11 @@ TEST_CASE("output tensors go to the next stage without copies and are reused onc
   const Tensor g = Tensor::zeros({kB, kT, model.options().width});
   CHECK_FALSE(w.exec_backward({0, ActionKind::B, 0, 0, 0}, mbs[0], g).defined());  // stage 0
   w.exec_backward({0, ActionKind::B, 1, 0, 0}, mbs[1], g);
-  w.finish_gradients();
-  w.exec_opt_step({0, ActionKind::OPT_STEP, -1, 1, 0}, {});
+  OptimizerShard shard(model, p, 0, adamw());
+  UpdateJob& job = w.begin_update({0, ActionKind::OPT_STEP, -1, 1, 0});
+  job.finish_gradients(w.context());
+  shard.run_update(w.context(), job, {});
+  w.commit_update(job);
   w.exec_flush({0, ActionKind::FLUSH, -1, 0, 0});
   a = {};  // the next stage drops the first output: its storage comes back
   REQUIRE(w.start_run(s, 2).ok());

@@ -12,6 +12,7 @@
 #include "engine/checkpoint.hpp"
 #include "engine/data.hpp"
 #include "engine/mode.hpp"
+#include "engine/optimizer_shard.hpp"
 #include "engine/pipeline_checkpoint.hpp"
 #include "engine/serial_executor.hpp"
 #include "engine/stage_worker.hpp"
@@ -53,6 +54,7 @@ class Executor {
   virtual bool measures_stages() const = 0;
   virtual StageWorker& worker(int stage) = 0;
   virtual const StageWorker& worker(int stage) const = 0;
+  virtual OptimizerShard& optimizer(int stage) = 0;
   virtual Expected<RunOutput> run(int steps, DataLoader& data, const RunStepFn& on_step) = 0;
 };
 
@@ -63,6 +65,7 @@ class ActorsExecutor final : public Executor {
   bool measures_stages() const override { return true; }
   StageWorker& worker(int r) override { return engine_->worker(r); }
   const StageWorker& worker(int r) const override { return engine_->worker(r); }
+  OptimizerShard& optimizer(int r) override { return engine_->optimizer(r); }
 
   Expected<RunOutput> run(int steps, DataLoader& data, const RunStepFn& on_step) override {
     ActorCallbacks callbacks;
@@ -89,6 +92,7 @@ class SerialBackend final : public Executor {
   bool measures_stages() const override { return false; }
   StageWorker& worker(int r) override { return exec_->worker(r); }
   const StageWorker& worker(int r) const override { return exec_->worker(r); }
+  OptimizerShard& optimizer(int r) override { return exec_->optimizer(r); }
 
   Expected<RunOutput> run(int steps, DataLoader& data, const RunStepFn& on_step) override {
     const auto t0 = Clock::now();
@@ -158,6 +162,11 @@ struct Trainer::Impl {
     for (int r = 0; r < exec->stages(); ++r) w.push_back(&exec->worker(r));
     return w;
   }
+  std::vector<OptimizerShard*> optimizers() {
+    std::vector<OptimizerShard*> o;
+    for (int r = 0; r < exec->stages(); ++r) o.push_back(&exec->optimizer(r));
+    return o;
+  }
   const Partition& partition() const { return exec->worker(0).partition(); }
   const Model& model() const { return exec->worker(0).model(); }
 };
@@ -207,7 +216,8 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
                         ok.error().message);
     }
     auto workers = impl->workers();
-    if (Status ok = load_pipeline_checkpoint(*ckpt, workers, config.optimizer); !ok) {
+    auto optimizers = impl->optimizers();
+    if (Status ok = load_pipeline_checkpoint(*ckpt, workers, optimizers); !ok) {
       return make_error("checkpoint.resume = \"{}\": {}", config.checkpoint.resume,
                         ok.error().message);
     }
@@ -327,7 +337,8 @@ Expected<std::string> Trainer::save(const std::string& dir, bool final) {
   pos.data_position = im.data->position();
   pos.final = final;
   auto workers = im.workers();
-  auto path = save_pipeline_checkpoint(dir, im.config, pos, workers);
+  auto optimizers = im.optimizers();
+  auto path = save_pipeline_checkpoint(dir, im.config, pos, workers, optimizers);
   if (!path) return make_error("checkpoint.dir = \"{}\": {}", dir, path.error().message);
   return path;
 }

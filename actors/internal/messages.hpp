@@ -10,6 +10,7 @@
 
 #include "actors/internal/run_state.hpp"
 #include "engine/batch.hpp"
+#include "engine/update_job.hpp"
 #include "transport/wire.hpp"
 
 namespace actorpipe::internal {
@@ -28,8 +29,8 @@ using fail_atom = caf::atom_constant<caf::atom("fail")>;      // (Failure)
 // stage <-> stage
 using ann_atom = caf::atom_constant<caf::atom("ann")>;  // (Announcement)
 // stage <-> its optimizer shard
-using update_atom = caf::atom_constant<caf::atom("update")>;        // (int64 step index)
-using published_atom = caf::atom_constant<caf::atom("published")>;  // (int64 busy ns)
+using update_atom = caf::atom_constant<caf::atom("update")>;        // (UpdateTicket)
+using published_atom = caf::atom_constant<caf::atom("published")>;  // (UpdateTicket, int64 ns)
 // optimizer shards <-> driver, each other and the stages
 using sumsq_atom = caf::atom_constant<caf::atom("sumsq")>;      // (SumSq)
 using scale_atom = caf::atom_constant<caf::atom("scale")>;      // (int64 ordinal, float)
@@ -41,6 +42,15 @@ using tick_atom = caf::atom_constant<caf::atom("tick")>;
 
 /// A microbatch shared read-only by every stage (in-process: one copy).
 using MicrobatchPtr = std::shared_ptr<const Microbatch>;
+
+/// An update a stage hands to its optimizer shard (`update`) and gets back applied
+/// (`published`): the worker's job, which only the shard touches in between (null when
+/// skipping compute), and the OPT_STEP's place in the stage's run.
+struct UpdateTicket {
+  UpdateJob* job = nullptr;
+  int64_t index = 0;    ///< the stage's pc at the OPT_STEP
+  double handed = 0.0;  ///< when the stage handed it over, seconds since the run started
+};
 
 /// Σg² per layer of one stage for one update.
 struct SumSq {
@@ -81,6 +91,7 @@ typename Inspector::result_type inspect(Inspector& f, Announcement& a) {
 }  // namespace actorpipe
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::internal::MicrobatchPtr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::internal::UpdateTicket)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::internal::TiedTensor)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::internal::SumSq)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::internal::Failure)

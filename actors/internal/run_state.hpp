@@ -18,6 +18,7 @@
 namespace actorpipe {
 
 class DataLoader;
+class OptimizerShard;
 class StageWorker;
 
 namespace internal {
@@ -55,8 +56,9 @@ struct Directory {
 };
 
 /// Shared by every actor of one run. Immutable while the run goes, except for the atomics, the
-/// spans (each stage writes only its own list) and the workers (one thread at a time, handed
-/// over by messages).
+/// spans (each stage and each shard writes only its own list), the workers (each used by its
+/// stage actor's thread only; an open update's job by the stage's shard) and the shards (each
+/// used by its shard actor only).
 struct RunState {
   ActorEngineOptions options;
   Mode mode = Mode::onef1b;
@@ -71,14 +73,16 @@ struct RunState {
   Schedule schedule;  ///< lowered; sync modes run it once per step (`repeats` times)
   int repeats = 1;
   std::vector<StageWorker*> workers;
+  std::vector<OptimizerShard*> shards;  ///< per stage: its optimizer state
   ChannelSet* channels = nullptr;
   DataLoader* data = nullptr;
   ActorCallbacks callbacks;
   Directory directory;
   std::chrono::steady_clock::time_point start;
   std::unique_ptr<StageCounters[]> counters;
-  std::atomic<int64_t> progress{0};            ///< bumped by every action and every update
-  std::vector<std::vector<ActionSpan>> spans;  ///< per stage (record_spans)
+  std::atomic<int64_t> progress{0};                   ///< bumped by every action and every update
+  std::vector<std::vector<ActionSpan>> spans;         ///< per stage (record_spans)
+  std::vector<std::vector<ActionSpan>> update_spans;  ///< per stage's shard (record_spans)
 
   double seconds_since_start() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
