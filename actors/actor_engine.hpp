@@ -20,9 +20,12 @@ class StageWorker;
 
 /// Where a stage's wall time went (seconds since the run started).
 struct StageTimes {
-  double busy_seconds = 0.0;  ///< inside compute (F, B) and its optimizer shard's updates
-  double idle_seconds = 0.0;  ///< waiting for an input, a credit or a new weight version
-  int64_t actions = 0;        ///< actions executed
+  /// Inside the stage's actions (F, B, ...), plus the waits for a new weight version while its
+  /// optimizer shard computed it (an update that overlaps the stage's actions counts once).
+  double busy_seconds = 0.0;
+  /// Waiting for an input, a credit, a flush or a new weight version (the rest of the waits).
+  double idle_seconds = 0.0;
+  int64_t actions = 0;  ///< actions executed
 };
 
 /// Progress after every optimizer step, in step order.
