@@ -211,18 +211,19 @@ std::string run_row(const RunRecord& rec, int tokens_per_step) {
   if (auto met = rec.met()) target = rec.target() + (*met ? " ok" : " MISSED");
   auto err = rec.prediction_err(tokens_per_step);
   return fmt::format(
-      "{:<10} {:<21} {:>9.1f} {:>9.0f}  {:<10} {:>6} {:>6} {:>8}  {:<24} {:>9} {:>7}\n",
+      "{:<10} {:<21} {:>9.1f} {:>9.0f}  {:<10} {:>6} {:>6} {:>8}  {:<24} {:>9} {:>7} {:>5.2f}\n",
       to_string(rec.mode), label(rec.stages, rec.threads), rec.r.tokens_per_s,
       rec.r.step_seconds * 1e3, busy, fmt_opt(rec.ratio_1x1, "{:.2f}x"),
       fmt_opt(rec.ideal, "{:.2f}x"), of_ideal, target,
       fmt_opt(rec.predicted_tokens_per_s(tokens_per_step), "{:.1f}"),
-      err ? fmt::format("{:+.1f}%", *err * 100) : std::string("-"));
+      err ? fmt::format("{:+.1f}%", *err * 100) : std::string("-"), rec.load);
 }
 
 std::string run_header() {
-  return fmt::format("{:<10} {:<21} {:>9} {:>9}  {:<10} {:>6} {:>6} {:>8}  {:<24} {:>9} {:>7}\n",
-                     "mode", "configuration", "tokens/s", "step ms", "busy", "x 1x1", "ideal",
-                     "of ideal", "target", "simulated", "error");
+  return fmt::format(
+      "{:<10} {:<21} {:>9} {:>9}  {:<10} {:>6} {:>6} {:>8}  {:<24} {:>9} {:>7} {:>5}\n", "mode",
+      "configuration", "tokens/s", "step ms", "busy", "x 1x1", "ideal", "of ideal", "target",
+      "simulated", "error", "load");
 }
 
 }  // namespace
@@ -349,7 +350,8 @@ int run_pipeline_bench(std::span<const std::string> args) {
                     1e3 * stage_sum(*prof1, split, 1, true)));
     out("\npipeline efficiency (x 1x1: against the same mode on 1 stage x 1 thread; ideal: "
         "m/(m+d-1)*d for gpipe and 1f1b;\n  busy: per stage, share of the timed steps in compute "
-        "and updates; simulated: the simulator fed the profile):\n");
+        "and updates; simulated: the simulator fed the profile;\n  load: the 1-minute load "
+        "average after the run):\n");
     out(run_header());
   }
 
@@ -434,10 +436,11 @@ int run_pipeline_bench(std::span<const std::string> args) {
       out(fmt::format(
           "\nengine overhead: the same schedules with no compute (skip_compute), {} runs of {} "
           "steps after {} untimed;\n  per microbatch = a run's timed steps / (steps x m), median "
-          "over runs; fraction of the smallest stage's F+B (1 thread, profile)\n"
-          "{:<10} {:>6} {:>14} {:>16} {:>10}  {}\n",
-          o.reps, o.overhead_steps, o.warmup, "mode", "stages", "us/microbatch", "stage F+B us",
-          "fraction", "target (< 20 us and < 1%)"));
+          "over runs; fraction of the smallest stage's F+B (1 thread, profile);\n  cpu: CPU "
+          "time of every thread of the process per microbatch; load: after the runs\n"
+          "{:<10} {:>6} {:>14} {:>10} {:>16} {:>10}  {:<26} {}\n",
+          o.reps, o.overhead_steps, o.warmup, "mode", "stages", "us/microbatch", "cpu us",
+          "stage F+B us", "fraction", "target (< 20 us and < 1%)", "load"));
     for (Mode mode : o.modes) {
       for (int stages : {1, 2}) {
         const std::vector<int> counts = stages == 1 ? std::vector<int>{layers} : split;
@@ -493,10 +496,11 @@ int run_pipeline_bench(std::span<const std::string> args) {
         j["fraction"] = fraction;
         j["meets_target"] = met;
         j["loadavg"] = load_average();
-        out(o.json
-                ? j.dump() + "\n"
-                : fmt::format("{:<10} {:>6} {:>14.1f} {:>16.0f} {:>9.4f}%  {}\n", to_string(mode),
-                              stages, us, compute * 1e6, fraction * 100, met ? "ok" : "MISSED"));
+        out(o.json ? j.dump() + "\n"
+                   : fmt::format(
+                         "{:<10} {:>6} {:>14.1f} {:>10.1f} {:>16.0f} {:>9.4f}%  {:<26} {:.2f}\n",
+                         to_string(mode), stages, us, cpu_us, compute * 1e6, fraction * 100,
+                         met ? "ok" : "MISSED", j["loadavg"].get<double>()));
       }
     }
   }
