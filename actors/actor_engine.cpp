@@ -147,7 +147,13 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
   // the schedule of the run: one step, repeated per step, in sync modes; every step otherwise
   // (pipedream: every microbatch is a step)
   const bool sync = is_synchronous(im.mode);
+  // 2bw continues the previous run when every stage holds its previous version (after a run, or
+  // a resume that restored it), as the serial executor does
+  const bool continued = im.mode == Mode::twobw && !im.options.skip_compute &&
+                         std::all_of(im.workers.begin(), im.workers.end(),
+                                     [](const auto& w) { return w->holds_previous(); });
   auto sched = im.mode == Mode::pipedream ? make_pipedream(d, steps)
+               : continued                ? make_2bw(d, m, steps, true)
                                           : make_schedule(im.mode, d, m, sync ? 1 : steps);
   if (!sched) return sched.error();
   auto lowered = lower(*sched);
@@ -210,8 +216,12 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
       const int copy = im.partition->stage_of(tp.copy_layer);
       if (owner == copy) continue;
       const StageWorker& wo = *im.workers[static_cast<size_t>(owner)];
-      im.workers[static_cast<size_t>(copy)]->install_tied_weights(k, static_cast<int>(wo.updates()),
-                                                                  wo.tied_weights(k));
+      StageWorker& wc = *im.workers[static_cast<size_t>(copy)];
+      wc.install_tied_weights(k, static_cast<int>(wo.updates()), wo.tied_weights(k));
+      // 2bw: the previous version too, which a continued run computes with
+      const int prev = static_cast<int>(wo.updates()) - 1;
+      if (wo.holds_previous() && wc.holds_previous())
+        wc.install_tied_weights(k, prev, wo.tied_weights(k, prev));
     }
   }
 

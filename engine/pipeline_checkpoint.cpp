@@ -80,6 +80,50 @@ Status copy_tensor(const std::vector<NamedTensor>& tensors, const std::string& f
   return {};
 }
 
+// 2bw: restores version updates - 1 (saved in versions.safetensors), which a continued run
+// computes its first step with, and installs the owner's previous tied weights into each copy
+// following its owner. A checkpoint without it (of another mode, or at update 0) restores none:
+// the next run is not continued.
+Status load_previous_version(const CheckpointContents& ckpt, std::span<StageWorker* const> workers,
+                             long updates) {
+  if (updates < 1) return {};
+  const std::string suffix = fmt::format("@v{}", updates - 1);
+  for (const StageWorker* w : workers) {
+    if (version_policy(w->mode()) != VersionPolicy::double_buffered) return {};
+    for (int i = 0; i < w->num_layers(); ++i) {
+      const int layer = w->first_layer() + i;
+      for (const ParamSlot& slot : w->model().layer(layer).slots()) {
+        if (!find_tensor(ckpt.versions, w->model().param_name(layer, slot) + suffix)) return {};
+      }
+    }
+  }
+  for (StageWorker* w : workers) {
+    for (int i = 0; i < w->num_layers(); ++i) {
+      const int layer = w->first_layer() + i;
+      float* params = w->mutable_previous_params(i).data();
+      for (const ParamSlot& slot : w->model().layer(layer).slots()) {
+        if (Status ok = copy_tensor(ckpt.versions, kVersionsFile,
+                                    w->model().param_name(layer, slot) + suffix, slot.shape,
+                                    params + slot.offset, slot.numel);
+            !ok)
+          return ok;
+      }
+    }
+  }
+  for (StageWorker* copy : workers) {
+    for (size_t k = 0; k < copy->num_tied(); ++k) {
+      if (copy->tied_role(k) != TiedRole::copy || tied_sync(copy->mode()) != TiedSync::follow_owner)
+        continue;
+      for (const StageWorker* owner : workers) {
+        if (owner->tied_role(k) != TiedRole::owner) continue;
+        const int prev = static_cast<int>(updates) - 1;
+        copy->install_tied_weights(k, prev, owner->tied_weights(k, prev));
+      }
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 CheckpointInfo pipeline_checkpoint_info(const Config& config, const RunPosition& position,
@@ -244,7 +288,7 @@ Status load_pipeline_checkpoint(const CheckpointContents& ckpt,
     }
     w->set_updates(updates);
   }
-  return {};
+  return load_previous_version(ckpt, workers, updates);
 }
 
 }  // namespace actorpipe

@@ -59,7 +59,9 @@ Status check_resume(const CheckpointInfo& info, const Config& config);
 /// optimizer shards (optimizers[r] being stage r's), of any partition of the same model, and
 /// sets every worker's update count. Every tensor the stages need must be present with its
 /// shape; errors name the tensor and what does not match. The workers' runs then start from the
-/// loaded weights (a run boundary: older versions are not restored).
+/// loaded weights. 2bw: when the checkpoint holds every stage's previous version (version
+/// updates - 1 in versions.safetensors), it is restored too, so the next run continues exactly
+/// (make_2bw `continued`); other modes restore no older version (a run boundary).
 Status load_pipeline_checkpoint(const CheckpointContents& checkpoint,
                                 std::span<StageWorker* const> workers,
                                 std::span<OptimizerShard* const> optimizers);

@@ -95,7 +95,14 @@ Expected<Action> parse_action(std::string_view text) {
   if (!take_number(s, a.microbatch)) return bad();
   if (!s.empty() && s.front() == '@') {
     s.remove_prefix(1);
-    if (!take_number(s, a.version)) return bad();
+    // a continued 2bw run's step 0 computes with version -1
+    const bool negative = s.starts_with("-1") && (s.size() == 2 || s[2] == '+');
+    if (negative) {
+      s.remove_prefix(2);
+      a.version = -1;
+    } else if (!take_number(s, a.version)) {
+      return bad();
+    }
   }
   if (!s.empty() && s.front() == '+') {
     s.remove_prefix(1);

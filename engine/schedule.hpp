@@ -49,9 +49,9 @@ struct Action {
   /// FLUSH.
   int microbatch = -1;
   /// F/B: the weight version the action computes with (the number of OPT_STEPs of this stage
-  /// whose result it sees; 2bw: max(t-1, 0) for step t; xpipe B: the latest version at the B).
-  /// OPT_STEP: the version it produces. SEND/RECV: 0 (they are matched by stage and
-  /// microbatch only).
+  /// whose result it sees; 2bw: max(t-1, 0) for step t, t-1 when continued; xpipe B: the latest
+  /// version at the B). OPT_STEP: the version it produces. SEND/RECV: 0 (they are matched by stage
+  /// and microbatch only).
   int version = 0;
   /// xpipe F only: s, the number of OPT_STEPs of this stage that land between this microbatch's
   /// F and its B. The F computes with weights predicted s updates ahead of `version`. 0 otherwise.
@@ -73,6 +73,9 @@ struct Schedule {
   int microbatches = 0;                        ///< m per optimizer step (pipedream: 1)
   int steps = 1;                               ///< optimizer steps covered
   std::vector<std::vector<Action>> per_stage;  ///< per_stage[r]: stage r's actions, in order
+  /// 2bw: the run continues an earlier run of the same training, so its step 0 computes with
+  /// version -1, the version before the weights at run start (see make_2bw). False elsewhere.
+  bool continued = false;
 
   /// microbatches * steps: the global microbatch indices are 0 .. total_microbatches()-1.
   int total_microbatches() const { return microbatches * steps; }

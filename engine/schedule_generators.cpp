@@ -75,7 +75,7 @@ Expected<Schedule> make_1f1b(int stages, int microbatches) {
   return make(Mode::onef1b, stages, microbatches, 1, false);
 }
 
-Expected<Schedule> make_2bw(int stages, int microbatches, int steps) {
+Expected<Schedule> make_2bw(int stages, int microbatches, int steps, bool continued) {
   if (auto st = check_positive("stages", stages); !st) return st.error();
   if (auto st = check_positive("microbatches", microbatches); !st) return st.error();
   if (auto st = check_positive("steps", steps); !st) return st.error();
@@ -88,9 +88,12 @@ Expected<Schedule> make_2bw(int stages, int microbatches, int steps) {
   Schedule s = make(Mode::twobw, stages, microbatches, steps, false);
   for (auto& list : s.per_stage) {
     for (Action& a : list) {
-      if (is_compute(a.kind)) a.version = std::max(a.microbatch / microbatches - 1, 0);
+      if (!is_compute(a.kind)) continue;
+      a.version = a.microbatch / microbatches - 1;
+      if (!continued) a.version = std::max(a.version, 0);
     }
   }
+  s.continued = continued;
   return s;
 }
 

@@ -19,10 +19,15 @@ Expected<Schedule> make_1f1b(int stages, int microbatches);
 
 /// PipeDream-2BW over `steps` steps: the 1F1B order over all steps*m microbatches without a flush
 /// in between (warm-up only in the first step, drain only at the end), an OPT_STEP after the last
-/// B of each step at each stage, one FLUSH at the end. Every F and B of step t uses version
-/// max(t-1, 0); the OPT_STEP after step t produces version t+1.
+/// B of each step at each stage, one FLUSH at the end. Versions count the updates since the run
+/// started: version 0 is the weights at run start, the OPT_STEP after step t produces version
+/// t+1. Every F and B of step t uses version t-1: a fresh training has no version -1, so its
+/// first run (`continued` false) uses max(t-1, 0) (step 0 computes with the initial weights); a
+/// run that continues an earlier one (`continued` true: a later run, a resume) uses version -1
+/// in step 0, the version the earlier run's last step computed with, exactly as if both runs
+/// were one. Sets Schedule::continued.
 /// Errors: stages < 1, microbatches < stages (2BW needs m >= d), steps < 1.
-Expected<Schedule> make_2bw(int stages, int microbatches, int steps);
+Expected<Schedule> make_2bw(int stages, int microbatches, int steps, bool continued = false);
 
 /// PipeDream (weight stashing) over `steps` microbatches, each its own optimizer step
 /// (microbatches = 1): 1F1B with d-r-1 warm-up forwards at stage r and an OPT_STEP after every B,

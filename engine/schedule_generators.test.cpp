@@ -162,6 +162,40 @@ TEST_CASE("2bw: 1F1B without flush, OPT_STEP per step, step t uses version max(t
   }
 }
 
+TEST_CASE("continued 2bw: the same order, step t uses version t-1 (-1 for step 0)") {
+  for (int d = 1; d <= 4; ++d) {
+    for (int m = d; m <= d + 2; ++m) {
+      for (int steps = 1; steps <= 3; ++steps) {
+        auto fresh = make_2bw(d, m, steps);
+        auto s = make_2bw(d, m, steps, /*continued=*/true);
+        REQUIRE(s.ok());
+        CHECK_FALSE(fresh->continued);
+        CHECK(s->continued);
+        for (int r = 0; r < d; ++r) {
+          REQUIRE(s->per_stage[r].size() == fresh->per_stage[r].size());
+          for (size_t i = 0; i < s->per_stage[r].size(); ++i) {
+            const Action& a = s->per_stage[r][i];
+            const Action& b = fresh->per_stage[r][i];
+            CHECK(a.kind == b.kind);
+            CHECK(a.microbatch == b.microbatch);
+            // OPT_STEPs produce 1, 2, ... as in a fresh run; computes use one version less
+            if (is_compute(a.kind))
+              CHECK(a.version == a.microbatch / m - 1);
+            else
+              CHECK(a.version == b.version);
+          }
+        }
+      }
+    }
+  }
+  // the text form carries version -1
+  const Action f{1, ActionKind::F, 2, -1, 0};
+  CHECK(to_string(f) == "1F2@-1");
+  auto parsed = parse_action("1F2@-1");
+  REQUIRE(parsed.ok());
+  CHECK(*parsed == f);
+}
+
 TEST_CASE("2bw rejects m < d naming m and d") {
   auto s = make_2bw(4, 3, 2);
   REQUIRE_FALSE(s.ok());

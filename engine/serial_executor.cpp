@@ -170,7 +170,11 @@ Expected<std::vector<Schedule>> SerialExecutor::schedules_for(int steps) const {
   std::vector<Schedule> out;
   const bool sync = is_synchronous(opts_.mode);
   for (int i = 0; i < (sync ? steps : 1); ++i) {
+    const bool continued =
+        opts_.mode == Mode::twobw && std::all_of(workers_.begin(), workers_.end(),
+                                                 [](const auto& w) { return w->holds_previous(); });
     auto s = opts_.mode == Mode::pipedream ? make_pipedream(d, steps)
+             : continued                   ? make_2bw(d, m, steps, true)
                                            : make_schedule(opts_.mode, d, m, sync ? 1 : steps);
     if (!s) return s.error();
     if (opts_.lowered) {
@@ -442,8 +446,12 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
     const int o = stage_of_role(k, TiedRole::owner), c = stage_of_role(k, TiedRole::copy);
     if (sync != TiedSync::follow_owner || o == c) continue;
     const StageWorker& wo = *workers_[static_cast<size_t>(o)];
-    workers_[static_cast<size_t>(c)]->install_tied_weights(k, static_cast<int>(wo.updates()),
-                                                           wo.tied_weights(k));
+    StageWorker& wc = *workers_[static_cast<size_t>(c)];
+    wc.install_tied_weights(k, static_cast<int>(wo.updates()), wo.tied_weights(k));
+    // 2bw: the previous version too, which a continued run computes with
+    const int prev = static_cast<int>(wo.updates()) - 1;
+    if (wo.holds_previous() && wc.holds_previous())
+      wc.install_tied_weights(k, prev, wo.tied_weights(k, prev));
   }
 
   // losses per optimizer step: (1/m)·Σ meanⱼ over the step's microbatches in order

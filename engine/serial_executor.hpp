@@ -59,7 +59,10 @@ class SerialExecutor {
   /// Microbatches a run of `steps` optimizer steps reads: steps·m (pipedream: steps).
   int64_t microbatches_for(int steps) const;
   /// The schedules a run of `steps` steps executes: `steps` one-step schedules for gpipe/1f1b,
-  /// one schedule of `steps` steps otherwise (lowered when options().lowered).
+  /// one schedule of `steps` steps otherwise (lowered when options().lowered). 2bw continues
+  /// the previous run (make_2bw `continued`) when every stage holds its previous version (after
+  /// a run, or a resume that restored it): runs of N and M steps compute the bits of one run of
+  /// N + M steps.
   Expected<std::vector<Schedule>> schedules_for(int steps) const;
 
   /// Runs `steps` optimizer steps over `batches` (exactly microbatches_for(steps) of them, in

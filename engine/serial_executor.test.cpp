@@ -1,6 +1,7 @@
 // Serial executor tests: gpipe and 1f1b over every d ≤ 4 and m ≤ 8 equal the single-stage
 // reference trainer bitwise (GPT and BERT, clipping on), runs are deterministic with any thread
-// counts, lowered and compute-only schedules agree, and bad inputs are refused.
+// counts, lowered and compute-only schedules agree, consecutive runs continue exactly (2bw too),
+// and bad inputs are refused.
 #include "engine/serial_executor.hpp"
 
 #include <doctest/doctest.h>
@@ -216,6 +217,44 @@ TEST_CASE("consecutive runs continue training: two runs of 2 steps equal one run
   REQUIRE(two->run(2, std::span(mbs).subspan(2 * m)).ok());
   for (int i = 0; i < model.num_layers(); ++i) CHECK(bitwise_equal(one->params(i), two->params(i)));
   CHECK(two->worker(0).updates() == 4);
+}
+
+TEST_CASE("2bw: runs of 1, 2 and 3 steps equal one run of 6 bitwise (the runs continue)") {
+  const OptimizerOptions opt = adamw_clipped();
+  for (int d : {2, 3}) {
+    for (bool tied : {true, false}) {
+      CAPTURE(d);
+      CAPTURE(tied);
+      const int m = d + 1;
+      const Model model = build(tiny(Arch::gpt, tied));
+      const Partition p = *Partition::even(model.num_layers(), d);
+      const auto mbs = batches(Arch::gpt, model.options().vocab_size, 6 * m);
+      auto one = executor(model, p, opt, Mode::twobw, m);
+      CHECK_FALSE(one->schedules_for(6)->front().continued);  // a fresh training: W(-1) = W(0)
+      auto whole = one->run(6, mbs);
+      REQUIRE(whole.ok());
+      auto split = executor(model, p, opt, Mode::twobw, m);
+      std::vector<double> losses;
+      int done = 0;
+      for (int steps : {1, 2, 3}) {
+        CHECK(split->schedules_for(steps)->front().continued == (done > 0));
+        auto l = split->run(steps, std::span(mbs).subspan(static_cast<size_t>(done * m),
+                                                          static_cast<size_t>(steps * m)));
+        REQUIRE_MESSAGE(l.ok(), (l.ok() ? "" : l.error().message));
+        losses.insert(losses.end(), l->begin(), l->end());
+        done += steps;
+        for (int r = 0; r < d; ++r) CHECK(split->worker(r).holds_previous());
+      }
+      CHECK(std::memcmp(losses.data(), whole->data(), losses.size() * sizeof(double)) == 0);
+      for (int i = 0; i < model.num_layers(); ++i)
+        CHECK(bitwise_equal(one->params(i), split->params(i)));
+      for (int r = 0; r < d; ++r) {
+        for (int i = 0; i < split->worker(r).num_layers(); ++i)
+          CHECK(bitwise_equal(one->optimizer(r).state(i), split->optimizer(r).state(i)));
+      }
+      CHECK(split->worker(0).updates() == 6);
+    }
+  }
 }
 
 TEST_CASE("the executor refuses bad input with errors that name it") {

@@ -232,10 +232,17 @@ Status StageWorker::start_run(const Schedule& s, int64_t microbatch_offset) {
         "stash slots",
         stage_, need, stash_slots());
   }
+  if (s.continued && !holds_previous()) {
+    return make_error(
+        "stage {}: a continued 2bw run computes its first step with version {}, which the stage "
+        "does not hold (a fresh training, or a resume without it, starts a run that is not "
+        "continued)",
+        stage_, updates_ - 1);
+  }
   base_ = static_cast<int>(updates_);
-  store_->reset(base_);
+  if (!s.continued) store_->reset(base_);
   for (auto& held : tied_held_) {
-    std::erase_if(held, [&](const std::pair<int, int>& e) { return e.first != base_; });
+    std::erase_if(held, [&](const std::pair<int, int>& e) { return !store_->holds(e.first); });
   }
   for (size_t k = 0; k < tied_.size(); ++k) {
     if (tied_[k].role == TiedRole::copy && tied_sync_ == TiedSync::follow_owner &&
@@ -540,14 +547,15 @@ void StageWorker::install_tied_weights(const Action& f, size_t k, int version,
 void StageWorker::install_tied_weights(size_t k, int version, std::span<const float> w) {
   AP_CHECK(tied_role(k) == TiedRole::copy && tied_sync_ == TiedSync::follow_owner,
            "stage {} does not follow an owner for tied parameter {}", stage_, k);
-  AP_CHECK(in_flight() == 0, "stage {}: tied weights installed at rest with {} in flight", stage_,
-           in_flight());
-  AP_CHECK(version == static_cast<int>(updates_),
+  AP_CHECK(in_flight() == 0 && !job_.open(),
+           "stage {}: tied weights installed at rest with {} in flight", stage_, in_flight());
+  const bool previous = version == static_cast<int>(updates_) - 1 && holds_previous();
+  AP_CHECK(version == static_cast<int>(updates_) || previous,
            "stage {}: tied version {} installed at rest, the stage is at version {}", stage_,
            version, updates_);
   const TiedLayout& t = tied_[k];
   AP_CHECK(w.size() == t.numel, "tied weights of {} floats, expected {}", w.size(), t.numel);
-  const int v = store_->latest();
+  const int v = previous ? version : store_->latest();
   std::span<float> dst = store_->mutable_params(v, t.copy_local).subspan(t.copy_offset, t.numel);
   std::copy(w.begin(), w.end(), dst.begin());
   set_tied_held(v, k, version);
@@ -566,6 +574,38 @@ void StageWorker::set_updates(long updates) {
   store_->reset(static_cast<int>(updates));
   updates_ = updates;
   base_ = static_cast<int>(updates);
+}
+
+bool StageWorker::holds_previous() const {
+  return version_policy(opts_.mode) == VersionPolicy::double_buffered && updates_ >= 1 &&
+         store_->holds(static_cast<int>(updates_) - 1);
+}
+
+std::span<float> StageWorker::mutable_previous_params(int i) {
+  AP_CHECK(version_policy(opts_.mode) == VersionPolicy::double_buffered,
+           "stage {}: only 2bw keeps a previous version across runs, not {}", stage_,
+           to_string(opts_.mode));
+  AP_CHECK(in_flight() == 0 && !job_.open() && updates_ >= 1,
+           "stage {}: the previous version is written while busy or at version {}", stage_,
+           updates_);
+  const int prev = static_cast<int>(updates_) - 1;
+  if (!store_->holds(prev)) {
+    store_->add_older(prev);
+    // a copy following its owner gets the owner's previous version installed at rest
+    for (size_t k = 0; k < tied_.size(); ++k) {
+      const bool follows = tied_[k].role == TiedRole::copy && tied_sync_ == TiedSync::follow_owner;
+      set_tied_held(prev, k, follows ? -1 : prev);
+    }
+  }
+  return store_->mutable_params(prev, i);
+}
+
+std::span<const float> StageWorker::tied_weights(size_t k, int version) const {
+  const TiedRole role = tied_role(k);
+  AP_CHECK(role == TiedRole::owner || role == TiedRole::both,
+           "stage {} does not own tied parameter {}", stage_, k);
+  const TiedLayout& t = tied_[k];
+  return store_->params(version, t.owner_local).subspan(t.owner_offset, t.numel);
 }
 
 std::span<const float> StageWorker::params(int i) const {

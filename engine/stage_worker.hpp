@@ -126,9 +126,11 @@ class StageWorker {
 
   /// Prepares a run of `schedule` (validated by the caller; its microbatch j is the global
   /// microbatch microbatch_offset + j). Version ids restart from the current weights: the
-  /// schedule's version v means updates() + v, older versions are forgotten. Errors: the schedule
-  /// is of another mode, stage count or microbatches per step, or needs more stash slots than
-  /// this worker has; a microbatch is still in flight.
+  /// schedule's version v means updates() + v. Older versions are forgotten, except in a
+  /// continued 2bw schedule (Schedule::continued), whose version -1 is the stored version
+  /// updates() - 1 (holds_previous()). Errors: the schedule is of another mode, stage count or
+  /// microbatches per step, or needs more stash slots than this worker has; a microbatch is still
+  /// in flight; a continued schedule without the previous version.
   Status start_run(const Schedule& schedule, int64_t microbatch_offset);
 
   /// F: forward of the stage's layers. `in` is the previous stage's output (B,T,C), undefined
@@ -171,13 +173,24 @@ class StageWorker {
   void install_tied_weights(const Action& f, size_t k, int version, std::span<const float> w);
   /// follow_owner copy stage at the end of a run (nothing in flight): installs the owner's newest
   /// version (`version` == updates()) into the newest weights, so both copies are equal at rest.
-  /// A run starts only from equal copies.
+  /// A run starts only from equal copies. In 2bw also the owner's version updates() - 1 into the
+  /// stored previous version (holds_previous()), which a continued run computes with.
   void install_tied_weights(size_t k, int version, std::span<const float> w);
+  /// Owner side: tied parameter k in stored version `version`.
+  std::span<const float> tied_weights(size_t k, int version) const;
 
   /// Updates committed so far (the optimizer's step counter, the newest version id).
   long updates() const { return updates_; }
   /// Sets the update counter of idle weights (a resume): the newest version is renamed to it.
   void set_updates(long updates);
+  /// 2bw: the stage stores version updates() - 1 beside the newest one (after a run, or a resume
+  /// that restored it), so the next run can continue exactly (make_2bw with `continued`).
+  bool holds_previous() const;
+  /// 2bw, idle, updates() >= 1: version updates() - 1 of local layer i, writable (a resume
+  /// restores it after set_updates(); the version becomes stored).
+  std::span<float> mutable_previous_params(int i);
+  /// Parameters of local layer i in stored version `version`.
+  std::span<const float> params(int version, int i) const { return store_->params(version, i); }
   const WeightStore& store() const { return *store_; }
   /// Newest parameters of local layer i (global layer first_layer() + i).
   std::span<const float> params(int i) const;

@@ -354,6 +354,31 @@ TEST_CASE("tied parameter hooks and per-layer gradient norms") {
   CHECK(std::memcmp(one[0]->tied_weights(0).data(), wte.data(), n * sizeof(float)) != 0);
 }
 
+TEST_CASE("2bw: a continued run computes its first step with the kept previous version") {
+  const Model model = build(tiny(Arch::gpt, false));
+  constexpr int d = 2, m = 2;
+  const auto mbs = batches(Arch::gpt, model.options().vocab_size, 4 * m);
+  Workers whole = make_workers(model, d, Mode::twobw, m);
+  drive(whole, *make_2bw(d, m, 4), mbs, 0);
+  Workers split = make_workers(model, d, Mode::twobw, m);
+  // a fresh stage has no previous version to continue from
+  CHECK_FALSE(split[0]->holds_previous());
+  auto refused = split[0]->start_run(*make_2bw(d, m, 2, true), 0);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.find("version -1, which the stage does not hold") !=
+        std::string::npos);
+  drive(split, *make_2bw(d, m, 2), mbs, 0);
+  for (int r = 0; r < d; ++r) CHECK(split[r]->holds_previous());
+  drive(split, *make_2bw(d, m, 2, true), mbs, 2 * m);
+  for (int r = 0; r < d; ++r) {
+    CHECK(split[r]->updates() == 4);
+    for (int i = 0; i < split[r]->num_layers(); ++i) {
+      CHECK(std::memcmp(split[r]->params(i).data(), whole[r]->params(i).data(),
+                        split[r]->params(i).size_bytes()) == 0);
+    }
+  }
+}
+
 TEST_CASE("a stage worker refuses actions out of order") {
   const Model model = build(tiny(Arch::gpt, true));
   const Partition p = *Partition::even(model.num_layers(), 2);

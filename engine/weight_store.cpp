@@ -121,6 +121,20 @@ void WeightStore::reset(int version) {
   ids_[static_cast<size_t>(latest_buffer_)] = version;
 }
 
+void WeightStore::add_older(int version) {
+  AP_CHECK(updating_ < 0, "add_older({}) while an update is open", version);
+  AP_CHECK(version >= 0 && version < latest(), "add_older({}): it must be in [0, {})", version,
+           latest());
+  AP_CHECK(!holds(version), "add_older({}): version {} is already stored", version, version);
+  for (size_t b = 0; b < ids_.size(); ++b) {
+    if (ids_[b] >= 0) continue;
+    ids_[b] = version;
+    return;
+  }
+  AP_CHECK(false, "add_older({}): every buffer holds a version (stored: {})", version,
+           fmt::join(versions(), ", "));
+}
+
 int WeightStore::bound_index(int microbatch) const {
   for (size_t i = 0; i < bound_.size(); ++i)
     if (bound_[i].first == microbatch) return static_cast<int>(i);

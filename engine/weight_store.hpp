@@ -66,6 +66,10 @@ class WeightStore {
   /// Forgets every version but the newest one and renames it `version` (a resume, or a new run
   /// that starts its version count afresh). Only while no microbatch is bound.
   void reset(int version);
+  /// Makes the free buffer hold `version`, older than latest() (a resume that restores the
+  /// version before the newest one: 2bw's previous version); write it with mutable_params().
+  /// Only when a buffer holds no version, `version` is not stored and no update is open.
+  void add_older(int version);
 
   /// A microbatch's forward computes with `version` (which must be stored) and its backward will
   /// use the same buffer: the version stays stored until release(). Not for `predicted`.

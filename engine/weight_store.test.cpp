@@ -128,3 +128,25 @@ TEST_CASE("reset renames the newest version and forgets the others") {
   CHECK_THROWS_AS(WeightStore(VersionPolicy::single, 2, {1}, 1), CheckFailure);
   CHECK_THROWS_AS(WeightStore(VersionPolicy::double_buffered, 3, {1}, 1), CheckFailure);
 }
+
+TEST_CASE("add_older restores the version before the newest into the free buffer") {
+  WeightStore s(VersionPolicy::double_buffered, 2, {2}, 2);
+  bump(s);
+  s.reset(7);  // a resume at update 7: the newest version only
+  CHECK(s.versions() == std::vector<int>{7});
+  s.add_older(6);
+  CHECK(s.versions() == std::vector<int>{6, 7});
+  CHECK(s.latest() == 7);
+  for (float& x : s.mutable_params(6, 0)) x = 5.0f;
+  CHECK(value(s, 6) == 5.0f);
+  CHECK(value(s, 7) == 1.0f);
+  s.bind(0, 6);                                     // a continued run's first step computes with it
+  CHECK_THROWS_AS(s.begin_update(), CheckFailure);  // both buffers pinned
+  s.release(0);
+  bump(s);  // writes over version 6, the oldest unpinned one
+  CHECK(s.versions() == std::vector<int>{7, 8});
+  CHECK(value(s, 8) == 2.0f);
+  CHECK_THROWS_AS(s.add_older(7), CheckFailure);  // already stored
+  CHECK_THROWS_AS(s.add_older(6), CheckFailure);  // no free buffer
+  CHECK_THROWS_AS(s.add_older(9), CheckFailure);  // not older than the newest
+}
