@@ -36,6 +36,10 @@ function(actorpipe_add_library)
     $<INSTALL_INTERFACE:include/actorpipe>)
   target_link_libraries(actorpipe_${A_NAME} PUBLIC ${A_DEPS} PRIVATE ${A_PRIVATE_DEPS}
     $<BUILD_INTERFACE:actorpipe_build_flags>)
+  if(ACTORPIPE_SANITIZE)
+    # Whoever links a sanitized library (also from the installed package) needs the runtime.
+    target_link_options(actorpipe_${A_NAME} INTERFACE -fsanitize=${ACTORPIPE_SANITIZE})
+  endif()
   set_property(GLOBAL APPEND PROPERTY ACTORPIPE_LIBRARIES actorpipe_${A_NAME})
 endfunction()
 
