@@ -5,11 +5,11 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <regex>
 
 #include "engine/internal/option_table.hpp"
 
@@ -33,6 +33,28 @@ std::string source_dir() {
   const char* d = std::getenv("ACTORPIPE_SOURCE_DIR");
   REQUIRE_MESSAGE(d != nullptr, "ACTORPIPE_SOURCE_DIR is not set");
   return d;
+}
+
+// The data-member names declared in the body of a struct, one declaration per line
+// ("type name;" or "type name = default;", trailing // comments allowed).
+std::vector<std::string> member_names(const std::string& body) {
+  std::vector<std::string> names;
+  std::size_t pos = 0;
+  while (pos < body.size()) {
+    auto eol = body.find('\n', pos);
+    if (eol == std::string::npos) eol = body.size();
+    std::string line = body.substr(pos, eol - pos);
+    pos = eol + 1;
+    if (auto c = line.find("//"); c != std::string::npos) line.erase(c);
+    const auto semi = line.find(';');
+    if (semi == std::string::npos || line.find('(') != std::string::npos) continue;
+    std::string decl = line.substr(0, std::min(semi, line.find('=')));
+    while (!decl.empty() && decl.back() == ' ') decl.pop_back();
+    const auto space = decl.rfind(' ');
+    if (space == std::string::npos || decl.find_first_not_of(' ') >= space) continue;
+    names.push_back(decl.substr(space + 1));
+  }
+  return names;
 }
 
 std::string slurp(const std::string& p) {
@@ -394,9 +416,8 @@ TEST_CASE("every key of options.hpp is parsed and documented in docs/config.md")
     REQUIRE_MESSAGE(begin != std::string::npos, name << " not found in options.hpp");
     const auto end = options.find("\n};", begin);
     const std::string body = options.substr(begin, end - begin);
-    static const std::regex member(R"(\n\s+[A-Za-z_:<>0-9]+\s+([a-z_0-9]+)\s*(=[^;]*)?;)");
-    for (std::sregex_iterator it(body.begin(), body.end(), member), e; it != e; ++it) {
-      const std::string key = section + "." + (*it)[1].str();
+    for (const std::string& field : member_names(body)) {
+      const std::string key = section + "." + field;
       CHECK_MESSAGE(std::find(keys.begin(), keys.end(), key) != keys.end(),
                     key << " is in options.hpp but the config parser does not know it");
       ++members;
