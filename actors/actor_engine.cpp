@@ -46,6 +46,9 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& config,
   if (options.scheduler_threads < 1)
     return make_error("actor engine: scheduler_threads = {}, expected >= 1",
                       options.scheduler_threads);
+  if (options.spin_before_wait_us < 0)
+    return make_error("actor engine: spin_before_wait_us = {}, expected >= 0",
+                      options.spin_before_wait_us);
   if (!(options.stall_timeout_seconds > 0))
     return make_error("actor engine: stall_timeout_seconds = {}, expected > 0",
                       options.stall_timeout_seconds);
@@ -180,6 +183,10 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
   {
     caf::actor_system_config cfg;
     cfg.set("scheduler.max-threads", im.options.scheduler_threads);
+    // an idle scheduler thread (the driver's) parks on its condition variable right after its
+    // aggressive polling instead of CAF's default 500 polls 50 us apart: each such sleep
+    // overshoots by the timer slack, which a message to the driver would otherwise wait out
+    cfg.set("work-stealing.moderate-poll-attempts", size_t{0});
     caf::actor_system sys{cfg};
     st->start = std::chrono::steady_clock::now();
     for (int r = 0; r < d; ++r) {

@@ -66,6 +66,11 @@ struct ActorEngineOptions {
   /// Threads of the cooperative scheduler (driver, optimizer shards). Stage actors are detached:
   /// each owns one more thread (plus its Context's threads_per_stage - 1 helpers).
   int scheduler_threads = 2;
+  /// Before an actor's thread sleeps waiting for a message it needs next (a stage for its input
+  /// or its shard's new version, a shard for its peer's tied gradient or its clip scale), it
+  /// polls its mailbox for up to this many microseconds, so a prompt message costs no wake-up.
+  /// Bounds the CPU a waiting actor burns; 0 sleeps at once.
+  int spin_before_wait_us = 50;
   /// A run in which no action completes for this long fails with an error naming the stages
   /// and what each one waits for (a bug or a lost message; never a hang).
   double stall_timeout_seconds = 300.0;

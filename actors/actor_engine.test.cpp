@@ -67,10 +67,10 @@ bool same_log(const std::vector<VersionUse>& a, const std::vector<VersionUse>& b
 }
 
 // Runs `runs` (steps per run, one after another) on both engines and compares every bit.
-void check_against_serial(const Config& c, const std::vector<int>& runs) {
+void check_against_serial(const Config& c, const std::vector<int>& runs,
+                          ActorEngineOptions o = {}) {
   auto serial = SerialExecutor::create(c, true);
   REQUIRE_MESSAGE(serial.ok(), (serial.ok() ? "" : serial.error().message));
-  ActorEngineOptions o;
   o.log_versions = true;
   auto actors = ActorEngine::create(c, o);
   REQUIRE_MESSAGE(actors.ok(), (actors.ok() ? "" : actors.error().message));
@@ -188,6 +188,13 @@ TEST_CASE("untied models, SGD, uneven partitions, no clipping, two threads per s
     Config c = tiny(Arch::gpt, "xpipe", 2, 3);
     c.pipeline.threads_per_stage = 2;
     check_against_serial(c, {3});
+  }
+  SUBCASE("threads sleep at once (no spin before a wait), one scheduler thread") {
+    ActorEngineOptions o;
+    o.spin_before_wait_us = 0;
+    o.scheduler_threads = 1;
+    check_against_serial(tiny(Arch::gpt, "2bw", 3, 4), {3}, o);
+    check_against_serial(tiny(Arch::bert, "pipedream", 2, 1), {5}, o);
   }
   SUBCASE("1f1b without clipping, partition [1, 1, 2]") {
     Config c = tiny(Arch::gpt, "1f1b", 3, 4);

@@ -10,6 +10,7 @@
 
 #include "actors/internal/messages.hpp"
 #include "actors/internal/run_state.hpp"
+#include "actors/internal/spin_wait.hpp"
 #include "engine/data.hpp"
 #include "engine/layer.hpp"
 #include "kernels/check.hpp"
@@ -85,16 +86,19 @@ class DriverActor : public caf::event_based_actor {
           have_loss_[static_cast<size_t>(mb)] = true;
           report_steps();
           check_done();
+          await_next();
         },
         [this](credit_atom, int64_t) {
           --outstanding_;
           feed();
+          await_next();
         },
         [this](flush_atom, int, int ordinal) {
           if (++flush_count_[ordinal] == st_->stages) {
             flush_count_.erase(ordinal);
             for (const caf::actor& a : st_->directory.stages) send(a, release_atom::value, ordinal);
           }
+          await_next();
         },
         [this](done_atom, int) {
           ++done_;
@@ -115,6 +119,7 @@ class DriverActor : public caf::event_based_actor {
             send(a, scale_atom::value, s.ordinal, scale);
           sumsq_.erase(s.ordinal);
           sumsq_count_.erase(s.ordinal);
+          await_next();
         },
         [this](tick_atom) {
           if (finished_) return;
@@ -134,6 +139,13 @@ class DriverActor : public caf::event_based_actor {
   }
 
  private:
+  // While the run goes, a bounded spin on the mailbox before the scheduler thread parks: the
+  // stages' next credit, loss or flush often follows within microseconds.
+  void await_next() {
+    if (!finished_)
+      spin_for_mail(*this, std::chrono::microseconds(st_->options.spin_before_wait_us));
+  }
+
   // Releases microbatches while credits last.
   void feed() {
     while (!finished_ && next_mb_ < st_->total_mbs && outstanding_ < st_->credits) {

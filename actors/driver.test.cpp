@@ -148,6 +148,11 @@ TEST_CASE("engine options are checked before anything runs") {
   o = {};
   o.stall_timeout_seconds = 0;
   CHECK(!ActorEngine::create(tiny("1f1b", 3, 2, 1), o).ok());
+  o = {};
+  o.spin_before_wait_us = -1;
+  auto spin = ActorEngine::create(tiny("1f1b", 3, 2, 1), o);
+  REQUIRE(!spin.ok());
+  CHECK(contains(spin.error().message, "spin_before_wait_us = -1, expected >= 0"));
   auto e = ActorEngine::create(tiny("1f1b", 3, 2, 1));
   REQUIRE(e.ok());
   auto data = DataLoader::open({}, Arch::gpt, 24, 2, 6);

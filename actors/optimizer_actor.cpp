@@ -9,6 +9,7 @@
 
 #include "actors/internal/messages.hpp"
 #include "actors/internal/run_state.hpp"
+#include "actors/internal/spin_wait.hpp"
 #include "engine/optimizer_shard.hpp"
 #include "engine/stage_worker.hpp"
 #include "kernels/check.hpp"
@@ -49,6 +50,7 @@ class OptimizerActor : public caf::event_based_actor {
       s.owner = role == TiedRole::owner;
       s.peer = s.owner ? part.stage_of(tp.copy_layer) : part.stage_of(tp.owner_layer);
       s.numel = model.layer(tp.owner_layer).find_slot(tp.owner_slot)->numel;
+      if (skip()) s.dummy = std::make_shared<const std::vector<float>>(s.numel, 0.0f);
       splits_.push_back(s);
     }
   }
@@ -63,19 +65,19 @@ class OptimizerActor : public caf::event_based_actor {
           busy_ns_ = 0;
           phase_ = Phase::tied;
           begin_update();
-          proceed();
+          proceed_or_spin();
         },
         [this](tgrad_atom, const TiedTensor& t) {
           tgrads_[{t.key, t.tied}] = t.data;
-          proceed();
+          proceed_or_spin();
         },
         [this](scale_atom, int64_t ordinal, float scale) {
           scales_[ordinal] = scale;
-          proceed();
+          proceed_or_spin();
         },
         [this](tscale_atom, int64_t ordinal, float scale) {
           tscales_[ordinal] = scale;
-          proceed();
+          proceed_or_spin();
         },
     };
   }
@@ -86,6 +88,9 @@ class OptimizerActor : public caf::event_based_actor {
     bool owner = false;
     int peer = 0;
     size_t numel = 0;
+    // skip_compute: the tensor handed instead of a copy of the gradient or weights, made once
+    // (the compute-free runs measure messages and hand-offs, not the copies)
+    std::shared_ptr<const std::vector<float>> dummy;
   };
   enum class Phase { idle, tied, scale };
 
@@ -111,7 +116,7 @@ class OptimizerActor : public caf::event_based_actor {
       t.from_stage = r_;
       timed([&] {
         if (skip()) {
-          t.data = std::make_shared<const std::vector<float>>(s.numel, 0.0f);
+          t.data = s.dummy;
         } else {
           auto g = job().tied_grad(s.k);
           t.data = std::make_shared<const std::vector<float>>(g.begin(), g.end());
@@ -122,6 +127,14 @@ class OptimizerActor : public caf::event_based_actor {
   }
 
   // Advances the current update as far as the messages received allow.
+  // proceed(), then a bounded spin on the mailbox before the thread sleeps: an update in
+  // progress waits for the peer's tied gradient or the driver's clip scale, a finished one
+  // for the stage's next OPT_STEP (pipedream's come every microbatch).
+  void proceed_or_spin() {
+    proceed();
+    if (!failed_) spin_for_mail(*this, std::chrono::microseconds(st_->options.spin_before_wait_us));
+  }
+
   void proceed() {
     if (!active_ || failed_) return;
     if (phase_ == Phase::tied) {
@@ -208,7 +221,7 @@ class OptimizerActor : public caf::event_based_actor {
           t.from_stage = r_;
           timed([&] {
             if (skip()) {
-              t.data = std::make_shared<const std::vector<float>>(s.numel, 0.0f);
+              t.data = s.dummy;
             } else {
               auto w = job().tied_weights(s.k);
               t.data = std::make_shared<const std::vector<float>>(w.begin(), w.end());

@@ -10,6 +10,7 @@
 
 #include "actors/internal/messages.hpp"
 #include "actors/internal/run_state.hpp"
+#include "actors/internal/spin_wait.hpp"
 #include "engine/stage_worker.hpp"
 #include "kernels/check.hpp"
 
@@ -48,7 +49,7 @@ class StageActor : public caf::event_based_actor {
     return {
         [this](mb_atom, int64_t mb, const MicrobatchPtr& p) {
           mbs_[mb] = p;
-          advance();
+          advance_or_spin();
         },
         [this](ann_atom, const Announcement& a) {
           if (r_ > 0 && a.tag == channel_tag(r_ - 1, Direction::forward)) {
@@ -59,15 +60,15 @@ class StageActor : public caf::event_based_actor {
             return report_failure(
                 fmt::format("an announcement for another stage arrived: {}", to_string(a)));
           }
-          advance();
+          advance_or_spin();
         },
         [this](tweight_atom, const TiedTensor& t) {
           if (!skip()) tied_w_[{t.tied, t.key}] = t.data;
-          advance();
+          advance_or_spin();
         },
         [this](release_atom, int ordinal) {
           released_ = std::max(released_, ordinal);
-          advance();
+          advance_or_spin();
         },
         [this](published_atom, const UpdateTicket& t, int64_t busy_ns) {
           AP_CHECK(update_pending_, "stage {}: published without an update", r_);
@@ -83,13 +84,21 @@ class StageActor : public caf::event_based_actor {
               counters_.busy_ns.fetch_add(credit, std::memory_order_relaxed);
             }
           }
-          advance();
+          advance_or_spin();
         },
     };
   }
 
  private:
   const StageStep* current() const { return pc_ < n_ ? &cur_ : nullptr; }
+
+  // advance(), then, when the stage waits for a message (an input, its shard's new version),
+  // a bounded spin on the mailbox before the thread sleeps.
+  void advance_or_spin() {
+    advance();
+    if (!failed_ && (pc_ < n_ || update_pending_))
+      spin_for_mail(*this, std::chrono::microseconds(st_->options.spin_before_wait_us));
+  }
 
   // Runs every action whose inputs are in, in order.
   void advance() {
