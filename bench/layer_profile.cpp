@@ -5,8 +5,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <random>
+#include <thread>
 
 #include "bench/step_timing.hpp"
 #include "engine/batch.hpp"
@@ -147,6 +149,31 @@ Expected<LayerProfile> profile_layers(const ModelOptions& model_opts,
                       1, spare[k].data());
     });
   }
+  return p;
+}
+
+Expected<LayerProfile> profile_layers_loaded(const ModelOptions& model,
+                                             const OptimizerOptions& optimizer, int B, int T,
+                                             int threads, int reps, int load_threads) {
+  if (load_threads < 0)
+    return make_error("layer profile: load_threads = {}, expected >= 0", load_threads);
+  std::atomic<bool> stop{false};
+  std::atomic<int> started{0};
+  std::vector<std::thread> load;
+  for (int i = 0; i < load_threads; ++i) {
+    load.emplace_back([&] {
+      started.fetch_add(1);
+      // one rep per call: the loop checks `stop` often enough (a call is one chain of layers)
+      while (!stop.load()) {
+        if (!profile_layers(model, optimizer, B, T, 1, 1)) break;
+      }
+    });
+  }
+  while (started.load() < load_threads) std::this_thread::yield();
+  auto p = profile_layers(model, optimizer, B, T, threads, reps);
+  stop.store(true);
+  for (std::thread& t : load) t.join();
+  if (p) p->load_threads = load_threads;
   return p;
 }
 

@@ -25,6 +25,7 @@ struct LayerProfile {
   int B = 0;
   int T = 0;
   int reps = 0;
+  int load_threads = 0;  ///< other threads computing meanwhile (profile_layers_loaded)
   std::vector<LayerCost> layers;  ///< one per global layer, in order
 };
 
@@ -35,5 +36,14 @@ struct LayerProfile {
 /// Errors: a bad model, B, T or reps.
 Expected<LayerProfile> profile_layers(const ModelOptions& model, const OptimizerOptions& optimizer,
                                       int B, int T, int threads, int reps);
+
+/// profile_layers with `load_threads` other threads busy meanwhile, each running the same
+/// profile on a Context of 1 thread (its own model and buffers) in a loop until this one is
+/// done: the per-layer costs a stage sees while the other stages of a pipeline compute on the
+/// other cores (shared caches, memory bandwidth, the host's scheduling of the vCPUs).
+/// LayerProfile::load_threads records the load. Errors: as profile_layers, or load_threads < 0.
+Expected<LayerProfile> profile_layers_loaded(const ModelOptions& model,
+                                             const OptimizerOptions& optimizer, int B, int T,
+                                             int threads, int reps, int load_threads);
 
 }  // namespace actorpipe::bench

@@ -281,14 +281,26 @@ int run_pipeline_bench(std::span<const std::string> args) {
     fmt::print(stderr, "actorpipe-bench pipeline: profile: {}\n", prof2.error().message);
     return 1;
   }
+  // 1 thread with the other core busy: what a stage of the two-stage runs sees
+  auto prof1l = profile_layers_loaded(shape.model, opt, shape.B, shape.T, 1, o.profile_reps, 1);
+  if (!prof1l) {
+    fmt::print(stderr, "actorpipe-bench pipeline: profile: {}\n", prof1l.error().message);
+    return 1;
+  }
+  // the profile a configuration's prediction uses: its thread count, and the other core busy
+  // when there are two stages
+  auto profile_for = [&](int stages, int threads) -> const LayerProfile& {
+    return threads == 2 ? *prof2 : stages == 2 ? *prof1l : *prof1;
+  };
   std::vector<int> split = o.partition;
   if (split.empty()) {
     std::vector<double> fb;
-    for (const LayerCost& c : prof1->layers) fb.push_back(c.forward + c.backward);
+    for (const LayerCost& c : prof1l->layers) fb.push_back(c.forward + c.backward);
     split = balanced_partition(fb, 2).value();
   }
   const std::string split_source =
-      o.partition.empty() ? "balanced by the profile's F+B at 1 thread" : "--partition";
+      o.partition.empty() ? "balanced by the profile's F+B at 1 thread, other core busy"
+                          : "--partition";
 
   if (o.json) {
     json s;
@@ -305,10 +317,11 @@ int run_pipeline_bench(std::span<const std::string> args) {
     s["loadavg_start"] = load0;
     s["command"] = command;
     out(s.dump() + "\n");
-    for (const LayerProfile* p : {&*prof1, &*prof2}) {
+    for (const LayerProfile* p : {&*prof1, &*prof2, &*prof1l}) {
       json j;
       j["name"] = "pipeline_profile";
       j["threads"] = p->threads;
+      j["load_threads"] = p->load_threads;
       j["reps"] = p->reps;
       json ls = json::array();
       for (const LayerCost& c : p->layers)
@@ -333,21 +346,33 @@ int run_pipeline_bench(std::span<const std::string> args) {
         "last losses, median of {} after {} untimed\n",
         o.warmup + o.reps, o.warmup + o.reps == 1 ? "" : "s", o.reps, o.warmup));
     out(
-        fmt::format("\nper-layer profile, ms per microbatch (median of {} calls, alone on a "
-                    "Context of 1 or 2 threads):\n",
+        fmt::format("\nper-layer profile, ms per microbatch (median of {} calls; 1t, 2t: alone on "
+                    "a Context of 1 or 2 threads;\n  1t+load: 1 thread while another thread "
+                    "runs the same profile, as a stage of the two-stage runs sees it):\n",
                     o.profile_reps));
-    out(fmt::format("{:<18} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8} {:>8}\n", "layer", "F 1t", "B 1t",
-                    "update", "copy", "predict", "F 2t", "B 2t"));
+    out(fmt::format("{:<18} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8} {:>8} {:>9} {:>9}\n", "layer",
+                    "F 1t", "B 1t", "update", "copy", "predict", "F 2t", "B 2t", "F 1t+load",
+                    "B 1t+load"));
     for (size_t i = 0; i < prof1->layers.size(); ++i) {
       const LayerCost& a = prof1->layers[i];
       const LayerCost& b = prof2->layers[i];
-      out(fmt::format("{:<18} {:>8.2f} {:>8.2f} {:>8.2f} {:>7.2f} {:>8.2f} {:>8.2f} {:>8.2f}\n",
-                      a.name, a.forward * 1e3, a.backward * 1e3, a.update * 1e3, a.copy * 1e3,
-                      a.predict * 1e3, b.forward * 1e3, b.backward * 1e3));
+      const LayerCost& c = prof1l->layers[i];
+      out(fmt::format(
+          "{:<18} {:>8.2f} {:>8.2f} {:>8.2f} {:>7.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>9.2f} {:>9.2f}\n",
+          a.name, a.forward * 1e3, a.backward * 1e3, a.update * 1e3, a.copy * 1e3, a.predict * 1e3,
+          b.forward * 1e3, b.backward * 1e3, c.forward * 1e3, c.backward * 1e3));
     }
+    double solo = 0.0, loaded = 0.0;
+    for (size_t i = 0; i < prof1->layers.size(); ++i) {
+      solo += prof1->layers[i].forward + prof1->layers[i].backward;
+      loaded += prof1l->layers[i].forward + prof1l->layers[i].backward;
+    }
+    out(fmt::format("F+B of the whole model at 1 thread: {:.1f} ms alone, {:.1f} ms with the "
+                    "other core busy ({:+.1f}%)\n",
+                    solo * 1e3, loaded * 1e3, 100.0 * (loaded / solo - 1.0)));
     out(fmt::format("two-stage partition: [{}, {}] ({}; F+B per microbatch {:.1f} / {:.1f} ms)\n",
-                    split[0], split[1], split_source, 1e3 * stage_sum(*prof1, split, 0, true),
-                    1e3 * stage_sum(*prof1, split, 1, true)));
+                    split[0], split[1], split_source, 1e3 * stage_sum(*prof1l, split, 0, true),
+                    1e3 * stage_sum(*prof1l, split, 1, true)));
     out("\npipeline efficiency (x 1x1: against the same mode on 1 stage x 1 thread; ideal: "
         "m/(m+d-1)*d for gpipe and 1f1b;\n  busy: per stage, share of the timed steps in compute "
         "and updates; simulated: the simulator fed the profile;\n  load: the 1-minute load "
@@ -387,7 +412,7 @@ int run_pipeline_bench(std::span<const std::string> args) {
         ++failures;
       }
       auto pred =
-          predict_pipeline(threads == 2 ? *prof2 : *prof1, mode, rec.counts, m, o.warmup, o.reps);
+          predict_pipeline(profile_for(stages, threads), mode, rec.counts, m, o.warmup, o.reps);
       if (pred) {
         rec.predicted = std::move(*pred);
       } else {

@@ -1,5 +1,5 @@
 # Smoke test of `actorpipe-bench pipeline`: at the tiny shape with one timed step, the command
-# must exit 0 and print only JSON lines: the setup, two profiles, 15 runs (5 modes x 3
+# must exit 0 and print only JSON lines: the setup, three profiles (1 thread, 2 threads, 1 thread with the other core busy), 15 runs (5 modes x 3
 # configurations) with predictions, 10 overhead runs, the GPipe peer (4 lines, or a line saying
 # torch is missing) and the end line, with sane values.
 # Usage: cmake -DBENCH=<path to actorpipe-bench> -P pipeline_smoke_test.cmake
@@ -26,6 +26,7 @@ endfunction()
 
 set(n_setup 0)
 set(n_profile 0)
+set(n_loaded 0)  # profiles taken with another thread busy
 set(n_run 0)
 set(n_overhead 0)
 set(n_peer 0)
@@ -49,6 +50,8 @@ foreach(line IN LISTS lines)
     if(NOT layers EQUAL 6)  # tiny: embedding, 4 blocks, head
       message(FATAL_ERROR "expected 6 layers in the profile:\n${line}")
     endif()
+    string(JSON load GET "${line}" load_threads)
+    math(EXPR n_loaded "${n_loaded} + ${load}")
   elseif(name STREQUAL "pipeline_run")
     math(EXPR n_run "${n_run} + 1")
     string(JSON ok GET "${line}" ok)
@@ -92,7 +95,7 @@ foreach(line IN LISTS lines)
     message(FATAL_ERROR "unknown line '${name}':\n${line}")
   endif()
 endforeach()
-if(NOT n_setup EQUAL 1 OR NOT n_profile EQUAL 2 OR NOT n_run EQUAL 15 OR NOT n_overhead EQUAL 10
+if(NOT n_setup EQUAL 1 OR NOT n_profile EQUAL 3 OR NOT n_loaded EQUAL 1 OR NOT n_run EQUAL 15 OR NOT n_overhead EQUAL 10
    OR NOT n_end EQUAL 1)
   message(FATAL_ERROR "lines: setup ${n_setup}, profile ${n_profile}, run ${n_run}, overhead "
                       "${n_overhead}, end ${n_end}; expected 1, 2, 15, 10, 1:\n${out}")
