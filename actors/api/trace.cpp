@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <string>
 
 namespace actorpipe {
 namespace {
@@ -55,21 +56,28 @@ void append_micros(std::string& out, int64_t ns) {
 std::string chrome_trace_json(std::span<const TraceSpan> spans, int stages) {
   std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
   out += R"({"ph":"M","pid":1,"tid":0,"name":"process_name","args":{"name":"actorpipe"}})";
-  for (int r = 0; r < stages; ++r) {
+  auto track = [&](int tid, const std::string& name, int sort) {
+    out += ",\n{\"ph\":\"M\",\"pid\":1,";
     fmt::format_to(std::back_inserter(out),
-                   ",\n{{\"ph\":\"M\",\"pid\":1,\"tid\":{0},\"name\":\"thread_name\",\"args\":{{"
-                   "\"name\":\"stage {0}\"}}}},\n{{\"ph\":\"M\",\"pid\":1,\"tid\":{0},\"name\":"
-                   "\"thread_sort_index\",\"args\":{{\"sort_index\":{0}}}}}",
-                   r);
+                   "\"tid\":{},\"name\":\"thread_name\",\"args\":{{\"name\":", tid);
+    append_string(out, name);
+    fmt::format_to(std::back_inserter(out),
+                   "}}}},\n{{\"ph\":\"M\",\"pid\":1,\"tid\":{},\"name\":\"thread_sort_index\","
+                   "\"args\":{{\"sort_index\":{}}}}}",
+                   tid, sort);
+  };
+  for (int r = 0; r < stages; ++r) {
+    track(r, fmt::format("stage {}", r), 2 * r);
+    track(stages + r, fmt::format("stage {} optimizer", r), 2 * r + 1);
   }
   for (const TraceSpan& s : spans) {
     const int64_t start = nanos(s.start);
     const int64_t dur = std::max<int64_t>(0, nanos(s.end) - start);
     out += ",\n{\"ph\":\"X\",\"pid\":1,\"tid\":";
-    fmt::format_to(std::back_inserter(out), "{},\"name\":", s.stage);
+    fmt::format_to(std::back_inserter(out), "{},\"name\":", s.update ? stages + s.stage : s.stage);
     append_string(out, to_string(s.action));
     out += ",\"cat\":";
-    append_string(out, to_string(s.action.kind));
+    append_string(out, s.update ? "update" : to_string(s.action.kind));
     out += ",\"ts\":";
     append_micros(out, start);
     out += ",\"dur\":";

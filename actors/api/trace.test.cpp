@@ -1,5 +1,6 @@
 // Trace tests: the Chrome trace of a schedule's actions is valid JSON with one named track per
-// stage and one complete event per action, named by the action's text form, times in µs.
+// stage and per optimizer shard and one complete event per action or update, named by the
+// action's text form, times in µs.
 #include "actors/api/actorpipe/trace.hpp"
 
 #include <doctest/doctest.h>
@@ -69,18 +70,47 @@ TEST_CASE("one track per stage, one span per action named by its text form") {
     ++spans_per_track[tid];
   }
   CHECK(complete == spans.size());
-  REQUIRE(track_names.size() == d);
+  REQUIRE(track_names.size() == 2 * d);  // a stage and its optimizer shard each
   for (int r = 0; r < d; ++r) {
     CHECK(track_names[r] == "stage " + std::to_string(r));
+    CHECK(track_names[d + r] == "stage " + std::to_string(r) + " optimizer");
     CHECK(spans_per_track[r] > 0);
+    CHECK(spans_per_track[d + r] == 0);
   }
+}
+
+TEST_CASE("update spans sit on their stage's optimizer track, sorted after the stage") {
+  constexpr int d = 2;
+  std::vector<TraceSpan> spans = {
+      {1, *parse_action("1F0"), 0.001, 0.002, false},
+      {1, *parse_action("1OPT_STEP@1"), 0.002, 0.005, true},
+  };
+  const auto j = nlohmann::json::parse(chrome_trace_json(spans, d));
+  std::map<int, int> sort_index;
+  std::vector<nlohmann::json> complete;
+  for (const auto& e : j.at("traceEvents")) {
+    if (e.at("name") == "thread_sort_index")
+      sort_index[e.at("tid").get<int>()] = e.at("args").at("sort_index").get<int>();
+    if (e.at("ph") == "X") complete.push_back(e);
+  }
+  REQUIRE(complete.size() == 2);
+  CHECK(complete[0].at("tid") == 1);
+  CHECK(complete[0].at("cat") == "F");
+  CHECK(complete[1].at("tid") == d + 1);
+  CHECK(complete[1].at("cat") == "update");
+  CHECK(complete[1].at("name") == to_string(spans[1].action));
+  CHECK(complete[1].at("dur").get<double>() == doctest::Approx(3000.0));
+  // stage 0, stage 0 optimizer, stage 1, stage 1 optimizer
+  CHECK(sort_index[0] < sort_index[d + 0]);
+  CHECK(sort_index[d + 0] < sort_index[1]);
+  CHECK(sort_index[1] < sort_index[d + 1]);
 }
 
 TEST_CASE("a trace without spans still names every stage's track") {
   const auto j = nlohmann::json::parse(chrome_trace_json({}, 2));
   int threads = 0;
   for (const auto& e : j.at("traceEvents")) threads += e.at("name") == "thread_name";
-  CHECK(threads == 2);
+  CHECK(threads == 4);  // two stages, two optimizer shards
 }
 
 TEST_CASE("write_chrome_trace writes the file; an unwritable path is an error naming it") {

@@ -40,6 +40,7 @@ struct RunOutput {
   std::vector<double> losses;
   std::vector<StageTimes> stages;
   std::vector<ActionSpan> spans;
+  std::vector<ActionSpan> update_spans;  ///< the optimizer shards' updates
   int64_t tokens = 0;
 };
 
@@ -74,7 +75,8 @@ class ActorsExecutor final : public Executor {
     };
     auto r = engine_->run(steps, data, callbacks);
     if (!r) return r.error();
-    return RunOutput{std::move(r->losses), std::move(r->stages), std::move(r->spans), r->tokens};
+    return RunOutput{std::move(r->losses), std::move(r->stages), std::move(r->spans),
+                     std::move(r->update_spans), r->tokens};
   }
 
  private:
@@ -299,7 +301,10 @@ Expected<StepMetrics> Trainer::run(int steps) {
   im.last.stages = im.stage_totals;
   im.last.tokens = im.tokens;
   for (const ActionSpan& s : out->spans) {
-    im.spans.push_back(TraceSpan{s.stage, s.action, offset + s.start, offset + s.end});
+    im.spans.push_back(TraceSpan{s.stage, s.action, offset + s.start, offset + s.end, false});
+  }
+  for (const ActionSpan& s : out->update_spans) {
+    im.spans.push_back(TraceSpan{s.stage, s.action, offset + s.start, offset + s.end, true});
   }
   if (!im.callback_status.ok()) return im.callback_status.error();
   return im.last;

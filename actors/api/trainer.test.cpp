@@ -265,7 +265,7 @@ TEST_CASE("metrics: one JSON line per step with step, loss, tokens, time, busy a
   CHECK(last_busy[1] > 0.0);
 }
 
-TEST_CASE("the trace of a run: one track per stage, one span per executed action") {
+TEST_CASE("the trace of a run: one track per stage and per shard, one span per action and update") {
   TempDir tmp;
   Config c = tiny("1f1b", 3, 2);
   c.train.trace = tmp / "trace.json";
@@ -281,6 +281,11 @@ TEST_CASE("the trace of a run: one track per stage, one span per executed action
     for (const Action& a : sched->per_stage[static_cast<size_t>(r)]) {
       expected[r].insert(to_string(a));
       expected[r].insert(to_string(a));
+      // the update the stage's shard ran for it, on the shard's track (tid 3 + r)
+      if (a.kind == ActionKind::OPT_STEP) {
+        expected[3 + r].insert(to_string(a));
+        expected[3 + r].insert(to_string(a));
+      }
     }
   }
   std::map<int, std::string> tracks;
@@ -292,9 +297,16 @@ TEST_CASE("the trace of a run: one track per stage, one span per executed action
       CHECK(e.at("dur").get<double>() >= 0.0);
     }
   }
-  CHECK(tracks == std::map<int, std::string>{{0, "stage 0"}, {1, "stage 1"}, {2, "stage 2"}});
+  CHECK(tracks == std::map<int, std::string>{{0, "stage 0"},
+                                             {1, "stage 1"},
+                                             {2, "stage 2"},
+                                             {3, "stage 0 optimizer"},
+                                             {4, "stage 1 optimizer"},
+                                             {5, "stage 2 optimizer"}});
   CHECK(got == expected);
-  CHECK(t->trace().size() == expected[0].size() + expected[1].size() + expected[2].size());
+  size_t spans = 0;
+  for (const auto& [tid, names] : expected) spans += names.size();
+  CHECK(t->trace().size() == spans);
 }
 
 TEST_CASE("bad checkpoints and options are refused with a message saying what is wrong") {

@@ -11,18 +11,22 @@
 namespace actorpipe {
 
 /// One executed action: its stage, the action, and its start and end in seconds since the
-/// trainer started training.
+/// trainer started training. `update`: not the stage's own action but the update its optimizer
+/// shard ran for that OPT_STEP, from the stage's hand-off to the new version's hand-back.
 struct TraceSpan {
   int stage = 0;
   Action action;
   double start = 0.0;
   double end = 0.0;
+  bool update = false;
 };
 
 /// The trace as JSON: {"displayTimeUnit":"ms","traceEvents":[...]} with, for each stage r of
-/// `stages`, metadata naming thread r "stage r" (sorted by r) in process 1 "actorpipe", then one
-/// complete event ("ph":"X") per span: name = to_string(action), cat = its kind ("F", "B",
-/// "OPT_STEP", ...), tid = stage, ts and dur in microseconds, args = microbatch and version.
+/// `stages`, metadata naming thread r "stage r" and thread stages + r "stage r optimizer"
+/// (sorted stage 0, its optimizer, stage 1, ...) in process 1 "actorpipe", then one complete
+/// event ("ph":"X") per span: name = to_string(action), cat = its kind ("F", "B", "OPT_STEP",
+/// ...) or "update" for an update span, tid = stage (update spans: stages + stage), ts and dur in
+/// microseconds, args = microbatch and version.
 std::string chrome_trace_json(std::span<const TraceSpan> spans, int stages);
 
 /// Writes chrome_trace_json to `path` (load it in ui.perfetto.dev or chrome://tracing). Errors
