@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -358,7 +359,8 @@ int run_pipeline_bench(std::span<const std::string> args) {
       const LayerCost& b = prof2->layers[i];
       const LayerCost& c = prof1l->layers[i];
       out(fmt::format(
-          "{:<18} {:>8.2f} {:>8.2f} {:>8.2f} {:>7.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>9.2f} {:>9.2f}\n",
+          "{:<18} {:>8.2f} {:>8.2f} {:>8.2f} {:>7.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>9.2f} "
+          "{:>9.2f}\n",
           a.name, a.forward * 1e3, a.backward * 1e3, a.update * 1e3, a.copy * 1e3, a.predict * 1e3,
           b.forward * 1e3, b.backward * 1e3, c.forward * 1e3, c.backward * 1e3));
     }
@@ -367,12 +369,20 @@ int run_pipeline_bench(std::span<const std::string> args) {
       solo += prof1->layers[i].forward + prof1->layers[i].backward;
       loaded += prof1l->layers[i].forward + prof1l->layers[i].backward;
     }
-    out(fmt::format("F+B of the whole model at 1 thread: {:.1f} ms alone, {:.1f} ms with the "
+    out(
+        fmt::format("F+B of the whole model at 1 thread: {:.1f} ms alone, {:.1f} ms with the "
                     "other core busy ({:+.1f}%)\n",
                     solo * 1e3, loaded * 1e3, 100.0 * (loaded / solo - 1.0)));
+    const double s0 = stage_sum(*prof1l, split, 0, true), s1 = stage_sum(*prof1l, split, 1, true);
     out(fmt::format("two-stage partition: [{}, {}] ({}; F+B per microbatch {:.1f} / {:.1f} ms)\n",
-                    split[0], split[1], split_source, 1e3 * stage_sum(*prof1l, split, 0, true),
-                    1e3 * stage_sum(*prof1l, split, 1, true)));
+                    split[0], split[1], split_source, 1e3 * s0, 1e3 * s1));
+    // whole layers per stage: the larger stage sets the pace
+    const double bound = (s0 + s1) / std::max(s0, s1);
+    out(
+        fmt::format("  the larger stage holds {:.1f}% of the F+B: with whole layers per stage, two "
+                    "stages reach at most {:.2f}x of one\n  (asynchronous modes) and {:.1f}% of "
+                    "the ideal m/(m+d-1)*d (gpipe, 1f1b), compute alone\n",
+                    100.0 * std::max(s0, s1) / (s0 + s1), bound, 100.0 * bound / 2.0));
     out("\npipeline efficiency (x 1x1: against the same mode on 1 stage x 1 thread; ideal: "
         "m/(m+d-1)*d for gpipe and 1f1b;\n  busy: per stage, share of the timed steps in compute "
         "and updates; simulated: the simulator fed the profile;\n  load: the 1-minute load "
