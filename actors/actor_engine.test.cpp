@@ -196,6 +196,15 @@ TEST_CASE("untied models, SGD, uneven partitions, no clipping, two threads per s
     check_against_serial(tiny(Arch::gpt, "2bw", 3, 4), {3}, o);
     check_against_serial(tiny(Arch::bert, "pipedream", 2, 1), {5}, o);
   }
+  SUBCASE("warm-up and cosine lr decay: 1f1b and xpipe") {
+    for (const char* mode : {"1f1b", "xpipe"}) {
+      Config c = tiny(Arch::gpt, mode, 2, 2);
+      c.optimizer.warmup_steps = 1;
+      c.optimizer.decay_steps = 3;
+      c.optimizer.min_lr = 1e-3f;
+      check_against_serial(c, {4});
+    }
+  }
   SUBCASE("1f1b without clipping, partition [1, 1, 2]") {
     Config c = tiny(Arch::gpt, "1f1b", 3, 4);
     c.pipeline.partition = {1, 1, 2};

@@ -492,6 +492,15 @@ Status validate(const Config& c) {
   if (o.warmup_steps < 0) {
     bad(fmt::format("optimizer.warmup_steps = {}: must be >= 0", o.warmup_steps));
   }
+  if (o.decay_steps < 0 || (o.decay_steps > 0 && o.decay_steps <= o.warmup_steps)) {
+    bad(fmt::format(
+        "optimizer.decay_steps = {}: must be 0 (no decay) or greater than optimizer.warmup_steps "
+        "({})",
+        o.decay_steps, o.warmup_steps));
+  }
+  if (!(o.min_lr >= 0.0f && o.min_lr <= o.lr) || !finite(o.min_lr)) {
+    bad(fmt::format("optimizer.min_lr = {}: must be in [0, optimizer.lr = {}]", o.min_lr, o.lr));
+  }
 
   const TrainOptions& t = c.train;
   if (t.steps < 1) bad(fmt::format("train.steps = {}: must be >= 1", t.steps));

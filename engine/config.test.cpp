@@ -97,6 +97,8 @@ Config everything_changed() {
   c.optimizer.momentum = 0.7f;
   c.optimizer.grad_clip = 0.0f;
   c.optimizer.warmup_steps = 10;
+  c.optimizer.decay_steps = 11;
+  c.optimizer.min_lr = 1e-5f;
   c.train.steps = 12;
   c.train.seed = 3;
   c.train.log_every = 0;
@@ -380,6 +382,13 @@ TEST_CASE("out-of-range values and impossible combinations are refused") {
   check({"data.kind=csv"},
         "data.kind = \"csv\": unknown data source (allowed: synthetic, text, tokens)");
   check({"data.mask_prob=0"}, "data.mask_prob = 0: must be in (0, 1]");
+  check({"optimizer.warmup_steps=5", "optimizer.decay_steps=5"},
+        "optimizer.decay_steps = 5: must be 0 (no decay) or greater than optimizer.warmup_steps "
+        "(5)");
+  check({"optimizer.decay_steps=-1"}, "optimizer.decay_steps = -1: must be 0 (no decay)");
+  check({"optimizer.lr=1e-3", "optimizer.min_lr=0.01"},
+        "optimizer.min_lr = 0.01: must be in [0, optimizer.lr = 0.001]");
+  check({"optimizer.min_lr=-1e-4"}, "optimizer.min_lr = -0.0001: must be in [0");
   check({"train.steps=0"}, "train.steps = 0: must be >= 1");
   check({"checkpoint.every=5"}, "checkpoint.every = 5: periodic checkpoints need checkpoint.dir");
   // The same combinations are fine when they are consistent.
@@ -389,6 +398,9 @@ TEST_CASE("out-of-range values and impossible combinations are refused") {
   CHECK(config_from_string("", {"pipeline.stages=6", "pipeline.partition=[1,1,1,1,1,1]"}).ok());
   CHECK(config_from_string("", {"data.kind=text", "data.path=x.txt"}).ok());
   CHECK(config_from_string("", {"checkpoint.every=5", "checkpoint.dir=c"}).ok());
+  CHECK(config_from_string(
+            "", {"optimizer.warmup_steps=5", "optimizer.decay_steps=6", "optimizer.min_lr=1e-3"})
+            .ok());
 }
 
 TEST_CASE("every problem is reported, one per line, with its location") {

@@ -1,8 +1,11 @@
 // Layer optimizer: applies AdamW or SGD (OptimizerOptions) to one layer's parameter buffer,
-// with per-slot weight decay and linear lr warm-up. Shared by every executor of a step.
+// with per-slot weight decay, linear lr warm-up and cosine lr decay. Shared by every executor of a
+// step.
 #include "engine/layer_optimizer.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <numbers>
 
 #include "kernels/check.hpp"
 #include "kernels/optimizer.hpp"
@@ -24,8 +27,14 @@ size_t optimizer_state_floats(const OptimizerOptions& o, size_t n) {
 
 float scheduled_lr(const OptimizerOptions& o, long step) {
   AP_CHECK(step >= 1, "optimizer step {} (steps count from 1)", step);
-  if (o.warmup_steps <= 0 || step >= o.warmup_steps) return o.lr;
-  return o.lr * static_cast<float>(step) / static_cast<float>(o.warmup_steps);
+  if (o.warmup_steps > 0 && step < o.warmup_steps)
+    return o.lr * static_cast<float>(step) / static_cast<float>(o.warmup_steps);
+  const long w = o.warmup_steps;
+  if (o.decay_steps <= 0 || step <= w) return o.lr;
+  const double p =
+      std::min(1.0, static_cast<double>(step - w) / static_cast<double>(o.decay_steps - w));
+  const double lr = static_cast<double>(o.lr), lo = static_cast<double>(o.min_lr);
+  return static_cast<float>(lo + (lr - lo) * 0.5 * (1.0 + std::cos(std::numbers::pi * p)));
 }
 
 void optimizer_update(Context& ctx, const OptimizerOptions& o, const Layer& layer, float* params,

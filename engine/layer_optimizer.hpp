@@ -14,8 +14,13 @@ namespace actorpipe {
 /// (momentum). The state starts zeroed.
 size_t optimizer_state_floats(const OptimizerOptions& o, size_t n);
 
-/// Learning rate of optimizer step `step` (1-based): lr·min(1, step / warmup_steps), plain lr
-/// without warm-up.
+/// Learning rate of optimizer step `step` (1-based), W = warmup_steps, D = decay_steps:
+///   step < W:                  lr·step/W                        (linear warm-up)
+///   step = W, or D = 0:        lr
+///   else:                      min_lr + (lr − min_lr)·(1 + cos(π·p))/2,
+///                              p = min(1, (step − W) / (D − W))  (cosine decay to min_lr at D)
+/// The cosine is taken in double and the result rounded to float once; every executor calls
+/// this one function, so all of them use the same bits.
 float scheduled_lr(const OptimizerOptions& o, long step);
 
 /// One update of a layer: params -= f(grad_scale·grads, state) at step `step` (1-based: AdamW

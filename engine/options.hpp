@@ -29,9 +29,9 @@ struct DataOptions {
   std::string path;                // text: UTF-8 file; tokens: uint16 file (raw or llm.c header)
   uint64_t seed = 1234;            // order of sequences and BERT masking
   // synthetic corpus: a random sparse Markov chain over the vocabulary
-  int synthetic_branching = 4;     // successors per state
-  uint64_t synthetic_seed = 42;    // the chain itself
-  double mask_prob = 0.15;         // BERT: fraction of positions selected
+  int synthetic_branching = 4;   // successors per state
+  uint64_t synthetic_seed = 42;  // the chain itself
+  double mask_prob = 0.15;       // BERT: fraction of positions selected
 };
 
 /// [optimizer]
@@ -45,16 +45,18 @@ struct OptimizerOptions {
   float momentum = 0.9f;   // sgd
   float grad_clip = 1.0f;  // global-norm clip; 0 = off
   int warmup_steps = 0;    // linear warm-up of lr from 0
+  int decay_steps = 0;     // cosine decay of lr after warm-up, reaching min_lr here; 0 = none
+  float min_lr = 0.0f;     // lr from decay_steps on (with decay_steps > 0)
 };
 
 /// [pipeline]
 struct PipelineOptions {
-  std::string mode = "1f1b";          // gpipe | 1f1b | 2bw | pipedream | xpipe
-  int stages = 1;                     // d
-  int microbatches = 4;               // m per optimizer step
-  int microbatch_size = 8;            // B sequences per microbatch
-  int seq_len = 0;                    // T; 0 = model.context
-  std::vector<int> partition;         // layers per stage; empty = "even"
+  std::string mode = "1f1b";   // gpipe | 1f1b | 2bw | pipedream | xpipe
+  int stages = 1;              // d
+  int microbatches = 4;        // m per optimizer step
+  int microbatch_size = 8;     // B sequences per microbatch
+  int seq_len = 0;             // T; 0 = model.context
+  std::vector<int> partition;  // layers per stage; empty = "even"
   int threads_per_stage = 1;
 };
 

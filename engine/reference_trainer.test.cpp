@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <numbers>
 #include <string>
 #include <vector>
 
@@ -272,6 +273,30 @@ TEST_CASE("tied copies stay bitwise identical and the global norm counts the tie
                         a->numel * sizeof(float)) == 0);
     }
   }
+}
+
+TEST_CASE("cosine decay of the learning rate after the warm-up, to min_lr at decay_steps") {
+  OptimizerOptions o;
+  o.lr = 0.1f;
+  o.min_lr = 0.01f;
+  o.warmup_steps = 4;
+  o.decay_steps = 12;
+  CHECK(scheduled_lr(o, 2) == doctest::Approx(0.05));  // warm-up untouched
+  CHECK(scheduled_lr(o, 4) == 0.1f);                   // the peak at the end of the warm-up
+  CHECK(scheduled_lr(o, 6) ==
+        doctest::Approx(0.01 + 0.09 * 0.5 * (1 + std::cos(std::numbers::pi / 4))));
+  CHECK(scheduled_lr(o, 8) == doctest::Approx(0.055));  // half way: the mean of lr and min_lr
+  CHECK(scheduled_lr(o, 12) == doctest::Approx(0.01));
+  CHECK(scheduled_lr(o, 1000) == doctest::Approx(0.01));
+  for (long s = 4; s < 20; ++s) CHECK(scheduled_lr(o, s + 1) <= scheduled_lr(o, s));
+  // without warm-up the decay starts at step 0: step 5 of 10 is half way
+  o.warmup_steps = 0;
+  o.decay_steps = 10;
+  CHECK(scheduled_lr(o, 5) == doctest::Approx(0.055));
+  CHECK(scheduled_lr(o, 10) == doctest::Approx(0.01));
+  // decay_steps = 0: constant after the warm-up, whatever min_lr says
+  o.decay_steps = 0;
+  CHECK(scheduled_lr(o, 500) == 0.1f);
 }
 
 TEST_CASE("SGD step: per-slot weight decay, momentum, clipping and warm-up by the formula") {

@@ -170,6 +170,13 @@ std::vector<OptionSpec> build_table() {
                   "Clip the global gradient norm to this value; 0 turns clipping off."));
   t.push_back(row("optimizer", "warmup_steps", &C::optimizer, &OptimizerOptions::warmup_steps,
                   ">= 0", "Linear warm-up of the learning rate from 0 over this many steps."));
+  t.push_back(row("optimizer", "decay_steps", &C::optimizer, &OptimizerOptions::decay_steps,
+                  "0, or > warmup_steps",
+                  "Cosine decay of the learning rate after the warm-up: from lr at step "
+                  "warmup_steps to min_lr at this step, min_lr after it (steps are optimizer "
+                  "updates: microbatches in pipedream); 0 keeps lr constant."));
+  t.push_back(row("optimizer", "min_lr", &C::optimizer, &OptimizerOptions::min_lr, "[0, lr]",
+                  "Learning rate at the end of the cosine decay (decay_steps > 0)."));
   // [train]
   t.push_back(row("train", "steps", &C::train, &TrainOptions::steps, ">= 1",
                   "Optimizer steps to run (in total, counting those before a resume)."));
