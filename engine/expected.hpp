@@ -2,11 +2,11 @@
 // expected. Recoverable failures (config, files, peers) travel as values, not exceptions.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <string>
 #include <utility>
 #include <variant>
-
-#include <fmt/format.h>
 
 namespace actorpipe {
 
@@ -23,7 +23,7 @@ Error make_error(fmt::format_string<Args...> f, Args&&... args) {
 template <class T>
 class [[nodiscard]] Expected {
  public:
-  Expected(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Expected(T value) : v_(std::move(value)) {}      // NOLINT: implicit by design
   Expected(Error error) : v_(std::move(error)) {}  // NOLINT
   bool ok() const { return v_.index() == 0; }
   explicit operator bool() const { return ok(); }

@@ -1,5 +1,5 @@
-// Pipeline checkpoint tests on the serial executor: N steps + checkpoint + resume + N steps equal 2N
-// steps bitwise (pipedream, xpipe: with the same run boundary); other stage counts; refusals.
+// Pipeline checkpoint tests on the serial executor: N steps + checkpoint + resume + N steps equal
+// 2N steps bitwise (pipedream, xpipe: with the same run boundary); other stage counts; refusals.
 #include "engine/pipeline_checkpoint.hpp"
 
 #include <doctest/doctest.h>
