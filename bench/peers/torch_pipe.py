@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Pipeline peer of `actorpipe-bench pipeline`: PyTorch's GPipe (torch.distributed.pipeline.sync.Pipe).
 
-Builds the GPT of bench/peers/torch_step.py (actorpipe's GPT in PyTorch: pre-LN GPT-2 blocks, tanh
+Builds the GPT of bench/peers/peer_common.py (actorpipe's GPT in PyTorch: pre-LN GPT-2 blocks, tanh
 GELU, tied LM head, mean cross-entropy), then times two ways of training one step of m
 microbatches of B sequences each, on the same model and data, one after the other in this
 process:
@@ -34,41 +34,21 @@ import argparse
 import json
 import os
 import socket
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import torch_step  # noqa: E402  (the same GPT as the step peer)
+import peer_common  # noqa: E402  (the same GPT as the step peer)
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--vocab", type=int, required=True)
-    p.add_argument("--context", type=int, required=True, help="position table size (maxT)")
-    p.add_argument("--width", type=int, required=True)
-    p.add_argument("--depth", type=int, required=True)
-    p.add_argument("--heads", type=int, required=True)
-    p.add_argument("--batch", type=int, required=True, help="B sequences per microbatch")
-    p.add_argument("--seq", type=int, required=True, help="T tokens per sequence")
+    peer_common.add_shape_arguments(p, "B sequences per microbatch")
     p.add_argument("--chunks", type=int, required=True, help="m microbatches per step")
     p.add_argument("--split", type=int, required=True,
                    help="layers of the first partition (embedding = 1, each block = 1, head = 1)")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--beta1", type=float, default=0.9)
-    p.add_argument("--beta2", type=float, default=0.95)
-    p.add_argument("--eps", type=float, default=1e-8)
-    p.add_argument("--weight-decay", type=float, default=0.0)
-    p.add_argument("--grad-clip", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=1234)
+    peer_common.add_run_arguments(p, reps=3)
     a = p.parse_args(argv)
-    if a.width % a.heads != 0:
-        p.error(f"--width {a.width} is not divisible by --heads {a.heads}")
-    if a.seq > a.context:
-        p.error(f"--seq {a.seq} is larger than --context {a.context}")
+    peer_common.check_shape(p, a)
     if a.chunks < 1 or a.reps < 1 or a.warmup < 1:
         p.error("--chunks, --reps and --warmup must be at least 1")
     if not 1 <= a.split <= a.depth + 1:
@@ -121,15 +101,7 @@ def build_partitions(torch, model, a):
 
 
 def timed(step, a):
-    first_loss = step()
-    for _ in range(a.warmup - 1):
-        step()
-    times = []
-    for _ in range(a.reps):
-        t0 = time.perf_counter()
-        step()
-        times.append((time.perf_counter() - t0) * 1000.0)
-    step_ms = statistics.median(times)
+    first_loss, times, step_ms = peer_common.timed_steps(step, a)
     return {"first_loss": first_loss, "step_ms_all": times, "step_ms": step_ms,
             "tokens_per_s": a.chunks * a.batch * a.seq / (step_ms / 1000.0)}
 
@@ -143,27 +115,17 @@ def main(argv):
         import torch.distributed.rpc as rpc
         from torch.distributed.pipeline.sync import Pipe
     except ImportError as e:
-        print(json.dumps({"ok": False, "missing": True,
-                          "error": f"cannot import torch's Pipe with {sys.executable}: {e}"}))
-        return 3
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(a.seed)
+        return peer_common.report_missing("torch's Pipe", e)
+    peer_common.setup_torch(torch, a)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(free_port()))
     rpc.init_rpc("worker", rank=0, world_size=1)
     try:
-        model, attention = torch_step.build_model(torch, a)
+        model, attention = peer_common.build_model(torch, a)
         pipe = Pipe(build_partitions(torch, model, a), chunks=a.chunks, checkpoint="never")
-        decay = [p for p in model.parameters() if p.dim() >= 2]
-        no_decay = [p for p in model.parameters() if p.dim() < 2]
-        opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
-                                 {"params": no_decay, "weight_decay": 0.0}],
-                                lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps)
+        opt = peer_common.adamw(torch, model, a)
         params = list(model.parameters())
-
-        g = torch.Generator().manual_seed(a.seed)
-        seq = torch.randint(0, a.vocab, (a.chunks * a.batch, a.seq + 1), generator=g)
-        idx, targets = seq[:, :-1].contiguous(), seq[:, 1:].contiguous()
+        idx, targets = peer_common.random_tokens(torch, a, a.chunks * a.batch)
         idx_mb, targets_mb = idx.split(a.batch), targets.split(a.batch)
 
         def finish():
@@ -193,19 +155,14 @@ def main(argv):
         piped["partitions"] = len(pipe.partitions)
         piped["devices"] = [str(d) for d in pipe.devices]
         result = {
-            "ok": True,
-            "torch": torch.__version__,
-            "threads": torch.get_num_threads(),
-            "interop_threads": torch.get_num_interop_threads(),
-            "attention": attention,
+            **peer_common.torch_config(torch, attention),
             "parameters": sum(p.numel() for p in params),
             "chunks": a.chunks,
             "split": a.split,
             "checkpoint": "never",
             "unsplit": unsplit,
             "pipe": piped,
-            "env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                                    "OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT")},
+            "env": peer_common.thread_env(),
         }
     finally:
         rpc.shutdown()
