@@ -2,34 +2,12 @@
 // repetitions, whether to run the PyTorch peer, print JSON lines or profile a step.
 #include "bench/bench_options.hpp"
 
-#include <charconv>
+#include <utility>
 
 #include "bench/bench_shapes.hpp"
+#include "bench/cli_args.hpp"
 
 namespace actorpipe::bench {
-
-namespace {
-
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  size_t begin = 0;
-  while (begin <= s.size()) {
-    const size_t end = std::min(s.find(',', begin), s.size());
-    out.push_back(s.substr(begin, end - begin));
-    begin = end + 1;
-  }
-  return out;
-}
-
-Expected<int> parse_int(const std::string& option, const std::string& text, int lo, int hi) {
-  int v = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || ptr != text.data() + text.size() || v < lo || v > hi)
-    return make_error("{}: '{}' is not an integer in [{}, {}]", option, text, lo, hi);
-  return v;
-}
-
-}  // namespace
 
 std::string bench_usage() {
   return R"(usage: actorpipe-bench [options]
@@ -51,14 +29,10 @@ GEMM-only floor of the same step and a PyTorch peer running the same model.
 
 Expected<BenchOptions> parse_bench_options(std::span<const std::string> args) {
   BenchOptions o;
-  for (size_t i = 0; i < args.size(); ++i) {
+  const Status parsed = parse_options(args, o, [&](size_t& i) -> Status {
     const std::string& a = args[i];
-    auto value = [&]() -> Expected<std::string> {
-      if (i + 1 >= args.size()) return make_error("{}: missing value", a);
-      return args[++i];
-    };
     if (a == "--shapes") {
-      auto v = value();
+      auto v = option_value(args, i);
       if (!v) return v.error();
       o.shapes.clear();
       for (const std::string& name : split_commas(*v)) {
@@ -67,38 +41,23 @@ Expected<BenchOptions> parse_bench_options(std::span<const std::string> args) {
         o.shapes.push_back(name);
       }
     } else if (a == "--threads") {
-      auto v = value();
-      if (!v) return v.error();
-      o.threads.clear();
-      for (const std::string& t : split_commas(*v)) {
-        auto n = parse_int("--threads", t, 1, 256);
-        if (!n) return n.error();
-        o.threads.push_back(*n);
-      }
+      auto n = int_list_option(args, i, 1, 256);
+      if (!n) return n.error();
+      o.threads = std::move(*n);
     } else if (a == "--reps" || a == "--warmup") {
-      auto v = value();
-      if (!v) return v.error();
-      auto n = parse_int(a, *v, 1, 100000);
+      auto n = int_option(args, i, 1, 100000);
       if (!n) return n.error();
       (a == "--reps" ? o.reps : o.warmup) = *n;
-    } else if (a == "--python" || a == "--peer-script") {
-      auto v = value();
-      if (!v) return v.error();
-      (a == "--python" ? o.python : o.peer_script) = *v;
-    } else if (a == "--no-peer") {
-      o.peer = false;
-    } else if (a == "--json") {
-      o.json = true;
     } else if (a == "--profile") {
       o.profile = true;
     } else if (a == "--child") {
       o.child = true;
-    } else if (a == "--help" || a == "-h") {
-      o.help = true;
     } else {
       return make_error("unknown option '{}' (see --help)", a);
     }
-  }
+    return {};
+  });
+  if (!parsed) return parsed.error();
   return o;
 }
 

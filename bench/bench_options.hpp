@@ -6,21 +6,18 @@
 #include <string>
 #include <vector>
 
+#include "bench/cli_args.hpp"
 #include "engine/expected.hpp"
 
 namespace actorpipe::bench {
 
-struct BenchOptions {
+/// With CommonOptions: --json prints one JSON object per line per measurement.
+struct BenchOptions : CommonOptions {
   std::vector<std::string> shapes = {"tiny", "small", "gpt2"};  // --shapes a,b
   std::vector<int> threads = {1, 2};                            // --threads 1,2
   int reps = 5;          // --reps N: timed steps per configuration (median reported)
   int warmup = 1;        // --warmup N: untimed steps first (at least 1)
-  bool peer = true;      // --no-peer skips PyTorch
-  bool json = false;     // --json: one JSON object per line per measurement
   bool profile = false;  // --profile: per-kernel-category breakdown of a step
-  bool help = false;     // --help
-  std::string python = "/usr/bin/python3";  // --python PATH runs the peer
-  std::string peer_script;                  // --peer-script PATH (default: the source tree's)
   /// Internal: measure shapes[0] at threads[0] in this process and print one JSON line
   /// (the parent runs every configuration in a fresh child for a per-configuration peak RSS).
   bool child = false;  // --child

@@ -2,34 +2,12 @@
 // Every error names the option, the value and what is allowed.
 #include "bench/pipeline_options.hpp"
 
-#include <charconv>
+#include <utility>
 
 #include "bench/bench_shapes.hpp"
+#include "bench/cli_args.hpp"
 
 namespace actorpipe::bench {
-
-namespace {
-
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  size_t begin = 0;
-  while (begin <= s.size()) {
-    const size_t end = std::min(s.find(',', begin), s.size());
-    out.push_back(s.substr(begin, end - begin));
-    begin = end + 1;
-  }
-  return out;
-}
-
-Expected<int> parse_int(const std::string& option, const std::string& text, int lo, int hi) {
-  int v = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || ptr != text.data() + text.size() || v < lo || v > hi)
-    return make_error("{}: '{}' is not an integer in [{}, {}]", option, text, lo, hi);
-  return v;
-}
-
-}  // namespace
 
 std::string pipeline_usage() {
   return R"(usage: actorpipe-bench pipeline [options]
@@ -58,14 +36,10 @@ prediction from a per-layer profile against each measurement.
 
 Expected<PipelineBenchOptions> parse_pipeline_options(std::span<const std::string> args) {
   PipelineBenchOptions o;
-  for (size_t i = 0; i < args.size(); ++i) {
+  const Status parsed = parse_options(args, o, [&](size_t& i) -> Status {
     const std::string& a = args[i];
-    auto value = [&]() -> Expected<std::string> {
-      if (i + 1 >= args.size()) return make_error("{}: missing value", a);
-      return args[++i];
-    };
     if (a == "--shape") {
-      auto v = value();
+      auto v = option_value(args, i);
       if (!v) return v.error();
       if (!find_bench_shape(*v)) {
         std::string known;
@@ -74,7 +48,7 @@ Expected<PipelineBenchOptions> parse_pipeline_options(std::span<const std::strin
       }
       o.shape = *v;
     } else if (a == "--modes") {
-      auto v = value();
+      auto v = option_value(args, i);
       if (!v) return v.error();
       o.modes.clear();
       for (const std::string& name : split_commas(*v)) {
@@ -85,46 +59,31 @@ Expected<PipelineBenchOptions> parse_pipeline_options(std::span<const std::strin
         o.modes.push_back(*mode);
       }
     } else if (a == "--partition") {
-      auto v = value();
+      auto v = option_value(args, i);
       if (!v) return v.error();
-      o.partition.clear();
-      for (const std::string& t : split_commas(*v)) {
-        auto n = parse_int("--partition", t, 1, 100000);
-        if (!n) return n.error();
-        o.partition.push_back(*n);
-      }
+      auto counts = parse_int_list("--partition", *v, 1, 100000);
+      if (!counts) return counts.error();
+      o.partition = std::move(*counts);
       if (o.partition.size() != 2)
         return make_error("--partition: '{}' has {} counts, expected 2 (stage 0, stage 1)", *v,
                           o.partition.size());
     } else if (a == "--microbatches" || a == "--reps" || a == "--warmup" || a == "--profile-reps") {
-      auto v = value();
-      if (!v) return v.error();
-      auto n = parse_int(a, *v, 1, 100000);
+      auto n = int_option(args, i, 1, 100000);
       if (!n) return n.error();
       (a == "--microbatches" ? o.microbatches
        : a == "--reps"       ? o.reps
        : a == "--warmup"     ? o.warmup
                              : o.profile_reps) = *n;
     } else if (a == "--overhead-steps") {
-      auto v = value();
-      if (!v) return v.error();
-      auto n = parse_int(a, *v, 0, 1000000);
+      auto n = int_option(args, i, 0, 1000000);
       if (!n) return n.error();
       o.overhead_steps = *n;
-    } else if (a == "--python" || a == "--peer-script") {
-      auto v = value();
-      if (!v) return v.error();
-      (a == "--python" ? o.python : o.peer_script) = *v;
-    } else if (a == "--no-peer") {
-      o.peer = false;
-    } else if (a == "--json") {
-      o.json = true;
-    } else if (a == "--help" || a == "-h") {
-      o.help = true;
     } else {
       return make_error("pipeline: unknown option '{}' (see actorpipe-bench pipeline --help)", a);
     }
-  }
+    return {};
+  });
+  if (!parsed) return parsed.error();
   for (Mode m : o.modes) {
     if (m == Mode::twobw && o.microbatches < 2)
       return make_error(

@@ -6,12 +6,14 @@
 #include <string>
 #include <vector>
 
+#include "bench/cli_args.hpp"
 #include "engine/expected.hpp"
 #include "engine/mode.hpp"
 
 namespace actorpipe::bench {
 
-struct PipelineBenchOptions {
+/// With CommonOptions: the peer is PyTorch's GPipe, --json prints JSON lines instead of tables.
+struct PipelineBenchOptions : CommonOptions {
   std::string shape = "small";  ///< --shape NAME (bench_shapes(): tiny, small, gpt2)
   std::vector<Mode> modes = {all_modes.begin(), all_modes.end()};  ///< --modes a,b
   int microbatches = 8;        ///< --microbatches M: m per optimizer step
@@ -21,11 +23,6 @@ struct PipelineBenchOptions {
                                ///< empty = balanced from the per-layer profile
   int overhead_steps = 100;    ///< --overhead-steps N: steps of each compute-free run (0 = none)
   int profile_reps = 3;        ///< --profile-reps N: timed calls per layer and pass
-  bool peer = true;            ///< --no-peer skips PyTorch's GPipe
-  bool json = false;           ///< --json: JSON lines instead of tables
-  bool help = false;           ///< --help
-  std::string python = "/usr/bin/python3";  ///< --python PATH runs the peer
-  std::string peer_script;                  ///< --peer-script PATH (default: the source tree's)
 };
 
 /// Parses the arguments after `pipeline`; errors name the option, the value and what is allowed.
