@@ -4,13 +4,12 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "bench/bench_options.hpp"
 #include "bench/bench_report.hpp"
+#include "bench/machine.hpp"
 #include "bench/pipeline_bench.hpp"
 #include "bench/step_timing.hpp"
 #include "bench/subprocess.hpp"
@@ -24,27 +23,6 @@ using namespace actorpipe;
 using namespace actorpipe::bench;
 
 namespace {
-
-// A 1-minute load average at or above this means other work is running on the machine.
-constexpr double kBusyLoad = 0.5;
-
-double load_average() {
-  std::ifstream in("/proc/loadavg");
-  double l = -1.0;
-  in >> l;
-  return l;
-}
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
-    }
-  }
-  return "unknown CPU";
-}
 
 std::string peer_script(const BenchOptions& o) {
   if (!o.peer_script.empty()) return o.peer_script;
@@ -117,15 +95,9 @@ int main(int argc, char** argv) {
   if (o.child) return run_child(o);
 
   const double load0 = load_average();
-  const std::string machine =
-      fmt::format("{}, {} cores", cpu_model(), std::thread::hardware_concurrency());
-  const bool busy = load0 >= kBusyLoad;
+  const std::string machine = describe_machine();
+  const bool busy = warn_if_busy("actorpipe-bench", load0);
   const std::string script = peer_script(o);
-  if (busy)
-    fmt::print(stderr,
-               "actorpipe-bench: warning: load average {:.2f} (>= {}): other processes are "
-               "running and will distort the figures\n",
-               load0, kBusyLoad);
   if (!o.json) {
     fmt::print(
         "actorpipe-bench: reference trainer step (forward, backward, AdamW), one "

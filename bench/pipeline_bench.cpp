@@ -8,14 +8,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include "bench/bench_shapes.hpp"
 #include "bench/layer_profile.hpp"
+#include "bench/machine.hpp"
 #include "bench/pipe_peer.hpp"
 #include "bench/pipeline_options.hpp"
 #include "bench/pipeline_prediction.hpp"
@@ -32,8 +31,6 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-// A 1-minute load average at or above this means other work is running on the machine.
-constexpr double kBusyLoad = 0.5;
 // Targets: flushing modes within 3% of m/(m+d-1)·d, asynchronous modes at least 1.8x on two
 // stages; the simulator within 10% of each measurement; the engine's own cost per microbatch
 // under 20 µs and under 1% of a stage's compute.
@@ -43,30 +40,28 @@ constexpr double kPredictionTolerance = 0.10;
 constexpr double kOverheadMaxUs = 20.0;
 constexpr double kOverheadMaxFraction = 0.01;
 
-double load_average() {
-  std::ifstream in("/proc/loadavg");
-  double l = -1.0;
-  in >> l;
-  return l;
-}
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
-    }
-  }
-  return "unknown CPU";
-}
-
 std::string pipe_script(const PipelineBenchOptions& o) {
   if (!o.peer_script.empty()) return o.peer_script;
   if (const char* src = std::getenv("ACTORPIPE_SOURCE_DIR"))
     return std::string(src) + "/bench/peers/torch_pipe.py";
   return (std::filesystem::path(ACTORPIPE_BENCH_PEER_SCRIPT).parent_path() / "torch_pipe.py")
       .string();
+}
+
+// `mode` on `stages` stages of `counts` layers each, m microbatches of `shape` per step after
+// `warmup` untimed steps; threads, timed steps, runs and skip_compute are left to the caller.
+PipelineRunSpec run_spec(const BenchShape& shape, Mode mode, int stages,
+                         const std::vector<int>& counts, int m, int warmup) {
+  PipelineRunSpec spec;
+  spec.model = shape.model;
+  spec.B = shape.B;
+  spec.T = shape.T;
+  spec.mode = mode;
+  spec.stages = stages;
+  spec.microbatches = m;
+  spec.partition = counts;
+  spec.warmup = warmup;
+  return spec;
 }
 
 std::string label(int stages, int threads) {
@@ -248,16 +243,11 @@ int run_pipeline_bench(std::span<const std::string> args) {
   std::string command = "actorpipe-bench pipeline";
   for (const std::string& a : args) command += " " + a;
   const double load0 = load_average();
-  const std::string machine =
-      fmt::format("{}, {} cores", cpu_model(), std::thread::hardware_concurrency());
+  const std::string machine = describe_machine();
   auto busy_note = [](double l) {
     return l >= kBusyLoad ? " (BUSY: figures distorted)" : " (quiet)";
   };
-  if (load0 >= kBusyLoad)
-    fmt::print(stderr,
-               "actorpipe-bench pipeline: warning: load average {:.2f} (>= {}): other processes "
-               "are running and will distort the figures\n",
-               load0, kBusyLoad);
+  warn_if_busy("actorpipe-bench pipeline", load0);
   if (!o.partition.empty() && o.partition[0] + o.partition[1] != layers) {
     fmt::print(stderr,
                "actorpipe-bench pipeline: --partition {},{}: the counts add up to {}, but {} has "
@@ -401,16 +391,8 @@ int run_pipeline_bench(std::span<const std::string> args) {
       rec.stages = stages;
       rec.threads = threads;
       rec.counts = stages == 1 ? std::vector<int>{layers} : split;
-      PipelineRunSpec spec;
-      spec.model = shape.model;
-      spec.B = shape.B;
-      spec.T = shape.T;
-      spec.mode = mode;
-      spec.stages = stages;
+      PipelineRunSpec spec = run_spec(shape, mode, stages, rec.counts, m, o.warmup);
       spec.threads_per_stage = threads;
-      spec.microbatches = m;
-      spec.partition = rec.counts;
-      spec.warmup = o.warmup;
       spec.reps = o.reps;
       auto res = measure_pipeline(spec);
       rec.load = load_average();
@@ -479,16 +461,8 @@ int run_pipeline_bench(std::span<const std::string> args) {
     for (Mode mode : o.modes) {
       for (int stages : {1, 2}) {
         const std::vector<int> counts = stages == 1 ? std::vector<int>{layers} : split;
-        PipelineRunSpec spec;
-        spec.model = shape.model;
-        spec.B = shape.B;
-        spec.T = shape.T;
-        spec.mode = mode;
-        spec.stages = stages;
-        spec.microbatches = m;
-        spec.partition = counts;
+        PipelineRunSpec spec = run_spec(shape, mode, stages, counts, m, o.warmup);
         spec.skip_compute = true;
-        spec.warmup = o.warmup;
         spec.reps = o.overhead_steps;
         spec.runs = o.reps;
         auto res = measure_pipeline(spec);
