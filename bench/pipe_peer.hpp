@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "bench/bench_shapes.hpp"
+#include "bench/peer_process.hpp"
 #include "engine/options.hpp"
 
 namespace actorpipe::bench {
@@ -18,11 +19,9 @@ struct PipePeerVariant {
   double first_loss = 0.0;
 };
 
-struct PipePeerResult {
-  bool ran = false;      ///< a measurement came back
-  bool missing = false;  ///< torch, its Pipe or the interpreter is not installed
-  std::string error;     ///< why there is no measurement
-  int threads = 0;       ///< torch.get_num_threads() in the peer
+/// ran, missing (torch, its Pipe or the interpreter is not installed) and error: PeerStatus.
+struct PipePeerResult : PeerStatus {
+  int threads = 0;  ///< torch.get_num_threads() in the peer
   std::string torch_version;
   std::string attention;
   long parameters = 0;

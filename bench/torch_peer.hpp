@@ -3,18 +3,16 @@
 #pragma once
 
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "bench/bench_shapes.hpp"
+#include "bench/peer_process.hpp"
 #include "engine/options.hpp"
 
 namespace actorpipe::bench {
 
-struct PeerResult {
-  bool ran = false;      // a measurement came back
-  bool missing = false;  // torch (or the interpreter) is not installed
-  std::string error;     // why there is no measurement
+/// ran, missing (torch or the interpreter is not installed) and error: PeerStatus.
+struct PeerResult : PeerStatus {
   std::string torch_version;
   std::string attention;  // how the peer computes attention
   long parameters = 0;
@@ -24,12 +22,6 @@ struct PeerResult {
   double peak_rss_mb = 0.0;
   double import_rss_mb = 0.0;  // RSS right after `import torch`
 };
-
-/// The environment the peer runs with at `threads`: OMP_NUM_THREADS and
-/// OPENBLAS_NUM_THREADS = threads, and from 2 threads on OMP_WAIT_POLICY=PASSIVE and
-/// OPENBLAS_THREAD_TIMEOUT=4 (idle OpenMP/OpenBLAS threads sleep instead of spinning on a
-/// machine with as many cores as threads).
-std::vector<std::pair<std::string, std::string>> peer_environment(int threads);
 
 /// "OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 ... python3 torch_step.py ... --threads 2"
 /// (the script then calls torch.set_num_threads(threads)).
