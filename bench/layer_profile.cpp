@@ -23,28 +23,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// Uniformly random tokens, each target the next token.
-Microbatch random_tokens(int V, int B, int T, uint64_t seed) {
-  Microbatch mb;
-  mb.B = B;
-  mb.T = T;
-  const size_t n = static_cast<size_t>(B) * T;
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int32_t> tok(0, V - 1);
-  std::vector<int32_t> seq(n + static_cast<size_t>(B));
-  for (auto& t : seq) t = tok(rng);
-  mb.tokens.resize(n);
-  mb.targets.resize(n);
-  for (int b = 0; b < B; ++b) {
-    for (int t = 0; t < T; ++t) {
-      const size_t src = static_cast<size_t>(b) * (T + 1) + t;
-      mb.tokens[static_cast<size_t>(b) * T + t] = seq[src];
-      mb.targets[static_cast<size_t>(b) * T + t] = seq[src + 1];
-    }
-  }
-  return mb;
-}
-
 /// Median seconds of `reps` calls of fn (after none: the caller warms up).
 template <class F>
 double time_median(int reps, F&& fn) {
@@ -74,7 +52,7 @@ Expected<LayerProfile> profile_layers(const ModelOptions& model_opts,
   const int n = model.num_layers();
   const size_t bth = static_cast<size_t>(B) * T * model_opts.width;
   Context ctx(threads);
-  const Microbatch mb = random_tokens(model_opts.vocab_size, B, T, 1234);
+  const Microbatch mb = random_microbatch(model_opts.vocab_size, B, T, 1234);
   const float dloss = loss_scale(count_targets(mb), 1);
 
   std::vector<std::vector<float>> params(static_cast<size_t>(n)), grads(params), state(params),

@@ -33,7 +33,8 @@ double peak_rss_mib() {
   return static_cast<double>(ru.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
-/// Uniformly random tokens; each target is the next token (the last one a fresh draw).
+}  // namespace
+
 Microbatch random_microbatch(int V, int B, int T, uint64_t seed) {
   Microbatch mb;
   mb.B = B;
@@ -53,8 +54,6 @@ Microbatch random_microbatch(int V, int B, int T, uint64_t seed) {
     }
   return mb;
 }
-
-}  // namespace
 
 double median(std::vector<double> v) {
   AP_CHECK(!v.empty(), "median of nothing");

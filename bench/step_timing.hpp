@@ -2,6 +2,7 @@
 // process: median step time, model FLOP/s, peak RSS, the GEMM-only floor and a profile.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -9,6 +10,7 @@
 
 #include "bench/bench_shapes.hpp"
 #include "bench/sampling_profiler.hpp"
+#include "engine/batch.hpp"
 #include "engine/expected.hpp"
 
 namespace actorpipe::bench {
@@ -45,6 +47,10 @@ Expected<StepResult> measure_step(const BenchShape& shape, int threads, int reps
 
 nlohmann::ordered_json to_json(const StepResult& r);
 Expected<StepResult> step_result_from_json(const nlohmann::json& j);
+
+/// B sequences of T uniformly random tokens below V drawn from `seed`; each target is the next
+/// token (the last one of a sequence a fresh draw).
+Microbatch random_microbatch(int V, int B, int T, uint64_t seed);
 
 /// Median of a non-empty list.
 double median(std::vector<double> v);

@@ -24,6 +24,29 @@ BenchShape micro_shape() {
 }
 }  // namespace
 
+TEST_CASE("random_microbatch: tokens below V, each target the next token, fixed by the seed") {
+  const int V = 17, B = 3, T = 5;
+  const Microbatch mb = random_microbatch(V, B, T, 1234);
+  CHECK(mb.B == B);
+  CHECK(mb.T == T);
+  REQUIRE(mb.tokens.size() == static_cast<size_t>(B * T));
+  REQUIRE(mb.targets.size() == static_cast<size_t>(B * T));
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      const size_t k = static_cast<size_t>(b * T + t);
+      CHECK(mb.tokens[k] >= 0);
+      CHECK(mb.tokens[k] < V);
+      CHECK(mb.targets[k] >= 0);
+      CHECK(mb.targets[k] < V);
+      if (t + 1 < T) CHECK(mb.targets[k] == mb.tokens[k + 1]);
+    }
+  }
+  const Microbatch again = random_microbatch(V, B, T, 1234);
+  CHECK(again.tokens == mb.tokens);
+  CHECK(again.targets == mb.targets);
+  CHECK(random_microbatch(V, B, T, 99).tokens != mb.tokens);
+}
+
 TEST_CASE("median") {
   CHECK(median({3.0}) == 3.0);
   CHECK(median({5.0, 1.0, 3.0}) == 3.0);
