@@ -3,11 +3,8 @@
 #include "engine/data.hpp"
 
 #include <doctest/doctest.h>
-#include <unistd.h>
 
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -15,29 +12,13 @@
 #include "engine/data_file.hpp"
 #include "engine/data_markov.hpp"
 #include "engine/data_mask.hpp"
+#include "tests/support/files.hpp"
+#include "tests/support/temp_dir.hpp"
 
-namespace fs = std::filesystem;
 using namespace actorpipe;
+using namespace actorpipe::testing;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() /
-           ("ap_data_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-void dump(const std::string& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 // A token file whose tokens are all distinct: token i = 7·i mod 1009, i < 1000.
 constexpr int kPrime = 1009;
