@@ -5,7 +5,6 @@
 
 #include <doctest/doctest.h>
 
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -14,45 +13,19 @@
 #include "engine/reference_trainer.hpp"
 #include "engine/serial_executor.hpp"
 #include "engine/stage_worker.hpp"
+#include "tests/support/bits.hpp"
+#include "tests/support/tiny_model.hpp"
 
 using namespace actorpipe;
+using namespace actorpipe::testing;
 
 namespace {
 
 Config tiny(Arch arch, const std::string& mode, int d, int m) {
-  Config c;
-  c.model.arch = arch;
-  c.model.vocab_size = 24;
-  c.model.context = 8;
-  c.model.width = 8;
-  c.model.depth = 2;  // 4 layers: up to 4 stages
-  c.model.heads = 2;
-  c.model.init_seed = 5;
-  c.pipeline.mode = mode;
-  c.pipeline.stages = d;
-  c.pipeline.microbatches = m;
-  c.pipeline.microbatch_size = 2;
-  c.pipeline.seq_len = 6;
-  c.optimizer.lr = 2e-2f;
-  c.optimizer.weight_decay = 0.1f;
-  c.optimizer.grad_clip = 0.5f;  // tiny models' gradient norms are around 1-3: every step clips
+  Config c = tiny_config(mode, d, m, tiny_model(arch, true, 5));
+  c.optimizer = clipped_adamw();
   c.data.seed = 3;
   return c;
-}
-
-std::unique_ptr<DataLoader> loader(const Config& c) {
-  auto d = DataLoader::open(c.data, c.model.arch, c.model.vocab_size, c.pipeline.microbatch_size,
-                            c.pipeline.seq_len);
-  REQUIRE(d.ok());
-  return std::move(d).value();
-}
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
 }
 
 bool same_log(const std::vector<VersionUse>& a, const std::vector<VersionUse>& b) {
@@ -74,7 +47,7 @@ void check_against_serial(const Config& c, const std::vector<int>& runs,
   o.log_versions = true;
   auto actors = ActorEngine::create(c, o);
   REQUIRE_MESSAGE(actors.ok(), (actors.ok() ? "" : actors.error().message));
-  auto data_s = loader(c), data_a = loader(c);
+  auto data_s = config_loader(c), data_a = config_loader(c);
   for (int steps : runs) {
     auto ls = (*serial)->run(steps, *data_s);
     REQUIRE_MESSAGE(ls.ok(), (ls.ok() ? "" : ls.error().message));
@@ -119,7 +92,7 @@ TEST_CASE("gpipe and 1f1b equal the serial executor and the reference trainer bi
           auto model = Model::build(c.model);
           REQUIRE(model.ok());
           ReferenceTrainer ref(*model, c.optimizer, 2, 6);
-          auto data = loader(c);
+          auto data = config_loader(c);
           std::vector<double> losses;
           for (int s = 0; s < c.train.steps; ++s) {
             std::vector<Microbatch> mbs;

@@ -16,23 +16,15 @@
 #include "engine/model.hpp"
 #include "engine/schedule_generators.hpp"
 #include "engine/schedule_lowering.hpp"
+#include "tests/support/tiny_model.hpp"
 
 using namespace actorpipe;
+using namespace actorpipe::testing;
 
 namespace {
 
 Config tiny(const std::string& mode, int d, int m, int steps) {
-  Config c;
-  c.model.vocab_size = 24;
-  c.model.context = 8;
-  c.model.width = 8;
-  c.model.depth = 2;
-  c.model.heads = 2;
-  c.pipeline.mode = mode;
-  c.pipeline.stages = d;
-  c.pipeline.microbatches = m;
-  c.pipeline.microbatch_size = 2;
-  c.pipeline.seq_len = 6;
+  Config c = tiny_config(mode, d, m, tiny_model(Arch::gpt, true, ModelOptions{}.init_seed));
   c.train.steps = steps;
   return c;
 }

@@ -17,36 +17,19 @@
 #include "engine/optimizer_shard.hpp"
 #include "engine/serial_executor.hpp"
 #include "engine/stage_worker.hpp"
+#include "tests/support/bits.hpp"
+#include "tests/support/tiny_model.hpp"
 
 using namespace actorpipe;
+using namespace actorpipe::testing;
 
 namespace {
 
 Config tiny(const std::string& mode, int d, int m) {
-  Config c;
-  c.model.vocab_size = 24;
-  c.model.context = 8;
-  c.model.width = 8;
-  c.model.depth = 2;
-  c.model.heads = 2;
-  c.model.init_seed = 5;
-  c.pipeline.mode = mode;
-  c.pipeline.stages = d;
-  c.pipeline.microbatches = m;
-  c.pipeline.microbatch_size = 2;
-  c.pipeline.seq_len = 6;
-  c.optimizer.lr = 2e-2f;
-  c.optimizer.weight_decay = 0.1f;
-  c.optimizer.grad_clip = 0.5f;
+  Config c = tiny_config(mode, d, m, tiny_model(Arch::gpt, true, 5));
+  c.optimizer = clipped_adamw();
   c.data.seed = 3;
   return c;
-}
-
-std::unique_ptr<DataLoader> loader(const Config& c) {
-  auto d = DataLoader::open(c.data, c.model.arch, c.model.vocab_size, c.pipeline.microbatch_size,
-                            c.pipeline.seq_len);
-  REQUIRE(d.ok());
-  return std::move(d).value();
 }
 
 // The worker of an earlier design exposed the optimizer state it held.
@@ -54,10 +37,6 @@ template <class W>
 concept exposes_optimizer_state = requires(W& w) {
   w.optimizer_state(0);
 };
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 // The update spans of stage r in order: the k-th produces version k (a run's first version).
 std::vector<const ActionSpan*> updates_of(const ActorRunResult& r, int stage) {
@@ -101,7 +80,7 @@ TEST_CASE("the worker no longer holds optimizer state: the engine's shards do") 
   const Config c = tiny("2bw", 2, 2);
   auto e = ActorEngine::create(c);
   REQUIRE(e.ok());
-  auto data = loader(c);
+  auto data = config_loader(c);
   for (int r = 0; r < 2; ++r)
     for (int i = 0; i < (*e)->optimizer(r).num_layers(); ++i)
       for (float x : (*e)->optimizer(r).state(i)) REQUIRE(x == 0.0f);
@@ -132,7 +111,7 @@ TEST_CASE("2bw: each stage computes the next step while its shard writes the nex
   };
   auto e = ActorEngine::create(c, o);
   REQUIRE(e.ok());
-  auto data = loader(c);
+  auto data = config_loader(c);
   const auto t0 = std::chrono::steady_clock::now();
   auto r = (*e)->run(4, *data);
   REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message));
@@ -177,7 +156,7 @@ TEST_CASE("slowed updates change no bit and an action needing a version waits fo
     const Config c = tiny(k.mode, k.d, k.m);
     auto serial = SerialExecutor::create(c);
     REQUIRE(serial.ok());
-    auto ds = loader(c);
+    auto ds = config_loader(c);
     auto ls = (*serial)->run(k.steps, *ds);
     REQUIRE(ls.ok());
     ActorEngineOptions o;
@@ -188,7 +167,7 @@ TEST_CASE("slowed updates change no bit and an action needing a version waits fo
     };
     auto e = ActorEngine::create(c, o);
     REQUIRE(e.ok());
-    auto da = loader(c);
+    auto da = config_loader(c);
     auto r = (*e)->run(k.steps, *da);
     REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message));
     REQUIRE(r->losses.size() == ls->size());

@@ -6,7 +6,6 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "engine/layer_optimizer.hpp"
@@ -14,23 +13,16 @@
 #include "engine/schedule_generators.hpp"
 #include "engine/stage_worker.hpp"
 #include "kernels/check.hpp"
+#include "tests/support/bits.hpp"
+#include "tests/support/tiny_model.hpp"
 
 using namespace actorpipe;
+using namespace actorpipe::testing;
 
 namespace {
 
 Model tiny_gpt() {
-  ModelOptions o;
-  o.vocab_size = 24;
-  o.context = 8;
-  o.width = 8;
-  o.depth = 2;
-  o.heads = 2;
-  o.tied = true;
-  o.init_seed = 11;
-  auto m = Model::build(o);
-  REQUIRE(m.ok());
-  return std::move(m).value();
+  return build_model(tiny_model(Arch::gpt, true, 11));
 }
 
 OptimizerOptions optimizer(const char* kind) {
@@ -41,10 +33,6 @@ OptimizerOptions optimizer(const char* kind) {
   o.momentum = 0.9f;
   o.warmup_steps = 3;
   return o;
-}
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
 }
 
 // Stage `stage` of a 2-stage tied GPT in `mode`: `steps` updates with made-up gradients, each

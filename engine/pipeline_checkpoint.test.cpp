@@ -3,11 +3,7 @@
 #include "engine/pipeline_checkpoint.hpp"
 
 #include <doctest/doctest.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <cstring>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -15,46 +11,18 @@
 #include "engine/data.hpp"
 #include "engine/serial_executor.hpp"
 #include "engine/stage_worker.hpp"
+#include "tests/support/bits.hpp"
+#include "tests/support/temp_dir.hpp"
+#include "tests/support/tiny_model.hpp"
 
 using namespace actorpipe;
-namespace fs = std::filesystem;
+using namespace actorpipe::testing;
 
 namespace {
 
-// A fresh directory under the system's temporary directory, removed at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> n{0};
-    path = fs::temp_directory_path() /
-           ("actorpipe-pckpt-" + std::to_string(getpid()) + "-" + std::to_string(n++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string str() const { return path.string(); }
-};
-
 Config tiny_config(const std::string& mode, int stages, Arch arch = Arch::gpt) {
-  Config c;
-  c.model.arch = arch;
-  c.model.vocab_size = 24;
-  c.model.context = 8;
-  c.model.width = 8;
-  c.model.depth = 2;  // 4 layers: up to 4 stages
-  c.model.heads = 2;
-  c.model.init_seed = 5;
-  c.pipeline.mode = mode;
-  c.pipeline.stages = stages;
-  c.pipeline.microbatches = 4;  // 2bw needs m >= d
-  c.pipeline.microbatch_size = 2;
-  c.pipeline.seq_len = 6;
-  c.optimizer.lr = 2e-2f;
-  c.optimizer.weight_decay = 0.1f;
-  c.optimizer.grad_clip = 0.5f;  // tiny models clip at every step: the clip path is exercised
+  Config c = testing::tiny_config(mode, stages, 4, tiny_model(arch, true, 5));  // 2bw needs m >= d
+  c.optimizer = clipped_adamw();  // tiny models clip at every step: the clip path is exercised
   c.optimizer.warmup_steps = 2;
   REQUIRE_MESSAGE(validate(c).ok(), validate(c).error().message);
   return c;
@@ -109,14 +77,6 @@ struct Pipeline {
     return {};
   }
 };
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
-}
 
 // Parameters and optimizer state of every layer, wherever it lives, agree bit for bit.
 void check_same_state(Pipeline& a, Pipeline& b) {

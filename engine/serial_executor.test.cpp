@@ -14,50 +14,20 @@
 #include "engine/reference_trainer.hpp"
 #include "engine/schedule_generators.hpp"
 #include "kernels/check.hpp"
+#include "tests/support/bits.hpp"
+#include "tests/support/tiny_model.hpp"
 
 using namespace actorpipe;
+using namespace actorpipe::testing;
 
 namespace {
 
-constexpr int kB = 2, kT = 6;
-
 ModelOptions tiny(Arch arch, bool tied = true) {
-  ModelOptions o;
-  o.arch = arch;
-  o.vocab_size = 24;
-  o.context = 8;
-  o.width = 8;
-  o.depth = 2;  // 4 layers: up to 4 stages
-  o.heads = 2;
-  o.segments = 2;
-  o.tied = tied;
-  o.init_seed = 11;
-  return o;
-}
-
-OptimizerOptions adamw_clipped() {
-  OptimizerOptions o;
-  o.kind = "adamw";
-  o.lr = 2e-2f;
-  o.weight_decay = 0.1f;
-  o.grad_clip = 0.5f;  // tiny models' gradient norms are around 1-3: every step clips
-  return o;
-}
-
-Model build(const ModelOptions& o) {
-  auto m = Model::build(o);
-  REQUIRE_MESSAGE(m.ok(), (m.ok() ? "" : m.error().message));
-  return std::move(m).value();
+  return tiny_model(arch, tied, 11);
 }
 
 std::vector<Microbatch> batches(Arch arch, int V, int n, uint64_t seed = 7) {
-  DataOptions d;
-  d.seed = seed;
-  auto loader = DataLoader::open(d, arch, V, kB, kT);
-  REQUIRE(loader.ok());
-  std::vector<Microbatch> out;
-  for (int i = 0; i < n; ++i) out.push_back((*loader)->next());
-  return out;
+  return tiny_batches(arch, V, n, seed);
 }
 
 struct Reference {
@@ -96,15 +66,11 @@ std::unique_ptr<SerialExecutor> executor(const Model& model, const Partition& p,
   return std::move(e).value();
 }
 
-bool bitwise_equal(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 // Every layer of the executor equals the reference bit for bit.
 void check_params(const SerialExecutor& e, const Reference& ref) {
   for (int i = 0; i < e.model().num_layers(); ++i) {
     INFO("layer " << i);
-    CHECK(bitwise_equal(e.params(i), ref.params[static_cast<size_t>(i)]));
+    CHECK(same_bits(e.params(i), ref.params[static_cast<size_t>(i)]));
   }
 }
 
@@ -112,9 +78,9 @@ void check_params(const SerialExecutor& e, const Reference& ref) {
 
 TEST_CASE("gpipe and 1f1b equal the reference trainer bitwise for d <= 4, m <= 8") {
   constexpr int kSteps = 3;
-  const OptimizerOptions opt = adamw_clipped();
+  const OptimizerOptions opt = clipped_adamw();
   for (Arch arch : {Arch::gpt, Arch::bert}) {
-    const Model model = build(tiny(arch));
+    const Model model = build_model(tiny(arch));
     for (int m = 1; m <= 8; ++m) {
       const auto mbs = batches(arch, model.options().vocab_size, m * kSteps);
       const Reference ref = reference_run(model, opt, mbs, m, kSteps);
@@ -147,8 +113,8 @@ TEST_CASE("sync modes: untied, SGD with warm-up, uneven partitions and compute-o
   sgd.warmup_steps = 3;
   for (Arch arch : {Arch::gpt, Arch::bert}) {
     for (bool tied : {false, true}) {
-      for (const OptimizerOptions& opt : {adamw_clipped(), sgd}) {
-        const Model model = build(tiny(arch, tied));
+      for (const OptimizerOptions& opt : {clipped_adamw(), sgd}) {
+        const Model model = build_model(tiny(arch, tied));
         const auto mbs = batches(arch, model.options().vocab_size, m * kSteps, 99);
         const Reference ref = reference_run(model, opt, mbs, m, kSteps);
         for (const std::vector<int>& counts :
@@ -171,9 +137,9 @@ TEST_CASE("sync modes: untied, SGD with warm-up, uneven partitions and compute-o
 
 TEST_CASE("runs are deterministic with different thread counts per stage") {
   constexpr int m = 4;
-  const OptimizerOptions opt = adamw_clipped();
+  const OptimizerOptions opt = clipped_adamw();
   for (Mode mode : all_modes) {
-    const Model model = build(tiny(Arch::gpt));
+    const Model model = build_model(tiny(Arch::gpt));
     const Partition p = *Partition::even(model.num_layers(), 3);
     const int steps = 3;
     auto run_once = [&](std::vector<int> threads) {
@@ -197,7 +163,7 @@ TEST_CASE("runs are deterministic with different thread counts per stage") {
     CHECK(c.first == d.first);
     CHECK(c.second == d.second);
     // and the weights moved
-    const Model fresh = build(tiny(Arch::gpt));
+    const Model fresh = build_model(tiny(Arch::gpt));
     std::vector<float> init(fresh.layer(1).param_floats());
     fresh.init_layer(1, init.data());
     CHECK(a.second[1] != init);
@@ -206,8 +172,8 @@ TEST_CASE("runs are deterministic with different thread counts per stage") {
 
 TEST_CASE("consecutive runs continue training: two runs of 2 steps equal one run of 4") {
   constexpr int m = 2;
-  const OptimizerOptions opt = adamw_clipped();
-  const Model model = build(tiny(Arch::gpt));
+  const OptimizerOptions opt = clipped_adamw();
+  const Model model = build_model(tiny(Arch::gpt));
   const Partition p = *Partition::even(model.num_layers(), 2);
   const auto mbs = batches(Arch::gpt, model.options().vocab_size, 4 * m);
   auto one = executor(model, p, opt, Mode::gpipe, m);
@@ -215,18 +181,18 @@ TEST_CASE("consecutive runs continue training: two runs of 2 steps equal one run
   auto two = executor(model, p, opt, Mode::gpipe, m);
   REQUIRE(two->run(2, std::span(mbs).first(2 * m)).ok());
   REQUIRE(two->run(2, std::span(mbs).subspan(2 * m)).ok());
-  for (int i = 0; i < model.num_layers(); ++i) CHECK(bitwise_equal(one->params(i), two->params(i)));
+  for (int i = 0; i < model.num_layers(); ++i) CHECK(same_bits(one->params(i), two->params(i)));
   CHECK(two->worker(0).updates() == 4);
 }
 
 TEST_CASE("2bw: runs of 1, 2 and 3 steps equal one run of 6 bitwise (the runs continue)") {
-  const OptimizerOptions opt = adamw_clipped();
+  const OptimizerOptions opt = clipped_adamw();
   for (int d : {2, 3}) {
     for (bool tied : {true, false}) {
       CAPTURE(d);
       CAPTURE(tied);
       const int m = d + 1;
-      const Model model = build(tiny(Arch::gpt, tied));
+      const Model model = build_model(tiny(Arch::gpt, tied));
       const Partition p = *Partition::even(model.num_layers(), d);
       const auto mbs = batches(Arch::gpt, model.options().vocab_size, 6 * m);
       auto one = executor(model, p, opt, Mode::twobw, m);
@@ -247,10 +213,10 @@ TEST_CASE("2bw: runs of 1, 2 and 3 steps equal one run of 6 bitwise (the runs co
       }
       CHECK(std::memcmp(losses.data(), whole->data(), losses.size() * sizeof(double)) == 0);
       for (int i = 0; i < model.num_layers(); ++i)
-        CHECK(bitwise_equal(one->params(i), split->params(i)));
+        CHECK(same_bits(one->params(i), split->params(i)));
       for (int r = 0; r < d; ++r) {
         for (int i = 0; i < split->worker(r).num_layers(); ++i)
-          CHECK(bitwise_equal(one->optimizer(r).state(i), split->optimizer(r).state(i)));
+          CHECK(same_bits(one->optimizer(r).state(i), split->optimizer(r).state(i)));
       }
       CHECK(split->worker(0).updates() == 6);
     }
@@ -258,9 +224,9 @@ TEST_CASE("2bw: runs of 1, 2 and 3 steps equal one run of 6 bitwise (the runs co
 }
 
 TEST_CASE("the executor refuses bad input with errors that name it") {
-  const Model model = build(tiny(Arch::gpt));
+  const Model model = build_model(tiny(Arch::gpt));
   const Partition p2 = *Partition::even(model.num_layers(), 2);
-  const OptimizerOptions opt = adamw_clipped();
+  const OptimizerOptions opt = clipped_adamw();
   auto message = [&](const SerialExecutorOptions& o) {
     auto e = SerialExecutor::create(model, p2, opt, o);
     return e.ok() ? std::string() : e.error().message;
@@ -303,15 +269,9 @@ TEST_CASE("the executor refuses bad input with errors that name it") {
 }
 
 TEST_CASE("create from a config and read the configured data") {
-  Config c;
-  c.model = tiny(Arch::gpt);
-  c.pipeline.mode = "2bw";
-  c.pipeline.stages = 2;
-  c.pipeline.microbatches = 2;
-  c.pipeline.microbatch_size = kB;
-  c.pipeline.seq_len = kT;
+  Config c = tiny_config("2bw", 2, 2, tiny(Arch::gpt));
   c.pipeline.partition = {3, 1};
-  c.optimizer = adamw_clipped();
+  c.optimizer = clipped_adamw();
   c.data.seed = 7;
   auto e = SerialExecutor::create(c, true);
   REQUIRE_MESSAGE(e.ok(), (e.ok() ? "" : e.error().message));
@@ -326,14 +286,13 @@ TEST_CASE("create from a config and read the configured data") {
   CHECK((*e)->version_log().size() == 2 * 2 * 6);
 
   // the same run from explicit parts
-  const Model model = build(c.model);
+  const Model model = build_model(c.model);
   auto same = executor(model, *Partition::from_counts(4, std::vector<int>{3, 1}), c.optimizer,
                        Mode::twobw, 2);
   auto same_losses = same->run(3, batches(Arch::gpt, c.model.vocab_size, 6, 7));
   REQUIRE(same_losses.ok());
   CHECK(*same_losses == *losses);
-  for (int i = 0; i < model.num_layers(); ++i)
-    CHECK(bitwise_equal(same->params(i), (*e)->params(i)));
+  for (int i = 0; i < model.num_layers(); ++i) CHECK(same_bits(same->params(i), (*e)->params(i)));
 
   c.pipeline.mode = "zero-bubble";
   CHECK(SerialExecutor::create(c).error().message.find("pipeline.mode") != std::string::npos);

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -15,25 +14,16 @@
 #include "engine/serial_executor.hpp"
 #include "engine/simulator.hpp"
 #include "kernels/optimizer.hpp"
+#include "tests/support/bits.hpp"
+#include "tests/support/tiny_model.hpp"
 
 using namespace actorpipe;
+using namespace actorpipe::testing;
 
 namespace {
 
-constexpr int kB = 2, kT = 6;
-
 ModelOptions tiny(Arch arch, bool tied = true) {
-  ModelOptions o;
-  o.arch = arch;
-  o.vocab_size = 24;
-  o.context = 8;
-  o.width = 8;
-  o.depth = 2;  // 4 layers: up to 4 stages
-  o.heads = 2;
-  o.segments = 2;
-  o.tied = tied;
-  o.init_seed = 3;
-  return o;
+  return tiny_model(arch, tied, 3);
 }
 
 OptimizerOptions adamw() {
@@ -56,20 +46,8 @@ OptimizerOptions sgd() {
   return o;
 }
 
-Model build(const ModelOptions& o) {
-  auto m = Model::build(o);
-  REQUIRE_MESSAGE(m.ok(), (m.ok() ? "" : m.error().message));
-  return std::move(m).value();
-}
-
 std::vector<Microbatch> batches(Arch arch, int V, int64_t n) {
-  DataOptions d;
-  d.seed = 21;
-  auto loader = DataLoader::open(d, arch, V, kB, kT);
-  REQUIRE(loader.ok());
-  std::vector<Microbatch> out;
-  for (int64_t i = 0; i < n; ++i) out.push_back((*loader)->next());
-  return out;
+  return tiny_batches(arch, V, n, 21);
 }
 
 std::unique_ptr<SerialExecutor> executor(const Model& model, const Partition& p,
@@ -220,14 +198,10 @@ std::vector<const float*> pointers(const Buffers& w) {
   return p;
 }
 
-bool bitwise_equal(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 void check_params(const SerialExecutor& e, const Buffers& w) {
   for (int i = 0; i < e.model().num_layers(); ++i) {
     INFO("layer " << i);
-    CHECK(bitwise_equal(e.params(i), w[static_cast<size_t>(i)]));
+    CHECK(same_bits(e.params(i), w[static_cast<size_t>(i)]));
   }
 }
 
@@ -236,8 +210,8 @@ void check_tied_identical(const SerialExecutor& e) {
   for (const TiedParam& t : e.model().tied()) {
     const ParamSlot* a = e.model().layer(t.owner_layer).find_slot(t.owner_slot);
     const ParamSlot* b = e.model().layer(t.copy_layer).find_slot(t.copy_slot);
-    CHECK(bitwise_equal(e.params(t.owner_layer).subspan(a->offset, a->numel),
-                        e.params(t.copy_layer).subspan(b->offset, b->numel)));
+    CHECK(same_bits(e.params(t.owner_layer).subspan(a->offset, a->numel),
+                    e.params(t.copy_layer).subspan(b->offset, b->numel)));
   }
 }
 
@@ -426,7 +400,7 @@ void check_versions(const SerialExecutor& e, Mode mode, int m) {
 // Runs the executor and the mode's simulation on the same microbatches and compares everything.
 void compare(Arch arch, bool tied, const Partition& p, const OptimizerOptions& opt, Mode mode,
              int m, int steps, bool lowered = true) {
-  const Model model = build(tiny(arch, tied));
+  const Model model = build_model(tiny(arch, tied));
   auto e = executor(model, p, opt, mode, m, lowered);
   const auto mbs = batches(arch, model.options().vocab_size, e->microbatches_for(steps));
   auto losses = e->run(steps, mbs);
@@ -507,7 +481,7 @@ TEST_CASE("async modes with uneven partitions and compute-only schedules") {
 TEST_CASE("async runs continue: a second run restarts the staleness from the current weights") {
   // Two pipedream runs of 5 microbatches: the second starts with every stage on the newest
   // version (all F/B of its first microbatches use it), and the tied copy follows the owner.
-  const Model model = build(tiny(Arch::gpt));
+  const Model model = build_model(tiny(Arch::gpt));
   const Partition p = *Partition::even(model.num_layers(), 3);
   const OptimizerOptions opt = adamw();
   const auto mbs = batches(Arch::gpt, model.options().vocab_size, 10);

@@ -19,6 +19,7 @@
 #include "engine/optimizer_shard.hpp"
 #include "engine/schedule_generators.hpp"
 #include "kernels/check.hpp"
+#include "tests/support/tiny_model.hpp"
 
 // Every allocation through operator new in this test program is counted. (The replacement
 // operators pair malloc with free, which GCC cannot see through the inlined allocators.)
@@ -52,23 +53,12 @@ void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
 }
 
 using namespace actorpipe;
+using namespace actorpipe::testing;
 
 namespace {
 
-constexpr int kB = 2, kT = 6;
-
 ModelOptions tiny(Arch arch, bool tied) {
-  ModelOptions o;
-  o.arch = arch;
-  o.vocab_size = 24;
-  o.context = 8;
-  o.width = 8;
-  o.depth = 2;
-  o.heads = 2;
-  o.segments = 2;
-  o.tied = tied;
-  o.init_seed = 17;
-  return o;
+  return tiny_model(arch, tied, 17);
 }
 
 OptimizerOptions adamw() {
@@ -78,20 +68,8 @@ OptimizerOptions adamw() {
   return o;
 }
 
-Model build(const ModelOptions& o) {
-  auto m = Model::build(o);
-  REQUIRE(m.ok());
-  return std::move(m).value();
-}
-
 std::vector<Microbatch> batches(Arch arch, int V, int n) {
-  DataOptions d;
-  d.seed = 3;
-  auto loader = DataLoader::open(d, arch, V, kB, kT);
-  REQUIRE(loader.ok());
-  std::vector<Microbatch> out;
-  for (int i = 0; i < n; ++i) out.push_back((*loader)->next());
-  return out;
+  return tiny_batches(arch, V, n, 3);
 }
 
 // d stage workers and their optimizer shards.
@@ -214,7 +192,7 @@ long drive(Workers& ws, const Schedule& s, const std::vector<Microbatch>& mbs, i
 }  // namespace
 
 TEST_CASE("the steady state allocates nothing, in every mode") {
-  const Model model = build(tiny(Arch::bert, false));
+  const Model model = build_model(tiny(Arch::bert, false));
   struct Case {
     Mode mode;
     int d, m, steps;
@@ -235,7 +213,7 @@ TEST_CASE("the steady state allocates nothing, in every mode") {
 }
 
 TEST_CASE("workers share no mutable state: concurrent pipelines equal sequential ones") {
-  const Model model = build(tiny(Arch::gpt, false));
+  const Model model = build_model(tiny(Arch::gpt, false));
   const Schedule s = *make_xpipe(2, 2, 3);
   const auto mbs = batches(Arch::gpt, model.options().vocab_size, s.total_microbatches());
   auto result = [&](Workers& ws) {
@@ -258,7 +236,7 @@ TEST_CASE("workers share no mutable state: concurrent pipelines equal sequential
 }
 
 TEST_CASE("updates applied on another thread while the worker computes equal updates at once") {
-  const Model model = build(tiny(Arch::gpt, false));
+  const Model model = build_model(tiny(Arch::gpt, false));
   struct Case {
     Mode mode;
     int d, m, steps;
@@ -292,7 +270,7 @@ TEST_CASE("updates applied on another thread while the worker computes equal upd
 }
 
 TEST_CASE("tied parameter hooks and per-layer gradient norms") {
-  const Model model = build(tiny(Arch::gpt, true));
+  const Model model = build_model(tiny(Arch::gpt, true));
   Workers ws = make_workers(model, 2, Mode::onef1b, 1);
   const size_t n = static_cast<size_t>(model.options().vocab_size) * model.options().width;
   REQUIRE(ws[0]->num_tied() == 1);
@@ -355,7 +333,7 @@ TEST_CASE("tied parameter hooks and per-layer gradient norms") {
 }
 
 TEST_CASE("2bw: a continued run computes its first step with the kept previous version") {
-  const Model model = build(tiny(Arch::gpt, false));
+  const Model model = build_model(tiny(Arch::gpt, false));
   constexpr int d = 2, m = 2;
   const auto mbs = batches(Arch::gpt, model.options().vocab_size, 4 * m);
   Workers whole = make_workers(model, d, Mode::twobw, m);
@@ -380,7 +358,7 @@ TEST_CASE("2bw: a continued run computes its first step with the kept previous v
 }
 
 TEST_CASE("a stage worker refuses actions out of order") {
-  const Model model = build(tiny(Arch::gpt, true));
+  const Model model = build_model(tiny(Arch::gpt, true));
   const Partition p = *Partition::even(model.num_layers(), 2);
   StageWorkerOptions o;
   o.mode = Mode::onef1b;
@@ -441,7 +419,7 @@ TEST_CASE("a stage worker refuses actions out of order") {
 }
 
 TEST_CASE("output tensors go to the next stage without copies and are reused once dropped") {
-  const Model model = build(tiny(Arch::gpt, true));
+  const Model model = build_model(tiny(Arch::gpt, true));
   const Partition p = *Partition::even(model.num_layers(), 2);
   StageWorkerOptions o;
   o.mode = Mode::gpipe;

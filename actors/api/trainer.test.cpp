@@ -4,10 +4,7 @@
 #include "actors/api/actorpipe/trainer.hpp"
 
 #include <doctest/doctest.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -17,41 +14,18 @@
 
 #include "engine/schedule_generators.hpp"
 #include "engine/schedule_lowering.hpp"
+#include "tests/support/bits.hpp"
+#include "tests/support/temp_dir.hpp"
+#include "tests/support/tiny_model.hpp"
 
 using namespace actorpipe;
+using namespace actorpipe::testing;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> n{0};
-    path = fs::temp_directory_path() /
-           ("actorpipe-trainer-" + std::to_string(getpid()) + "-" + std::to_string(n++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
-
 Config tiny(const std::string& mode, int stages, int steps) {
-  Config c;
-  c.model.vocab_size = 24;
-  c.model.context = 8;
-  c.model.width = 8;
-  c.model.depth = 2;  // 4 layers
-  c.model.heads = 2;
-  c.model.init_seed = 3;
-  c.pipeline.mode = mode;
-  c.pipeline.stages = stages;
-  c.pipeline.microbatches = 4;
-  c.pipeline.microbatch_size = 2;
-  c.pipeline.seq_len = 6;
+  Config c = tiny_config(mode, stages, 4, tiny_model(Arch::gpt, true, 3));
   c.optimizer.lr = 2e-2f;
   c.optimizer.grad_clip = 0.5f;
   c.train.steps = steps;
@@ -75,9 +49,7 @@ bool same_weights(const Trainer& a, const Trainer& b) {
   const auto wa = a.weights(), wb = b.weights();
   if (wa.size() != wb.size()) return false;
   for (size_t i = 0; i < wa.size(); ++i) {
-    if (wa[i].name != wb[i].name || wa[i].shape != wb[i].shape ||
-        wa[i].f32.size() != wb[i].f32.size() ||
-        std::memcmp(wa[i].f32.data(), wb[i].f32.data(), wa[i].f32.size() * sizeof(float)) != 0)
+    if (wa[i].name != wb[i].name || wa[i].shape != wb[i].shape || !same_bits(wa[i].f32, wb[i].f32))
       return false;
   }
   return true;
@@ -96,10 +68,6 @@ std::vector<double> record_losses(Trainer& t) {
   t.on_step([losses](const StepMetrics& m) { losses->push_back(m.loss); });
   train(t);
   return *losses;
-}
-
-bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
 }
 
 }  // namespace
@@ -132,33 +100,33 @@ TEST_CASE(
     TempDir tmp;
     // uninterrupted; pipedream and xpipe checkpoint at N, which ends a pipeline run there
     Config whole = tiny(mode, 2, 2 * N);
-    whole.checkpoint.dir = tmp / "whole";
+    whole.checkpoint.dir = tmp.file("whole");
     whole.checkpoint.every = exact ? 0 : N;
-    whole.train.metrics = tmp / "whole.jsonl";
+    whole.train.metrics = tmp.file("whole.jsonl");
     auto a = make(whole);
     train(*a);
-    CHECK(fs::exists(tmp / "whole/final/manifest.json"));
-    CHECK(fs::exists(tmp / "whole/step-3/manifest.json") == !exact);
+    CHECK(fs::exists(tmp.file("whole/final/manifest.json")));
+    CHECK(fs::exists(tmp.file("whole/step-3/manifest.json")) == !exact);
 
     // interrupted after N steps, continued by a fresh trainer from the directory's latest
     Config first = tiny(mode, 2, N);
-    first.checkpoint.dir = tmp / "run";
-    first.train.metrics = tmp / "run.jsonl";
+    first.checkpoint.dir = tmp.file("run");
+    first.train.metrics = tmp.file("run.jsonl");
     train(*make(first));
     Config second = tiny(mode, 2, 2 * N);
-    second.checkpoint.dir = tmp / "run";
-    second.checkpoint.resume = tmp / "run";
-    second.train.metrics = tmp / "run.jsonl";
+    second.checkpoint.dir = tmp.file("run");
+    second.checkpoint.resume = tmp.file("run");
+    second.train.metrics = tmp.file("run.jsonl");
     auto b = make(second);
     CHECK(b->step_count() == N);
-    CHECK(b->resumed_from() == tmp / "run/final");
+    CHECK(b->resumed_from() == tmp.file("run/final"));
     train(*b);
     CHECK(b->step_count() == 2 * N);
     CHECK(same_weights(*a, *b));
 
     // the metrics file continued: the same 2N lines with the same losses
-    const auto la = read_lines(tmp / "whole.jsonl");
-    const auto lb = read_lines(tmp / "run.jsonl");
+    const auto la = read_lines(tmp.file("whole.jsonl"));
+    const auto lb = read_lines(tmp.file("run.jsonl"));
     REQUIRE(la.size() == 2 * N);
     REQUIRE(lb.size() == 2 * N);
     for (size_t i = 0; i < la.size(); ++i) {
@@ -166,8 +134,8 @@ TEST_CASE(
       CHECK(la[i].at("loss").get<double>() == lb[i].at("loss").get<double>());
     }
     // both final checkpoints hold the same model bytes
-    std::ifstream fa(tmp / "whole/final/model.safetensors", std::ios::binary);
-    std::ifstream fb(tmp / "run/final/model.safetensors", std::ios::binary);
+    std::ifstream fa(tmp.file("whole/final/model.safetensors"), std::ios::binary);
+    std::ifstream fb(tmp.file("run/final/model.safetensors"), std::ios::binary);
     std::stringstream sa, sb;
     sa << fa.rdbuf();
     sb << fb.rdbuf();
@@ -185,11 +153,11 @@ TEST_CASE("2bw on both backends: train 2N == train N, checkpoint, resume, train 
       auto whole = make(tiny("2bw", stages, 2 * N), backend);
       const auto lw = record_losses(*whole);
       Config first = tiny("2bw", stages, N);
-      first.checkpoint.dir = tmp / "ckpt";
+      first.checkpoint.dir = tmp.file("ckpt");
       auto f = make(first, backend);
       const auto l1 = record_losses(*f);
       Config next = tiny("2bw", stages, 2 * N);
-      next.checkpoint.resume = tmp / "ckpt/final";
+      next.checkpoint.resume = tmp.file("ckpt/final");
       auto t = make(next, backend);
       const auto l2 = record_losses(*t);
       std::vector<double> both = l1;
@@ -205,12 +173,12 @@ TEST_CASE("a 1f1b checkpoint of 2 stages continues bitwise on 3 and on 1 stages"
   auto whole = make(tiny("1f1b", 2, 4));
   train(*whole);
   Config first = tiny("1f1b", 2, 2);
-  first.checkpoint.dir = tmp / "ckpt";
+  first.checkpoint.dir = tmp.file("ckpt");
   train(*make(first));
   for (int d : {3, 1}) {
     CAPTURE(d);
     Config next = tiny("1f1b", d, 4);
-    next.checkpoint.resume = tmp / "ckpt/final";
+    next.checkpoint.resume = tmp.file("ckpt/final");
     auto t = make(next);
     CHECK(t->stages() == d);
     train(*t);
@@ -236,7 +204,7 @@ TEST_CASE("run() and step() continue like train()") {
 TEST_CASE("metrics: one JSON line per step with step, loss, tokens, time, busy and idle") {
   TempDir tmp;
   Config c = tiny("2bw", 2, 5);
-  c.train.metrics = tmp / "m.jsonl";
+  c.train.metrics = tmp.file("m.jsonl");
   auto t = make(c);
   std::vector<StepMetrics> seen;
   t->on_step([&](const StepMetrics& m) { seen.push_back(m); });
@@ -268,7 +236,7 @@ TEST_CASE("metrics: one JSON line per step with step, loss, tokens, time, busy a
 TEST_CASE("the trace of a run: one track per stage and per shard, one span per action and update") {
   TempDir tmp;
   Config c = tiny("1f1b", 3, 2);
-  c.train.trace = tmp / "trace.json";
+  c.train.trace = tmp.file("trace.json");
   auto t = make(c);
   train(*t);
   std::ifstream f(c.train.trace);
@@ -312,17 +280,17 @@ TEST_CASE("the trace of a run: one track per stage and per shard, one span per a
 TEST_CASE("bad checkpoints and options are refused with a message saying what is wrong") {
   TempDir tmp;
   Config c = tiny("1f1b", 2, 1);
-  c.checkpoint.dir = tmp / "ckpt";
+  c.checkpoint.dir = tmp.file("ckpt");
   train(*make(c));
 
   SUBCASE("a damaged file") {
-    const std::string file = tmp / "ckpt/final/model.safetensors";
+    const std::string file = tmp.file("ckpt/final/model.safetensors");
     std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(-3, std::ios::end);
     f.put('\x7f');
     f.close();
     Config next = tiny("1f1b", 2, 2);
-    next.checkpoint.resume = tmp / "ckpt";
+    next.checkpoint.resume = tmp.file("ckpt");
     auto t = Trainer::create(next);
     REQUIRE_FALSE(t.ok());
     CHECK(t.error().message.find("checkpoint.resume") != std::string::npos);
@@ -331,7 +299,7 @@ TEST_CASE("bad checkpoints and options are refused with a message saying what is
   SUBCASE("another model") {
     Config next = tiny("1f1b", 2, 2);
     next.model.depth = 3;
-    next.checkpoint.resume = tmp / "ckpt";
+    next.checkpoint.resume = tmp.file("ckpt");
     auto t = Trainer::create(next);
     REQUIRE_FALSE(t.ok());
     CHECK(t.error().message.find("model.depth: the checkpoint has 2, the config has 3") !=
@@ -339,14 +307,14 @@ TEST_CASE("bad checkpoints and options are refused with a message saying what is
   }
   SUBCASE("no checkpoint there") {
     Config next = tiny("1f1b", 2, 2);
-    next.checkpoint.resume = tmp / "nothing";
+    next.checkpoint.resume = tmp.file("nothing");
     auto t = Trainer::create(next);
     REQUIRE_FALSE(t.ok());
-    CHECK(t.error().message.find(tmp / "nothing") != std::string::npos);
+    CHECK(t.error().message.find(tmp.file("nothing")) != std::string::npos);
   }
   SUBCASE("a trace with the serial backend, an unknown backend name") {
     Config next = tiny("1f1b", 2, 2);
-    next.train.trace = tmp / "t.json";
+    next.train.trace = tmp.file("t.json");
     TrainerOptions o;
     o.backend = Backend::serial;
     auto t = Trainer::create(next, o);
