@@ -360,6 +360,9 @@ Expected<std::string> save_checkpoint(const std::string& dir, const CheckpointIn
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return make_error("{}: cannot create checkpoint directory: {}", dir, ec.message());
+  // what a writer killed mid-save left behind (never a complete checkpoint: those have no
+  // temporary name)
+  internal::remove_stale_temporaries(dir);
   const std::string target = join_path(dir, checkpoint_name(info));
   const std::string tmp = internal::temp_sibling(target);
   if (::mkdir(tmp.c_str(), 0755) != 0) {

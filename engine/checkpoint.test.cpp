@@ -3,6 +3,9 @@
 #include "engine/checkpoint.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -353,6 +356,28 @@ TEST_CASE("re-saving a step replaces it whole; a failed save leaves nothing behi
   REQUIRE_FALSE(n.ok());
   CHECK(contains(n.error().message, "optimizer.lr = nan is not finite"));
   CHECK(entries(dir.path) == std::vector<std::string>{"step-3"});
+}
+
+TEST_CASE("a save removes the temporaries of writers that died, and only those") {
+  TempDir dir;
+  // a process that has exited and been reaped: its pid names no process any more
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  const std::string dead = fmt::format("step-7.tmp-{}-0", child);
+  const std::string mine = fmt::format("step-8.tmp-{}-3", ::getpid());
+  for (const std::string& name : {dead, mine, std::string("notes.tmp-x-1")}) {
+    fs::create_directories(dir.path / name);
+    std::ofstream(dir.path / name / "model.safetensors") << "partial";
+  }
+  REQUIRE(Sample(3).save(dir.str()).ok());
+  // the dead writer's half checkpoint is gone; a live writer's (this process) and a name that
+  // is not a temporary stay
+  CHECK(entries(dir.path) == std::vector<std::string>{"notes.tmp-x-1", "step-3", mine});
+  CHECK(internal::remove_stale_temporaries(dir.str()).empty());
+  CHECK(load_checkpoint(dir.str()).ok());
 }
 
 TEST_CASE("check_compatible names every mismatched model key with both values") {

@@ -3,17 +3,23 @@
 #include "engine/internal/file_io.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <limits>
 #include <vector>
 
 namespace actorpipe::internal {
+
+namespace fs = std::filesystem;
 
 Fd& Fd::operator=(Fd&& o) noexcept {
   if (this != &o) {
@@ -90,6 +96,33 @@ std::string temp_sibling(const std::string& path) {
   std::string p = path;
   while (p.size() > 1 && p.back() == '/') p.pop_back();
   return fmt::format("{}.tmp-{}-{}", p, static_cast<long>(::getpid()), counter.fetch_add(1));
+}
+
+std::vector<std::string> remove_stale_temporaries(const std::string& dir) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    // "<name>.tmp-<pid>-<counter>", pid and counter decimal
+    const size_t at = name.rfind(".tmp-");
+    if (at == std::string::npos || at == 0) continue;
+    const std::string rest = name.substr(at + 5);
+    const size_t dash = rest.find('-');
+    if (dash == std::string::npos || dash == 0 || dash + 1 == rest.size()) continue;
+    const std::string pid_text = rest.substr(0, dash), count_text = rest.substr(dash + 1);
+    auto digits = [](const std::string& s) {
+      return s.size() <= 18 &&
+             std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+    };
+    if (!digits(pid_text) || !digits(count_text)) continue;
+    const long long pid = std::stoll(pid_text);
+    if (pid <= 0 || pid > std::numeric_limits<pid_t>::max() || pid == ::getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours
+    std::error_code rm;
+    fs::remove_all(it->path(), rm);
+    if (!rm) removed.push_back(it->path().string());
+  }
+  return removed;
 }
 
 Status write_file_atomic(const std::string& path, std::string_view content) {

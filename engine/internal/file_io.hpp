@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/expected.hpp"
 
@@ -47,6 +48,12 @@ std::string parent_dir(const std::string& path);
 /// A name for a temporary sibling of `path`, unique within this process and between processes:
 /// "<path>.tmp-<pid>-<counter>".
 std::string temp_sibling(const std::string& path);
+
+/// Removes every entry of `dir` named like a temp_sibling ("<name>.tmp-<pid>-<counter>") whose
+/// process no longer exists: what a writer killed mid-write left behind. Temporaries of live
+/// processes (this one included) stay. Returns the paths removed; unreadable directories and
+/// entries that cannot be removed are passed over (the next save tries again).
+std::vector<std::string> remove_stale_temporaries(const std::string& dir);
 
 /// Writes `content` to a temporary sibling of `path`, fsyncs it, renames it over `path` and
 /// fsyncs the directory.
