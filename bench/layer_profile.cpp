@@ -94,6 +94,7 @@ Expected<LayerProfile> profile_layers(const ModelOptions& model_opts,
 
   LayerProfile p;
   p.threads = threads;
+  p.tied = model_opts.tied;
   p.B = B;
   p.T = T;
   p.reps = reps;

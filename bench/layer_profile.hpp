@@ -25,7 +25,8 @@ struct LayerProfile {
   int B = 0;
   int T = 0;
   int reps = 0;
-  int load_threads = 0;  ///< other threads computing meanwhile (profile_layers_loaded)
+  int load_threads = 0;           ///< other threads computing meanwhile (profile_layers_loaded)
+  bool tied = false;              ///< the model ties the token embedding and the LM head
   std::vector<LayerCost> layers;  ///< one per global layer, in order
 };
 

@@ -8,6 +8,7 @@
 
 #include "bench/step_timing.hpp"
 #include "engine/schedule_generators.hpp"
+#include "engine/stage_worker.hpp"
 
 namespace actorpipe::bench {
 
@@ -133,6 +134,8 @@ Expected<CostModel> stage_costs(const LayerProfile& profile, Mode mode, std::spa
   m.forward = *F;
   m.backward = *B;
   m.optimizer = *U;
+  if (profile.tied && d > 1 && tied_sync(mode) == TiedSync::exchange_grads)
+    m.paired_updates.push_back({0, d - 1});
   for (int r = 0; r < d; ++r) {
     const size_t k = static_cast<size_t>(r);
     if (versions[k] > 1) m.optimizer[k] += (*C)[k];

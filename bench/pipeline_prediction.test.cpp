@@ -178,6 +178,29 @@ TEST_CASE("stage_costs: sums per stage, a copy where versions are kept, xpipe's 
   CHECK_FALSE(stage_costs(p, Mode::gpipe, std::vector<int>{2, 2}, 4, 1).ok());
 }
 
+TEST_CASE(
+    "stage_costs pairs the embedding's and the head's updates where tied gradients are "
+    "exchanged") {
+  LayerProfile p = synthetic_profile(4);
+  for (Mode mode : all_modes) {
+    CAPTURE(to_string(mode));
+    p.tied = false;
+    auto untied = stage_costs(p, mode, std::vector<int>{2, 1, 1}, 4, 2);
+    REQUIRE(untied.ok());
+    CHECK(untied->paired_updates.empty());
+    p.tied = true;
+    auto tied = stage_costs(p, mode, std::vector<int>{2, 1, 1}, 4, 2);
+    REQUIRE(tied.ok());
+    // exchange_grads: gpipe, 1f1b, xpipe; 2bw and pipedream follow the owner and never wait
+    const bool exchange = mode == Mode::gpipe || mode == Mode::onef1b || mode == Mode::xpipe;
+    CHECK(tied->paired_updates == (exchange ? std::vector<std::pair<int, int>>{{0, 2}}
+                                            : std::vector<std::pair<int, int>>{}));
+    auto one = stage_costs(p, mode, std::vector<int>{4}, 4, 2);
+    REQUIRE(one.ok());
+    CHECK(one->paired_updates.empty());  // one stage holds both copies
+  }
+}
+
 TEST_CASE("predict_pipeline: one stage of gpipe is m(F+B) plus the update") {
   const LayerProfile p = synthetic_profile(3);  // F+B of all layers: 18; update 0.75
   auto r = predict_pipeline(p, Mode::gpipe, std::vector<int>{3}, 4, 1, 2);

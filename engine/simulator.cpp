@@ -79,6 +79,13 @@ Expected<Simulation> simulate(const Schedule& input, const CostModel& costs) {
   }
   if (auto st = check_costs("latency", {costs.latency}, 1, false); !st) return st.error();
   if (auto st = check_costs("bandwidth", {costs.bandwidth}, 1, false); !st) return st.error();
+  for (const auto& [a, b] : costs.paired_updates) {
+    if (a < 0 || b < 0 || a >= static_cast<int>(d) || b >= static_cast<int>(d) || a == b) {
+      return make_error(
+          "cost model: paired_updates ({}, {}) is not allowed: two different stages in [0, {})", a,
+          b, d);
+    }
+  }
 
   // link_free[r][0]: r -> r+1 (activations), link_free[r][1]: r+1 -> r (gradients).
   std::vector<std::array<double, 2>> link_free(d, {0.0, 0.0});
@@ -119,9 +126,11 @@ Expected<Simulation> simulate(const Schedule& input, const CostModel& costs) {
     }
     return {clock, clock, clock};
   };
-  internal::Replay rep = internal::replay(s, execute, /*force=*/false);
+  internal::Replay rep = internal::replay(s, execute, /*force=*/false, costs.paired_updates);
   if (rep.deadlocked)
-    return make_error("simulation deadlocked (the validator should have caught it)");
+    return make_error(
+        "simulation deadlocked (the validator should have caught it, or paired_updates cannot "
+        "be met)");
 
   Simulation sim;
   sim.busy.assign(d, 0.0);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/expected.hpp"
@@ -19,6 +20,10 @@ struct CostModel {
                                          ///< gradient going back has the same size); empty = 0
   double latency = 0;                    ///< seconds added to every transfer
   double bandwidth = 0;                  ///< bytes per second of each link direction; 0 = infinite
+  /// Pairs of stages whose k-th OPT_STEPs wait for each other (a tied parameter held by both
+  /// that keeps its copies equal by exchanging gradients: tied_sync's exchange_grads); empty =
+  /// none.
+  std::vector<std::pair<int, int>> paired_updates;
 };
 
 /// forward = f and backward = b at every stage, everything else free.

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <vector>
 
 #include "engine/schedule_generators.hpp"
 #include "engine/schedule_lowering.hpp"
@@ -199,6 +200,31 @@ TEST_CASE("per-layer costs sum per stage") {
   CHECK(contains(zero.error().message, "stage 1 has 0 layers"));
 }
 
+TEST_CASE("paired updates: the k-th OPT_STEPs of the pair start together") {
+  // xpipe over 3 stages: the last stage reaches each OPT_STEP well before stage 0 does
+  auto s = make_xpipe(3, 4, 3);
+  REQUIRE(s.ok());
+  CostModel c = uniform_costs(3, 1, 2);
+  c.optimizer = {0.5, 0.5, 0.5};
+  auto free = simulate(*s, c);
+  REQUIRE(free.ok());
+  c.paired_updates = {{0, 2}};
+  auto paired = simulate(*s, c);
+  REQUIRE(paired.ok());
+  auto update_starts = [](const Simulation& sim, int stage) {
+    std::vector<double> t;
+    for (const TimedAction& a : sim.timeline)
+      if (a.action.stage == stage && a.action.kind == ActionKind::OPT_STEP) t.push_back(a.start);
+    return t;
+  };
+  REQUIRE(update_starts(*paired, 0).size() == 3);
+  CHECK(update_starts(*paired, 0) == update_starts(*paired, 2));
+  CHECK(update_starts(*free, 2)[0] < update_starts(*free, 0)[0]);  // unpaired: the last is early
+  // the last stage's wait delays its later actions, and through them everybody's
+  for (size_t k = 0; k < 3; ++k) CHECK(update_starts(*paired, 2)[k] > update_starts(*free, 2)[k]);
+  CHECK(paired->makespan > free->makespan);
+}
+
 TEST_CASE("bad cost models and schedules are rejected") {
   auto s = make_1f1b(3, 3);
   REQUIRE(s.ok());
@@ -216,6 +242,12 @@ TEST_CASE("bad cost models and schedules are rejected") {
   e = simulate(*s, c);
   REQUIRE_FALSE(e.ok());
   CHECK(contains(e.error().message, "activation_bytes has 3 entries, expected 2 (or none)"));
+  c = uniform_costs(3, 1, 2);
+  c.paired_updates = {{0, 3}};
+  e = simulate(*s, c);
+  REQUIRE_FALSE(e.ok());
+  CHECK(contains(e.error().message,
+                 "paired_updates (0, 3) is not allowed: two different stages in [0, 3)"));
   Schedule broken = *s;
   broken.per_stage[0].erase(broken.per_stage[0].begin());
   e = simulate(broken, uniform_costs(3, 1, 2));

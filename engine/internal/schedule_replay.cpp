@@ -52,7 +52,8 @@ Timing unit_execute(const Action&, double clock, double dep_ready) {
   return {start, start + 1, start + 1};
 }
 
-Replay replay(const Schedule& schedule, const ExecuteFn& execute, bool force) {
+Replay replay(const Schedule& schedule, const ExecuteFn& execute, bool force,
+              std::span<const std::pair<int, int>> paired_updates) {
   const auto& ps = schedule.per_stage;
   const int d = static_cast<int>(ps.size());
   const bool lowered = is_lowered(schedule);
@@ -63,7 +64,14 @@ Replay replay(const Schedule& schedule, const ExecuteFn& execute, bool force) {
   for (int r = 0; r < d; ++r) out.timing[r].resize(ps[r].size());
   std::vector<int> pc(d, 0);
   std::vector<double> clock(d, 0.0);
-  std::vector<std::vector<double>> flush_arrival(d);  // time stage r reached its k-th FLUSH
+  std::vector<std::vector<double>> flush_arrival(d);   // time stage r reached its k-th FLUSH
+  std::vector<std::vector<double>> update_arrival(d);  // ... its k-th OPT_STEP
+  std::vector<std::vector<int>> partners(d);           // paired_updates, per stage
+  for (const auto& [a, b] : paired_updates) {
+    if (a < 0 || b < 0 || a >= d || b >= d || a == b) continue;  // the caller validates
+    partners[a].push_back(b);
+    partners[b].push_back(a);
+  }
 
   auto done = [&](int r) { return pc[r] >= static_cast<int>(ps[r].size()); };
   // When stage s reached its k-th FLUSH; false when it has not (yet).
@@ -78,10 +86,30 @@ Replay replay(const Schedule& schedule, const ExecuteFn& execute, bool force) {
     }
     return false;
   };
+  // When stage s reached its k-th OPT_STEP; false when it has not (yet).
+  auto update_reached = [&](int s, size_t k, double& when) {
+    if (update_arrival[s].size() > k) {
+      when = update_arrival[s][k];
+      return true;
+    }
+    if (update_arrival[s].size() == k && !done(s) && ps[s][pc[s]].kind == ActionKind::OPT_STEP) {
+      when = clock[s];
+      return true;
+    }
+    return false;
+  };
   // The time the next action of stage r may start, or false when it must wait.
   auto ready_time = [&](int r, double& when) {
     const Action& a = ps[r][pc[r]];
     when = clock[r];
+    if (a.kind == ActionKind::OPT_STEP) {
+      const size_t k = update_arrival[r].size();
+      for (int s : partners[r]) {
+        double t = 0;
+        if (!update_reached(s, k, t)) return false;
+        when = std::max(when, t);
+      }
+    }
     if (a.kind == ActionKind::FLUSH) {
       const size_t k = flush_arrival[r].size();
       for (int s = 0; s < d; ++s) {
@@ -100,6 +128,7 @@ Replay replay(const Schedule& schedule, const ExecuteFn& execute, bool force) {
   auto run = [&](int r, double dep_ready) {
     const Action& a = ps[r][pc[r]];
     if (a.kind == ActionKind::FLUSH) flush_arrival[r].push_back(clock[r]);
+    if (a.kind == ActionKind::OPT_STEP) update_arrival[r].push_back(clock[r]);
     Timing t = execute(a, clock[r], dep_ready);
     out.timing[r][pc[r]] = t;
     clock[r] = t.end;

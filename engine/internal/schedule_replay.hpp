@@ -4,7 +4,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/schedule.hpp"
@@ -60,8 +62,12 @@ struct Replay {
 /// Replays `schedule`. Stages are swept in ascending order, each running as far as it can; the
 /// result does not depend on that order (times follow the dependency graph). With `force`, a
 /// deadlock is broken by running the lowest unfinished stage's next action regardless of its
-/// dependency, so a broken schedule can still be laid out.
-Replay replay(const Schedule& schedule, const ExecuteFn& execute, bool force);
+/// dependency, so a broken schedule can still be laid out. For each pair (a, b) of
+/// `paired_updates`, the k-th OPT_STEP of stage a and that of stage b are a barrier between the
+/// two stages (each starts once both stages have reached it), as when two stages exchange the
+/// gradients of a tied parameter at every update.
+Replay replay(const Schedule& schedule, const ExecuteFn& execute, bool force,
+              std::span<const std::pair<int, int>> paired_updates = {});
 
 /// Every action takes one time unit; dependents may start right after.
 Timing unit_execute(const Action& action, double clock, double dep_ready);
