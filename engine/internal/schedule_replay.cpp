@@ -74,25 +74,15 @@ Replay replay(const Schedule& schedule, const ExecuteFn& execute, bool force,
   }
 
   auto done = [&](int r) { return pc[r] >= static_cast<int>(ps[r].size()); };
-  // When stage s reached its k-th FLUSH; false when it has not (yet).
-  auto flush_reached = [&](int s, size_t k, double& when) {
-    if (flush_arrival[s].size() > k) {
-      when = flush_arrival[s][k];
+  // When stage s reached its k-th action of `kind` (a FLUSH or an OPT_STEP, whose arrivals are
+  // `arrival`); false when it has not (yet).
+  auto reached = [&](const std::vector<std::vector<double>>& arrival, ActionKind kind, int s,
+                     size_t k, double& when) {
+    if (arrival[s].size() > k) {
+      when = arrival[s][k];
       return true;
     }
-    if (flush_arrival[s].size() == k && !done(s) && ps[s][pc[s]].kind == ActionKind::FLUSH) {
-      when = clock[s];
-      return true;
-    }
-    return false;
-  };
-  // When stage s reached its k-th OPT_STEP; false when it has not (yet).
-  auto update_reached = [&](int s, size_t k, double& when) {
-    if (update_arrival[s].size() > k) {
-      when = update_arrival[s][k];
-      return true;
-    }
-    if (update_arrival[s].size() == k && !done(s) && ps[s][pc[s]].kind == ActionKind::OPT_STEP) {
+    if (arrival[s].size() == k && !done(s) && ps[s][pc[s]].kind == kind) {
       when = clock[s];
       return true;
     }
@@ -106,7 +96,7 @@ Replay replay(const Schedule& schedule, const ExecuteFn& execute, bool force,
       const size_t k = update_arrival[r].size();
       for (int s : partners[r]) {
         double t = 0;
-        if (!update_reached(s, k, t)) return false;
+        if (!reached(update_arrival, ActionKind::OPT_STEP, s, k, t)) return false;
         when = std::max(when, t);
       }
     }
@@ -114,7 +104,7 @@ Replay replay(const Schedule& schedule, const ExecuteFn& execute, bool force,
       const size_t k = flush_arrival[r].size();
       for (int s = 0; s < d; ++s) {
         double t = 0;
-        if (!flush_reached(s, k, t)) return false;
+        if (!reached(flush_arrival, ActionKind::FLUSH, s, k, t)) return false;
         when = std::max(when, t);
       }
       return true;
