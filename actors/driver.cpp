@@ -142,8 +142,7 @@ class DriverActor : public caf::event_based_actor {
   // While the run goes, a bounded spin on the mailbox before the scheduler thread parks: the
   // stages' next credit, loss or flush often follows within microseconds.
   void await_next() {
-    if (!finished_)
-      spin_for_mail(*this, std::chrono::microseconds(st_->options.spin_before_wait_us));
+    if (!finished_) spin_for_mail(*this, st_->spin_budget());
   }
 
   // Releases microbatches while credits last.

@@ -126,15 +126,15 @@ class OptimizerActor : public caf::event_based_actor {
     }
   }
 
-  // Advances the current update as far as the messages received allow.
   // proceed(), then a bounded spin on the mailbox before the thread sleeps: an update in
   // progress waits for the peer's tied gradient or the driver's clip scale, a finished one
   // for the stage's next OPT_STEP (pipedream's come every microbatch).
   void proceed_or_spin() {
     proceed();
-    if (!failed_) spin_for_mail(*this, std::chrono::microseconds(st_->options.spin_before_wait_us));
+    if (!failed_) spin_for_mail(*this, st_->spin_budget());
   }
 
+  // Advances the current update as far as the messages received allow.
   void proceed() {
     if (!active_ || failed_) return;
     if (phase_ == Phase::tied) {

@@ -96,8 +96,7 @@ class StageActor : public caf::event_based_actor {
   // a bounded spin on the mailbox before the thread sleeps.
   void advance_or_spin() {
     advance();
-    if (!failed_ && (pc_ < n_ || update_pending_))
-      spin_for_mail(*this, std::chrono::microseconds(st_->options.spin_before_wait_us));
+    if (!failed_ && (pc_ < n_ || update_pending_)) spin_for_mail(*this, st_->spin_budget());
   }
 
   // Runs every action whose inputs are in, in order.

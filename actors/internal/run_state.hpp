@@ -88,6 +88,10 @@ struct RunState {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   int64_t global_mb(int64_t mb) const { return mb < 0 ? -1 : global_offset + mb; }
+  /// How long an actor polls its mailbox before its thread sleeps (spin_for_mail).
+  std::chrono::microseconds spin_budget() const {
+    return std::chrono::microseconds(options.spin_before_wait_us);
+  }
   /// Actions stage r runs in the run.
   size_t actions(int r) const {
     return schedule.per_stage[static_cast<size_t>(r)].size() * static_cast<size_t>(repeats);
