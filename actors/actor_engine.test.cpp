@@ -33,7 +33,7 @@ bool same_log(const std::vector<VersionUse>& a, const std::vector<VersionUse>& b
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i].stage != b[i].stage || a[i].kind != b[i].kind || a[i].microbatch != b[i].microbatch ||
         a[i].version != b[i].version || a[i].lookahead != b[i].lookahead ||
-        a[i].tied_version != b[i].tied_version)
+        a[i].tied_version != b[i].tied_version || a[i].tied_lookahead != b[i].tied_lookahead)
       return false;
   }
   return true;

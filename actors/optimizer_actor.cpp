@@ -31,6 +31,8 @@ class OptimizerActor : public caf::event_based_actor {
         ctx_(st_->workers[static_cast<size_t>(stage)]->context().threads()),
         sync_(tied_sync(st_->mode)),
         global_clip_(clips_globally(st_->mode)) {
+    AP_CHECK(global_clip_ || sync_ == TiedSync::follow_owner,
+             "{}: per-stage clipping with tied gradients exchanged", to_string(st_->mode));
     set_exception_handler([this](caf::scheduled_actor*, std::exception_ptr& ep) -> caf::error {
       const std::string what = exception_text(ep);
       report_failure(what);
@@ -73,10 +75,6 @@ class OptimizerActor : public caf::event_based_actor {
         },
         [this](scale_atom, int64_t ordinal, float scale) {
           scales_[ordinal] = scale;
-          proceed_or_spin();
-        },
-        [this](tscale_atom, int64_t ordinal, float scale) {
-          tscales_[ordinal] = scale;
           proceed_or_spin();
         },
     };
@@ -174,15 +172,11 @@ class OptimizerActor : public caf::event_based_actor {
       if (global_clip_) {
         send(st_->directory.driver, sumsq_atom::value, SumSq{ordinal_, r_, std::move(per_layer)});
       } else {
+        // per-stage clipping (the modes that follow the tied owner): the owner's scale covers
+        // the tied parameter, which the copy does not update
         double total = 0.0;
         for (double v : per_layer) total += v;
         own_scale_ = clip_scale(total, st_->grad_clip);
-        for (const Split& s : splits_) {
-          if (sync_ == TiedSync::exchange_grads && s.owner) {
-            send(st_->directory.optimizers[static_cast<size_t>(s.peer)], tscale_atom::value,
-                 ordinal_, own_scale_);
-          }
-        }
       }
       phase_ = Phase::scale;
     }
@@ -195,15 +189,6 @@ class OptimizerActor : public caf::event_based_actor {
         scales_.erase(it);
       } else {
         scales = {own_scale_, own_scale_};
-        const bool copy_side = std::any_of(splits_.begin(), splits_.end(), [&](const Split& s) {
-          return sync_ == TiedSync::exchange_grads && !s.owner;
-        });
-        if (copy_side) {
-          auto it = tscales_.find(ordinal_);
-          if (it == tscales_.end()) return;
-          scales.tied = it->second;
-          tscales_.erase(it);
-        }
       }
       // step 4: the new version, written while the stage computes on older ones
       const long version = skip() ? static_cast<long>(ordinal_) + 1 : job().step();
@@ -271,7 +256,7 @@ class OptimizerActor : public caf::event_based_actor {
   float own_scale_ = 1.0f;
   std::vector<float> sum_;
   std::map<std::pair<int64_t, int>, std::shared_ptr<const std::vector<float>>> tgrads_;
-  std::map<int64_t, float> scales_, tscales_;
+  std::map<int64_t, float> scales_;
 };
 
 }  // namespace

@@ -19,7 +19,7 @@ struct RunState;
 ///      sum (owner's + copy's) in the job;
 ///   2. job.finish_gradients() → Σg² per layer;
 ///   3. gets the clip scale: from the driver (sumsq → scale) when the mode clips globally, else
-///      from its own sums (an exchange_grads copy takes the owner's scale: tscale);
+///      from its own sums (the tied parameter takes its owner's: the copy does not update it);
 ///   4. applies the update with its state (OptimizerShard::run_update), writing the new version;
 ///   5. follow_owner owner: publishes the tied weights of the new version to the copy's stage
 ///      (tweight);

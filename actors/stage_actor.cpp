@@ -63,7 +63,8 @@ class StageActor : public caf::event_based_actor {
           advance_or_spin();
         },
         [this](tweight_atom, const TiedTensor& t) {
-          if (!skip()) tied_w_[{t.tied, t.key}] = t.data;
+          if (!skip())
+            tied_w_[{t.tied, TiedVersion{static_cast<int>(t.key), t.lookahead}}] = t.data;
           advance_or_spin();
         },
         [this](release_atom, int ordinal) {
@@ -178,8 +179,8 @@ class StageActor : public caf::event_based_actor {
         if (mbs_.count(s.mb) == 0) return false;
         if (skip()) return true;
         for (size_t k = 0; k < worker_.num_tied(); ++k) {
-          const int need = worker_.tied_version_needed(s.action, k);
-          if (need >= 0 && tied_w_.count({static_cast<int>(k), need}) == 0) return false;
+          const TiedVersion need = worker_.tied_version_needed(s.action, k);
+          if (need.valid() && tied_w_.count({static_cast<int>(k), need}) == 0) return false;
         }
         return true;
       }
@@ -240,15 +241,16 @@ class StageActor : public caf::event_based_actor {
           out.loss = LossStats{0.0, 1};
         } else {
           for (size_t k = 0; k < worker_.num_tied(); ++k) {
-            const int need = worker_.tied_version_needed(a, k);
-            if (need < 0) continue;
+            const TiedVersion need = worker_.tied_version_needed(a, k);
+            if (!need.valid()) continue;
             const int key = static_cast<int>(k);
             auto it = tied_w_.find({key, need});
             worker_.install_tied_weights(a, k, need, *it->second);
-            // later forwards need this version or newer ones (versions grow with microbatches)
-            tied_w_.erase(tied_w_.lower_bound({key, 0}), it);
+            // later forwards need this value or newer ones (values grow with microbatches)
+            tied_w_.erase(tied_w_.lower_bound({key, TiedVersion{0, 0}}), it);
           }
           out = worker_.exec_forward(a, mb, in);
+          publish_predicted_tied();
         }
         if (injected(s, FaultInjection::Kind::poison_output)) {
           if (out.out.defined()) {
@@ -319,6 +321,26 @@ class StageActor : public caf::event_based_actor {
     }
   }
 
+  // xpipe owner: a forward that predicted a tied parameter hands that value to the copy's stage,
+  // which computes the same microbatch with it (once per value: microbatches may share one).
+  void publish_predicted_tied() {
+    for (size_t k = 0; k < worker_.num_tied(); ++k) {
+      const StageWorker::PredictedTied p = worker_.predicted_tied(k);
+      if (!p.version.valid()) continue;
+      if (sent_predicted_.size() <= k) sent_predicted_.resize(k + 1);
+      if (sent_predicted_[k] == p.version) continue;
+      sent_predicted_[k] = p.version;
+      TiedTensor t;
+      t.key = p.version.version;
+      t.lookahead = p.version.lookahead;
+      t.tied = static_cast<int>(k);
+      t.from_stage = r_;
+      t.data = std::make_shared<const std::vector<float>>(p.weights.begin(), p.weights.end());
+      const int copy = worker_.partition().stage_of(worker_.model().tied()[k].copy_layer);
+      send(st_->directory.stages[static_cast<size_t>(copy)], tweight_atom::value, t);
+    }
+  }
+
   void report_failure(const std::string& cause) {
     if (failed_) return;
     failed_ = true;
@@ -356,7 +378,8 @@ class StageActor : public caf::event_based_actor {
   std::unordered_map<int64_t, MicrobatchPtr> mbs_;
   std::unordered_map<int64_t, Announcement> act_ann_, grad_ann_;
   std::unordered_map<int64_t, Tensor> inputs_, outputs_, douts_, dins_;
-  std::map<std::pair<int, int64_t>, std::shared_ptr<const std::vector<float>>> tied_w_;
+  std::map<std::pair<int, TiedVersion>, std::shared_ptr<const std::vector<float>>> tied_w_;
+  std::vector<TiedVersion> sent_predicted_;  // per tied k: the last prediction handed on
 };
 
 }  // namespace

@@ -38,7 +38,7 @@ Expected<double> simulated_step_seconds(Mode mode, int microbatches, const CostM
 /// parameters; xpipe adds to the forward the prediction cost times the share of the stage's
 /// forwards that predict (lookahead > 0 after the first update). Transfers are free (in-process
 /// hand-off, no copy). With a tied model whose embedding (stage 0) and head (last stage) sit on
-/// different stages, modes that exchange the tied gradients (tied_sync: gpipe, 1f1b, xpipe) pair
+/// different stages, modes that exchange the tied gradients (tied_sync: gpipe, 1f1b) pair
 /// those two stages' updates (CostModel::paired_updates): each waits for the other's.
 Expected<CostModel> stage_costs(const LayerProfile& profile, Mode mode, std::span<const int> counts,
                                 int microbatches, int steps);

@@ -48,9 +48,7 @@ struct SerialExecutor::Run {
     float global_scale = 1.0f;
     std::vector<std::vector<float>> contribution;  // per tied k: the copy stage's gradient
     std::vector<bool> has_contribution;
-    std::vector<std::vector<float>> sum;  // per tied k: the summed gradient (exchange_grads)
-    std::vector<bool> has_sum;
-    std::vector<float> owner_scale;  // per tied k: the owner stage's clip scale
+    std::vector<std::vector<float>> sum;  // per tied k: the summed gradient (follow_owner)
   };
 
   const Schedule& schedule;
@@ -61,10 +59,11 @@ struct SerialExecutor::Run {
   // received (awaiting F / B)
   std::vector<std::map<int, Tensor>> f_out, f_link, f_in, b_out, b_link, b_in;
   std::vector<double> mb_loss;
-  std::map<int, Update> updates;                             // by the OPT_STEP's (schedule) version
-  std::vector<int> flushes_done;                             // per stage
-  std::map<int, int> flush_arrivals;                         // k-th flush -> stages that reached it
-  std::vector<std::map<int, std::vector<float>>> published;  // per tied k: version -> weights
+  std::map<int, Update> updates;      // by the OPT_STEP's (schedule) version
+  std::vector<int> flushes_done;      // per stage
+  std::map<int, int> flush_arrivals;  // k-th flush -> stages that reached it
+  // per tied k: the owner's published values (its versions; xpipe: its predictions too)
+  std::vector<std::map<TiedVersion, std::vector<float>>> published;
 
   Run(const Schedule& s, std::span<const Microbatch> b, size_t tied)
       : schedule(s),
@@ -89,8 +88,6 @@ struct SerialExecutor::Run {
       u.contribution.resize(tied);
       u.has_contribution.assign(tied, false);
       u.sum.resize(tied);
-      u.has_sum.assign(tied, false);
-      u.owner_scale.assign(tied, 1.0f);
     }
     return u;
   }
@@ -232,6 +229,8 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
   const int d = stages();
   const bool global = clips_globally(opts_.mode);
   const TiedSync sync = tied_sync(opts_.mode);
+  AP_CHECK(global || sync == TiedSync::follow_owner,
+           "{}: per-stage clipping with tied gradients exchanged", to_string(opts_.mode));
   const bool lowered = is_lowered(s);
   Run run(s, batches, ntied);
 
@@ -250,8 +249,8 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
       case ActionKind::F: {
         if (r > 0 && !run.f_in[static_cast<size_t>(r)].contains(a.microbatch)) return false;
         for (size_t k = 0; k < ntied; ++k) {
-          const int need = w.tied_version_needed(a, k);
-          if (need >= 0 && !run.published[k].contains(need)) return false;
+          const TiedVersion need = w.tied_version_needed(a, k);
+          if (need.valid() && !run.published[k].contains(need)) return false;
         }
         return true;
       }
@@ -278,11 +277,10 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
           }
         }
         if (global) return std::find(u.arrived.begin(), u.arrived.end(), false) == u.arrived.end();
-        for (size_t k = 0; k < ntied; ++k) {
+        // per-stage clipping: the tied parameter follows its owner, who waits for the copy's
+        // contribution; the copy waits for nobody
+        for (size_t k = 0; k < ntied; ++k)
           if (cross(k, r, TiedRole::owner) && !u.has_contribution[k]) return false;
-          if (cross(k, r, TiedRole::copy) && sync == TiedSync::exchange_grads && !u.has_sum[k])
-            return false;
-        }
         return true;
       }
       case ActionKind::FLUSH:  // arrivals are counted by the sweep, once per stage
@@ -299,13 +297,20 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
         Tensor in;
         if (r > 0) in = take(run.f_in[ru], a.microbatch);
         for (size_t k = 0; k < ntied; ++k) {
-          const int need = w.tied_version_needed(a, k);
-          if (need < 0) continue;
+          const TiedVersion need = w.tied_version_needed(a, k);
+          if (!need.valid()) continue;
           w.install_tied_weights(a, k, need, run.published[k].at(need));
           // forwards ask for non-decreasing versions: older ones are done with
           std::erase_if(run.published[k], [&](const auto& e) { return e.first < need; });
         }
         ForwardOutput out = w.exec_forward(a, batches[static_cast<size_t>(a.microbatch)], in);
+        // xpipe: the owner's prediction of a tied parameter is what the copy's stage computes
+        // the same microbatch with
+        for (size_t k = 0; k < ntied && sync == TiedSync::follow_owner; ++k) {
+          const StageWorker::PredictedTied p = w.predicted_tied(k);
+          if (p.version.valid() && !run.published[k].contains(p.version))
+            run.published[k][p.version].assign(p.weights.begin(), p.weights.end());
+        }
         if (r == d - 1) {
           run.mb_loss[static_cast<size_t>(a.microbatch)] = out.loss.mean();
         } else if (lowered) {
@@ -367,24 +372,13 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
           scales = {u.global_scale, u.global_scale};
         } else {
           for (size_t k = 0; k < ntied; ++k) {
-            if (cross(k, r, TiedRole::owner)) {
-              sum_tied(job.tied_grad(k), u.contribution[k], u.sum[k]);
-              job.set_tied_grad(k, u.sum[k]);
-            } else if (cross(k, r, TiedRole::copy) && sync == TiedSync::exchange_grads) {
-              job.set_tied_grad(k, u.sum[k]);
-            }
+            if (!cross(k, r, TiedRole::owner)) continue;
+            sum_tied(job.tied_grad(k), u.contribution[k], u.sum[k]);
+            job.set_tied_grad(k, u.sum[k]);
           }
           double sumsq = 0.0;  // this stage's layers in order
           for (double v : job.finish_gradients(w.context())) sumsq += v;
           scales.stage = scales.tied = clip_scale(sumsq, opt_.grad_clip);
-          for (size_t k = 0; k < ntied; ++k) {
-            if (cross(k, r, TiedRole::owner)) {
-              u.owner_scale[k] = scales.stage;
-              u.has_sum[k] = true;
-            } else if (cross(k, r, TiedRole::copy) && sync == TiedSync::exchange_grads) {
-              scales.tied = u.owner_scale[k];
-            }
-          }
         }
         // the rest of the protocol back to back: the shard's math on the stage's Context
         shards_[ru]->run_update(w.context(), job, scales);
@@ -392,7 +386,8 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
         for (size_t k = 0; k < ntied; ++k) {
           if (sync == TiedSync::follow_owner && cross(k, r, TiedRole::owner)) {
             const auto t = w.tied_weights(k);
-            run.published[k][static_cast<int>(w.updates())].assign(t.begin(), t.end());
+            run.published[k][TiedVersion{static_cast<int>(w.updates()), 0}].assign(t.begin(),
+                                                                                   t.end());
           }
         }
         if (++u.executed == d) run.updates.erase(a.version);

@@ -34,14 +34,16 @@ struct SerialExecutorOptions {
 /// in ascending order and runs each stage's next action when it is ready, one action per stage per
 /// sweep, until every list is done:
 ///   F / B            ready when its input arrived (stage 0's F and the last stage's B need none;
-///                    a follow_owner copy stage's F also needs the tied version it must install);
+///                    a follow_owner copy stage's F also needs the tied value it must install:
+///                    the owner's version, or in xpipe the prediction the owner's F published);
 ///   SEND_F / SEND_B  always ready: the tensor goes onto the link to the neighbour;
 ///   RECV_F / RECV_B  ready when the matching SEND has executed;
 ///   OPT_STEP         runs the update protocol of StageWorker, begin_update to commit_update back
 ///                    to back (the shard's math on the stage's Context): global clipping waits
-///                    for every stage to reach the same OPT_STEP; a tied pair's stages wait for
-///                    the partner's contribution (exchange_grads: both ways; follow_owner: the
-///                    owner only); a stage that reaches an OPT_STEP begins its update at once;
+///                    for every stage to reach the same OPT_STEP (the tied gradients are summed
+///                    there); otherwise (follow_owner) the owner of a tied pair waits for the
+///                    copy's contribution; a stage that reaches an OPT_STEP begins its update at
+///                    once;
 ///   FLUSH            ready when every stage has reached the same FLUSH.
 /// Results do not depend on the sweep order: every value is a function of the data dependencies.
 class SerialExecutor {

@@ -341,7 +341,9 @@ int xpipe_b_version(int m, int64_t j) {
 }
 
 // xpipe: per-step updates W(t+1) = W(t) − opt(g_t); microbatch j's forward at stage r uses the
-// prediction from its F version, its backward the weights W(t) of its step.
+// prediction from its F version, its backward the weights W(t) of its step. The tied copy (the
+// head, at the last stage) computes forward and backward with the tied value the owner's forward
+// used for the same microbatch: the owner's prediction.
 Simulated simulate_xpipe(const Model& model, const Partition& p, const OptimizerOptions& opt,
                          const std::vector<Microbatch>& mbs, int m, int steps) {
   const int d = p.stages();
@@ -359,8 +361,15 @@ Simulated simulate_xpipe(const Model& model, const Partition& p, const Optimizer
         fwd.push_back(predicted(model.layer(i), opt, w[static_cast<size_t>(vf)][k],
                                 st[static_cast<size_t>(vf)][k], vf, t - vf));
       }
-      loss += sim.forward_backward(mbs[static_cast<size_t>(j)], pointers(fwd),
-                                   pointers(w[static_cast<size_t>(t)]), g, m);
+      Buffers bwd = w[static_cast<size_t>(t)];
+      for (const TiedParam& tp : model.tied()) {
+        if (p.stage_of(tp.owner_layer) == p.stage_of(tp.copy_layer)) continue;
+        const size_t c = static_cast<size_t>(tp.copy_layer);
+        const std::vector<float>& owner = fwd[static_cast<size_t>(tp.owner_layer)];
+        fwd[c] = sim.with_tied_of(fwd[c], owner, tp);
+        bwd[c] = sim.with_tied_of(bwd[c], owner, tp);
+      }
+      loss += sim.forward_backward(mbs[static_cast<size_t>(j)], pointers(fwd), pointers(bwd), g, m);
     }
     out.losses.push_back(loss / m);
     sim.reduce_tied(g);
@@ -386,14 +395,24 @@ void check_versions(const SerialExecutor& e, Mode mode, int m) {
       CHECK(u.version == staleness_version(d, u.stage, u.microbatch));
       CHECK(u.tied_version ==
             (tied && d > 1 && u.stage == d - 1 ? staleness_version(d, 0, u.microbatch) : -1));
-    } else if (u.kind == ActionKind::F) {
-      CHECK(u.version == xpipe_f_version(d, m, u.stage, u.microbatch));
-      CHECK(u.lookahead ==
-            xpipe_b_version(m, u.microbatch) - xpipe_f_version(d, m, u.stage, u.microbatch));
     } else {
-      CHECK(u.version == xpipe_b_version(m, u.microbatch));
-      CHECK(u.lookahead == 0);
+      if (u.kind == ActionKind::F) {
+        CHECK(u.version == xpipe_f_version(d, m, u.stage, u.microbatch));
+        CHECK(u.lookahead ==
+              xpipe_b_version(m, u.microbatch) - xpipe_f_version(d, m, u.stage, u.microbatch));
+      } else {
+        CHECK(u.version == xpipe_b_version(m, u.microbatch));
+        CHECK(u.lookahead == 0);
+      }
+      // the head's F and B: the owner's F version, predicted as far ahead as the owner did
+      const int owner_v = xpipe_f_version(d, m, 0, u.microbatch);
+      const bool head = tied && d > 1 && u.stage == d - 1;
+      CHECK(u.tied_version == (head ? owner_v : -1));
+      CHECK(u.tied_lookahead ==
+            (head && owner_v > 0 ? xpipe_b_version(m, u.microbatch) - owner_v : 0));
+      continue;
     }
+    CHECK(u.tied_lookahead == 0);
   }
 }
 

@@ -26,8 +26,13 @@ int default_stash_slots(Mode mode, int d, int r, int m) {
 }  // namespace
 
 TiedSync tied_sync(Mode mode) {
-  return mode == Mode::twobw || mode == Mode::pipedream ? TiedSync::follow_owner
-                                                        : TiedSync::exchange_grads;
+  return is_synchronous(mode) ? TiedSync::exchange_grads : TiedSync::follow_owner;
+}
+
+std::string to_string(TiedVersion v) {
+  if (!v.valid()) return "none";
+  return v.lookahead == 0 ? std::to_string(v.version)
+                          : std::to_string(v.version) + "+" + std::to_string(v.lookahead);
 }
 
 bool clips_globally(Mode mode) {
@@ -184,10 +189,10 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
     tied_.push_back(t);
     tied_held_.emplace_back();
     tied_held_.back().reserve(static_cast<size_t>(store_->capacity()) + 2);
-    tied_held_.back().emplace_back(0, 0);  // both copies start from the same init
+    tied_held_.back().emplace_back(0, TiedVersion{0, 0});  // both copies: the same init
   }
   job_.tied_ = tied_;
-  tied_carried_.assign(tied_.size(), -1);
+  tied_carried_.assign(tied_.size(), TiedVersion{});
   if (opts_.log_versions) log_.reserve(1024);
 }
 
@@ -242,26 +247,31 @@ Status StageWorker::start_run(const Schedule& s, int64_t microbatch_offset) {
   base_ = static_cast<int>(updates_);
   if (!s.continued) store_->reset(base_);
   for (auto& held : tied_held_) {
-    std::erase_if(held, [&](const std::pair<int, int>& e) { return !store_->holds(e.first); });
+    std::erase_if(held, [&](const auto& e) { return !store_->holds(e.first); });
   }
   for (size_t k = 0; k < tied_.size(); ++k) {
     if (tied_[k].role == TiedRole::copy && tied_sync_ == TiedSync::follow_owner &&
-        tied_held(base_, k) != base_) {
+        tied_held(base_, k) != TiedVersion{base_, 0}) {
       return make_error(
-          "stage {}: its copy of tied parameter {} is not the owner's version {}: "
+          "stage {}: its copy of tied parameter {} holds {}, not the owner's version {}: "
           "install_tied_weights at the end of the previous run",
-          stage_, k, base_);
+          stage_, k, to_string(tied_held(base_, k)), base_);
     }
   }
   mb_offset_ = microbatch_offset;
   run_microbatches_ = s.total_microbatches();
-  owner_f_version_.clear();
+  predicted_tied_ = {};
+  owner_f_.clear();
   for (const TiedLayout& t : tied_) {
     if (t.role != TiedRole::copy || tied_sync_ != TiedSync::follow_owner) continue;
-    owner_f_version_.assign(static_cast<size_t>(run_microbatches_), -1);
+    owner_f_.assign(static_cast<size_t>(run_microbatches_), TiedVersion{});
+    const bool predicts = version_policy(opts_.mode) == VersionPolicy::predicted;
     for (const Action& a : s.per_stage[static_cast<size_t>(t.owner_stage)]) {
-      if (a.kind == ActionKind::F && a.microbatch >= 0 && a.microbatch < run_microbatches_)
-        owner_f_version_[static_cast<size_t>(a.microbatch)] = a.version;
+      if (a.kind != ActionKind::F || a.microbatch < 0 || a.microbatch >= run_microbatches_)
+        continue;
+      // the owner predicts only past version 0 (exec_forward): otherwise it uses the version
+      const int v = base_ + a.version;
+      owner_f_[static_cast<size_t>(a.microbatch)] = {v, predicts && v > 0 ? a.lookahead : 0};
     }
   }
   run_active_ = true;
@@ -293,13 +303,17 @@ int StageWorker::in_flight() const {
   return n;
 }
 
-int StageWorker::tied_held(int version, size_t k) const {
+TiedVersion StageWorker::tied_held(int version, size_t k) const {
   for (const auto& [v, tv] : tied_held_[k])
     if (v == version) return tv;
-  return -1;
+  return {};
 }
 
-void StageWorker::set_tied_held(int version, size_t k, int tied_version) {
+TiedVersion StageWorker::owner_f_version(const Action& f) const {
+  return owner_f_[static_cast<size_t>(f.microbatch)];
+}
+
+void StageWorker::set_tied_held(int version, size_t k, TiedVersion tied_version) {
   for (auto& [v, tv] : tied_held_[k]) {
     if (v == version) {
       tv = tied_version;
@@ -329,14 +343,14 @@ ForwardOutput StageWorker::exec_forward(const Action& a, const Microbatch& mb, c
     AP_CHECK(v == store_->latest(), "{}: forward at version {} but the stage's weights are at {}",
              to_string(a), v, store_->latest());
   }
-  int tied_version = -1;
+  TiedVersion tied_version;
   for (size_t k = 0; k < tied_.size(); ++k) {
     if (tied_[k].role != TiedRole::copy || tied_sync_ != TiedSync::follow_owner) continue;
-    const int need = base_ + owner_f_version_[static_cast<size_t>(a.microbatch)];
+    const TiedVersion need = owner_f_version(a);
     AP_CHECK(tied_held(v, k) == need,
-             "{}: the tied parameter must be at version {} (the owner's) but holds {}: "
+             "{}: the tied parameter must be at {} (the owner's) but holds {}: "
              "install_tied_weights first",
-             to_string(a), need, tied_held(v, k));
+             to_string(a), to_string(need), to_string(tied_held(v, k)));
     tied_version = need;
   }
   Slot& slot = acquire_slot(a.microbatch);
@@ -344,6 +358,12 @@ ForwardOutput StageWorker::exec_forward(const Action& a, const Microbatch& mb, c
   slot.input = first.takes_input() ? in : Tensor();
   if (!predicted) store_->bind(a.microbatch, v);
   const bool predict = predicted && a.lookahead > 0 && updates_ > 0;
+  // a copy that follows its owner computes with the tied value it installed, never predicts it
+  // (the copy is the model's last layer, at the last stage, whose lookahead is always 0)
+  AP_CHECK(!predict || tied_version.version < 0,
+           "{}: stage {} follows a tied owner and cannot predict its copy", to_string(a), stage_);
+  predicted_tied_ =
+      predict && tied_sync_ == TiedSync::follow_owner ? TiedVersion{v, a.lookahead} : TiedVersion{};
 
   ForwardOutput result;
   if (!layers_.back()->is_loss()) result.out = out_pool_->acquire();
@@ -372,7 +392,7 @@ ForwardOutput StageWorker::exec_forward(const Action& a, const Microbatch& mb, c
   slot.loss = result.loss;
   if (opts_.log_versions) {
     log_.push_back({stage_, ActionKind::F, mb_offset_ + a.microbatch, v,
-                    predicted ? a.lookahead : 0, tied_version});
+                    predicted ? a.lookahead : 0, tied_version.version, tied_version.lookahead});
   }
   return result;
 }
@@ -420,11 +440,12 @@ Tensor StageWorker::exec_backward(const Action& a, const Microbatch& mb, const T
     dcur = dnext;
   }
   if (opts_.log_versions) {
-    int tied_version = -1;
+    TiedVersion tied_version;
     for (size_t k = 0; k < tied_.size(); ++k)
       if (tied_[k].role == TiedRole::copy && tied_sync_ == TiedSync::follow_owner)
         tied_version = tied_held(v, k);
-    log_.push_back({stage_, ActionKind::B, mb_offset_ + a.microbatch, v, 0, tied_version});
+    log_.push_back({stage_, ActionKind::B, mb_offset_ + a.microbatch, v, 0, tied_version.version,
+                    tied_version.lookahead});
   }
   if (!predicted) store_->release(a.microbatch);
   slot.microbatch = -1;
@@ -463,11 +484,11 @@ void StageWorker::commit_update(UpdateJob& job) {
   ++updates_;
   for (size_t k = 0; k < tied_.size(); ++k) {
     auto& held = tied_held_[k];
-    std::erase_if(held, [&](const std::pair<int, int>& e) { return !store_->holds(e.first); });
+    std::erase_if(held, [&](const auto& e) { return !store_->holds(e.first); });
     if (tied_[k].role == TiedRole::copy && tied_sync_ == TiedSync::follow_owner) {
       set_tied_held(store_->latest(), k, tied_carried_[k]);
     } else {
-      set_tied_held(store_->latest(), k, static_cast<int>(updates_));
+      set_tied_held(store_->latest(), k, TiedVersion{static_cast<int>(updates_), 0});
     }
   }
   job_.open_ = false;
@@ -524,24 +545,32 @@ std::span<const float> StageWorker::tied_weights(size_t k) const {
   return store_->params(store_->latest(), t.owner_local).subspan(t.owner_offset, t.numel);
 }
 
-int StageWorker::tied_version_needed(const Action& f, size_t k) const {
+TiedVersion StageWorker::tied_version_needed(const Action& f, size_t k) const {
   check_action(f, ActionKind::F);
-  if (tied_role(k) != TiedRole::copy || tied_sync_ != TiedSync::follow_owner) return -1;
-  const int need = base_ + owner_f_version_[static_cast<size_t>(f.microbatch)];
-  return tied_held(base_ + f.version, k) == need ? -1 : need;
+  if (tied_role(k) != TiedRole::copy || tied_sync_ != TiedSync::follow_owner) return {};
+  const TiedVersion need = owner_f_version(f);
+  return tied_held(base_ + f.version, k) == need ? TiedVersion{} : need;
 }
 
-void StageWorker::install_tied_weights(const Action& f, size_t k, int version,
+void StageWorker::install_tied_weights(const Action& f, size_t k, TiedVersion version,
                                        std::span<const float> w) {
-  const int need = tied_version_needed(f, k);
-  AP_CHECK(need >= 0 && need == version, "{}: tied version {} offered, {} needed", to_string(f),
-           version, need);
+  const TiedVersion need = tied_version_needed(f, k);
+  AP_CHECK(need.valid() && need == version, "{}: tied version {} offered, {} needed", to_string(f),
+           to_string(version), to_string(need));
   const TiedLayout& t = tied_[k];
   AP_CHECK(w.size() == t.numel, "tied weights of {} floats, expected {}", w.size(), t.numel);
   const int v = base_ + f.version;
   std::span<float> dst = store_->mutable_params(v, t.copy_local).subspan(t.copy_offset, t.numel);
   std::copy(w.begin(), w.end(), dst.begin());
   set_tied_held(v, k, version);
+}
+
+StageWorker::PredictedTied StageWorker::predicted_tied(size_t k) const {
+  const TiedRole role = tied_role(k);
+  if (role != TiedRole::owner || !predicted_tied_.valid()) return {};
+  const TiedLayout& t = tied_[k];
+  const size_t off = param_off_[static_cast<size_t>(t.owner_local)] + t.owner_offset;
+  return {predicted_tied_, std::span<const float>(predicted_).subspan(off, t.numel)};
 }
 
 void StageWorker::install_tied_weights(size_t k, int version, std::span<const float> w) {
@@ -558,18 +587,20 @@ void StageWorker::install_tied_weights(size_t k, int version, std::span<const fl
   const int v = previous ? version : store_->latest();
   std::span<float> dst = store_->mutable_params(v, t.copy_local).subspan(t.copy_offset, t.numel);
   std::copy(w.begin(), w.end(), dst.begin());
-  set_tied_held(v, k, version);
+  set_tied_held(v, k, TiedVersion{version, 0});
 }
 
 void StageWorker::set_updates(long updates) {
   AP_CHECK(in_flight() == 0 && !job_.open(), "stage {}: set_updates while busy", stage_);
   AP_CHECK(updates >= 0, "updates = {}", updates);
   for (size_t k = 0; k < tied_.size(); ++k) {
-    const int tv = tied_held(store_->latest(), k);
+    const TiedVersion tv = tied_held(store_->latest(), k);
     tied_held_[k].clear();
     // a copy following its owner keeps its relative lag; every other side is current
     tied_held_[k].emplace_back(static_cast<int>(updates),
-                               tv == store_->latest() ? static_cast<int>(updates) : -1);
+                               tv == TiedVersion{store_->latest(), 0}
+                                   ? TiedVersion{static_cast<int>(updates), 0}
+                                   : TiedVersion{});
   }
   store_->reset(static_cast<int>(updates));
   updates_ = updates;
@@ -594,7 +625,7 @@ std::span<float> StageWorker::mutable_previous_params(int i) {
     // a copy following its owner gets the owner's previous version installed at rest
     for (size_t k = 0; k < tied_.size(); ++k) {
       const bool follows = tied_[k].role == TiedRole::copy && tied_sync_ == TiedSync::follow_owner;
-      set_tied_held(prev, k, follows ? -1 : prev);
+      set_tied_held(prev, k, follows ? TiedVersion{} : TiedVersion{prev, 0});
     }
   }
   return store_->mutable_params(prev, i);

@@ -2,10 +2,12 @@
 // activation stash and Context) with one exec_* call per action kind and the update hand-off.
 #pragma once
 
+#include <compare>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/batch.hpp"
@@ -26,15 +28,29 @@ class OptimizerShard;
 
 /// How the two copies of a tied parameter held by different stages stay equal (docs/modes.md,
 /// "Tied embeddings").
-///  exchange_grads  (gpipe, 1f1b, xpipe) both stages exchange their gradient contributions of an
+///  exchange_grads  (gpipe, 1f1b) both stages exchange their gradient contributions of an
 ///                  update, both set the sum (owner's + copy's, in that order) and apply the same
 ///                  update with the same optimizer state and clip scale.
-///  follow_owner    (2bw, pipedream) the copy's stage sends its contribution to the owner's stage,
-///                  which alone updates the parameter and publishes each new version; the copy's
-///                  stage installs, before a forward, the version the owner's stage used for the
-///                  same microbatch, and never updates the copy itself.
+///  follow_owner    (2bw, pipedream, xpipe) the copy's stage sends its contribution to the
+///                  owner's stage, which alone updates the parameter and publishes each new
+///                  version; the copy's stage installs, before a forward, the value the owner's
+///                  stage computed the same microbatch's forward with (in xpipe possibly a
+///                  prediction), and never updates the copy itself.
 enum class TiedSync : uint8_t { exchange_grads, follow_owner };
 TiedSync tied_sync(Mode mode);
+
+/// A value of a tied parameter as a follow_owner copy computes with it: the owner stage's
+/// version, and in xpipe the updates the owner's forward predicted ahead of it (0: the version as
+/// it is; a forward at version 0 has nothing to predict from and uses lookahead 0). Microbatches
+/// need non-decreasing values in this order.
+struct TiedVersion {
+  int version = -1;  ///< -1: none
+  int lookahead = 0;
+  bool valid() const { return version >= 0; }
+  friend auto operator<=>(const TiedVersion&, const TiedVersion&) = default;
+};
+/// "3", or "3+1" for a prediction one update ahead of version 3; "none".
+std::string to_string(TiedVersion v);
 
 /// Where gradient clipping takes its norm: one global norm per step over all stages (gpipe,
 /// 1f1b, exactly as the reference trainer) or one norm per stage (2bw, pipedream, xpipe; the
@@ -55,6 +71,7 @@ struct VersionUse {
   int version = 0;         ///< absolute version id: updates of this stage it sees
   int lookahead = 0;       ///< xpipe F: updates predicted ahead
   int tied_version = -1;   ///< follow_owner copy stage: the tied parameter's version; else -1
+  int tied_lookahead = 0;  ///< ... and the updates the owner predicted ahead of it (xpipe)
 };
 
 struct StageWorkerOptions {
@@ -86,14 +103,17 @@ struct StageWorkerOptions {
 ///      at the owner only.
 ///   2. job.finish_gradients() → Σg² per layer (double, layer order, tied copy excluded).
 ///   3. scales: clips_globally: one clip_scale over Σ of every stage's values taken in stage and
-///      layer order, starting at 0.0; otherwise each stage's own sum (its layers in order), and an
-///      exchange_grads copy stage takes the owner stage's scale as UpdateScales::tied.
+///      layer order, starting at 0.0; otherwise each stage's own sum (its layers in order): the
+///      modes that clip per stage all follow the tied owner, whose scale alone covers the tied
+///      parameter.
 ///   4. OptimizerShard::run_update(ctx, job, scales) writes the new version.
 ///   5. commit_update(job): the new version becomes the newest, version updates().
 ///   6. follow_owner: the owner's new tied weights (job.tied_weights() after step 4, or
-///      tied_weights() after step 5) become version updates() for the copy's stage, which
+///      tied_weights() after step 5) become TiedVersion{updates(), 0} for the copy's stage, which
 ///      install_tied_weights() before any forward whose tied_version_needed() asks for it; at
-///      the end of the run the copy's stage installs the owner's newest version.
+///      the end of the run the copy's stage installs the owner's newest version. In xpipe an
+///      owner's forward that predicted also publishes the tied value it computed with
+///      (predicted_tied(), right after that exec_forward).
 /// Steps 1-4 touch the job and the shard only, never the worker: they may run on another thread
 /// while the worker executes the stage's next actions. An action for which waits_for_update()
 /// is true must wait for the commit: a forward or backward whose weight version is the one
@@ -166,11 +186,21 @@ class StageWorker {
   TiedRole tied_role(size_t k) const;
   /// Owner side: tied parameter k in the newest version (version updates()).
   std::span<const float> tied_weights(size_t k) const;
-  /// follow_owner copy stage: the tied version forward `f` needs when the weights it will use do
-  /// not hold it yet; -1 otherwise (nothing to install).
-  int tied_version_needed(const Action& f, size_t k) const;
-  /// Installs version `version` of tied parameter k into the weights forward `f` will use.
-  void install_tied_weights(const Action& f, size_t k, int version, std::span<const float> w);
+  /// follow_owner copy stage: the tied value forward `f` needs when the weights it will use do
+  /// not hold it yet; an invalid TiedVersion otherwise (nothing to install).
+  TiedVersion tied_version_needed(const Action& f, size_t k) const;
+  /// Installs value `version` of tied parameter k into the weights forward `f` will use.
+  void install_tied_weights(const Action& f, size_t k, TiedVersion version,
+                            std::span<const float> w);
+  /// Owner side of tied parameter k in xpipe (follow_owner): when the last exec_forward computed
+  /// with a prediction (lookahead > 0 past version 0), that predicted value and its TiedVersion,
+  /// which the copy's stage needs for the same microbatch; otherwise an invalid version and no
+  /// weights. Valid until the next exec_forward.
+  struct PredictedTied {
+    TiedVersion version;
+    std::span<const float> weights;
+  };
+  PredictedTied predicted_tied(size_t k) const;
   /// follow_owner copy stage at the end of a run (nothing in flight): installs the owner's newest
   /// version (`version` == updates()) into the newest weights, so both copies are equal at rest.
   /// A run starts only from equal copies. In 2bw also the owner's version updates() - 1 into the
@@ -211,8 +241,9 @@ class StageWorker {
   Slot& acquire_slot(int microbatch);
   Slot& find_slot(int microbatch);
   void check_action(const Action& a, ActionKind kind) const;
-  int tied_held(int version, size_t k) const;
-  void set_tied_held(int version, size_t k, int tied_version);
+  TiedVersion tied_held(int version, size_t k) const;
+  void set_tied_held(int version, size_t k, TiedVersion tied_version);
+  TiedVersion owner_f_version(const Action& f) const;
 
   Model model_;
   Partition partition_;
@@ -235,9 +266,9 @@ class StageWorker {
   std::vector<TiedLayout> tied_;
   UpdateJob job_;                            // the update handed out (layout fixed at build)
   const OptimizerShard* moments_ = nullptr;  // xpipe prediction
-  // per tied k: (version, tied version its copy slot holds), follow_owner copy stage only
-  std::vector<std::vector<std::pair<int, int>>> tied_held_;
-  std::vector<int> tied_carried_;  // per tied k: what the open update's copy slot holds
+  // per tied k: (version, tied value its copy slot holds), follow_owner copy stage only
+  std::vector<std::vector<std::pair<int, TiedVersion>>> tied_held_;
+  std::vector<TiedVersion> tied_carried_;  // per tied k: what the open update's copy slot holds
 
   std::vector<Slot> stash_;
   std::vector<float> dh_a_, dh_b_;  // backward ping-pong (B,T,C)
@@ -248,7 +279,9 @@ class StageWorker {
   int64_t mb_offset_ = 0;     // global index of the run's microbatch 0
   int run_microbatches_ = 0;  // total microbatches of the current run
   bool run_active_ = false;
-  std::vector<int> owner_f_version_;  // follow_owner copy: owner stage's F version per microbatch
+  // follow_owner copy: the owner stage's F per microbatch (version, lookahead), schedule-local
+  std::vector<TiedVersion> owner_f_;
+  TiedVersion predicted_tied_;  // owner: the tied value the last forward predicted, if it did
   std::vector<VersionUse> log_;
 };
 

@@ -19,8 +19,8 @@ class Model;
 enum class TiedRole : uint8_t { none, owner, copy, both };
 
 /// Clip scales applied by one update: `stage` to every parameter of the stage, `tied` instead to
-/// the copy side of a tied parameter whose owner is another stage (exchange_grads: the owner
-/// stage's scale, so both copies get the same update).
+/// the copy side of a tied parameter whose owner is another stage (exchange_grads, where the
+/// scale is global: the same as `stage`, so both copies get the same update).
 struct UpdateScales {
   float stage = 1.0f;
   float tied = 1.0f;

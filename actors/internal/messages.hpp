@@ -35,7 +35,6 @@ using published_atom = caf::atom_constant<caf::atom("published")>;  // (UpdateTi
 using sumsq_atom = caf::atom_constant<caf::atom("sumsq")>;      // (SumSq)
 using scale_atom = caf::atom_constant<caf::atom("scale")>;      // (int64 ordinal, float)
 using tgrad_atom = caf::atom_constant<caf::atom("tgrad")>;      // (TiedTensor)
-using tscale_atom = caf::atom_constant<caf::atom("tscale")>;    // (int64 ordinal, float)
 using tweight_atom = caf::atom_constant<caf::atom("tweight")>;  // (TiedTensor)
 // driver's watchdog
 using tick_atom = caf::atom_constant<caf::atom("tick")>;

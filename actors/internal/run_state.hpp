@@ -32,10 +32,11 @@ struct StageStep {
 };
 
 /// One side of a tied parameter: a gradient contribution (keyed by update ordinal) or a weight
-/// version (keyed by version id).
+/// value (keyed by version id, and in xpipe the lookahead of the owner's prediction).
 struct TiedTensor {
   int64_t key = 0;
-  int tied = 0;  ///< index into Model::tied()
+  int lookahead = 0;  ///< weights: 0 for a version as it is, s for a prediction s updates ahead
+  int tied = 0;       ///< index into Model::tied()
   int from_stage = 0;
   std::shared_ptr<const std::vector<float>> data;
 };
