@@ -63,9 +63,11 @@ struct FaultInjection {
 
 /// How the engine runs (not what it computes: results never depend on these).
 struct ActorEngineOptions {
-  /// Threads of the cooperative scheduler (driver, optimizer shards). Stage actors are detached:
-  /// each owns one more thread (plus its Context's threads_per_stage - 1 helpers).
-  int scheduler_threads = 2;
+  /// Threads of the cooperative scheduler, which runs only the driver: one is enough, and every
+  /// further one polls for work on the cores the stages compute on. Stage actors and optimizer
+  /// shards are detached: each owns one more thread (a stage also its Context's
+  /// threads_per_stage - 1 helpers).
+  int scheduler_threads = 1;
   /// Before an actor's thread sleeps waiting for a message it needs next (a stage for its input
   /// or its shard's new version, a shard for its peer's tied gradient or its clip scale), it
   /// polls its mailbox for up to this many microseconds, so a prompt message costs no wake-up.

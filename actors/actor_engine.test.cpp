@@ -162,10 +162,10 @@ TEST_CASE("untied models, SGD, uneven partitions, no clipping, two threads per s
     c.pipeline.threads_per_stage = 2;
     check_against_serial(c, {3});
   }
-  SUBCASE("threads sleep at once (no spin before a wait), one scheduler thread") {
+  SUBCASE("threads sleep at once (no spin before a wait), two scheduler threads") {
     ActorEngineOptions o;
     o.spin_before_wait_us = 0;
-    o.scheduler_threads = 1;
+    o.scheduler_threads = 2;
     check_against_serial(tiny(Arch::gpt, "2bw", 3, 4), {3}, o);
     check_against_serial(tiny(Arch::bert, "pipedream", 2, 1), {5}, o);
   }

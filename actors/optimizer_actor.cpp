@@ -124,12 +124,14 @@ class OptimizerActor : public caf::event_based_actor {
     }
   }
 
-  // proceed(), then a bounded spin on the mailbox before the thread sleeps: an update in
-  // progress waits for the peer's tied gradient or the driver's clip scale, a finished one
-  // for the stage's next OPT_STEP (pipedream's come every microbatch).
+  // proceed(), then a bounded spin on the mailbox before the thread sleeps, when the next
+  // message should come soon: an update in progress waits for the peer's tied gradient or the
+  // driver's clip scale; a finished one waits for the stage's next OPT_STEP, which is soon only
+  // when at most one forward and one backward come before it (pipedream). Otherwise the thread
+  // sleeps at once: a spinning shard takes a core from the stages that compute.
   void proceed_or_spin() {
     proceed();
-    if (!failed_) spin_for_mail(*this, st_->spin_budget());
+    if (!failed_ && (active_ || next_update_soon_)) spin_for_mail(*this, st_->spin_budget());
   }
 
   // Advances the current update as far as the messages received allow.
@@ -219,6 +221,7 @@ class OptimizerActor : public caf::event_based_actor {
         st_->update_spans[static_cast<size_t>(r_)].push_back(
             {r_, action(), ticket_.handed, st_->seconds_since_start()});
       }
+      next_update_soon_ = next_update_within(static_cast<size_t>(ticket_.index), 2);
       ++ordinal_;
       active_ = false;
       phase_ = Phase::idle;
@@ -227,6 +230,18 @@ class OptimizerActor : public caf::event_based_actor {
            busy_ns_);
       ticket_ = {};
     }
+  }
+
+  // Whether the stage's next OPT_STEP after the one at `pc` comes within `compute` forwards and
+  // backwards.
+  bool next_update_within(size_t pc, int compute) const {
+    const size_t n = st_->actions(r_);
+    for (size_t i = pc + 1; i < n; ++i) {
+      const ActionKind k = st_->step(r_, i).action.kind;
+      if (k == ActionKind::OPT_STEP) return true;
+      if (is_compute(k) && --compute < 0) return false;
+    }
+    return false;
   }
 
   void report_failure(const std::string& cause) {
@@ -249,6 +264,7 @@ class OptimizerActor : public caf::event_based_actor {
 
   bool active_ = false;
   bool failed_ = false;
+  bool next_update_soon_ = false;  // the stage's next OPT_STEP comes within one F and one B
   Phase phase_ = Phase::idle;
   UpdateTicket ticket_;
   int64_t ordinal_ = 0;  // updates done by this shard in the run; aligned across stages

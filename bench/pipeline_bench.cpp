@@ -373,17 +373,19 @@ int run_pipeline_bench(std::span<const std::string> args) {
                     "stages reach at most {:.2f}x of one\n  (asynchronous modes) and {:.1f}% of "
                     "the ideal m/(m+d-1)*d (gpipe, 1f1b), compute alone\n",
                     100.0 * std::max(s0, s1) / (s0 + s1), bound, 100.0 * bound / 2.0));
-    out("\npipeline efficiency (x 1x1: against the same mode on 1 stage x 1 thread; ideal: "
-        "m/(m+d-1)*d for gpipe and 1f1b;\n  busy: per stage, share of the timed steps in compute "
-        "and updates; simulated: the simulator fed the profile;\n  load: the 1-minute load "
-        "average after the run):\n");
-    out(run_header());
+    if (!o.overhead_only) {
+      out("\npipeline efficiency (x 1x1: against the same mode on 1 stage x 1 thread; ideal: "
+          "m/(m+d-1)*d for gpipe and 1f1b;\n  busy: per stage, share of the timed steps in compute "
+          "and updates; simulated: the simulator fed the profile;\n  load: the 1-minute load "
+          "average after the run):\n");
+      out(run_header());
+    }
   }
 
   // 2. every mode on 1 stage x 1 thread, 1 stage x 2 threads, 2 stages x 1 thread
   int failures = 0;
   std::vector<RunRecord> runs;
-  for (Mode mode : o.modes) {
+  for (Mode mode : o.overhead_only ? std::vector<Mode>{} : o.modes) {
     std::optional<double> tps11, tps12;
     for (auto [stages, threads] : {std::pair{1, 1}, std::pair{1, 2}, std::pair{2, 1}}) {
       RunRecord rec;
@@ -421,7 +423,7 @@ int run_pipeline_bench(std::span<const std::string> args) {
       runs.push_back(std::move(rec));
     }
   }
-  if (!o.json) {
+  if (!o.json && !runs.empty()) {
     out("\n2 stages x 1 thread against 1 stage x 2 threads (tokens/s ratio):\n");
     for (const RunRecord& r : runs) {
       if (r.stages == 2)
@@ -429,7 +431,7 @@ int run_pipeline_bench(std::span<const std::string> args) {
     }
   }
 
-  if (!o.json) {
+  if (!o.json && !runs.empty()) {
     out("\nstage compute per step, ms (measured: busy share x step time; profile: m(F+B) + "
         "updates as the simulator sees them) and the process's CPU use (cores):\n");
     for (const RunRecord& r : runs) {
@@ -515,7 +517,7 @@ int run_pipeline_bench(std::span<const std::string> args) {
   }
 
   // 4. PyTorch's GPipe: 2 partitions at the same cut, m chunks, next to the unsplit model
-  if (o.peer) {
+  if (o.peer && !o.overhead_only) {
     const std::string script = pipe_script(o);
     if (!o.json)
       out(fmt::format(

@@ -26,6 +26,7 @@ prediction from a per-layer profile against each measurement.
   --partition a,b      layers of stage 0 and stage 1 in the two-stage runs (embedding, each
                        block and the head count 1; default: balanced by the profile)
   --overhead-steps N   steps of each compute-free run, 0 to skip them (default: 100)
+  --overhead-only      only the profile and the compute-free runs: no training runs, no peer
   --profile-reps N     timed calls per layer and pass in the profile (default: 3)
   --no-peer            do not run PyTorch's Pipe
   --json               one JSON object per line instead of tables
@@ -74,6 +75,8 @@ Expected<PipelineBenchOptions> parse_pipeline_options(std::span<const std::strin
        : a == "--reps"       ? o.reps
        : a == "--warmup"     ? o.warmup
                              : o.profile_reps) = *n;
+    } else if (a == "--overhead-only") {
+      o.overhead_only = true;
     } else if (a == "--overhead-steps") {
       auto n = int_option(args, i, 0, 1000000);
       if (!n) return n.error();
@@ -84,6 +87,8 @@ Expected<PipelineBenchOptions> parse_pipeline_options(std::span<const std::strin
     return {};
   });
   if (!parsed) return parsed.error();
+  if (o.overhead_only && o.overhead_steps == 0)
+    return make_error("--overhead-only with --overhead-steps 0 measures nothing: drop one of them");
   for (Mode m : o.modes) {
     if (m == Mode::twobw && o.microbatches < 2)
       return make_error(

@@ -22,6 +22,7 @@ struct PipelineBenchOptions : CommonOptions {
   std::vector<int> partition;  ///< --partition a,b: layers per stage of the 2-stage runs;
                                ///< empty = balanced from the per-layer profile
   int overhead_steps = 100;    ///< --overhead-steps N: steps of each compute-free run (0 = none)
+  bool overhead_only = false;  ///< --overhead-only: the profile and the compute-free runs only
   int profile_reps = 3;        ///< --profile-reps N: timed calls per layer and pass
 };
 

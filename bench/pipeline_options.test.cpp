@@ -32,6 +32,7 @@ TEST_CASE("defaults: small, all five modes, m = 8, 3 reps after 1, peer on, tabl
   CHECK(o->warmup == 1);
   CHECK(o->partition.empty());
   CHECK(o->overhead_steps == 100);
+  CHECK_FALSE(o->overhead_only);
   CHECK(o->profile_reps == 3);
   CHECK(o->peer);
   CHECK_FALSE(o->json);
@@ -101,14 +102,20 @@ TEST_CASE("errors name the option, the value and what is allowed") {
   e = error_of({"--warmup"});
   CHECK(e.find("--warmup: missing value") != std::string::npos);
 
+  e = error_of({"--overhead-only", "--overhead-steps", "0"});
+  CHECK(e.find("--overhead-only with --overhead-steps 0 measures nothing") != std::string::npos);
+  auto only = parse({"--overhead-only"});
+  REQUIRE(only.ok());
+  CHECK(only->overhead_only);
+
   e = error_of({"--shapes", "tiny"});
   CHECK(e.find("unknown option '--shapes'") != std::string::npos);
 }
 
 TEST_CASE("the help text lists every option") {
   const std::string u = pipeline_usage();
-  for (const char* opt :
-       {"--shape", "--modes", "--microbatches", "--reps", "--warmup", "--partition",
-        "--overhead-steps", "--profile-reps", "--no-peer", "--json", "--python", "--peer-script"})
+  for (const char* opt : {"--shape", "--modes", "--microbatches", "--reps", "--warmup",
+                          "--partition", "--overhead-steps", "--overhead-only", "--profile-reps",
+                          "--no-peer", "--json", "--python", "--peer-script"})
     CHECK_MESSAGE(u.find(opt) != std::string::npos, opt);
 }

@@ -34,9 +34,9 @@ Expected<Backend> parse_backend(std::string_view name);
 /// How a Trainer runs (never what it computes).
 struct TrainerOptions {
   Backend backend = Backend::actors;
-  /// actors: threads of the cooperative scheduler (driver, optimizer shards); each stage owns
-  /// one more thread.
-  int scheduler_threads = 2;
+  /// actors: threads of the cooperative scheduler, which runs the driver; each stage and each
+  /// optimizer shard owns one more thread.
+  int scheduler_threads = 1;
   /// Collect trace spans (trace()) even when train.trace is empty. actors backend only.
   bool record_trace = false;
 };
