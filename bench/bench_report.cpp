@@ -53,15 +53,18 @@ nlohmann::ordered_json measurement_json(const Measurement& m) {
     if (!m.peer.error.empty()) j["peer_note"] = m.peer.error;
   }
   if (o.profile) j["profile"] = to_json(o).at("profile");
+  add_interference(j, m.other);
   return j;
 }
 
 std::string table_header() {
-  return fmt::format("{:<6} {:>3} {:>9} {:>9} {:>8} {:>8} {:>9} {:>6} {:>9} {:>9} {:>8} {:>6}\n",
-                     "shape", "thr", "step ms", "tok/s", "GFLOP/s", "RSS MiB", "floor ms", "/floor",
-                     "torch ms", "tok/s", "RSS MiB", "ratio") +
-         fmt::format("{:<6} {:>3} {:>9} {:>9} {:>8} {:>8} {:>9} {:>6} {:>9} {:>9} {:>8} {:>6}\n",
-                     "", "", "actorpipe", "", "", "", "GEMM-only", "", "PyTorch", "", "", "ap/pt");
+  return fmt::format(
+             "{:<6} {:>3} {:>9} {:>9} {:>8} {:>8} {:>9} {:>6} {:>9} {:>9} {:>8} {:>6}  {}\n",
+             "shape", "thr", "step ms", "tok/s", "GFLOP/s", "RSS MiB", "floor ms", "/floor",
+             "torch ms", "tok/s", "RSS MiB", "ratio", "other") +
+         fmt::format(
+             "{:<6} {:>3} {:>9} {:>9} {:>8} {:>8} {:>9} {:>6} {:>9} {:>9} {:>8} {:>6}  {}\n", "",
+             "", "actorpipe", "", "", "", "GEMM-only", "", "PyTorch", "", "", "ap/pt", "cores");
 }
 
 std::string table_row(const Measurement& m) {
@@ -72,8 +75,9 @@ std::string table_row(const Measurement& m) {
                          ? fmt::format("{:>9.1f} {:>9.0f} {:>8.0f} {:>5.2f}x", m.peer.step_ms,
                                        m.peer.tokens_per_s, m.peer.peak_rss_mb, peer_ratio(m))
                          : fmt::format("{:>9} {:>9} {:>8} {:>6}", "-", "-", "-", "-");
-  return fmt::format("{:<6} {:>3} {:>9.1f} {:>9.0f} {:>8.1f} {:>8.0f} {} {}\n", m.shape.name,
-                     o.threads, o.step_ms, o.tokens_per_s, o.gflops, o.peak_rss_mb, floor, peer);
+  return fmt::format("{:<6} {:>3} {:>9.1f} {:>9.0f} {:>8.1f} {:>8.0f} {} {}  {}\n", m.shape.name,
+                     o.threads, o.step_ms, o.tokens_per_s, o.gflops, o.peak_rss_mb, floor, peer,
+                     interference_cell(m.other));
 }
 
 std::string profile_table(const Measurement& m) {

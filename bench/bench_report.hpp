@@ -6,6 +6,7 @@
 #include <string>
 
 #include "bench/bench_shapes.hpp"
+#include "bench/machine.hpp"
 #include "bench/step_timing.hpp"
 #include "bench/torch_peer.hpp"
 
@@ -14,7 +15,8 @@ namespace actorpipe::bench {
 struct Measurement {
   BenchShape shape;
   StepResult ours;
-  PeerResult peer;  // peer.ran is false when the peer was skipped or missing
+  PeerResult peer;     // peer.ran is false when the peer was skipped or missing
+  Interference other;  // what ran besides the benchmark during both measurements
 };
 
 /// ours / peer tokens per second (0 without a peer measurement).

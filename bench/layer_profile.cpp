@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <random>
 #include <thread>
 
@@ -36,61 +37,128 @@ double time_median(int reps, F&& fn) {
   return median(std::move(s));
 }
 
-}  // namespace
+/// One model at its seeded initialisation with every buffer a layer call needs (parameters,
+/// gradients, optimizer state, saved activations, inputs and output gradients per layer) and a
+/// Context of `threads` threads: the layers of one microbatch, callable one at a time.
+class LayerBench {
+ public:
+  static Expected<std::unique_ptr<LayerBench>> create(const ModelOptions& model_opts,
+                                                      const OptimizerOptions& optimizer, int B,
+                                                      int T, int threads) {
+    auto built = Model::build(model_opts);
+    if (!built) return built.error();
+    return std::unique_ptr<LayerBench>(new LayerBench(std::move(*built), optimizer, B, T, threads));
+  }
 
-Expected<LayerProfile> profile_layers(const ModelOptions& model_opts,
-                                      const OptimizerOptions& optimizer, int B, int T, int threads,
-                                      int reps) {
+  int layers() const { return model_.num_layers(); }
+  const Model& model() const { return model_; }
+
+  void forward(int i) {
+    const size_t k = static_cast<size_t>(i);
+    const Layer& layer = model_.layer(i);
+    ctx_.arena().reset();
+    layer.forward(ctx_, params_[k].data(), mb_, layer.takes_input() ? acts_[k].data() : nullptr,
+                  layer.is_loss() ? nullptr : acts_[k + 1].data(), saved_[k].data());
+  }
+  void backward(int i) {
+    const size_t k = static_cast<size_t>(i);
+    const Layer& layer = model_.layer(i);
+    ctx_.arena().reset();
+    layer.backward(ctx_, params_[k].data(), grads_[k].data(), mb_,
+                   layer.takes_input() ? acts_[k].data() : nullptr, saved_[k].data(),
+                   layer.is_loss() ? nullptr : dacts_[k + 1].data(),
+                   layer.takes_input() ? dacts_[k].data() : nullptr, dloss_);
+  }
+  /// Forward over every layer, then backward over every layer: one microbatch.
+  void chain() {
+    for (int i = 0; i < layers(); ++i) forward(i);
+    for (int i = layers() - 1; i >= 0; --i) backward(i);
+  }
+  /// Σg², the optimizer update (at the next step number) and zeroing the gradient of layer i.
+  void update(int i) {
+    const size_t k = static_cast<size_t>(i);
+    ctx_.arena().reset();
+    (void)model_.grad_sumsq(ctx_, i, grads_[k].data());
+    optimizer_update(ctx_, opt_, model_.layer(i), params_[k].data(), grads_[k].data(),
+                     state_[k].data(), ++step_, 1.0f);
+    std::fill(grads_[k].begin(), grads_[k].end(), 0.0f);
+  }
+  /// A new weight version of layer i: its parameters copied.
+  void copy(int i) {
+    const size_t k = static_cast<size_t>(i);
+    std::copy(params_[k].begin(), params_[k].end(), spare_[k].begin());
+  }
+  /// An xpipe forward's prediction of layer i, one update ahead.
+  void predict(int i) {
+    const size_t k = static_cast<size_t>(i);
+    predict_weights(ctx_, opt_, model_.layer(i), params_[k].data(), state_[k].data(),
+                    std::max(step_, 1L), 1, spare_[k].data());
+  }
+
+ private:
+  LayerBench(Model model, const OptimizerOptions& optimizer, int B, int T, int threads)
+      : model_(std::move(model)),
+        opt_(optimizer),
+        ctx_(threads),
+        mb_(random_microbatch(model_.options().vocab_size, B, T, 1234)),
+        dloss_(loss_scale(count_targets(mb_), 1)) {
+    const int n = model_.num_layers();
+    const size_t bth = static_cast<size_t>(B) * T * model_.options().width;
+    const size_t un = static_cast<size_t>(n);
+    params_.resize(un);
+    grads_.resize(un);
+    state_.resize(un);
+    saved_.resize(un);
+    spare_.resize(un);
+    // acts[i] is layer i's input (acts[0] unused: the embedding reads tokens); the head writes
+    // none; dacts[i]: the gradient w.r.t. acts[i]
+    acts_.assign(un + 1, std::vector<float>(bth));
+    dacts_ = acts_;
+    for (int i = 0; i < n; ++i) {
+      const size_t k = static_cast<size_t>(i);
+      const Layer& layer = model_.layer(i);
+      params_[k].resize(layer.param_floats());
+      model_.init_layer(i, params_[k].data());
+      grads_[k].assign(layer.param_floats(), 0.0f);
+      spare_[k].resize(layer.param_floats());
+      state_[k].assign(optimizer_state_floats(opt_, layer.param_floats()), 0.0f);
+      saved_[k].resize(layer.saved_floats(B, T));
+    }
+    // a small, non-zero gradient arriving at the last hidden state (unused: the head makes its
+    // own)
+    std::mt19937 rng(7);
+    std::normal_distribution<float> g(0.0f, 1e-3f);
+    for (float& x : dacts_[un]) x = g(rng);
+  }
+
+  Model model_;
+  OptimizerOptions opt_;
+  Context ctx_;
+  Microbatch mb_;
+  float dloss_;
+  long step_ = 0;
+  std::vector<std::vector<float>> params_, grads_, state_, saved_, spare_, acts_, dacts_;
+};
+
+Status check_profile_args(const ModelOptions& model_opts, int B, int T, int threads, int reps) {
   if (B < 1 || T < 1 || T > model_opts.context || threads < 1 || reps < 1)
     return make_error(
         "layer profile: B = {}, T = {}, threads = {}, reps = {}: expected B, threads and reps >= "
         "1 and 1 <= T <= context ({})",
         B, T, threads, reps, model_opts.context);
-  auto built = Model::build(model_opts);
-  if (!built) return built.error();
-  const Model& model = *built;
-  const int n = model.num_layers();
-  const size_t bth = static_cast<size_t>(B) * T * model_opts.width;
-  Context ctx(threads);
-  const Microbatch mb = random_microbatch(model_opts.vocab_size, B, T, 1234);
-  const float dloss = loss_scale(count_targets(mb), 1);
+  return {};
+}
 
-  std::vector<std::vector<float>> params(static_cast<size_t>(n)), grads(params), state(params),
-      saved(params), spare(params);
-  // acts[i] is layer i's input (acts[0] unused: the embedding reads tokens); the head writes none
-  std::vector<std::vector<float>> acts(static_cast<size_t>(n) + 1, std::vector<float>(bth));
-  std::vector<std::vector<float>> dacts(acts);  // dacts[i]: gradient w.r.t. acts[i]
-  for (int i = 0; i < n; ++i) {
-    const size_t k = static_cast<size_t>(i);
-    const Layer& layer = model.layer(i);
-    params[k].resize(layer.param_floats());
-    model.init_layer(i, params[k].data());
-    grads[k].assign(layer.param_floats(), 0.0f);
-    spare[k].resize(layer.param_floats());
-    state[k].assign(optimizer_state_floats(optimizer, layer.param_floats()), 0.0f);
-    saved[k].resize(layer.saved_floats(B, T));
-  }
-  // a small, non-zero gradient arriving at the last hidden state (unused: the head makes its own)
-  std::mt19937 rng(7);
-  std::normal_distribution<float> g(0.0f, 1e-3f);
-  for (float& x : dacts[static_cast<size_t>(n)]) x = g(rng);
+}  // namespace
 
-  auto forward = [&](int i) {
-    const size_t k = static_cast<size_t>(i);
-    const Layer& layer = model.layer(i);
-    ctx.arena().reset();
-    layer.forward(ctx, params[k].data(), mb, layer.takes_input() ? acts[k].data() : nullptr,
-                  layer.is_loss() ? nullptr : acts[k + 1].data(), saved[k].data());
-  };
-  auto backward = [&](int i) {
-    const size_t k = static_cast<size_t>(i);
-    const Layer& layer = model.layer(i);
-    ctx.arena().reset();
-    layer.backward(ctx, params[k].data(), grads[k].data(), mb,
-                   layer.takes_input() ? acts[k].data() : nullptr, saved[k].data(),
-                   layer.is_loss() ? nullptr : dacts[k + 1].data(),
-                   layer.takes_input() ? dacts[k].data() : nullptr, dloss);
-  };
+Expected<LayerProfile> profile_layers(const ModelOptions& model_opts,
+                                      const OptimizerOptions& optimizer, int B, int T, int threads,
+                                      int reps) {
+  if (Status ok = check_profile_args(model_opts, B, T, threads, reps); !ok) return ok.error();
+  auto bench = LayerBench::create(model_opts, optimizer, B, T, threads);
+  if (!bench) return bench.error();
+  LayerBench& lb = **bench;
+  const int n = lb.layers();
 
   LayerProfile p;
   p.threads = threads;
@@ -99,34 +167,20 @@ Expected<LayerProfile> profile_layers(const ModelOptions& model_opts,
   p.T = T;
   p.reps = reps;
   p.layers.resize(static_cast<size_t>(n));
-  // warm-up chains: realistic inputs and gradients for every layer, memory touched
-  for (int i = 0; i < n; ++i) forward(i);
-  for (int i = n - 1; i >= 0; --i) backward(i);
+  // a warm-up chain: realistic inputs and gradients for every layer, memory touched
+  lb.chain();
   for (int i = 0; i < n; ++i) {
     LayerCost& c = p.layers[static_cast<size_t>(i)];
-    c.name = fmt::format("{} {}", to_string(model.layer(i).kind()), i);
-    c.forward = time_median(reps, [&] { forward(i); });
+    c.name = fmt::format("{} {}", to_string(lb.model().layer(i).kind()), i);
+    c.forward = time_median(reps, [&] { lb.forward(i); });
   }
   for (int i = n - 1; i >= 0; --i)
-    p.layers[static_cast<size_t>(i)].backward = time_median(reps, [&] { backward(i); });
-  long step = 0;
+    p.layers[static_cast<size_t>(i)].backward = time_median(reps, [&] { lb.backward(i); });
   for (int i = 0; i < n; ++i) {
-    const size_t k = static_cast<size_t>(i);
-    const Layer& layer = model.layer(i);
-    LayerCost& c = p.layers[k];
-    c.update = time_median(reps, [&] {
-      ctx.arena().reset();
-      (void)model.grad_sumsq(ctx, i, grads[k].data());
-      optimizer_update(ctx, optimizer, layer, params[k].data(), grads[k].data(), state[k].data(),
-                       ++step, 1.0f);
-      std::fill(grads[k].begin(), grads[k].end(), 0.0f);
-    });
-    c.copy =
-        time_median(reps, [&] { std::copy(params[k].begin(), params[k].end(), spare[k].begin()); });
-    c.predict = time_median(reps, [&] {
-      predict_weights(ctx, optimizer, layer, params[k].data(), state[k].data(), std::max(step, 1L),
-                      1, spare[k].data());
-    });
+    LayerCost& c = p.layers[static_cast<size_t>(i)];
+    c.update = time_median(reps, [&] { lb.update(i); });
+    c.copy = time_median(reps, [&] { lb.copy(i); });
+    c.predict = time_median(reps, [&] { lb.predict(i); });
   }
   return p;
 }
@@ -136,16 +190,23 @@ Expected<LayerProfile> profile_layers_loaded(const ModelOptions& model,
                                              int threads, int reps, int load_threads) {
   if (load_threads < 0)
     return make_error("layer profile: load_threads = {}, expected >= 0", load_threads);
+  if (Status ok = check_profile_args(model, B, T, threads, reps); !ok) return ok.error();
+  // every load thread builds its model and buffers before the profile starts, then runs
+  // forward-backward chains of microbatches (the work of a stage) until the profile is done
+  std::vector<std::unique_ptr<LayerBench>> benches;
+  for (int i = 0; i < load_threads; ++i) {
+    auto b = LayerBench::create(model, optimizer, B, T, 1);
+    if (!b) return b.error();
+    benches.push_back(std::move(*b));
+  }
   std::atomic<bool> stop{false};
   std::atomic<int> started{0};
   std::vector<std::thread> load;
-  for (int i = 0; i < load_threads; ++i) {
-    load.emplace_back([&] {
+  for (auto& b : benches) {
+    load.emplace_back([&stop, &started, lb = b.get()] {
       started.fetch_add(1);
-      // one rep per call: the loop checks `stop` often enough (a call is one chain of layers)
-      while (!stop.load()) {
-        if (!profile_layers(model, optimizer, B, T, 1, 1)) break;
-      }
+      // one microbatch per loop: `stop` is checked often enough
+      while (!stop.load()) lb->chain();
     });
   }
   while (started.load() < load_threads) std::this_thread::yield();

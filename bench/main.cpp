@@ -124,16 +124,18 @@ int main(int argc, char** argv) {
   bool peer_missing = !o.peer;
   std::string peer_missing_reason = o.peer ? "" : "skipped (--no-peer)";
   std::vector<Measurement> done;
+  int disturbed = 0;  // measurements during which other work took kBusyCores or more
   for (const std::string& name : o.shapes) {
     const BenchShape shape = find_bench_shape(name).value();
     for (int t : o.threads) {
+      const CpuSnapshot before = cpu_snapshot();
       auto ours = measure_in_child(o, name, t);
       if (!ours) {
         fmt::print(stderr, "actorpipe-bench: {}\n", ours.error().message);
         ++failures;
         continue;
       }
-      Measurement m{shape, std::move(*ours), {}};
+      Measurement m{shape, std::move(*ours), {}, {}};
       if (!peer_missing) {
         m.peer = run_torch_peer(o.python, script, shape, OptimizerOptions{}, t, o.reps, o.warmup);
         if (!m.peer.ran) {
@@ -151,11 +153,12 @@ int main(int argc, char** argv) {
       } else if (o.peer) {
         m.peer.error = peer_missing_reason;
       }
+      m.other = interference(before, cpu_snapshot());
+      disturbed += distorted(m.other) ? 1 : 0;
       if (o.json) {
         nlohmann::ordered_json j = measurement_json(m);
         j["machine"] = machine;
         j["loadavg_start"] = load0;
-        j["loadavg_now"] = load_average();
         if (m.peer.ran) j["peer_command"] = describe_peer_command(o.python, script, t);
         fmt::print("{}\n", j.dump());
       } else {
@@ -174,9 +177,7 @@ int main(int argc, char** argv) {
         fmt::print("\nno GEMM floor for {}: {}\n", m.shape.name, m.ours.floor_note);
       if (m.ours.profile) fmt::print("\n{}", profile_table(m));
     }
-    const double load1 = load_average();
-    fmt::print("\nload average at the end {:.2f}{}\n", load1,
-               load1 >= kBusyLoad ? " (BUSY: figures distorted)" : "");
+    fmt::print("\n{}\n", interference_summary(disturbed));
   }
   return failures == 0 ? 0 : 1;
 }

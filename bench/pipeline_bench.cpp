@@ -121,7 +121,7 @@ struct RunRecord {
   std::optional<PipelinePrediction> predicted;
   std::string prediction_error;  // why there is no prediction
   std::optional<double> ratio_1x1, ratio_1x2, ideal;
-  double load = 0.0;
+  Interference other;  // what ran besides the benchmark during the run
 
   std::optional<double> predicted_tokens_per_s(int tokens_per_step) const {
     if (!predicted || !(predicted->step_seconds > 0)) return std::nullopt;
@@ -186,7 +186,7 @@ json run_json(const RunRecord& rec, const BenchShape& shape, int m) {
   } else {
     j["prediction_note"] = rec.prediction_error;
   }
-  j["loadavg"] = rec.load;
+  add_interference(j, rec.other);
   return j;
 }
 
@@ -207,19 +207,18 @@ std::string run_row(const RunRecord& rec, int tokens_per_step) {
   if (auto met = rec.met()) target = rec.target() + (*met ? " ok" : " MISSED");
   auto err = rec.prediction_err(tokens_per_step);
   return fmt::format(
-      "{:<10} {:<21} {:>9.1f} {:>9.0f}  {:<10} {:>6} {:>6} {:>8}  {:<24} {:>9} {:>7} {:>5.2f}\n",
+      "{:<10} {:<21} {:>9.1f} {:>9.0f}  {:<10} {:>6} {:>6} {:>8}  {:<24} {:>9} {:>7} {}\n",
       to_string(rec.mode), label(rec.stages, rec.threads), rec.r.tokens_per_s,
       rec.r.step_seconds * 1e3, busy, fmt_opt(rec.ratio_1x1, "{:.2f}x"),
       fmt_opt(rec.ideal, "{:.2f}x"), of_ideal, target,
       fmt_opt(rec.predicted_tokens_per_s(tokens_per_step), "{:.1f}"),
-      err ? fmt::format("{:+.1f}%", *err * 100) : std::string("-"), rec.load);
+      err ? fmt::format("{:+.1f}%", *err * 100) : std::string("-"), interference_cell(rec.other));
 }
 
 std::string run_header() {
-  return fmt::format(
-      "{:<10} {:<21} {:>9} {:>9}  {:<10} {:>6} {:>6} {:>8}  {:<24} {:>9} {:>7} {:>5}\n", "mode",
-      "configuration", "tokens/s", "step ms", "busy", "x 1x1", "ideal", "of ideal", "target",
-      "simulated", "error", "load");
+  return fmt::format("{:<10} {:<21} {:>9} {:>9}  {:<10} {:>6} {:>6} {:>8}  {:<24} {:>9} {:>7} {}\n",
+                     "mode", "configuration", "tokens/s", "step ms", "busy", "x 1x1", "ideal",
+                     "of ideal", "target", "simulated", "error", "other");
 }
 
 }  // namespace
@@ -374,16 +373,19 @@ int run_pipeline_bench(std::span<const std::string> args) {
                     "the ideal m/(m+d-1)*d (gpipe, 1f1b), compute alone\n",
                     100.0 * std::max(s0, s1) / (s0 + s1), bound, 100.0 * bound / 2.0));
     if (!o.overhead_only) {
-      out("\npipeline efficiency (x 1x1: against the same mode on 1 stage x 1 thread; ideal: "
+      out(fmt::format(
+          "\npipeline efficiency (x 1x1: against the same mode on 1 stage x 1 thread; ideal: "
           "m/(m+d-1)*d for gpipe and 1f1b;\n  busy: per stage, share of the timed steps in compute "
-          "and updates; simulated: the simulator fed the profile;\n  load: the 1-minute load "
-          "average after the run):\n");
+          "and updates; simulated: the simulator fed the profile;\n  other: cores that other "
+          "processes and the hypervisor took during the run, BUSY from {:.1f}):\n",
+          kBusyCores));
       out(run_header());
     }
   }
 
   // 2. every mode on 1 stage x 1 thread, 1 stage x 2 threads, 2 stages x 1 thread
   int failures = 0;
+  int disturbed = 0;  // measurements during which other work took kBusyCores or more
   std::vector<RunRecord> runs;
   for (Mode mode : o.overhead_only ? std::vector<Mode>{} : o.modes) {
     std::optional<double> tps11, tps12;
@@ -396,8 +398,10 @@ int run_pipeline_bench(std::span<const std::string> args) {
       PipelineRunSpec spec = run_spec(shape, mode, stages, rec.counts, m, o.warmup);
       spec.threads_per_stage = threads;
       spec.reps = o.reps;
+      const CpuSnapshot before = cpu_snapshot();
       auto res = measure_pipeline(spec);
-      rec.load = load_average();
+      rec.other = interference(before, cpu_snapshot());
+      disturbed += distorted(rec.other) ? 1 : 0;
       if (res) {
         rec.ok = true;
         rec.r = std::move(*res);
@@ -456,10 +460,11 @@ int run_pipeline_bench(std::span<const std::string> args) {
           "\nengine overhead: the same schedules with no compute (skip_compute), {} runs of {} "
           "steps after {} untimed;\n  per microbatch = a run's timed steps / (steps x m), median "
           "over runs; fraction of the smallest stage's F+B (1 thread, profile);\n  cpu: CPU "
-          "time of every thread of the process per microbatch; load: after the runs\n"
+          "time of every thread of the process per microbatch; other: cores other processes and "
+          "the hypervisor took during the runs\n"
           "{:<10} {:>6} {:>14} {:>10} {:>16} {:>10}  {:<26} {}\n",
           o.reps, o.overhead_steps, o.warmup, "mode", "stages", "us/microbatch", "cpu us",
-          "stage F+B us", "fraction", "target (< 20 us and < 1%)", "load"));
+          "stage F+B us", "fraction", "target (< 20 us and < 1%)", "other"));
     for (Mode mode : o.modes) {
       for (int stages : {1, 2}) {
         const std::vector<int> counts = stages == 1 ? std::vector<int>{layers} : split;
@@ -467,7 +472,10 @@ int run_pipeline_bench(std::span<const std::string> args) {
         spec.skip_compute = true;
         spec.reps = o.overhead_steps;
         spec.runs = o.reps;
+        const CpuSnapshot before = cpu_snapshot();
         auto res = measure_pipeline(spec);
+        const Interference other = interference(before, cpu_snapshot());
+        disturbed += distorted(other) ? 1 : 0;
         double compute = 0.0;
         for (int r = 0; r < stages; ++r) {
           const double s = stage_sum(*prof1, counts, r, true);
@@ -506,12 +514,12 @@ int run_pipeline_bench(std::span<const std::string> args) {
         j["stage_compute_us"] = compute * 1e6;
         j["fraction"] = fraction;
         j["meets_target"] = met;
-        j["loadavg"] = load_average();
-        out(o.json ? j.dump() + "\n"
-                   : fmt::format(
-                         "{:<10} {:>6} {:>14.1f} {:>10.1f} {:>16.0f} {:>9.4f}%  {:<26} {:.2f}\n",
-                         to_string(mode), stages, us, cpu_us, compute * 1e6, fraction * 100,
-                         met ? "ok" : "MISSED", j["loadavg"].get<double>()));
+        add_interference(j, other);
+        out(o.json
+                ? j.dump() + "\n"
+                : fmt::format("{:<10} {:>6} {:>14.1f} {:>10.1f} {:>16.0f} {:>9.4f}%  {:<26} {}\n",
+                              to_string(mode), stages, us, cpu_us, compute * 1e6, fraction * 100,
+                              met ? "ok" : "MISSED", interference_cell(other)));
       }
     }
   }
@@ -582,12 +590,12 @@ int run_pipeline_bench(std::span<const std::string> args) {
     }
   }
 
-  const double load1 = load_average();
   if (o.json) {
-    out(json{{"name", "pipeline_end"}, {"loadavg_end", load1}, {"failures", failures}}.dump() +
+    out(json{{"name", "pipeline_end"}, {"failures", failures}, {"distorted_runs", disturbed}}
+            .dump() +
         "\n");
   } else {
-    out(fmt::format("\nload average at the end {:.2f}{}\n", load1, busy_note(load1)));
+    out("\n" + interference_summary(disturbed) + "\n");
   }
   return failures == 0 ? 0 : 1;
 }

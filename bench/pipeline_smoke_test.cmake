@@ -1,7 +1,8 @@
 # Smoke test of `actorpipe-bench pipeline`: at the tiny shape with one timed step, the command
 # must exit 0 and print only JSON lines: the setup, three profiles (1 thread, 2 threads, 1 thread with the other core busy), 15 runs (5 modes x 3
 # configurations) with predictions, 10 overhead runs, the GPipe peer (4 lines, or a line saying
-# torch is missing) and the end line, with sane values.
+# torch is missing) and the end line, with sane values. Then --overhead-only: the same setup and
+# profiles, the overhead runs of the modes asked for and the end line, nothing else.
 # Usage: cmake -DBENCH=<path to actorpipe-bench> -P pipeline_smoke_test.cmake
 if(NOT BENCH)
   message(FATAL_ERROR "pass -DBENCH=<path to actorpipe-bench>")
@@ -97,11 +98,41 @@ foreach(line IN LISTS lines)
 endforeach()
 if(NOT n_setup EQUAL 1 OR NOT n_profile EQUAL 3 OR NOT n_loaded EQUAL 1 OR NOT n_run EQUAL 15 OR NOT n_overhead EQUAL 10
    OR NOT n_end EQUAL 1)
-  message(FATAL_ERROR "lines: setup ${n_setup}, profile ${n_profile}, run ${n_run}, overhead "
-                      "${n_overhead}, end ${n_end}; expected 1, 2, 15, 10, 1:\n${out}")
+  message(FATAL_ERROR "lines: setup ${n_setup}, profile ${n_profile} (${n_loaded} loaded), run "
+                      "${n_run}, overhead ${n_overhead}, end ${n_end}; expected 1, 3 (1), 15, 10, "
+                      "1:\n${out}")
 endif()
 if(NOT peer_missing AND NOT n_peer EQUAL 4)
   message(FATAL_ERROR "expected 4 peer lines (unsplit and pipe at 1 and 2 threads), got ${n_peer}")
 endif()
 message(STATUS "actorpipe-bench pipeline smoke: ${n_run} runs, ${n_overhead} overhead runs, "
                "${n_peer} peer lines")
+
+# --overhead-only: no training runs, no peer
+execute_process(
+  COMMAND ${BENCH} pipeline --shape tiny --microbatches 2 --modes gpipe,pipedream --overhead-only
+          --overhead-steps 4 --profile-reps 1 --json
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "actorpipe-bench pipeline --overhead-only exited with ${rc}\nstdout:\n${out}\n"
+                      "stderr:\n${err}")
+endif()
+string(STRIP "${out}" out)
+string(REPLACE ";" "," out "${out}")
+string(REPLACE "\n" ";" lines "${out}")
+set(names "")
+foreach(line IN LISTS lines)
+  string(JSON name GET "${line}" name)
+  list(APPEND names ${name})
+  if(name STREQUAL "pipeline_overhead")
+    require_positive("${line}" us_per_microbatch)
+  endif()
+endforeach()
+list(JOIN names "," joined)
+set(expected "pipeline_setup,pipeline_profile,pipeline_profile,pipeline_profile,pipeline_overhead,"
+             "pipeline_overhead,pipeline_overhead,pipeline_overhead,pipeline_end")
+string(JOIN "" expected ${expected})
+if(NOT joined STREQUAL expected)
+  message(FATAL_ERROR "--overhead-only printed ${joined}, expected ${expected}")
+endif()
+message(STATUS "actorpipe-bench pipeline --overhead-only smoke: ok")
