@@ -1,5 +1,5 @@
-// The machine a benchmark runs on: its CPU and cores, and how busy it is (the load average),
-// which says whether the figures measured on it can be trusted.
+// The machine a benchmark runs on: its CPU and cores, and how much of it other processes and the
+// hypervisor take while a benchmark measures, which says whether the figures can be trusted.
 #include "bench/machine.hpp"
 
 #include <fmt/format.h>
@@ -15,13 +15,6 @@
 
 namespace actorpipe::bench {
 
-double load_average() {
-  std::ifstream in("/proc/loadavg");
-  double l = -1.0;
-  in >> l;
-  return l;
-}
-
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   for (std::string line; std::getline(in, line);) {
@@ -35,15 +28,6 @@ std::string cpu_model() {
 
 std::string describe_machine() {
   return fmt::format("{}, {} cores", cpu_model(), std::thread::hardware_concurrency());
-}
-
-bool warn_if_busy(const std::string& program, double load) {
-  if (load < kBusyLoad) return false;
-  fmt::print(stderr,
-             "{}: warning: load average {:.2f} (>= {}): other processes are running and will "
-             "distort the figures\n",
-             program, load, kBusyLoad);
-  return true;
 }
 
 namespace {
@@ -107,6 +91,21 @@ void add_interference(nlohmann::ordered_json& j, const Interference& i) {
   j["other_cores"] = i.known ? nlohmann::ordered_json(i.other) : nlohmann::ordered_json();
   j["steal_cores"] = i.known ? nlohmann::ordered_json(i.steal) : nlohmann::ordered_json();
   j["distorted"] = distorted(i);
+}
+
+Interference sample_interference(std::chrono::milliseconds window) {
+  const CpuSnapshot a = cpu_snapshot();
+  std::this_thread::sleep_for(window);
+  return interference(a, cpu_snapshot());
+}
+
+bool warn_if_busy(const std::string& program, const Interference& i) {
+  if (!distorted(i)) return false;
+  fmt::print(stderr,
+             "{}: warning: other processes and the hypervisor take {:.2f} cores (>= {:.1f}): "
+             "they will distort the figures\n",
+             program, i.other + i.steal, kBusyCores);
+  return true;
 }
 
 std::string interference_summary(int distorted_measurements) {

@@ -1,27 +1,18 @@
-// The machine a benchmark runs on: its CPU and cores, and how busy it is (the load average),
-// which says whether the figures measured on it can be trusted.
+// The machine a benchmark runs on: its CPU and cores, and how much of it other processes and the
+// hypervisor take while a benchmark measures, which says whether the figures can be trusted.
 #pragma once
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
 
 namespace actorpipe::bench {
-
-/// A 1-minute load average at or above this means other work is running on the machine.
-inline constexpr double kBusyLoad = 0.5;
-
-/// The 1-minute load average (/proc/loadavg); -1 when it cannot be read.
-double load_average();
 
 /// The CPU's model name (/proc/cpuinfo); "unknown CPU" when it cannot be read.
 std::string cpu_model();
 
 /// "<cpu_model()>, <hardware threads> cores".
 std::string describe_machine();
-
-/// When `load` >= kBusyLoad, warns on standard error that other processes distort the figures,
-/// naming `program` ("actorpipe-bench: warning: load average ..."). Returns whether it warned.
-bool warn_if_busy(const std::string& program, double load);
 
 /// The CPU time the machine and this process had used at one moment, in seconds. The load
 /// average counts the benchmark's own threads; the difference of two snapshots tells what other
@@ -60,6 +51,14 @@ std::string interference_cell(const Interference& i);
 
 /// JSON fields other_cores, steal_cores (null when unknown) and distorted, added to `j`.
 void add_interference(nlohmann::ordered_json& j, const Interference& i);
+
+/// What ran besides this process during the next `window` (this thread sleeps meanwhile): how
+/// busy the machine is before a benchmark starts.
+Interference sample_interference(std::chrono::milliseconds window);
+
+/// When `i` is distorted(), warns on standard error that other work distorts the figures, naming
+/// `program` ("actorpipe-bench: warning: other processes ..."). Returns whether it warned.
+bool warn_if_busy(const std::string& program, const Interference& i);
 
 /// The closing line of a benchmark that counted `distorted_measurements`: "quiet: ..." or
 /// "BUSY: ... those figures are distorted".

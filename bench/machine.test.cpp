@@ -1,5 +1,5 @@
-// Machine description tests: the load average and CPU model read from /proc, the busy
-// threshold, and the CPU time other processes take from the machine.
+// Machine description tests: the CPU model read from /proc, the CPU time other processes take
+// from the machine, and when that distorts a measurement.
 #include "bench/machine.hpp"
 
 #include <doctest/doctest.h>
@@ -13,10 +13,6 @@
 
 using namespace actorpipe::bench;
 
-TEST_CASE("the load average is read from /proc/loadavg") {
-  CHECK(load_average() >= 0.0);  // Linux always has /proc/loadavg
-}
-
 TEST_CASE("the machine is described by its CPU model and its cores") {
   const std::string cpu = cpu_model();
   CHECK_FALSE(cpu.empty());
@@ -25,10 +21,18 @@ TEST_CASE("the machine is described by its CPU model and its cores") {
         cpu + ", " + std::to_string(std::thread::hardware_concurrency()) + " cores");
 }
 
-TEST_CASE("only a load at or above the threshold warns") {
-  CHECK_FALSE(warn_if_busy("machine.test", 0.0));
-  CHECK_FALSE(warn_if_busy("machine.test", kBusyLoad - 0.01));
-  CHECK(warn_if_busy("machine.test", kBusyLoad));
+TEST_CASE("only distorting interference warns") {
+  CHECK_FALSE(warn_if_busy("machine.test", Interference{}));
+  CHECK_FALSE(warn_if_busy("machine.test", Interference{true, 0.05, 0.0, 0.0, 0.01}));
+  CHECK(warn_if_busy("machine.test", Interference{true, 0.5, 0.0, 0.0, 0.01}));
+}
+
+TEST_CASE("a sample spans its window") {
+  const Interference i = sample_interference(std::chrono::milliseconds(200));
+  REQUIRE(i.known);
+  // two ticks per CPU over 200 ms (at 100 ticks per second) and more
+  CHECK(i.resolution <= 2.0 * std::thread::hardware_concurrency() / (100.0 * 0.2) + 1e-9);
+  CHECK(i.resolution > 0.0);
 }
 
 namespace {

@@ -94,9 +94,9 @@ int main(int argc, char** argv) {
   }
   if (o.child) return run_child(o);
 
-  const double load0 = load_average();
+  const Interference start = sample_interference(std::chrono::milliseconds(500));
   const std::string machine = describe_machine();
-  const bool busy = warn_if_busy("actorpipe-bench", load0);
+  warn_if_busy("actorpipe-bench", start);
   const std::string script = peer_script(o);
   if (!o.json) {
     fmt::print(
@@ -104,8 +104,8 @@ int main(int argc, char** argv) {
         "microbatch per step,\n  median of {} timed steps after {} warm-up step{}, each "
         "configuration in a fresh process\n",
         o.reps, o.warmup, o.warmup == 1 ? "" : "s");
-    fmt::print("machine: {}; load average at start {:.2f}{}\n", machine, load0,
-               busy ? " (BUSY: figures distorted)" : " (quiet)");
+    fmt::print("machine: {}; other processes at the start: {} cores\n", machine,
+               interference_cell(start));
     fmt::print(
         "GFLOP/s: model FLOPs 6*N*tokens + 12*L*T*d*tokens (N: parameters without the "
         "position table)\n");
@@ -158,7 +158,8 @@ int main(int argc, char** argv) {
       if (o.json) {
         nlohmann::ordered_json j = measurement_json(m);
         j["machine"] = machine;
-        j["loadavg_start"] = load0;
+        j["other_cores_start"] = start.known ? nlohmann::ordered_json(start.other + start.steal)
+                                             : nlohmann::ordered_json();
         if (m.peer.ran) j["peer_command"] = describe_peer_command(o.python, script, t);
         fmt::print("{}\n", j.dump());
       } else {
