@@ -173,6 +173,8 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
   if (!channels) return channels.error();
   st->channels = &*channels;
   st->counters = std::make_unique<StageCounters[]>(static_cast<size_t>(d));
+  st->commit_seconds.assign(static_cast<size_t>(d),
+                            std::vector<double>(static_cast<size_t>(st->total_mbs / st->group)));
   st->spans.resize(static_cast<size_t>(d));
   st->update_spans.resize(static_cast<size_t>(d));
   if (im.options.record_spans) {

@@ -28,13 +28,15 @@ struct StageTimes {
   int64_t actions = 0;  ///< actions executed
 };
 
-/// Progress after every optimizer step, in step order.
+/// Progress after every optimizer step, in step order. A step is complete when every stage has
+/// committed its update of it (not when its last loss is known: in gpipe that comes after the
+/// forwards, before the backwards).
 struct StepProgress {
   int step = 0;       ///< optimizer steps completed in this run (1, 2, ...)
   int steps = 0;      ///< optimizer steps this run will do
   double loss = 0.0;  ///< the step's loss: (1/m)·Σⱼ meanⱼ, as the serial executor computes it
   int64_t tokens = 0;              ///< tokens consumed so far in this run (B·T per microbatch)
-  double seconds = 0.0;            ///< wall time since the run started
+  double seconds = 0.0;  ///< when the step completed (its last update), since the run started
   std::vector<StageTimes> stages;  ///< per stage, cumulative since the run started
 };
 

@@ -91,9 +91,11 @@ class DriverActor : public caf::event_based_actor {
         [this](credit_atom, int64_t) {
           --outstanding_;
           feed();
+          report_steps();
           await_next();
         },
         [this](flush_atom, int, int ordinal) {
+          report_steps();
           if (++flush_count_[ordinal] == st_->stages) {
             flush_count_.erase(ordinal);
             for (const caf::actor& a : st_->directory.stages) send(a, release_atom::value, ordinal);
@@ -102,6 +104,7 @@ class DriverActor : public caf::event_based_actor {
         },
         [this](done_atom, int) {
           ++done_;
+          report_steps();
           check_done();
         },
         [this](fail_atom, const Failure& f) { fail(f); },
@@ -133,6 +136,7 @@ class DriverActor : public caf::event_based_actor {
             fail(Failure{-1, -1, "", stall_report()});
             return;
           }
+          report_steps();
           delayed_send(this, kTick, tick_atom::value);
         },
     };
@@ -163,13 +167,23 @@ class DriverActor : public caf::event_based_actor {
     }
   }
 
-  // Calls on_step for every step whose losses are all in, in order.
+  // Calls on_step for every complete step, in order: its losses are in and every stage has
+  // committed its update (each stage has one OPT_STEP per step). The step's time is the last of
+  // those commits. Checked at every message and tick, so a report may come a little after the
+  // step; its time is exact.
   void report_steps() {
     const int64_t steps = st_->total_mbs / st_->group;
     while (reported_ < steps) {
       const int64_t first = reported_ * st_->group;
       for (int64_t j = first; j < first + st_->group; ++j)
         if (!have_loss_[static_cast<size_t>(j)]) return;
+      double completed = 0.0;
+      for (int r = 0; r < st_->stages; ++r) {
+        const StageCounters& c = st_->counters[static_cast<size_t>(r)];
+        if (c.updates.load(std::memory_order_acquire) <= reported_) return;
+        completed = std::max(
+            completed, st_->commit_seconds[static_cast<size_t>(r)][static_cast<size_t>(reported_)]);
+      }
       double loss = 0.0;
       for (int64_t j = first; j < first + st_->group; ++j)
         loss += losses_[static_cast<size_t>(j)].mean();
@@ -182,7 +196,7 @@ class DriverActor : public caf::event_based_actor {
         p.steps = static_cast<int>(steps);
         p.loss = loss;
         p.tokens = (first + st_->group) * st_->tokens_per_mb;
-        p.seconds = st_->seconds_since_start();
+        p.seconds = completed;
         p.stages = stage_times(*st_);
         st_->callbacks.on_step(p);
       }

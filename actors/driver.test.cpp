@@ -10,6 +10,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "actors/actor_engine.hpp"
 #include "engine/data.hpp"
@@ -196,6 +197,39 @@ TEST_CASE("progress callbacks come once per step, in order, with the run's losse
       CHECK(t.idle_seconds >= 0);
       CHECK(t.busy_seconds + t.idle_seconds <= r->run.seconds * 1.01 + 1e-3);
     }
+  }
+}
+
+TEST_CASE("a step is reported once every stage has committed its update" * doctest::timeout(120)) {
+  // updates slowed to 30 ms: a report at the step's last loss (gpipe: after the forwards) would
+  // come before them
+  for (const char* mode : {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"}) {
+    CAPTURE(mode);
+    const bool pipedream = std::string(mode) == "pipedream";
+    const Config c = tiny(mode, 2, pipedream ? 1 : 3, 3);
+    ActorEngineOptions o;
+    o.record_spans = true;
+    o.before_update = [](int, long) { std::this_thread::sleep_for(std::chrono::milliseconds(30)); };
+    std::vector<StepProgress> seen;
+    ActorCallbacks cb;
+    cb.on_step = [&](const StepProgress& p) { seen.push_back(p); };
+    auto r = run_actor_pipeline(c, o, cb);
+    REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message));
+    REQUIRE(seen.size() == 3);
+    // the k-th update span of every stage (hand-off to hand-back) ends before step k's time
+    std::vector<std::vector<double>> ends(2);
+    for (const ActionSpan& u : r->run.update_spans)
+      ends[static_cast<size_t>(u.stage)].push_back(u.end);
+    for (size_t k = 0; k < seen.size(); ++k) {
+      CAPTURE(k);
+      double last = 0.0;
+      for (const auto& e : ends) {
+        REQUIRE(e.size() == 3);
+        last = std::max(last, e[k]);
+      }
+      CHECK(seen[k].seconds >= last);
+    }
+    CHECK(seen.back().seconds <= r->run.seconds);
   }
 }
 

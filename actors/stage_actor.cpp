@@ -75,6 +75,14 @@ class StageActor : public caf::event_based_actor {
           AP_CHECK(update_pending_, "stage {}: published without an update", r_);
           if (!skip()) worker_.commit_update(*t.job);
           update_pending_ = false;
+          // the step this update ends is complete at this stage (the driver reports a step once
+          // every stage's update of it is in)
+          const int64_t n = counters_.updates.load(std::memory_order_relaxed);
+          auto& times = st_->commit_seconds[static_cast<size_t>(r_)];
+          AP_CHECK(static_cast<size_t>(n) < times.size(), "stage {}: update {} of a run of {}", r_,
+                   n + 1, times.size());
+          times[static_cast<size_t>(n)] = st_->seconds_since_start();
+          counters_.updates.store(n + 1, std::memory_order_release);
           if (blocked_) {
             // the wait for the new version counts as busy up to the shard's own compute
             blocked_ = false;

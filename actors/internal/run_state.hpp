@@ -47,6 +47,9 @@ struct StageCounters {
   std::atomic<int64_t> idle_ns{0};
   std::atomic<int64_t> actions{0};
   std::atomic<int> pc{0};  ///< index of the action the stage is at
+  /// Updates the stage has committed in this run (its OPT_STEPs whose new version it holds);
+  /// RunState::commit_seconds has their times, written before this is raised (release).
+  std::atomic<int64_t> updates{0};
 };
 
 /// Every actor of the run, filled in before the first message is sent.
@@ -81,6 +84,10 @@ struct RunState {
   Directory directory;
   std::chrono::steady_clock::time_point start;
   std::unique_ptr<StageCounters[]> counters;
+  /// Per stage: when it committed its k-th update of the run (seconds since start), for
+  /// k < counters[r].updates. Every stage has one OPT_STEP per optimizer step, so a step is
+  /// complete when every stage committed its update.
+  std::vector<std::vector<double>> commit_seconds;
   std::atomic<int64_t> progress{0};                   ///< bumped by every action and every update
   std::vector<std::vector<ActionSpan>> spans;         ///< per stage (record_spans)
   std::vector<std::vector<ActionSpan>> update_spans;  ///< per stage's shard (record_spans)
