@@ -342,8 +342,8 @@ int run_pipeline_bench(std::span<const std::string> args) {
                     interference_cell(start), command));
     out(fmt::format(
         "timing: each configuration trains {} step{} on the actor engine (synthetic data, AdamW, "
-        "clipping 1.0);\n  a step's time is between the driver's receipt of consecutive steps' "
-        "last losses, median of {} after {} untimed\n",
+        "clipping 1.0);\n  a step's time is between the completions (every stage's update "
+        "committed) of consecutive steps, median of {} after {} untimed\n",
         o.warmup + o.reps, o.warmup + o.reps == 1 ? "" : "s", o.reps, o.warmup));
     out(
         fmt::format("\nper-layer profile, ms per microbatch (median of {} calls; 1t, 2t: alone on "
