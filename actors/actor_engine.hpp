@@ -35,7 +35,7 @@ struct StepProgress {
   int step = 0;       ///< optimizer steps completed in this run (1, 2, ...)
   int steps = 0;      ///< optimizer steps this run will do
   double loss = 0.0;  ///< the step's loss: (1/m)·Σⱼ meanⱼ, as the serial executor computes it
-  int64_t tokens = 0;              ///< tokens consumed so far in this run (B·T per microbatch)
+  int64_t tokens = 0;    ///< tokens consumed so far in this run (B·T per microbatch)
   double seconds = 0.0;  ///< when the step completed (its last update), since the run started
   std::vector<StageTimes> stages;  ///< per stage, cumulative since the run started
 };
