@@ -41,6 +41,7 @@ class StageActor : public caf::event_based_actor {
     if (st_->options.skip_compute) {
       dummy_ = Tensor::zeros({st_->B, st_->T, worker_.model().options().width});
     }
+    sent_predicted_.resize(worker_.num_tied());
   }
 
   caf::behavior make_behavior() override {
@@ -335,7 +336,6 @@ class StageActor : public caf::event_based_actor {
     for (size_t k = 0; k < worker_.num_tied(); ++k) {
       const StageWorker::PredictedTied p = worker_.predicted_tied(k);
       if (!p.version.valid()) continue;
-      if (sent_predicted_.size() <= k) sent_predicted_.resize(k + 1);
       if (sent_predicted_[k] == p.version) continue;
       sent_predicted_[k] = p.version;
       TiedTensor t;

@@ -158,8 +158,9 @@ int main(int argc, char** argv) {
       if (o.json) {
         nlohmann::ordered_json j = measurement_json(m);
         j["machine"] = machine;
-        j["other_cores_start"] = start.known ? nlohmann::ordered_json(start.other + start.steal)
-                                             : nlohmann::ordered_json();
+        nlohmann::ordered_json at_start;
+        add_interference(at_start, start);
+        j["interference_at_start"] = at_start;
         if (m.peer.ran) j["peer_command"] = describe_peer_command(o.python, script, t);
         fmt::print("{}\n", j.dump());
       } else {

@@ -311,7 +311,9 @@ int run_pipeline_bench(std::span<const std::string> args) {
     s["warmup"] = o.warmup;
     s["reps"] = o.reps;
     s["machine"] = machine;
-    s["other_cores_start"] = start.known ? json(start.other + start.steal) : json(nullptr);
+    json at_start;
+    add_interference(at_start, start);
+    s["interference_at_start"] = at_start;
     s["command"] = command;
     json allows = json::object();
     for (const auto& [mode, ratio] : partition_allows) allows[std::string(to_string(mode))] = ratio;
