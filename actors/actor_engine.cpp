@@ -139,6 +139,7 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
   st->options = im.options;
   st->mode = im.mode;
   st->stages = d;
+  st->split_backward = im.config.pipeline.split_backward;
   st->B = im.B;
   st->T = im.T;
   st->tokens_per_mb = static_cast<int64_t>(im.B) * im.T;

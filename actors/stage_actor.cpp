@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "actors/internal/messages.hpp"
 #include "actors/internal/run_state.hpp"
@@ -298,19 +299,30 @@ class StageActor : public caf::event_based_actor {
           dout = std::move(it->second);
           douts_.erase(it);
         }
-        Tensor din = skip() ? (r_ > 0 ? dummy_ : Tensor()) : worker_.exec_backward(a, mb, dout);
-        if (r_ > 0) dins_[s.mb] = std::move(din);
+        // split_backward: when this B's SEND_B comes next, the gradient goes out as soon as
+        // it is computed and the weight gradients follow (that SEND_B then finds it sent)
+        const StageStep next = pc_ + 1 < n_ ? st_->step(r_, pc_ + 1) : StageStep{};
+        const bool split = !skip() && r_ > 0 && st_->split_backward &&
+                           next.action.kind == ActionKind::SEND_B && next.mb == s.mb;
+        if (skip()) {
+          if (r_ > 0) dins_[s.mb] = dummy_;
+        } else if (split) {
+          dins_[s.mb] = worker_.exec_backward_input(a, mb, dout);
+          const bool sent = send_gradient(next);
+          worker_.exec_backward_weights();
+          if (!sent) return;
+          sent_early_.insert(s.mb);
+        } else {
+          Tensor din = worker_.exec_backward(a, mb, dout);
+          if (r_ > 0) dins_[s.mb] = std::move(din);
+        }
         mbs_.erase(s.mb);
         if (r_ == 0) send(st_->directory.driver, credit_atom::value, s.mb);
         break;
       }
       case ActionKind::SEND_B: {
-        auto it = dins_.find(s.mb);
-        AP_CHECK(it != dins_.end(), "stage {}: {} without its B", r_, to_string(a));
-        auto ann = ch.backward(r_ - 1).post(std::move(it->second), s.mb, a.version);
-        dins_.erase(it);
-        if (!ann) return report_failure(ann.error().message);
-        send(st_->directory.stages[static_cast<size_t>(r_ - 1)], ann_atom::value, *ann);
+        if (sent_early_.erase(s.mb) > 0) break;
+        send_gradient(s);
         break;
       }
       case ActionKind::OPT_STEP: {
@@ -328,6 +340,21 @@ class StageActor : public caf::event_based_actor {
         flush_sent_ = false;
         break;
     }
+  }
+
+  // SEND_B `s`: posts the stashed input gradient of s.mb on the channel and announces it to the
+  // previous stage. False after reporting a failure.
+  bool send_gradient(const StageStep& s) {
+    auto it = dins_.find(s.mb);
+    AP_CHECK(it != dins_.end(), "stage {}: {} without its B", r_, to_string(s.action));
+    auto ann = st_->channels->backward(r_ - 1).post(std::move(it->second), s.mb, s.action.version);
+    dins_.erase(it);
+    if (!ann) {
+      report_failure(ann.error().message);
+      return false;
+    }
+    send(st_->directory.stages[static_cast<size_t>(r_ - 1)], ann_atom::value, *ann);
+    return true;
   }
 
   // xpipe owner: a forward that predicted a tied parameter hands that value to the copy's stage,
@@ -386,6 +413,7 @@ class StageActor : public caf::event_based_actor {
   std::unordered_map<int64_t, MicrobatchPtr> mbs_;
   std::unordered_map<int64_t, Announcement> act_ann_, grad_ann_;
   std::unordered_map<int64_t, Tensor> inputs_, outputs_, douts_, dins_;
+  std::unordered_set<int64_t> sent_early_;  // B sent its gradient itself (split_backward)
   std::map<std::pair<int, TiedVersion>, std::shared_ptr<const std::vector<float>>> tied_w_;
   std::vector<TiedVersion> sent_predicted_;  // per tied k: the last prediction handed on
 };

@@ -67,7 +67,7 @@ class LayerBench {
     layer.backward(ctx_, params_[k].data(), grads_[k].data(), mb_,
                    layer.takes_input() ? acts_[k].data() : nullptr, saved_[k].data(),
                    layer.is_loss() ? nullptr : dacts_[k + 1].data(),
-                   layer.takes_input() ? dacts_[k].data() : nullptr, dloss_);
+                   layer.takes_input() ? dacts_[k].data() : nullptr, dloss_, nullptr);
   }
   /// Forward over every layer, then backward over every layer: one microbatch.
   void chain() {

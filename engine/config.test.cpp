@@ -88,6 +88,7 @@ Config everything_changed() {
   c.pipeline.seq_len = 32;
   c.pipeline.partition = {2, 3, 3};
   c.pipeline.threads_per_stage = 2;
+  c.pipeline.split_backward = false;
   c.optimizer.kind = "sgd";
   c.optimizer.lr = 3e-4f;
   c.optimizer.beta1 = 0.8f;

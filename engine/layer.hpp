@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/batch.hpp"
+#include "engine/deferred_grads.hpp"
 #include "kernels/context.hpp"
 
 namespace actorpipe {
@@ -107,9 +108,14 @@ class Layer {
   /// gradient w.r.t. `in` (ignored for the first layer, may be null). dout (B,T,C) is the
   /// gradient w.r.t. `out` (ignored for the loss layer). dloss is used by the loss layer only:
   /// it differentiates dloss·(Σ token losses), see loss_scale().
+  /// `later` null: everything is computed before the call returns. Otherwise the weight
+  /// gradients of the layer's linear maps are recorded into `later` (with copies of what they
+  /// read that the caller may overwrite: dout, the arena's scratch) instead: din is complete on
+  /// return, those gradients once later->run() has run, which must happen before `params`,
+  /// `in` or `saved` change. Either way grads receive the same bits.
   virtual void backward(Context& ctx, const float* params, float* grads, const Microbatch& mb,
                         const float* in, const float* saved, const float* dout, float* din,
-                        float dloss) const = 0;
+                        float dloss, DeferredGrads* later) const = 0;
 
   /// The loss layer's logits (B,T,V) inside a `saved` buffer its forward wrote; nullptr for
   /// every other layer.

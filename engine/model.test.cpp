@@ -453,11 +453,11 @@ TEST_CASE("layers are stateless: interleaved microbatches with their own saved b
         };
         auto ba = [&] {
           layer.backward(ctx, params.data(), g.data(), a, in_a.data(), sa.data(), dout_a.data(),
-                         da.data(), 0.25f);
+                         da.data(), 0.25f, nullptr);
         };
         auto bb = [&] {
           layer.backward(ctx, params.data(), g.data(), b, in_b.data(), sb.data(), dout_b.data(),
-                         db.data(), 0.25f);
+                         db.data(), 0.25f, nullptr);
         };
         if (interleaved)
           fa(), fb(), ba(), bb();
@@ -473,6 +473,57 @@ TEST_CASE("layers are stateless: interleaved microbatches with their own saved b
       const auto x = run(false), y = run(true);
       REQUIRE(x.size() == y.size());
       CHECK(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0);
+    }
+  }
+}
+
+TEST_CASE(
+    "deferred weight gradients: din first, the same bits after run, dout may be overwritten") {
+  // backward with a DeferredGrads: din is final on return and the linear weight gradients are
+  // not there yet; after the caller overwrote dout and the arena, run() gives grads bitwise
+  // equal to the one-pass backward. Embeddings (first layers) defer nothing.
+  for (Arch arch : {Arch::gpt, Arch::bert}) {
+    const ModelOptions o = tiny(arch);
+    const Model m = build(o);
+    const int B = 2, T = 6, C = o.width;
+    const size_t NC = static_cast<size_t>(B) * T * C;
+    Context ctx(2);
+    const Microbatch mb = make_mb(arch, B, T, o.vocab_size, 13);
+    DeferredGrads later;
+    for (int i = 0; i < m.num_layers(); ++i) {
+      const Layer& layer = m.layer(i);
+      CAPTURE(to_string(layer.kind()));
+      std::vector<float> params(layer.param_floats());
+      m.init_layer(i, params.data());
+      NormalRng rng(78);
+      std::vector<float> in(NC), dout(NC), out(NC), saved(layer.saved_floats(B, T));
+      for (auto* v : {&in, &dout})
+        for (float& x : *v) x = static_cast<float>(rng.next());
+      std::vector<float> g0(layer.param_floats());
+      for (float& x : g0) x = static_cast<float>(rng.next());  // backward accumulates onto it
+      layer.forward(ctx, params.data(), mb, in.data(), out.data(), saved.data());
+      ctx.arena().reset();
+      std::vector<float> din_one(NC), g_one = g0;
+      layer.backward(ctx, params.data(), g_one.data(), mb, in.data(), saved.data(), dout.data(),
+                     din_one.data(), 0.25f, nullptr);
+
+      ctx.arena().reset();
+      std::vector<float> din(NC), g = g0, dout_copy = dout;
+      layer.backward(ctx, params.data(), g.data(), mb, in.data(), saved.data(), dout_copy.data(),
+                     din.data(), 0.25f, &later);
+      if (layer.takes_input()) {
+        CHECK(std::memcmp(din.data(), din_one.data(), NC * sizeof(float)) == 0);
+        CHECK(later.size() > 0);
+        CHECK(std::memcmp(g.data(), g_one.data(), g.size() * sizeof(float)) != 0);
+      } else {
+        CHECK(later.empty());
+      }
+      std::fill(dout_copy.begin(), dout_copy.end(), 1e30f);
+      ctx.arena().reset();
+      std::fill_n(ctx.arena().alloc_f32(1 << 16), 1 << 16, -1e30f);
+      later.run(ctx);
+      CHECK(later.empty());
+      CHECK(std::memcmp(g.data(), g_one.data(), g.size() * sizeof(float)) == 0);
     }
   }
 }

@@ -58,6 +58,7 @@ struct PipelineOptions {
   int seq_len = 0;             // T; 0 = model.context
   std::vector<int> partition;  // layers per stage; empty = "even"
   int threads_per_stage = 1;
+  bool split_backward = true;  // a B hands its input gradient on before its weight gradients
 };
 
 /// [train]

@@ -60,7 +60,7 @@ void ReferenceTrainer::run_backward(const Microbatch& mb, float dloss) {
     float* din = dout == dhidden_a_.data() ? dhidden_b_.data() : dhidden_a_.data();
     const float* in = i > 0 ? hidden_[k - 1].data() : nullptr;
     model_.layer(i).backward(ctx_, buffers_[k].params.data(), buffers_[k].grads.data(), mb, in,
-                             buffers_[k].saved.data(), dout, i > 0 ? din : nullptr, dloss);
+                             buffers_[k].saved.data(), dout, i > 0 ? din : nullptr, dloss, nullptr);
     dout = din;
   }
 }

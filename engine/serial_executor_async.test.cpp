@@ -129,7 +129,7 @@ struct Plain {
       float* din = i > 0 ? (dout == da.data() ? db.data() : da.data()) : nullptr;
       ctx.arena().reset();
       model.layer(i).backward(ctx, bwd[k], g[k].data(), mb, i > 0 ? hidden[k - 1].data() : nullptr,
-                              saved[k].data(), dout, din, dloss);
+                              saved[k].data(), dout, din, dloss, nullptr);
       dout = din;
     }
     return loss.mean();

@@ -200,6 +200,9 @@ StageWorker::~StageWorker() = default;
 
 void StageWorker::check_action(const Action& a, ActionKind kind) const {
   AP_CHECK(run_active_, "{}: start_run() first", to_string(a));
+  AP_CHECK(pending_ == nullptr,
+           "{}: the weight gradients of B{} are pending: exec_backward_weights() first",
+           to_string(a), pending_ != nullptr ? pending_->microbatch : -1);
   AP_CHECK(a.kind == kind && a.stage == stage_, "{} given to exec of {} at stage {}", to_string(a),
            to_string(kind), stage_);
   if (is_compute(kind)) {
@@ -398,6 +401,24 @@ ForwardOutput StageWorker::exec_forward(const Action& a, const Microbatch& mb, c
 }
 
 Tensor StageWorker::exec_backward(const Action& a, const Microbatch& mb, const Tensor& dout) {
+  Tensor din = backward_layers(a, mb, dout, nullptr);
+  finish_backward();
+  return din;
+}
+
+Tensor StageWorker::exec_backward_input(const Action& a, const Microbatch& mb, const Tensor& dout) {
+  return backward_layers(a, mb, dout, &later_);
+}
+
+void StageWorker::exec_backward_weights() {
+  AP_CHECK(pending_ != nullptr, "stage {}: exec_backward_weights() without exec_backward_input()",
+           stage_);
+  later_.run(ctx_);
+  finish_backward();
+}
+
+Tensor StageWorker::backward_layers(const Action& a, const Microbatch& mb, const Tensor& dout,
+                                    DeferredGrads* later) {
   check_action(a, ActionKind::B);
   AP_CHECK(!waits_for_update(a), "{}: needs the update to version {}, which is not committed",
            to_string(a), job_.step());
@@ -436,9 +457,18 @@ Tensor StageWorker::exec_backward(const Action& a, const Microbatch& mb, const T
                            : (layer.takes_input() ? slot.input.f32() : nullptr);
     ctx_.arena().reset();
     layer.backward(ctx_, store_->params(v, i).data(), grads_ + param_off_[k], mb, x,
-                   slot.saved.data() + saved_off_[k], dcur, dnext, dloss);
+                   slot.saved.data() + saved_off_[k], dcur, dnext, dloss, later);
     dcur = dnext;
   }
+  pending_ = &slot;
+  pending_action_ = a;
+  return din;
+}
+
+void StageWorker::finish_backward() {
+  Slot& slot = *pending_;
+  const Action& a = pending_action_;
+  const int v = base_ + a.version;
   if (opts_.log_versions) {
     TiedVersion tied_version;
     for (size_t k = 0; k < tied_.size(); ++k)
@@ -447,10 +477,10 @@ Tensor StageWorker::exec_backward(const Action& a, const Microbatch& mb, const T
     log_.push_back({stage_, ActionKind::B, mb_offset_ + a.microbatch, v, 0, tied_version.version,
                     tied_version.lookahead});
   }
-  if (!predicted) store_->release(a.microbatch);
+  if (store_->policy() != VersionPolicy::predicted) store_->release(a.microbatch);
   slot.microbatch = -1;
   slot.input = Tensor();
-  return din;
+  pending_ = nullptr;
 }
 
 UpdateJob& StageWorker::begin_update(const Action& a) {

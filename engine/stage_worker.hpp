@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/batch.hpp"
+#include "engine/deferred_grads.hpp"
 #include "engine/expected.hpp"
 #include "engine/layer.hpp"
 #include "engine/model.hpp"
@@ -161,6 +162,16 @@ class StageWorker {
   /// accumulating the gradients. `dout` is the next stage's result (B,T,C), undefined at the
   /// last stage. Returns the gradient w.r.t. the stage's input (undefined at stage 0).
   Tensor exec_backward(const Action& action, const Microbatch& mb, const Tensor& dout);
+  /// B in two halves, for a stage whose input gradient someone waits for: the first half
+  /// computes and returns the gradient w.r.t. the stage's input and records the weight
+  /// gradients of the stage's linear maps (DeferredGrads); exec_backward_weights() computes
+  /// them and ends the B. Nothing else may run on the worker in between (AP_CHECK). Together
+  /// they compute the bits of exec_backward; the input gradient is ready a weight pass earlier
+  /// and costs a stage-sized copy of those maps' output gradients meanwhile.
+  Tensor exec_backward_input(const Action& action, const Microbatch& mb, const Tensor& dout);
+  void exec_backward_weights();
+  /// Between exec_backward_input and exec_backward_weights.
+  bool backward_pending() const { return pending_ != nullptr; }
   /// OPT_STEP, protocol step 0: opens the update producing version updates() + 1 and hands
   /// out its job (the worker's own object, valid until commit_update). Fails (AP_CHECK) while
   /// another update is open, when the action produces another version, or when the policy
@@ -240,6 +251,11 @@ class StageWorker {
 
   Slot& acquire_slot(int microbatch);
   Slot& find_slot(int microbatch);
+  // B up to the input gradient (weight gradients into `later` when not null); the slot is
+  // pending until finish_backward().
+  Tensor backward_layers(const Action& a, const Microbatch& mb, const Tensor& dout,
+                         DeferredGrads* later);
+  void finish_backward();
   void check_action(const Action& a, ActionKind kind) const;
   TiedVersion tied_held(int version, size_t k) const;
   void set_tied_held(int version, size_t k, TiedVersion tied_version);
@@ -272,6 +288,9 @@ class StageWorker {
 
   std::vector<Slot> stash_;
   std::vector<float> dh_a_, dh_b_;  // backward ping-pong (B,T,C)
+  DeferredGrads later_;             // the weight half of a B split by exec_backward_input
+  Slot* pending_ = nullptr;         // the B whose weight half is pending
+  Action pending_action_;
   std::unique_ptr<TensorPool> out_pool_, din_pool_;
 
   long updates_ = 0;

@@ -105,12 +105,19 @@ enum class Apply {
                // with its next actions; commit when an action waits for it (or at the end)
 };
 
+// How drive() runs a B at stages r > 0.
+enum class Backward {
+  one_pass,  // exec_backward
+  split,     // exec_backward_input, hand the gradient on, exec_backward_weights
+};
+
 // Drives the workers of an untied model through a compute-only schedule (updates unclipped, so
 // no cross-stage step is needed) in a round-robin over the stages. Returns the allocations made
 // inside the workers' calls.
 // `overlapped` counts the F and B executed while their stage's update was open.
 long drive(Workers& ws, const Schedule& s, const std::vector<Microbatch>& mbs, int64_t offset,
-           Apply apply = Apply::at_once, int* overlapped = nullptr) {
+           Apply apply = Apply::at_once, int* overlapped = nullptr,
+           Backward backward = Backward::one_pass) {
   for (auto& w : ws.w) REQUIRE(w->start_run(s, offset).ok());
   const int d = static_cast<int>(ws.size());
   const size_t n = static_cast<size_t>(s.total_microbatches());
@@ -156,11 +163,18 @@ long drive(Workers& ws, const Schedule& s, const std::vector<Microbatch>& mbs, i
         }
       } else if (a.kind == ActionKind::B) {
         if (r + 1 < d && !has_b[ru][j]) continue;
-        Tensor din = w.exec_backward(a, mbs[static_cast<size_t>(offset) + j], b_in[ru][j]);
+        const Microbatch& mb = mbs[static_cast<size_t>(offset) + j];
+        const bool split = backward == Backward::split && r > 0;
+        Tensor din =
+            split ? w.exec_backward_input(a, mb, b_in[ru][j]) : w.exec_backward(a, mb, b_in[ru][j]);
         b_in[ru][j] = Tensor();
         if (r > 0) {
           b_in[ru - 1][j] = std::move(din);
           has_b[ru - 1][j] = 1;
+        }
+        if (split) {
+          CHECK(w.backward_pending());
+          w.exec_backward_weights();
         }
       } else if (a.kind == ActionKind::OPT_STEP) {
         UpdateJob& job = w.begin_update(a);
@@ -204,11 +218,17 @@ TEST_CASE("the steady state allocates nothing, in every mode") {
     const Schedule s = c.mode == Mode::pipedream ? *make_pipedream(c.d, c.steps)
                                                  : *make_schedule(c.mode, c.d, c.m, c.steps);
     const auto mbs = batches(Arch::bert, model.options().vocab_size, 3 * s.total_microbatches());
-    Workers ws = make_workers(model, c.d, c.mode, c.m);
-    CHECK(drive(ws, s, mbs, 0) > 0);  // warm-up: the arenas reach their size (and it counts)
-    CHECK(drive(ws, s, mbs, s.total_microbatches()) == 0);
-    CHECK(drive(ws, s, mbs, 2 * s.total_microbatches()) == 0);
-    CHECK(ws[0]->updates() == 3 * s.steps);
+    for (Backward backward : {Backward::one_pass, Backward::split}) {
+      INFO((backward == Backward::split ? "split backward" : "one-pass backward"));
+      Workers ws = make_workers(model, c.d, c.mode, c.m);
+      auto run = [&](int k) {
+        return drive(ws, s, mbs, k * s.total_microbatches(), Apply::at_once, nullptr, backward);
+      };
+      CHECK(run(0) > 0);  // warm-up: the arenas reach their size (and it counts)
+      CHECK(run(1) == 0);
+      CHECK(run(2) == 0);
+      CHECK(ws[0]->updates() == 3 * s.steps);
+    }
   }
 }
 
@@ -267,6 +287,47 @@ TEST_CASE("updates applied on another thread while the worker computes equal upd
       }
     }
   }
+}
+
+TEST_CASE("a split backward computes exec_backward's bits, and nothing runs between its halves") {
+  const Model model = build_model(tiny(Arch::gpt, false));
+  for (const Mode mode : {Mode::gpipe, Mode::twobw, Mode::pipedream}) {
+    INFO(to_string(mode));
+    const int d = 3, m = mode == Mode::pipedream ? 1 : 3, steps = mode == Mode::pipedream ? 6 : 2;
+    const Schedule s =
+        mode == Mode::pipedream ? *make_pipedream(d, steps) : *make_schedule(mode, d, m, steps);
+    const auto mbs = batches(Arch::gpt, model.options().vocab_size, s.total_microbatches());
+    Workers a = make_workers(model, d, mode, m);
+    Workers b = make_workers(model, d, mode, m);
+    drive(a, s, mbs, 0);
+    drive(b, s, mbs, 0, Apply::at_once, nullptr, Backward::split);
+    for (size_t r = 0; r < static_cast<size_t>(d); ++r) {
+      for (int i = 0; i < a[r]->num_layers(); ++i) {
+        CHECK(std::memcmp(a[r]->params(i).data(), b[r]->params(i).data(),
+                          a[r]->params(i).size_bytes()) == 0);
+        CHECK(std::memcmp(a.o[r]->state(i).data(), b.o[r]->state(i).data(),
+                          a.o[r]->state(i).size_bytes()) == 0);
+      }
+    }
+  }
+  // between the halves: every other action is refused
+  Workers ws = make_workers(model, 2, Mode::gpipe, 2);
+  StageWorker& w = *ws[1];
+  const auto mbs = batches(Arch::gpt, model.options().vocab_size, 2);
+  REQUIRE(w.start_run(*make_gpipe(2, 2), 0).ok());
+  Tensor in = Tensor::zeros({kB, kT, model.options().width});
+  CHECK_THROWS_AS(w.exec_backward_weights(), CheckFailure);  // no first half
+  w.exec_forward({1, ActionKind::F, 0, 0, 0}, mbs[0], in);
+  w.exec_forward({1, ActionKind::F, 1, 0, 0}, mbs[1], in);
+  CHECK(w.exec_backward_input({1, ActionKind::B, 0, 0, 0}, mbs[0], Tensor()).defined());
+  CHECK(w.backward_pending());
+  CHECK(w.in_flight() == 2);  // microbatch 0 stays stashed until its weight half
+  CHECK_THROWS_AS(w.exec_backward({1, ActionKind::B, 1, 0, 0}, mbs[1], Tensor()), CheckFailure);
+  CHECK_THROWS_AS(w.begin_update({1, ActionKind::OPT_STEP, -1, 1, 0}), CheckFailure);
+  w.exec_backward_weights();
+  CHECK_FALSE(w.backward_pending());
+  CHECK(w.in_flight() == 1);
+  CHECK(w.exec_backward({1, ActionKind::B, 1, 0, 0}, mbs[1], Tensor()).defined());
 }
 
 TEST_CASE("tied parameter hooks and per-layer gradient norms") {

@@ -27,7 +27,17 @@ void matmul_forward(Context& ctx, float* out, const float* inp, const float* wei
 
 void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int N, int C, int OC) {
-  if (dinp != nullptr) gemm(ctx, false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+  if (dinp != nullptr) matmul_backward_input(ctx, dinp, dout, weight, N, C, OC);
+  matmul_backward_weight(ctx, dweight, dbias, dout, inp, N, C, OC);
+}
+
+void matmul_backward_input(Context& ctx, float* dinp, const float* dout, const float* weight, int N,
+                           int C, int OC) {
+  gemm(ctx, false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+}
+
+void matmul_backward_weight(Context& ctx, float* dweight, float* dbias, const float* dout,
+                            const float* inp, int N, int C, int OC) {
   gemm(ctx, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   if (dbias != nullptr) {
     ctx.parallel_for_aligned(OC, 16, [&](int, int64_t o0, int64_t o1) {

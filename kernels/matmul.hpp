@@ -13,7 +13,17 @@ void matmul_forward(Context& ctx, float* out, const float* inp, const float* wei
                     const float* bias, int N, int C, int OC);
 
 /// Accumulates (+=) into dinp (N,C), dweight (OC,C), dbias (OC). dinp or dbias may be null.
+/// The same bits as matmul_backward_input followed by matmul_backward_weight.
 void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int N, int C, int OC);
+
+/// The input half of matmul_backward: dinp (N,C) += dout (N,OC) · weight (OC,C).
+void matmul_backward_input(Context& ctx, float* dinp, const float* dout, const float* weight, int N,
+                           int C, int OC);
+
+/// The weight half of matmul_backward: dweight (OC,C) += doutᵀ · inp, dbias (OC) += Σ rows of
+/// dout (dbias may be null). Independent of the input half: either may run first.
+void matmul_backward_weight(Context& ctx, float* dweight, float* dbias, const float* dout,
+                            const float* inp, int N, int C, int OC);
 
 }  // namespace actorpipe

@@ -74,7 +74,8 @@ struct RunState {
   int64_t tokens_per_mb = 0;  ///< B·T
   int credits = 1;            ///< microbatches released ahead of stage 0's backwards
   float grad_clip = 0.0f;
-  Schedule schedule;  ///< lowered; sync modes run it once per step (`repeats` times)
+  bool split_backward = true;  ///< pipeline.split_backward: B hands din on before its weight half
+  Schedule schedule;           ///< lowered; sync modes run it once per step (`repeats` times)
   int repeats = 1;
   std::vector<StageWorker*> workers;
   std::vector<OptimizerShard*> shards;  ///< per stage: its optimizer state

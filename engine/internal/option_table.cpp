@@ -149,6 +149,13 @@ std::vector<OptionSpec> build_table() {
                   "evenly as possible."));
   t.push_back(row("pipeline", "threads_per_stage", &C::pipeline,
                   &PipelineOptions::threads_per_stage, ">= 1", "Compute threads of each stage."));
+  t.push_back(row("pipeline", "split_backward", &C::pipeline, &PipelineOptions::split_backward,
+                  "true | false",
+                  "A stage's backward computes the gradient of its input, hands it to the "
+                  "previous stage, then computes its weight gradients (the same results; the "
+                  "previous stage starts its backward a weight pass earlier). Costs a copy of "
+                  "the stage's linear-layer output gradients for one microbatch; false computes "
+                  "both in one pass."));
   // [optimizer]
   t.push_back(row("optimizer", "kind", &C::optimizer, &OptimizerOptions::kind, "adamw | sgd",
                   "AdamW (decoupled weight decay) or SGD with momentum."));

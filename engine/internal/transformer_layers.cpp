@@ -73,6 +73,37 @@ float* zeros(Context& ctx, size_t n) {
   return p;
 }
 
+// n floats that live as long as the backward's deferred work reading them: later's storage when
+// the backward defers, the arena otherwise. Uninitialised.
+float* kept(Context& ctx, DeferredGrads* later, size_t n) {
+  return later != nullptr ? later->hold(n) : ctx.arena().alloc_f32(n);
+}
+
+// kept(), zeroed.
+float* kept_zeros(Context& ctx, DeferredGrads* later, size_t n) {
+  float* p = kept(ctx, later, n);
+  fill_zero(ctx, p, static_cast<long>(n));
+  return p;
+}
+
+// `dout` itself, or a copy that lives until later runs when the caller will overwrite dout.
+const float* keep(DeferredGrads* later, const float* dout, size_t n) {
+  return later != nullptr ? later->copy(dout, n) : dout;
+}
+
+// matmul_backward, or its input half now and its weight half recorded into `later` (dout and
+// inp must live until later runs: see kept() and keep()).
+void linear_backward(Context& ctx, DeferredGrads* later, float* dinp, float* dweight, float* dbias,
+                     const float* dout, const float* inp, const float* weight, int N, int C,
+                     int OC) {
+  if (later == nullptr) {
+    matmul_backward(ctx, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    return;
+  }
+  if (dinp != nullptr) matmul_backward_input(ctx, dinp, dout, weight, N, C, OC);
+  later->add_linear(dweight, dbias, dout, inp, N, C, OC);
+}
+
 void check_ids(const std::vector<int32_t>& ids, size_t n, int32_t limit, bool allow_ignore,
                const char* what) {
   AP_CHECK(ids.size() == n, "microbatch {} has {} entries, expected B*T = {}", what, ids.size(), n);
@@ -125,8 +156,9 @@ class GptEmbedding final : public SlotLayer {
     return {};
   }
 
+  // The first layer: nothing waits for a din, so nothing is deferred.
   void backward(Context& ctx, const float*, float* grads, const Microbatch& mb, const float*,
-                const float*, const float* dout, float*, float) const override {
+                const float*, const float* dout, float*, float, DeferredGrads*) const override {
     check_shape(mb);
     encoder_backward(ctx, g(grads, WTE), g(grads, WPE), nullptr, dout, mb.tokens.data(), nullptr,
                      mb.B, mb.T, C_);
@@ -173,8 +205,10 @@ class BertEmbedding final : public SlotLayer {
     return {};
   }
 
+  // The first layer: nothing waits for a din, so nothing is deferred.
   void backward(Context& ctx, const float* params, float* grads, const Microbatch& mb, const float*,
-                const float* saved, const float* dout, float*, float) const override {
+                const float* saved, const float* dout, float*, float,
+                DeferredGrads*) const override {
     check_shape(mb);
     const size_t N = static_cast<size_t>(mb.B) * mb.T;
     const Saved s = layout(mb.B, mb.T, C_);
@@ -266,8 +300,8 @@ class Block final : public SlotLayer {
   }
 
   void backward(Context& ctx, const float* params, float* grads, const Microbatch& mb,
-                const float* in, const float* saved, const float* dout, float* din,
-                float) const override {
+                const float* in, const float* saved, const float* dout, float* din, float,
+                DeferredGrads* later) const override {
     check_shape(mb);
     const int B = mb.B, T = mb.T, C = C_;
     const int N = B * T;
@@ -277,24 +311,25 @@ class Block final : public SlotLayer {
     // din accumulates d(res2) first (residual + ln2 path), then d(in) (+ ln1 path).
     std::copy(dout, dout + NC, din);
     float* dfch_gelu = zeros(ctx, 4 * NC);
-    matmul_backward(ctx, dfch_gelu, g(grads, FCPW), g(grads, FCPB), dout, S + s.fch_gelu,
-                    p(params, FCPW), N, 4 * C, C);
-    float* dfch = zeros(ctx, 4 * NC);
+    linear_backward(ctx, later, dfch_gelu, g(grads, FCPW), g(grads, FCPB), keep(later, dout, NC),
+                    S + s.fch_gelu, p(params, FCPW), N, 4 * C, C);
+    float* dfch = kept_zeros(ctx, later, 4 * NC);
     gelu_backward(ctx, dfch, S + s.fch, dfch_gelu, static_cast<long>(4 * NC));
     float* dln = zeros(ctx, NC);
-    matmul_backward(ctx, dln, g(grads, FCW), g(grads, FCB), dfch, S + s.ln2, p(params, FCW), N, C,
-                    4 * C);
+    linear_backward(ctx, later, dln, g(grads, FCW), g(grads, FCB), dfch, S + s.ln2, p(params, FCW),
+                    N, C, 4 * C);
     layernorm_backward(ctx, din, g(grads, LN2W), g(grads, LN2B), dln, S + s.res2, p(params, LN2W),
                        S + s.ln2_mean, S + s.ln2_rstd, N, C);
     float* datty = zeros(ctx, NC);
-    matmul_backward(ctx, datty, g(grads, PROJW), g(grads, PROJB), din, S + s.atty, p(params, PROJW),
-                    N, C, C);
-    float* dqkv = zeros(ctx, 3 * NC);
+    // din goes on accumulating: the projection's weight gradient reads its present value
+    linear_backward(ctx, later, datty, g(grads, PROJW), g(grads, PROJB), keep(later, din, NC),
+                    S + s.atty, p(params, PROJW), N, C, C);
+    float* dqkv = kept_zeros(ctx, later, 3 * NC);
     float* scratch = ctx.arena().alloc_f32(static_cast<size_t>(B) * NH_ * T * T);
     attention_backward(ctx, dqkv, scratch, datty, S + s.qkv, S + s.att, B, T, C, NH_, causal_);
     fill_zero(ctx, dln, static_cast<long>(NC));
-    matmul_backward(ctx, dln, g(grads, QKVW), g(grads, QKVB), dqkv, S + s.ln1, p(params, QKVW), N,
-                    C, 3 * C);
+    linear_backward(ctx, later, dln, g(grads, QKVW), g(grads, QKVB), dqkv, S + s.ln1,
+                    p(params, QKVW), N, C, 3 * C);
     layernorm_backward(ctx, din, g(grads, LN1W), g(grads, LN1B), dln, in, p(params, LN1W),
                        S + s.ln1_mean, S + s.ln1_rstd, N, C);
   }
@@ -324,11 +359,12 @@ LossStats loss_forward(Context& ctx, const float* logits, const Microbatch& mb, 
   return {sum_losses(losses, N), count};
 }
 
-/// dlogits (N,V) in arena scratch for dloss·Σ losses.
-float* loss_backward(Context& ctx, const float* logits, const Microbatch& mb, int V, float dloss) {
+/// dlogits (N,V) for dloss·Σ losses, in kept() storage (the decoder's weight gradient reads it).
+const float* loss_backward(Context& ctx, DeferredGrads* later, const float* logits,
+                           const Microbatch& mb, int V, float dloss) {
   const int N = mb.B * mb.T;
   float* losses = ctx.arena().alloc_f32(static_cast<size_t>(N));
-  float* dlogits = ctx.arena().alloc_f32(static_cast<size_t>(N) * V);
+  float* dlogits = kept(ctx, later, static_cast<size_t>(N) * V);
   crossentropy_forward_backward(ctx, losses, dlogits, logits, mb.targets.data(), dloss, N, V);
   return dlogits;
 }
@@ -374,17 +410,17 @@ class GptHead final : public SlotLayer {
   }
 
   void backward(Context& ctx, const float* params, float* grads, const Microbatch& mb,
-                const float* in, const float* saved, const float*, float* din,
-                float dloss) const override {
+                const float* in, const float* saved, const float*, float* din, float dloss,
+                DeferredGrads* later) const override {
     check_shape(mb);
     const int N = mb.B * mb.T;
     const size_t NC = static_cast<size_t>(N) * C_;
     const Saved s = layout(mb.B, mb.T);
     const float* S = saved;
-    const float* dlogits = loss_backward(ctx, S + s.logits, mb, V_, dloss);
+    const float* dlogits = loss_backward(ctx, later, S + s.logits, mb, V_, dloss);
     float* dlnf = zeros(ctx, NC);
-    matmul_backward(ctx, dlnf, g(grads, LMW), nullptr, dlogits, S + s.lnf, p(params, LMW), N, C_,
-                    V_);
+    linear_backward(ctx, later, dlnf, g(grads, LMW), nullptr, dlogits, S + s.lnf, p(params, LMW), N,
+                    C_, V_);
     fill_zero(ctx, din, static_cast<long>(NC));
     layernorm_backward(ctx, din, g(grads, LNFW), g(grads, LNFB), dlnf, in, p(params, LNFW),
                        S + s.mean, S + s.rstd, N, C_);
@@ -444,25 +480,26 @@ class BertHead final : public SlotLayer {
   }
 
   void backward(Context& ctx, const float* params, float* grads, const Microbatch& mb,
-                const float* in, const float* saved, const float*, float* din,
-                float dloss) const override {
+                const float* in, const float* saved, const float*, float* din, float dloss,
+                DeferredGrads* later) const override {
     check_shape(mb);
     const int N = mb.B * mb.T;
     const size_t NC = static_cast<size_t>(N) * C_;
     const Saved s = layout(mb.B, mb.T);
     const float* S = saved;
-    const float* dlogits = loss_backward(ctx, S + s.logits, mb, V_, dloss);
+    const float* dlogits = loss_backward(ctx, later, S + s.logits, mb, V_, dloss);
     float* dt = zeros(ctx, NC);
-    matmul_backward(ctx, dt, g(grads, DECW), g(grads, DECB), dlogits, S + s.t, p(params, DECW), N,
-                    C_, V_);
+    linear_backward(ctx, later, dt, g(grads, DECW), g(grads, DECB), dlogits, S + s.t,
+                    p(params, DECW), N, C_, V_);
     float* dhg = zeros(ctx, NC);
     layernorm_backward(ctx, dhg, g(grads, LNW), g(grads, LNB), dt, S + s.hg, p(params, LNW),
                        S + s.t_mean, S + s.t_rstd, N, C_);
-    float* dh = zeros(ctx, NC);
+    float* dh = kept_zeros(ctx, later, NC);
     gelu_backward(ctx, dh, S + s.h, dhg, static_cast<long>(NC));
     float* dlnf = dt;  // dt is dead: reuse it
     fill_zero(ctx, dlnf, static_cast<long>(NC));
-    matmul_backward(ctx, dlnf, g(grads, DW), g(grads, DB), dh, S + s.lnf, p(params, DW), N, C_, C_);
+    linear_backward(ctx, later, dlnf, g(grads, DW), g(grads, DB), dh, S + s.lnf, p(params, DW), N,
+                    C_, C_);
     fill_zero(ctx, din, static_cast<long>(NC));
     layernorm_backward(ctx, din, g(grads, LNFW), g(grads, LNFB), dlnf, in, p(params, LNFW),
                        S + s.lnf_mean, S + s.lnf_rstd, N, C_);

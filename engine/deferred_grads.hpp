@@ -1,0 +1,52 @@
+// DeferredGrads: the weight-gradient work of a backward, left for after its input gradient has
+// been handed on (the previous stage can start its backward while this one finishes).
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "kernels/context.hpp"
+
+namespace actorpipe {
+
+/// A queue of linear-layer weight gradients (matmul_backward_weight) that a Layer::backward
+/// records instead of computing, with storage for the output gradients they read. The inputs
+/// they read (saved activations, the layer's input) must stay valid until run(). run()
+/// computes them in the order they were added, so every gradient buffer receives the same
+/// additions in the same order as the one-pass backward: the same bits.
+class DeferredGrads {
+ public:
+  DeferredGrads() = default;
+  DeferredGrads(const DeferredGrads&) = delete;
+  DeferredGrads& operator=(const DeferredGrads&) = delete;
+
+  /// n floats (64-byte aligned, uninitialised) that stay valid until run() or clear() returns.
+  float* hold(size_t n);
+  /// hold(n) filled with a copy of src[0, n).
+  float* copy(const float* src, size_t n);
+  /// Records dweight (OC,C) += doutᵀ · inp and dbias (OC) += Σ rows of dout (dbias may be null).
+  void add_linear(float* dweight, float* dbias, const float* dout, const float* inp, int N, int C,
+                  int OC);
+  /// Nothing recorded.
+  bool empty() const { return tasks_.empty(); }
+  size_t size() const { return tasks_.size(); }
+  /// Computes every recorded gradient in order, then clear().
+  void run(Context& ctx);
+  /// Drops what was recorded (the storage is kept for reuse).
+  void clear();
+  /// Bytes of storage held (grows to the largest backward's needs, then stays).
+  size_t capacity_bytes() const { return storage_.capacity_bytes(); }
+
+ private:
+  struct Linear {
+    float* dweight;
+    float* dbias;
+    const float* dout;
+    const float* inp;
+    int N, C, OC;
+  };
+  Arena storage_;
+  std::vector<Linear> tasks_;
+};
+
+}  // namespace actorpipe
