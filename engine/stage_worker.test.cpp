@@ -293,7 +293,8 @@ TEST_CASE("a split backward computes exec_backward's bits, and nothing runs betw
   const Model model = build_model(tiny(Arch::gpt, false));
   for (const Mode mode : {Mode::gpipe, Mode::twobw, Mode::pipedream}) {
     INFO(to_string(mode));
-    const int d = 3, m = mode == Mode::pipedream ? 1 : 3, steps = mode == Mode::pipedream ? 6 : 2;
+    const int d = 3, m = mode == Mode::pipedream ? 1 : 3;
+    const int steps = mode == Mode::pipedream ? 6 : (mode == Mode::gpipe ? 1 : 2);
     const Schedule s =
         mode == Mode::pipedream ? *make_pipedream(d, steps) : *make_schedule(mode, d, m, steps);
     const auto mbs = batches(Arch::gpt, model.options().vocab_size, s.total_microbatches());
