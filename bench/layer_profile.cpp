@@ -13,6 +13,7 @@
 
 #include "bench/step_timing.hpp"
 #include "engine/batch.hpp"
+#include "engine/deferred_grads.hpp"
 #include "engine/layer_optimizer.hpp"
 #include "engine/model.hpp"
 #include "engine/xpipe_prediction.hpp"
@@ -68,6 +69,19 @@ class LayerBench {
                    layer.takes_input() ? acts_[k].data() : nullptr, saved_[k].data(),
                    layer.is_loss() ? nullptr : dacts_[k + 1].data(),
                    layer.takes_input() ? dacts_[k].data() : nullptr, dloss_, nullptr);
+  }
+  /// Layer i's backward split: the input half (untimed), then the weight half, timed.
+  double backward_weight(int i) {
+    const size_t k = static_cast<size_t>(i);
+    const Layer& layer = model_.layer(i);
+    ctx_.arena().reset();
+    layer.backward(ctx_, params_[k].data(), grads_[k].data(), mb_,
+                   layer.takes_input() ? acts_[k].data() : nullptr, saved_[k].data(),
+                   layer.is_loss() ? nullptr : dacts_[k + 1].data(),
+                   layer.takes_input() ? dacts_[k].data() : nullptr, dloss_, &later_);
+    const auto t0 = Clock::now();
+    later_.run(ctx_);
+    return std::chrono::duration<double>(Clock::now() - t0).count();
   }
   /// Forward over every layer, then backward over every layer: one microbatch.
   void chain() {
@@ -136,6 +150,7 @@ class LayerBench {
   Context ctx_;
   Microbatch mb_;
   float dloss_;
+  DeferredGrads later_;
   long step_ = 0;
   std::vector<std::vector<float>> params_, grads_, state_, saved_, spare_, acts_, dacts_;
 };
@@ -174,8 +189,13 @@ Expected<LayerProfile> profile_layers(const ModelOptions& model_opts,
     c.name = fmt::format("{} {}", to_string(lb.model().layer(i).kind()), i);
     c.forward = time_median(reps, [&] { lb.forward(i); });
   }
-  for (int i = n - 1; i >= 0; --i)
-    p.layers[static_cast<size_t>(i)].backward = time_median(reps, [&] { lb.backward(i); });
+  for (int i = n - 1; i >= 0; --i) {
+    LayerCost& c = p.layers[static_cast<size_t>(i)];
+    c.backward = time_median(reps, [&] { lb.backward(i); });
+    std::vector<double> w;
+    for (int r = 0; r < reps; ++r) w.push_back(lb.backward_weight(i));
+    c.backward_weight = median(std::move(w));
+  }
   for (int i = 0; i < n; ++i) {
     LayerCost& c = p.layers[static_cast<size_t>(i)];
     c.update = time_median(reps, [&] { lb.update(i); });

@@ -15,9 +15,12 @@ struct LayerCost {
   std::string name;       ///< "gpt_embedding 0", "gpt_block 3", "gpt_head 7"
   double forward = 0.0;   ///< Layer::forward
   double backward = 0.0;  ///< Layer::backward (accumulating into the gradient)
-  double update = 0.0;    ///< Σg² + the optimizer update + zeroing the gradient
-  double copy = 0.0;      ///< copying the parameters (a new weight version: 2bw, pipedream)
-  double predict = 0.0;   ///< predict_weights one update ahead (an xpipe forward with s > 0)
+  /// The weight half of a split backward (DeferredGrads::run after Layer::backward recorded
+  /// it): what a stage computes after handing its input gradient on. 0 for the embedding.
+  double backward_weight = 0.0;
+  double update = 0.0;   ///< Σg² + the optimizer update + zeroing the gradient
+  double copy = 0.0;     ///< copying the parameters (a new weight version: 2bw, pipedream)
+  double predict = 0.0;  ///< predict_weights one update ahead (an xpipe forward with s > 0)
 };
 
 struct LayerProfile {
@@ -33,7 +36,8 @@ struct LayerProfile {
 /// Builds the model at its seeded initialisation and a Context of `threads` threads (the rule a
 /// stage of threads_per_stage threads follows), runs one forward and one backward chain over all
 /// layers with random tokens to warm up and to get realistic inputs, then times every layer's
-/// forward, backward, update (with `optimizer`), copy and prediction `reps` times each; medians.
+/// forward, backward, the weight half of a split backward, update (with `optimizer`), copy and
+/// prediction `reps` times each; medians.
 /// Errors: a bad model, B, T or reps.
 Expected<LayerProfile> profile_layers(const ModelOptions& model, const OptimizerOptions& optimizer,
                                       int B, int T, int threads, int reps);

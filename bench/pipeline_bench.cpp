@@ -64,9 +64,9 @@ PipelineRunSpec run_spec(const BenchShape& shape, Mode mode, int stages,
   return spec;
 }
 
-std::string label(int stages, int threads) {
-  return fmt::format("{} stage{} x {} thread{}", stages, stages == 1 ? "" : "s", threads,
-                     threads == 1 ? "" : "s");
+std::string label(int stages, int threads, bool split_backward = true) {
+  return fmt::format("{} stage{} x {} thread{}{}", stages, stages == 1 ? "" : "s", threads,
+                     threads == 1 ? "" : "s", stages > 1 && !split_backward ? ", 1-pass B" : "");
 }
 
 double ideal_ratio(int m, int d) {
@@ -114,6 +114,7 @@ struct RunRecord {
   Mode mode = Mode::gpipe;
   int stages = 1;
   int threads = 1;
+  bool split = true;  // pipeline.split_backward; off only in the comparison rows
   std::vector<int> counts;
   bool ok = false;
   std::string error;
@@ -134,12 +135,12 @@ struct RunRecord {
   }
   /// The efficiency target of a two-stage run and whether it was met.
   std::string target() const {
-    if (stages < 2) return "";
+    if (stages < 2 || !split) return "";
     if (is_synchronous(mode)) return fmt::format("within {:.0f}% of ideal", kIdealTolerance * 100);
     return fmt::format(">= {:.1f}x", kAsyncTarget);
   }
   std::optional<bool> met() const {
-    if (stages < 2 || !ratio_1x1) return std::nullopt;
+    if (stages < 2 || !split || !ratio_1x1) return std::nullopt;
     if (is_synchronous(mode)) return *ratio_1x1 >= (1.0 - kIdealTolerance) * *ideal;
     return *ratio_1x1 >= kAsyncTarget;
   }
@@ -153,6 +154,7 @@ json run_json(const RunRecord& rec, const BenchShape& shape, int m) {
   j["mode"] = std::string(to_string(rec.mode));
   j["stages"] = rec.stages;
   j["threads_per_stage"] = rec.threads;
+  j["split_backward"] = rec.split;
   j["microbatches"] = m;
   j["partition"] = rec.counts;
   j["ok"] = rec.ok;
@@ -179,9 +181,11 @@ json run_json(const RunRecord& rec, const BenchShape& shape, int m) {
   j["prediction_within_target"] =
       err ? json(std::abs(*err) <= kPredictionTolerance) : json(nullptr);
   if (rec.predicted) {
-    j["simulated_stage_ms"] = {{"forward", scaled(rec.predicted->costs.forward, 1e3)},
-                               {"backward", scaled(rec.predicted->costs.backward, 1e3)},
-                               {"optimizer", scaled(rec.predicted->costs.optimizer, 1e3)}};
+    j["simulated_stage_ms"] = {
+        {"forward", scaled(rec.predicted->costs.forward, 1e3)},
+        {"backward", scaled(rec.predicted->costs.backward, 1e3)},
+        {"backward_weight", scaled(rec.predicted->costs.backward_weight, 1e3)},
+        {"optimizer", scaled(rec.predicted->costs.optimizer, 1e3)}};
     j["simulated_busy_ms"] = scaled(simulated_busy(rec.predicted->costs, rec.mode, m), 1e3);
   } else {
     j["prediction_note"] = rec.prediction_error;
@@ -196,8 +200,8 @@ std::string fmt_opt(const std::optional<double>& v, const char* f) {
 
 std::string run_row(const RunRecord& rec, int tokens_per_step) {
   if (!rec.ok)
-    return fmt::format("{:<10} {:<21} FAILED: {}\n", to_string(rec.mode),
-                       label(rec.stages, rec.threads), rec.error);
+    return fmt::format("{:<10} {:<31} FAILED: {}\n", to_string(rec.mode),
+                       label(rec.stages, rec.threads, rec.split), rec.error);
   std::string busy;
   for (double b : rec.r.stage_busy) busy += fmt::format("{}{:.2f}", busy.empty() ? "" : " ", b);
   std::string of_ideal = rec.ratio_1x1 && rec.ideal
@@ -207,8 +211,8 @@ std::string run_row(const RunRecord& rec, int tokens_per_step) {
   if (auto met = rec.met()) target = rec.target() + (*met ? " ok" : " MISSED");
   auto err = rec.prediction_err(tokens_per_step);
   return fmt::format(
-      "{:<10} {:<21} {:>9.1f} {:>9.0f}  {:<10} {:>6} {:>6} {:>8}  {:<24} {:>9} {:>7} {}\n",
-      to_string(rec.mode), label(rec.stages, rec.threads), rec.r.tokens_per_s,
+      "{:<10} {:<31} {:>9.1f} {:>9.0f}  {:<10} {:>6} {:>6} {:>8}  {:<24} {:>9} {:>7} {}\n",
+      to_string(rec.mode), label(rec.stages, rec.threads, rec.split), rec.r.tokens_per_s,
       rec.r.step_seconds * 1e3, busy, fmt_opt(rec.ratio_1x1, "{:.2f}x"),
       fmt_opt(rec.ideal, "{:.2f}x"), of_ideal, target,
       fmt_opt(rec.predicted_tokens_per_s(tokens_per_step), "{:.1f}"),
@@ -216,7 +220,7 @@ std::string run_row(const RunRecord& rec, int tokens_per_step) {
 }
 
 std::string run_header() {
-  return fmt::format("{:<10} {:<21} {:>9} {:>9}  {:<10} {:>6} {:>6} {:>8}  {:<24} {:>9} {:>7} {}\n",
+  return fmt::format("{:<10} {:<31} {:>9} {:>9}  {:<10} {:>6} {:>6} {:>8}  {:<24} {:>9} {:>7} {}\n",
                      "mode", "configuration", "tokens/s", "step ms", "busy", "x 1x1", "ideal",
                      "of ideal", "target", "simulated", "error", "other");
 }
@@ -291,12 +295,17 @@ int run_pipeline_bench(std::span<const std::string> args) {
 
   // whole layers per stage: what the partition allows each mode, by the simulator fed one
   // profile (the loaded one) for both pipelines, so that only the split and the schedule differ
-  std::vector<std::pair<Mode, double>> partition_allows;
+  // (and for gpipe and 1f1b with a one-pass backward)
+  std::vector<std::pair<Mode, double>> partition_allows, partition_allows_one_pass;
   for (Mode mode : o.modes) {
     auto one = predict_pipeline(*prof1l, mode, std::vector<int>{layers}, m, o.warmup, o.reps);
     auto two = predict_pipeline(*prof1l, mode, split, m, o.warmup, o.reps);
     if (one && two && two->step_seconds > 0)
       partition_allows.emplace_back(mode, one->step_seconds / two->step_seconds);
+    if (!is_synchronous(mode)) continue;
+    auto two_one_pass = predict_pipeline(*prof1l, mode, split, m, o.warmup, o.reps, false);
+    if (one && two_one_pass && two_one_pass->step_seconds > 0)
+      partition_allows_one_pass.emplace_back(mode, one->step_seconds / two_one_pass->step_seconds);
   }
 
   if (o.json) {
@@ -318,6 +327,10 @@ int run_pipeline_bench(std::span<const std::string> args) {
     json allows = json::object();
     for (const auto& [mode, ratio] : partition_allows) allows[std::string(to_string(mode))] = ratio;
     s["partition_allows_ratio"] = allows;
+    json allows_one_pass = json::object();
+    for (const auto& [mode, ratio] : partition_allows_one_pass)
+      allows_one_pass[std::string(to_string(mode))] = ratio;
+    s["partition_allows_ratio_one_pass_backward"] = allows_one_pass;
     out(s.dump() + "\n");
     for (const LayerProfile* p : {&*prof1, &*prof2, &*prof1l}) {
       json j;
@@ -330,6 +343,7 @@ int run_pipeline_bench(std::span<const std::string> args) {
         ls.push_back({{"layer", c.name},
                       {"forward_ms", c.forward * 1e3},
                       {"backward_ms", c.backward * 1e3},
+                      {"backward_weight_ms", c.backward_weight * 1e3},
                       {"update_ms", c.update * 1e3},
                       {"copy_ms", c.copy * 1e3},
                       {"predict_ms", c.predict * 1e3}});
@@ -352,18 +366,19 @@ int run_pipeline_bench(std::span<const std::string> args) {
                     "a Context of 1 or 2 threads;\n  1t+load: 1 thread while another thread "
                     "runs the same profile, as a stage of the two-stage runs sees it):\n",
                     o.profile_reps));
-    out(fmt::format("{:<18} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8} {:>8} {:>9} {:>9}\n", "layer",
-                    "F 1t", "B 1t", "update", "copy", "predict", "F 2t", "B 2t", "F 1t+load",
-                    "B 1t+load"));
+    out(fmt::format("{:<18} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10}\n",
+                    "layer", "F 1t", "B 1t", "update", "copy", "predict", "F 2t", "B 2t",
+                    "F 1t+load", "B 1t+load", "Bw 1t+load"));
     for (size_t i = 0; i < prof1->layers.size(); ++i) {
       const LayerCost& a = prof1->layers[i];
       const LayerCost& b = prof2->layers[i];
       const LayerCost& c = prof1l->layers[i];
       out(fmt::format(
           "{:<18} {:>8.2f} {:>8.2f} {:>8.2f} {:>7.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>9.2f} "
-          "{:>9.2f}\n",
+          "{:>9.2f} {:>10.2f}\n",
           a.name, a.forward * 1e3, a.backward * 1e3, a.update * 1e3, a.copy * 1e3, a.predict * 1e3,
-          b.forward * 1e3, b.backward * 1e3, c.forward * 1e3, c.backward * 1e3));
+          b.forward * 1e3, b.backward * 1e3, c.forward * 1e3, c.backward * 1e3,
+          c.backward_weight * 1e3));
     }
     double solo = 0.0, loaded = 0.0;
     for (size_t i = 0; i < prof1->layers.size(); ++i) {
@@ -380,8 +395,12 @@ int run_pipeline_bench(std::span<const std::string> args) {
     std::string allowed;
     for (const auto& [mode, ratio] : partition_allows) {
       allowed += fmt::format("{}{} {:.2f}x", allowed.empty() ? "" : ", ", to_string(mode), ratio);
-      if (is_synchronous(mode))
-        allowed += fmt::format(" ({:.1f}% of the ideal)", 100.0 * ratio / ideal_ratio(m, 2));
+      if (!is_synchronous(mode)) continue;
+      allowed += fmt::format(" ({:.1f}% of the ideal", 100.0 * ratio / ideal_ratio(m, 2));
+      for (const auto& [mode1, ratio1] : partition_allows_one_pass)
+        if (mode1 == mode)
+          allowed += fmt::format("; one-pass B {:.1f}%", 100.0 * ratio1 / ideal_ratio(m, 2));
+      allowed += ")";
     }
     out(fmt::format(
         "  the larger stage holds {:.1f}% of the F+B; with this partition the simulator, fed the "
@@ -402,16 +421,26 @@ int run_pipeline_bench(std::span<const std::string> args) {
   int failures = 0;
   int disturbed = 0;  // measurements during which other work took kBusyCores or more
   std::vector<RunRecord> runs;
+  // gpipe and 1f1b also run two stages with a one-pass backward (pipeline.split_backward off):
+  // the share of their bubble the split removes, side by side
+  struct Configuration {
+    int stages, threads;
+    bool split;
+  };
   for (Mode mode : o.overhead_only ? std::vector<Mode>{} : o.modes) {
     std::optional<double> tps11, tps12;
-    for (auto [stages, threads] : {std::pair{1, 1}, std::pair{1, 2}, std::pair{2, 1}}) {
+    std::vector<Configuration> configurations = {{1, 1, true}, {1, 2, true}, {2, 1, true}};
+    if (is_synchronous(mode)) configurations.push_back({2, 1, false});
+    for (auto [stages, threads, split_backward] : configurations) {
       RunRecord rec;
       rec.mode = mode;
       rec.stages = stages;
       rec.threads = threads;
+      rec.split = split_backward;
       rec.counts = stages == 1 ? std::vector<int>{layers} : split;
       PipelineRunSpec spec = run_spec(shape, mode, stages, rec.counts, m, o.warmup);
       spec.threads_per_stage = threads;
+      spec.split_backward = split_backward;
       spec.reps = o.reps;
       const CpuSnapshot before = cpu_snapshot();
       auto res = measure_pipeline(spec);
@@ -424,8 +453,8 @@ int run_pipeline_bench(std::span<const std::string> args) {
         rec.error = res.error().message;
         ++failures;
       }
-      auto pred =
-          predict_pipeline(profile_for(stages, threads), mode, rec.counts, m, o.warmup, o.reps);
+      auto pred = predict_pipeline(profile_for(stages, threads), mode, rec.counts, m, o.warmup,
+                                   o.reps, split_backward);
       if (pred) {
         rec.predicted = std::move(*pred);
       } else {
@@ -435,7 +464,7 @@ int run_pipeline_bench(std::span<const std::string> args) {
         if (stages == 1 && threads == 1) tps11 = rec.r.tokens_per_s;
         if (stages == 1 && threads == 2) tps12 = rec.r.tokens_per_s;
         if (tps11 && !(stages == 1 && threads == 1)) rec.ratio_1x1 = rec.r.tokens_per_s / *tps11;
-        if (tps12 && stages == 2) rec.ratio_1x2 = rec.r.tokens_per_s / *tps12;
+        if (tps12 && stages == 2 && split_backward) rec.ratio_1x2 = rec.r.tokens_per_s / *tps12;
         if (stages == 2 && is_synchronous(mode)) rec.ideal = ideal_ratio(m, stages);
       }
       out(o.json ? run_json(rec, shape, m).dump() + "\n" : run_row(rec, tokens_per_step));
@@ -445,7 +474,7 @@ int run_pipeline_bench(std::span<const std::string> args) {
   if (!o.json && !runs.empty()) {
     out("\n2 stages x 1 thread against 1 stage x 2 threads (tokens/s ratio):\n");
     for (const RunRecord& r : runs) {
-      if (r.stages == 2)
+      if (r.stages == 2 && r.split)
         out(fmt::format("  {:<10} {}\n", to_string(r.mode), fmt_opt(r.ratio_1x2, "{:.3f}x")));
     }
   }
@@ -462,8 +491,8 @@ int run_pipeline_bench(std::span<const std::string> args) {
         cells += fmt::format("  stage {}: {:>8.0f} measured {:>8.0f} profile ({:+.1f}%)", k,
                              meas * 1e3, sim[k] * 1e3, 100.0 * (meas / sim[k] - 1.0));
       }
-      out(fmt::format("  {:<10} {:<21} cpu {:.2f}{}\n", to_string(r.mode),
-                      label(r.stages, r.threads),
+      out(fmt::format("  {:<10} {:<31} cpu {:.2f}{}\n", to_string(r.mode),
+                      label(r.stages, r.threads, r.split),
                       r.r.timed_seconds > 0 ? r.r.cpu_seconds / r.r.timed_seconds : 0.0, cells));
     }
   }

@@ -110,13 +110,14 @@ Expected<double> simulated_step_seconds(Mode mode, int microbatches, const CostM
 }
 
 Expected<CostModel> stage_costs(const LayerProfile& profile, Mode mode, std::span<const int> counts,
-                                int microbatches, int steps) {
+                                int microbatches, int steps, bool split_backward) {
   const std::vector<int> per_stage(counts.begin(), counts.end());
   const int d = static_cast<int>(per_stage.size());
-  std::vector<double> f, b, u, c, p;
+  std::vector<double> f, b, w, u, c, p;
   for (const LayerCost& l : profile.layers) {
     f.push_back(l.forward);
     b.push_back(l.backward);
+    w.push_back(l.backward_weight);
     u.push_back(l.update);
     c.push_back(l.copy);
     p.push_back(l.predict);
@@ -124,6 +125,7 @@ Expected<CostModel> stage_costs(const LayerProfile& profile, Mode mode, std::spa
   auto F = sum_layers_per_stage(f, per_stage);
   if (!F) return F.error();
   auto B = sum_layers_per_stage(b, per_stage);
+  auto W = sum_layers_per_stage(w, per_stage);
   auto U = sum_layers_per_stage(u, per_stage);
   auto C = sum_layers_per_stage(c, per_stage);
   auto P = sum_layers_per_stage(p, per_stage);
@@ -133,6 +135,14 @@ Expected<CostModel> stage_costs(const LayerProfile& profile, Mode mode, std::spa
   CostModel m;
   m.forward = *F;
   m.backward = *B;
+  if (split_backward && d > 1) {
+    m.backward_weight = *W;
+    m.backward_weight[0] = 0.0;  // nothing waits for stage 0's input gradient
+    for (int r = 1; r < d; ++r) {
+      const size_t k = static_cast<size_t>(r);
+      m.backward_weight[k] = std::min(m.backward_weight[k], m.backward[k]);
+    }
+  }
   m.optimizer = *U;
   if (profile.tied && d > 1 && tied_sync(mode) == TiedSync::exchange_grads)
     m.paired_updates.push_back({0, d - 1});
@@ -153,8 +163,8 @@ Expected<CostModel> stage_costs(const LayerProfile& profile, Mode mode, std::spa
 
 Expected<PipelinePrediction> predict_pipeline(const LayerProfile& profile, Mode mode,
                                               std::span<const int> counts, int microbatches,
-                                              int warmup, int reps) {
-  auto costs = stage_costs(profile, mode, counts, microbatches, warmup + reps);
+                                              int warmup, int reps, bool split_backward) {
+  auto costs = stage_costs(profile, mode, counts, microbatches, warmup + reps, split_backward);
   if (!costs) return costs.error();
   auto step = simulated_step_seconds(mode, microbatches, *costs, warmup, reps);
   if (!step) return step.error();

@@ -39,9 +39,11 @@ Expected<double> simulated_step_seconds(Mode mode, int microbatches, const CostM
 /// forwards that predict (lookahead > 0 after the first update). Transfers are free (in-process
 /// hand-off, no copy). With a tied model whose embedding (stage 0) and head (last stage) sit on
 /// different stages, modes that exchange the tied gradients (tied_sync: gpipe, 1f1b) pair
-/// those two stages' updates (CostModel::paired_updates): each waits for the other's.
+/// those two stages' updates (CostModel::paired_updates): each waits for the other's. With
+/// `split_backward` (the engine's pipeline.split_backward), every stage but the first hands its
+/// input gradient on before the weight half of its B: backward_weight sums the stage's layers'.
 Expected<CostModel> stage_costs(const LayerProfile& profile, Mode mode, std::span<const int> counts,
-                                int microbatches, int steps);
+                                int microbatches, int steps, bool split_backward = true);
 
 struct PipelinePrediction {
   CostModel costs;
@@ -51,6 +53,6 @@ struct PipelinePrediction {
 /// stage_costs then simulated_step_seconds for `counts` (one entry per stage).
 Expected<PipelinePrediction> predict_pipeline(const LayerProfile& profile, Mode mode,
                                               std::span<const int> counts, int microbatches,
-                                              int warmup, int reps);
+                                              int warmup, int reps, bool split_backward = true);
 
 }  // namespace actorpipe::bench

@@ -54,8 +54,9 @@ LayerProfile synthetic_profile(int layers) {
   for (int i = 0; i < layers; ++i) {
     LayerCost c;
     c.name = std::to_string(i);
-    c.forward = i + 1;         // 1, 2, 3, ...
-    c.backward = 2 * (i + 1);  // 2, 4, 6, ...
+    c.forward = i + 1;          // 1, 2, 3, ...
+    c.backward = 2 * (i + 1);   // 2, 4, 6, ...
+    c.backward_weight = i + 1;  // half of it
     c.update = 0.25;
     c.copy = 0.125;
     c.predict = 0.5;
@@ -160,6 +161,11 @@ TEST_CASE("stage_costs: sums per stage, a copy where versions are kept, xpipe's 
     auto c = stage_costs(p, mode, counts, 4, 3);
     REQUIRE(c.ok());
     CHECK(c->backward == std::vector<double>{6, 6});
+    // split_backward: only the stage after the first sends before its weight half
+    CHECK(c->backward_weight == std::vector<double>{0, 3});
+    auto one_pass = stage_costs(p, mode, counts, 4, 3, false);
+    REQUIRE(one_pass.ok());
+    CHECK(one_pass->backward_weight.empty());
     // gpipe/1f1b/xpipe: one version; 2bw: two at every stage; pipedream: d - r at stage r
     const bool copy0 = mode == Mode::twobw || mode == Mode::pipedream;
     const bool copy1 = mode == Mode::twobw;
@@ -206,9 +212,13 @@ TEST_CASE("predict_pipeline: one stage of gpipe is m(F+B) plus the update") {
   auto r = predict_pipeline(p, Mode::gpipe, std::vector<int>{3}, 4, 1, 2);
   REQUIRE(r.ok());
   CHECK(r->step_seconds == doctest::Approx(4 * 18 + 0.75));
-  auto two = predict_pipeline(p, Mode::onef1b, std::vector<int>{2, 1}, 4, 1, 2);
+  auto two = predict_pipeline(p, Mode::onef1b, std::vector<int>{2, 1}, 4, 1, 2, false);
   REQUIRE(two.ok());
   CHECK(two->costs.forward == std::vector<double>{3, 3});
   // balanced stages of 9: (m + 1)·9 plus the slowest update (stage 0: 0.5)
   CHECK(two->step_seconds == doctest::Approx(5 * 9 + 0.5));
+  // split backward: stage 0 gets its first gradient stage 1's weight half (3) earlier
+  auto split = predict_pipeline(p, Mode::onef1b, std::vector<int>{2, 1}, 4, 1, 2);
+  REQUIRE(split.ok());
+  CHECK(split->step_seconds == doctest::Approx(5 * 9 + 0.5 - 3));
 }

@@ -1,6 +1,7 @@
 # Smoke test of `actorpipe-bench pipeline`: at the tiny shape with one timed step, the command
-# must exit 0 and print only JSON lines: the setup, three profiles (1 thread, 2 threads, 1 thread with the other core busy), 15 runs (5 modes x 3
-# configurations) with predictions, 10 overhead runs, the GPipe peer (4 lines, or a line saying
+# must exit 0 and print only JSON lines: the setup, three profiles (1 thread, 2 threads, 1 thread
+# with the other core busy), 17 runs (5 modes x 3 configurations, and gpipe and 1f1b on two stages
+# with a one-pass backward) with predictions, 10 overhead runs, the GPipe peer (4 lines, or a line saying
 # torch is missing) and the end line, with sane values. Then --overhead-only: the same setup and
 # profiles, the overhead runs of the modes asked for and the end line, nothing else.
 # Usage: cmake -DBENCH=<path to actorpipe-bench> -P pipeline_smoke_test.cmake
@@ -29,6 +30,7 @@ set(n_setup 0)
 set(n_profile 0)
 set(n_loaded 0)  # profiles taken with another thread busy
 set(n_run 0)
+set(n_one_pass 0)  # two-stage runs with split_backward off
 set(n_overhead 0)
 set(n_peer 0)
 set(n_end 0)
@@ -66,13 +68,22 @@ foreach(line IN LISTS lines)
     if(NOT busy EQUAL stages)
       message(FATAL_ERROR "stage_busy has ${busy} entries for ${stages} stages:\n${line}")
     endif()
-    if(stages EQUAL 2)
+    string(JSON split GET "${line}" split_backward)
+    if(stages EQUAL 2 AND split)
       require_positive("${line}" ratio_to_1x1)
       require_positive("${line}" ratio_to_1x2)
       string(JSON met TYPE "${line}" meets_target)
       if(NOT met STREQUAL "BOOLEAN")
         message(FATAL_ERROR "a two-stage run without a target verdict:\n${line}")
       endif()
+    elseif(stages EQUAL 2)
+      math(EXPR n_one_pass "${n_one_pass} + 1")
+      string(JSON mode GET "${line}" mode)
+      if(NOT mode STREQUAL "gpipe" AND NOT mode STREQUAL "1f1b")
+        message(FATAL_ERROR "a one-pass backward run of ${mode}:\n${line}")
+      endif()
+      require_positive("${line}" ratio_to_1x1)
+      require_positive("${line}" fraction_of_ideal)
     endif()
   elseif(name STREQUAL "pipeline_overhead")
     math(EXPR n_overhead "${n_overhead} + 1")
@@ -96,11 +107,11 @@ foreach(line IN LISTS lines)
     message(FATAL_ERROR "unknown line '${name}':\n${line}")
   endif()
 endforeach()
-if(NOT n_setup EQUAL 1 OR NOT n_profile EQUAL 3 OR NOT n_loaded EQUAL 1 OR NOT n_run EQUAL 15 OR NOT n_overhead EQUAL 10
-   OR NOT n_end EQUAL 1)
+if(NOT n_setup EQUAL 1 OR NOT n_profile EQUAL 3 OR NOT n_loaded EQUAL 1 OR NOT n_run EQUAL 17
+   OR NOT n_one_pass EQUAL 2 OR NOT n_overhead EQUAL 10 OR NOT n_end EQUAL 1)
   message(FATAL_ERROR "lines: setup ${n_setup}, profile ${n_profile} (${n_loaded} loaded), run "
-                      "${n_run}, overhead ${n_overhead}, end ${n_end}; expected 1, 3 (1), 15, 10, "
-                      "1:\n${out}")
+                      "${n_run} (${n_one_pass} one-pass), overhead ${n_overhead}, end ${n_end}; "
+                      "expected 1, 3 (1), 17 (2), 10, 1:\n${out}")
 endif()
 if(NOT peer_missing AND NOT n_peer EQUAL 4)
   message(FATAL_ERROR "expected 4 peer lines (unsplit and pipe at 1 and 2 threads), got ${n_peer}")

@@ -61,6 +61,7 @@ Expected<PipelineRunResult> measure_pipeline(const PipelineRunSpec& spec) {
   c.pipeline.seq_len = spec.T;
   c.pipeline.partition = spec.partition;
   c.pipeline.threads_per_stage = spec.threads_per_stage;
+  c.pipeline.split_backward = spec.split_backward;
   ActorEngineOptions o;
   o.skip_compute = spec.skip_compute;
   o.stall_timeout_seconds = 900.0;  // a busy machine slows a step, it does not stall it

@@ -22,6 +22,7 @@ struct PipelineRunSpec {
   int threads_per_stage = 1;
   int microbatches = 8;        ///< m per optimizer step
   std::vector<int> partition;  ///< layers per stage; empty = even
+  bool split_backward = true;  ///< pipeline.split_backward
   /// The engine's own cost: every message and hand-off, no compute (ActorEngineOptions).
   bool skip_compute = false;
   int warmup = 1;  ///< untimed steps at the start of a run (at least 1)

@@ -74,6 +74,16 @@ Expected<Simulation> simulate(const Schedule& input, const CostModel& costs) {
   if (auto st = check_costs("forward", costs.forward, d, false); !st) return st.error();
   if (auto st = check_costs("backward", costs.backward, d, false); !st) return st.error();
   if (auto st = check_costs("optimizer", costs.optimizer, d, true); !st) return st.error();
+  if (auto st = check_costs("backward_weight", costs.backward_weight, d, true); !st) {
+    return st.error();
+  }
+  for (size_t r = 0; r < costs.backward_weight.size(); ++r) {
+    if (costs.backward_weight[r] > costs.backward[r]) {
+      return make_error(
+          "cost model: backward_weight[{}] = {} is not allowed: it is part of backward[{}] = {}", r,
+          costs.backward_weight[r], r, costs.backward[r]);
+    }
+  }
   if (auto st = check_costs("activation_bytes", costs.activation_bytes, d - 1, true); !st) {
     return st.error();
   }
@@ -89,8 +99,14 @@ Expected<Simulation> simulate(const Schedule& input, const CostModel& costs) {
 
   // link_free[r][0]: r -> r+1 (activations), link_free[r][1]: r+1 -> r (gradients).
   std::vector<std::array<double, 2>> link_free(d, {0.0, 0.0});
+  // per stage: the last action it ran was the B of this microbatch (-1: another action), whose
+  // result was ready at b_ready
+  std::vector<int> b_mb(d, -1);
+  std::vector<double> b_ready(d, 0.0);
   auto execute = [&](const Action& a, double clock, double dep_ready) -> internal::Timing {
     const size_t r = a.stage;
+    const int after_b = b_mb[r];
+    b_mb[r] = -1;
     switch (a.kind) {
       case ActionKind::F:
       case ActionKind::B:
@@ -100,7 +116,13 @@ Expected<Simulation> simulate(const Schedule& input, const CostModel& costs) {
                             : costs.optimizer.empty() ? 0.0
                                                       : costs.optimizer[r];
         const double start = std::max(clock, dep_ready);
-        return {start, start + cost, start + cost};
+        double ready = start + cost;
+        if (a.kind == ActionKind::B) {
+          if (!costs.backward_weight.empty()) ready -= costs.backward_weight[r];
+          b_mb[r] = a.microbatch;
+          b_ready[r] = ready;
+        }
+        return {start, start + cost, ready};
       }
       case ActionKind::SEND_F:
       case ActionKind::SEND_B: {
@@ -110,9 +132,11 @@ Expected<Simulation> simulate(const Schedule& input, const CostModel& costs) {
             costs.activation_bytes.empty() ? 0.0 : costs.activation_bytes[boundary];
         const double wire = costs.bandwidth > 0 ? bytes / costs.bandwidth : 0.0;
         double& free = link_free[boundary][fwd ? 0 : 1];
-        const double tx = std::max(clock, free);
+        // a split B sends its gradient itself, before its weight half
+        const double issued = !fwd && after_b == a.microbatch ? b_ready[r] : clock;
+        const double tx = std::max(issued, free);
         free = tx + wire;
-        return {clock, clock, tx + wire + costs.latency};
+        return {issued, clock, tx + wire + costs.latency};
       }
       case ActionKind::RECV_F:
       case ActionKind::RECV_B: {

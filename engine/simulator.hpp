@@ -13,8 +13,12 @@ namespace actorpipe {
 
 /// Costs in seconds and bytes; "per stage" vectors have one entry per stage.
 struct CostModel {
-  std::vector<double> forward;           ///< F time of one microbatch, per stage
-  std::vector<double> backward;          ///< B time of one microbatch, per stage
+  std::vector<double> forward;   ///< F time of one microbatch, per stage
+  std::vector<double> backward;  ///< B time of one microbatch, per stage
+  /// Per stage: the part of `backward` that comes after the stage's input gradient is ready
+  /// (pipeline.split_backward: the weight gradients of a split B). A SEND_B that directly
+  /// follows its B is issued that much before the B ends. Empty = 0 (B sends at its end).
+  std::vector<double> backward_weight;
   std::vector<double> optimizer;         ///< OPT_STEP time per stage; empty = 0
   std::vector<double> activation_bytes;  ///< bytes crossing boundary r -> r+1 (d-1 entries; the
                                          ///< gradient going back has the same size); empty = 0
@@ -53,11 +57,12 @@ struct Simulation {
 };
 
 /// Replays `schedule` (lowered first when it is compute-only). Every stage runs its list in
-/// order; an F/B starts when the stage is free and its input has arrived. A transfer starts
+/// order; an F/B starts when the stage is free and its input has arrived. A B's result is ready
+/// backward_weight before its end. A transfer starts
 /// when the SEND is issued and the link (one per direction per boundary, FIFO) is free, holds
 /// the link for bytes/bandwidth and arrives latency later. A FLUSH is a barrier (zero time).
-/// Errors: the schedule does not validate, or a cost vector has the wrong length or a negative
-/// or non-finite entry.
+/// Errors: the schedule does not validate, a cost vector has the wrong length or a negative
+/// or non-finite entry, or a stage's backward_weight exceeds its backward.
 Expected<Simulation> simulate(const Schedule& schedule, const CostModel& costs);
 
 /// Per stage: the most microbatches stashed at once (F done, B not yet), from the action order.

@@ -153,6 +153,43 @@ TEST_CASE("two stages with latency, bandwidth and optimizer time, by hand") {
   CHECK(contains(text, "9.25"));
 }
 
+TEST_CASE("split backward: the gradient leaves backward_weight before its B ends") {
+  // by hand: gpipe d=2 m=1, F=1, B=2, stage 1's weight half 0.75
+  auto one = make_gpipe(2, 1);
+  REQUIRE(one.ok());
+  CostModel c = uniform_costs(2, 1, 2);
+  c.backward_weight = {0, 0.75};
+  auto sim = simulate(*one, c);
+  REQUIRE(sim.ok());
+  auto check = [&](const std::string& text, double start, double end) {
+    const TimedAction& t = entry(*sim, text);
+    CHECK_MESSAGE(t.start == doctest::Approx(start), text);
+    CHECK_MESSAGE(t.end == doctest::Approx(end), text);
+  };
+  check("1B0", 2, 4);
+  check("1SEND_B0", 3.25, 3.25);  // issued inside the B, which still occupies stage 1
+  check("1OPT_STEP@1", 4, 4);
+  check("0RECV_B0", 1, 3.25);
+  check("0B0", 3.25, 5.25);
+  CHECK(sim->makespan == doctest::Approx(5.25));
+  // gpipe, every stage alike: stage r's first B starts (B - w) after stage r+1's, so the step
+  // is (m+d-1)(F+B) - (d-1)w; the busy time does not change
+  for (int d = 1; d <= 5; ++d) {
+    for (int m = 1; m <= 6; ++m) {
+      auto s = make_gpipe(d, m);
+      REQUIRE(s.ok());
+      CostModel u = uniform_costs(d, 1, 2);
+      u.backward_weight.assign(static_cast<size_t>(d), 0.5);
+      auto got = simulate(*s, u);
+      REQUIRE(got.ok());
+      CAPTURE(d);
+      CAPTURE(m);
+      CHECK(got->makespan == doctest::Approx((m + d - 1) * 3.0 - (d - 1) * 0.5).epsilon(1e-12));
+      for (int r = 0; r < d; ++r) CHECK(got->busy[r] == doctest::Approx(m * 3.0));
+    }
+  }
+}
+
 TEST_CASE("a link carries one transfer at a time, in order") {
   // Two activations of 3 s each leave stage 0 at t=1 and t=2: the second waits for the first.
   auto s = make_gpipe(2, 2);
@@ -242,6 +279,11 @@ TEST_CASE("bad cost models and schedules are rejected") {
   e = simulate(*s, c);
   REQUIRE_FALSE(e.ok());
   CHECK(contains(e.error().message, "activation_bytes has 3 entries, expected 2 (or none)"));
+  c = uniform_costs(3, 1, 2);
+  c.backward_weight = {0, 2.5, 0};
+  e = simulate(*s, c);
+  REQUIRE_FALSE(e.ok());
+  CHECK(contains(e.error().message, "backward_weight[1] = 2.5 is not allowed"));
   c = uniform_costs(3, 1, 2);
   c.paired_updates = {{0, 3}};
   e = simulate(*s, c);
