@@ -13,8 +13,9 @@ std::string pipeline_usage() {
   return R"(usage: actorpipe-bench pipeline [options]
 
 Pipeline efficiency of the actor engine on this machine: a GPT trained in every mode as one
-stage on 1 thread, one stage on 2 threads and two stages on 1 thread each (tokens/s, ratios,
-the ideal m/(m+d-1)*d of the flushing modes), next to PyTorch's GPipe (Pipe, 2 partitions);
+stage on 1 thread, one stage on 2 threads and two stages on 1 thread each, gpipe and 1f1b also
+with a one-pass backward (pipeline.split_backward = false) (tokens/s, ratios, the ideal
+m/(m+d-1)*d of the flushing modes), next to PyTorch's GPipe (Pipe, 2 partitions);
 the engine's own cost per microbatch (the same schedules computing nothing); the simulator's
 prediction from a per-layer profile against each measurement.
 
