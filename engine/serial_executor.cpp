@@ -185,7 +185,8 @@ Expected<std::vector<Schedule>> SerialExecutor::schedules_for(int steps) const {
   return out;
 }
 
-Expected<std::vector<double>> SerialExecutor::run(int steps, std::span<const Microbatch> batches) {
+Expected<std::vector<double>> SerialExecutor::run(int steps, std::span<const Microbatch> batches,
+                                                  const StepDone& on_step) {
   auto schedules = schedules_for(steps);
   if (!schedules) return schedules.error();
   if (static_cast<int64_t>(batches.size()) != microbatches_for(steps)) {
@@ -196,7 +197,10 @@ Expected<std::vector<double>> SerialExecutor::run(int steps, std::span<const Mic
   size_t offset = 0;
   for (const Schedule& s : *schedules) {
     const size_t n = static_cast<size_t>(s.total_microbatches());
-    auto l = run_schedule(s, batches.subspan(offset, n));
+    const int before = static_cast<int>(losses.size());
+    StepDone numbered;
+    if (on_step) numbered = [&](int step, double loss) { on_step(before + step, loss); };
+    auto l = run_schedule(s, batches.subspan(offset, n), numbered);
     if (!l) return l.error();
     losses.insert(losses.end(), l->begin(), l->end());
     offset += n;
@@ -204,15 +208,17 @@ Expected<std::vector<double>> SerialExecutor::run(int steps, std::span<const Mic
   return losses;
 }
 
-Expected<std::vector<double>> SerialExecutor::run(int steps, DataLoader& data) {
+Expected<std::vector<double>> SerialExecutor::run(int steps, DataLoader& data,
+                                                  const StepDone& on_step) {
   if (steps < 1) return make_error("steps = {}: must be >= 1", steps);
   std::vector<Microbatch> batches;
   for (int64_t i = 0; i < microbatches_for(steps); ++i) batches.push_back(data.next());
-  return run(steps, batches);
+  return run(steps, batches, on_step);
 }
 
 Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
-                                                           std::span<const Microbatch> batches) {
+                                                           std::span<const Microbatch> batches,
+                                                           const StepDone& on_step) {
   if (Status st = validate(s); !st) return st.error();
   if (s.mode != opts_.mode || s.stages != stages()) {
     return make_error("a {} schedule of {} stages given to a {} executor of {} stages",
@@ -233,6 +239,14 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
            "{}: per-stage clipping with tied gradients exchanged", to_string(opts_.mode));
   const bool lowered = is_lowered(s);
   Run run(s, batches, ntied);
+  // the loss of step u (1-based): (1/m)·Σ meanⱼ over its microbatches in order; known once
+  // every stage ran the step's update (the last stage's comes after the step's last forward)
+  const int per = s.microbatches;
+  auto step_loss = [&](int u) {
+    double sum = 0.0;
+    for (int j = (u - 1) * per; j < u * per; ++j) sum += run.mb_loss[static_cast<size_t>(j)];
+    return sum / per;
+  };
 
   auto cross = [&](size_t k, int r, TiedRole role) {
     return workers_[static_cast<size_t>(r)]->tied_role(k) == role;
@@ -390,7 +404,10 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
                                                                                    t.end());
           }
         }
-        if (++u.executed == d) run.updates.erase(a.version);
+        if (++u.executed == d) {
+          run.updates.erase(a.version);
+          if (on_step) on_step(a.version, step_loss(a.version));
+        }
         break;
       }
       case ActionKind::FLUSH: {
@@ -449,14 +466,8 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
       wc.install_tied_weights(k, prev, wo.tied_weights(k, prev));
   }
 
-  // losses per optimizer step: (1/m)·Σ meanⱼ over the step's microbatches in order
   std::vector<double> losses;
-  const int per = s.microbatches;
-  for (int u = 0; u < s.steps; ++u) {
-    double sum = 0.0;
-    for (int j = u * per; j < (u + 1) * per; ++j) sum += run.mb_loss[static_cast<size_t>(j)];
-    losses.push_back(sum / per);
-  }
+  for (int u = 1; u <= s.steps; ++u) losses.push_back(step_loss(u));
   return losses;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -67,15 +68,22 @@ class SerialExecutor {
   /// N + M steps.
   Expected<std::vector<Schedule>> schedules_for(int steps) const;
 
+  /// Called once per optimizer step of a run, in order, as soon as every stage has committed
+  /// that step's update: its number (1 = the run's first) and its loss. In the asynchronous
+  /// modes a run is one schedule, so this is how a caller learns of a step before the run ends.
+  using StepDone = std::function<void(int step, double loss)>;
+
   /// Runs `steps` optimizer steps over `batches` (exactly microbatches_for(steps) of them, in
   /// order). Returns the loss of each step: (1/m)·Σⱼ meanⱼ over its microbatches in order.
-  Expected<std::vector<double>> run(int steps, std::span<const Microbatch> batches);
+  Expected<std::vector<double>> run(int steps, std::span<const Microbatch> batches,
+                                    const StepDone& on_step = {});
   /// As above, reading the microbatches from `data`.
-  Expected<std::vector<double>> run(int steps, DataLoader& data);
+  Expected<std::vector<double>> run(int steps, DataLoader& data, const StepDone& on_step = {});
   /// Runs one schedule (validated here) of the executor's mode whose microbatch j is
   /// batches[j]; returns one loss per optimizer step of the schedule.
   Expected<std::vector<double>> run_schedule(const Schedule& schedule,
-                                             std::span<const Microbatch> batches);
+                                             std::span<const Microbatch> batches,
+                                             const StepDone& on_step = {});
 
   const SerialExecutorOptions& options() const { return opts_; }
   const Model& model() const { return model_; }

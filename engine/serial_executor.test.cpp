@@ -185,6 +185,38 @@ TEST_CASE("consecutive runs continue training: two runs of 2 steps equal one run
   CHECK(two->worker(0).updates() == 4);
 }
 
+TEST_CASE("each step is reported once every stage committed its update, also inside a long run") {
+  // every mode, 3 stages: step k's callback comes when the slowest stage has made its k-th update
+  // (so before the run ends in the asynchronous modes, whose run is one schedule) with the loss
+  // the run returns for it
+  const OptimizerOptions opt = clipped_adamw();
+  const Model model = build_model(tiny(Arch::gpt));
+  const Partition p = *Partition::even(model.num_layers(), 3);
+  for (Mode mode : all_modes) {
+    INFO(to_string(mode));
+    const int m = mode == Mode::pipedream ? 1 : 3, steps = mode == Mode::pipedream ? 7 : 4;
+    auto e = executor(model, p, opt, mode, m);
+    const auto mbs = batches(Arch::gpt, model.options().vocab_size,
+                             static_cast<int>(e->microbatches_for(2 * steps)));
+    for (int run = 0; run < 2; ++run) {  // the second run counts from 1 again
+      std::vector<double> reported;
+      auto losses = e->run(steps,
+                           std::span(mbs).subspan(static_cast<size_t>(run * steps * m),
+                                                  static_cast<size_t>(steps * m)),
+                           [&](int step, double loss) {
+                             CHECK(step == static_cast<int>(reported.size()) + 1);
+                             long slowest = e->worker(0).updates();
+                             for (int r = 1; r < 3; ++r)
+                               slowest = std::min(slowest, e->worker(r).updates());
+                             CHECK(slowest == run * steps + step);
+                             reported.push_back(loss);
+                           });
+      REQUIRE(losses.ok());
+      CHECK(same_bits(reported, *losses));
+    }
+  }
+}
+
 TEST_CASE("2bw: runs of 1, 2 and 3 steps equal one run of 6 bitwise (the runs continue)") {
   const OptimizerOptions opt = clipped_adamw();
   for (int d : {2, 3}) {

@@ -83,9 +83,9 @@ class ActorsExecutor final : public Executor {
   std::unique_ptr<ActorEngine> engine_;
 };
 
-// The serial executor reports losses only when a run returns, and measures no stage times. A
-// synchronous mode runs step by step (its schedules are per step anyway), so each step is
-// reported as it completes; an asynchronous mode is one run reported at its end.
+// The serial executor measures no stage times. It reports each step once every stage has
+// committed its update (SerialExecutor::StepDone), also inside the one long schedule of an
+// asynchronous mode.
 class SerialBackend final : public Executor {
  public:
   SerialBackend(std::unique_ptr<SerialExecutor> exec, int64_t tokens_per_microbatch)
@@ -100,20 +100,14 @@ class SerialBackend final : public Executor {
     const auto t0 = Clock::now();
     auto since = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
     RunOutput out;
-    const bool per_step = is_synchronous(exec_->options().mode);
-    const int chunks = per_step ? steps : 1;
-    for (int c = 0; c < chunks; ++c) {
-      const int n = per_step ? 1 : steps;
-      auto losses = exec_->run(n, data);
-      if (!losses) return losses.error();
-      const double t = since();
-      for (size_t j = 0; j < losses->size(); ++j) {
-        out.losses.push_back((*losses)[j]);
-        const int done = static_cast<int>(out.losses.size());
-        out.tokens = exec_->microbatches_for(done) * tokens_per_mb_;
-        on_step(RunStep{done, (*losses)[j], out.tokens, t, {}});
-      }
-    }
+    auto losses = exec_->run(steps, data, [&](int step, double loss) {
+      out.losses.push_back(loss);
+      out.tokens = exec_->microbatches_for(step) * tokens_per_mb_;
+      on_step(RunStep{step, loss, out.tokens, since(), {}});
+    });
+    if (!losses) return losses.error();
+    AP_CHECK(losses->size() == out.losses.size(), "serial backend: {} steps reported, {} run",
+             out.losses.size(), losses->size());
     return out;
   }
 

@@ -62,10 +62,16 @@ std::vector<nlohmann::json> read_lines(const std::string& path) {
   return out;
 }
 
-// Losses of every step reported through on_step.
+// Losses of every step reported through on_step; each step's time must be later than the
+// previous one's (a step is reported when it completes, on either backend).
 std::vector<double> record_losses(Trainer& t) {
   auto losses = std::make_shared<std::vector<double>>();
-  t.on_step([losses](const StepMetrics& m) { losses->push_back(m.loss); });
+  auto last = std::make_shared<double>(-1.0);
+  t.on_step([losses, last](const StepMetrics& m) {
+    losses->push_back(m.loss);
+    CHECK(m.seconds > *last);
+    *last = m.seconds;
+  });
   train(t);
   return *losses;
 }
