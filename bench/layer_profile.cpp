@@ -61,24 +61,19 @@ class LayerBench {
     layer.forward(ctx_, params_[k].data(), mb_, layer.takes_input() ? acts_[k].data() : nullptr,
                   layer.is_loss() ? nullptr : acts_[k + 1].data(), saved_[k].data());
   }
-  void backward(int i) {
+  /// Layer i's backward; with `later`, its input half (the weight half recorded there).
+  void backward(int i, DeferredGrads* later = nullptr) {
     const size_t k = static_cast<size_t>(i);
     const Layer& layer = model_.layer(i);
     ctx_.arena().reset();
     layer.backward(ctx_, params_[k].data(), grads_[k].data(), mb_,
                    layer.takes_input() ? acts_[k].data() : nullptr, saved_[k].data(),
                    layer.is_loss() ? nullptr : dacts_[k + 1].data(),
-                   layer.takes_input() ? dacts_[k].data() : nullptr, dloss_, nullptr);
+                   layer.takes_input() ? dacts_[k].data() : nullptr, dloss_, later);
   }
   /// Layer i's backward split: the input half (untimed), then the weight half, timed.
   double backward_weight(int i) {
-    const size_t k = static_cast<size_t>(i);
-    const Layer& layer = model_.layer(i);
-    ctx_.arena().reset();
-    layer.backward(ctx_, params_[k].data(), grads_[k].data(), mb_,
-                   layer.takes_input() ? acts_[k].data() : nullptr, saved_[k].data(),
-                   layer.is_loss() ? nullptr : dacts_[k + 1].data(),
-                   layer.takes_input() ? dacts_[k].data() : nullptr, dloss_, &later_);
+    backward(i, &later_);
     const auto t0 = Clock::now();
     later_.run(ctx_);
     return std::chrono::duration<double>(Clock::now() - t0).count();
