@@ -89,4 +89,11 @@ const float* Layer::logits(const float* /*saved*/, int /*B*/, int /*T*/) const {
   return nullptr;
 }
 
+std::vector<int> Layer::logit_rows(const Microbatch& mb) const {
+  if (!is_loss()) return {};
+  std::vector<int> rows(mb.targets.size());
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int>(i);
+  return rows;
+}
+
 }  // namespace actorpipe

@@ -117,9 +117,13 @@ class Layer {
                         const float* in, const float* saved, const float* dout, float* din,
                         float dloss, DeferredGrads* later) const = 0;
 
-  /// The loss layer's logits (B,T,V) inside a `saved` buffer its forward wrote; nullptr for
-  /// every other layer.
+  /// The loss layer's logits inside a `saved` buffer its forward wrote: one row of V for each
+  /// entry of logit_rows(mb), in that order; nullptr for every other layer.
   virtual const float* logits(const float* saved, int B, int T) const;
+  /// The rows of the microbatch (b·T + t) whose logits the loss layer computes: every row for
+  /// GPT; for BERT only those whose targets count (the masked positions), since no other row
+  /// reaches the loss. Empty for every other layer.
+  virtual std::vector<int> logit_rows(const Microbatch& mb) const;
 
  protected:
   /// `slots` come with names, shapes and init; offsets and numel are filled in here, packed

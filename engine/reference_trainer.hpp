@@ -36,7 +36,8 @@ class ReferenceTrainer {
 
   /// Forward only of one microbatch; its activations (and logits()) stay until the next call.
   LossStats forward(const Microbatch& mb);
-  /// Logits (B,T,V) of the last microbatch run forward.
+  /// Logits of the last microbatch run forward: one row of V per entry of the loss layer's
+  /// logit_rows() (every position for GPT, the masked ones for BERT).
   const float* logits() const;
 
   const Model& model() const { return model_; }

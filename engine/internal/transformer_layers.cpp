@@ -349,24 +349,50 @@ class Block final : public SlotLayer {
 // ---------------------------------------------------------------------------------------
 // Heads: the logits (N,V) stay in `saved`; the backward recomputes the softmax from them.
 
-/// Cross-entropy forward on saved logits; returns the loss of the microbatch.
-LossStats loss_forward(Context& ctx, const float* logits, const Microbatch& mb, int V) {
-  const int N = mb.B * mb.T;
-  check_ids(mb.targets, static_cast<size_t>(N), V, true, "targets");
+/// Cross-entropy forward on saved logits (N rows, their targets); returns the loss.
+LossStats loss_forward(Context& ctx, const float* logits, const int32_t* targets, int N, int V) {
   float* losses = ctx.arena().alloc_f32(static_cast<size_t>(N));
   float* probs = ctx.arena().alloc_f32(static_cast<size_t>(N) * V);
-  const int count = crossentropy_forward(ctx, losses, probs, logits, mb.targets.data(), N, V);
+  const int count = crossentropy_forward(ctx, losses, probs, logits, targets, N, V);
   return {sum_losses(losses, N), count};
 }
 
 /// dlogits (N,V) for dloss·Σ losses, in kept() storage (the decoder's weight gradient reads it).
 const float* loss_backward(Context& ctx, DeferredGrads* later, const float* logits,
-                           const Microbatch& mb, int V, float dloss) {
-  const int N = mb.B * mb.T;
+                           const int32_t* targets, int N, int V, float dloss) {
   float* losses = ctx.arena().alloc_f32(static_cast<size_t>(N));
   float* dlogits = kept(ctx, later, static_cast<size_t>(N) * V);
-  crossentropy_forward_backward(ctx, losses, dlogits, logits, mb.targets.data(), dloss, N, V);
+  crossentropy_forward_backward(ctx, losses, dlogits, logits, targets, dloss, N, V);
   return dlogits;
+}
+
+/// The rows of a microbatch whose targets count, in order, and their targets: n of them, in
+/// arena scratch (no allocation in the steady state).
+struct CountedRows {
+  int32_t* rows = nullptr;
+  int32_t* targets = nullptr;
+  int n = 0;
+};
+CountedRows counted_rows(Context& ctx, const Microbatch& mb) {
+  const size_t N = mb.targets.size();
+  CountedRows c;
+  c.rows = reinterpret_cast<int32_t*>(ctx.arena().alloc_f32(N));
+  c.targets = reinterpret_cast<int32_t*>(ctx.arena().alloc_f32(N));
+  for (size_t i = 0; i < N; ++i) {
+    if (mb.targets[i] == kIgnoreIndex) continue;
+    c.rows[c.n] = static_cast<int32_t>(i);
+    c.targets[c.n] = mb.targets[i];
+    ++c.n;
+  }
+  return c;
+}
+
+/// out (n,C) = rows `rows` of x (·,C).
+void gather_rows(Context& ctx, float* out, const float* x, const int32_t* rows, int n, int C) {
+  ctx.parallel_for(n, [&](int, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      std::copy_n(x + static_cast<size_t>(rows[r]) * C, C, out + r * C);
+  });
 }
 
 class GptHead final : public SlotLayer {
@@ -406,7 +432,8 @@ class GptHead final : public SlotLayer {
     layernorm_forward(ctx, S + s.lnf, S + s.mean, S + s.rstd, in, p(params, LNFW), p(params, LNFB),
                       N, C_);
     matmul_forward(ctx, S + s.logits, S + s.lnf, p(params, LMW), nullptr, N, C_, V_);
-    return loss_forward(ctx, S + s.logits, mb, V_);
+    check_ids(mb.targets, static_cast<size_t>(N), V_, true, "targets");
+    return loss_forward(ctx, S + s.logits, mb.targets.data(), N, V_);
   }
 
   void backward(Context& ctx, const float* params, float* grads, const Microbatch& mb,
@@ -417,7 +444,7 @@ class GptHead final : public SlotLayer {
     const size_t NC = static_cast<size_t>(N) * C_;
     const Saved s = layout(mb.B, mb.T);
     const float* S = saved;
-    const float* dlogits = loss_backward(ctx, later, S + s.logits, mb, V_, dloss);
+    const float* dlogits = loss_backward(ctx, later, S + s.logits, mb.targets.data(), N, V_, dloss);
     float* dlnf = zeros(ctx, NC);
     linear_backward(ctx, later, dlnf, g(grads, LMW), nullptr, dlogits, S + s.lnf, p(params, LMW), N,
                     C_, V_);
@@ -427,25 +454,29 @@ class GptHead final : public SlotLayer {
   }
 };
 
+// The MLM head computes only the rows whose targets count (the masked positions, 15% by
+// default): nothing else reaches the loss. Its saved buffers hold those n rows, in order; an
+// input row that does not count gets a zero gradient.
 class BertHead final : public SlotLayer {
   enum { LNFW, LNFB, DW, DB, LNW, LNB, DECW, DECB };
   struct Saved {
     size_t lnf, lnf_mean, lnf_rstd, h, hg, t, t_mean, t_rstd, logits, total;
   };
+  // room for every row of the microbatch (n <= B·T)
   Saved layout(int B, int T) const {
     const size_t N = static_cast<size_t>(B) * T;
     const size_t NC = N * static_cast<size_t>(C_);
     Layout l;
     Saved s{};
-    s.lnf = l.add(NC);  // (N,C) ln_f(x)
+    s.lnf = l.add(NC);  // (n,C) ln_f(x) of the counted rows
     s.lnf_mean = l.add(N);
     s.lnf_rstd = l.add(N);
-    s.h = l.add(NC);   // (N,C) dense
-    s.hg = l.add(NC);  // (N,C) gelu
-    s.t = l.add(NC);   // (N,C) mlm.ln
+    s.h = l.add(NC);   // (n,C) dense
+    s.hg = l.add(NC);  // (n,C) gelu
+    s.t = l.add(NC);   // (n,C) mlm.ln
     s.t_mean = l.add(N);
     s.t_rstd = l.add(N);
-    s.logits = l.add(N * V_);  // (N,V)
+    s.logits = l.add(N * V_);  // (n,V)
     s.total = l.size();
     return s;
   }
@@ -462,21 +493,32 @@ class BertHead final : public SlotLayer {
   const float* logits(const float* saved, int B, int T) const override {
     return saved + layout(B, T).logits;
   }
+  std::vector<int> logit_rows(const Microbatch& mb) const override {
+    std::vector<int> rows;
+    for (size_t i = 0; i < mb.targets.size(); ++i)
+      if (mb.targets[i] != kIgnoreIndex) rows.push_back(static_cast<int>(i));
+    return rows;
+  }
 
   LossStats forward(Context& ctx, const float* params, const Microbatch& mb, const float* in,
                     float*, float* saved) const override {
     check_shape(mb);
-    const int N = mb.B * mb.T;
+    check_ids(mb.targets, static_cast<size_t>(mb.B) * mb.T, V_, true, "targets");
     const Saved s = layout(mb.B, mb.T);
     float* S = saved;
-    layernorm_forward(ctx, S + s.lnf, S + s.lnf_mean, S + s.lnf_rstd, in, p(params, LNFW),
-                      p(params, LNFB), N, C_);
-    matmul_forward(ctx, S + s.h, S + s.lnf, p(params, DW), p(params, DB), N, C_, C_);
-    gelu_forward(ctx, S + s.hg, S + s.h, static_cast<long>(N) * C_);
+    const CountedRows c = counted_rows(ctx, mb);
+    const int n = c.n;
+    if (n == 0) return {};
+    float* x = ctx.arena().alloc_f32(static_cast<size_t>(n) * C_);
+    gather_rows(ctx, x, in, c.rows, n, C_);
+    layernorm_forward(ctx, S + s.lnf, S + s.lnf_mean, S + s.lnf_rstd, x, p(params, LNFW),
+                      p(params, LNFB), n, C_);
+    matmul_forward(ctx, S + s.h, S + s.lnf, p(params, DW), p(params, DB), n, C_, C_);
+    gelu_forward(ctx, S + s.hg, S + s.h, static_cast<long>(n) * C_);
     layernorm_forward(ctx, S + s.t, S + s.t_mean, S + s.t_rstd, S + s.hg, p(params, LNW),
-                      p(params, LNB), N, C_);
-    matmul_forward(ctx, S + s.logits, S + s.t, p(params, DECW), p(params, DECB), N, C_, V_);
-    return loss_forward(ctx, S + s.logits, mb, V_);
+                      p(params, LNB), n, C_);
+    matmul_forward(ctx, S + s.logits, S + s.t, p(params, DECW), p(params, DECB), n, C_, V_);
+    return loss_forward(ctx, S + s.logits, c.targets, n, V_);
   }
 
   void backward(Context& ctx, const float* params, float* grads, const Microbatch& mb,
@@ -484,25 +526,35 @@ class BertHead final : public SlotLayer {
                 DeferredGrads* later) const override {
     check_shape(mb);
     const int N = mb.B * mb.T;
-    const size_t NC = static_cast<size_t>(N) * C_;
     const Saved s = layout(mb.B, mb.T);
     const float* S = saved;
-    const float* dlogits = loss_backward(ctx, later, S + s.logits, mb, V_, dloss);
-    float* dt = zeros(ctx, NC);
+    fill_zero(ctx, din, static_cast<long>(N) * C_);
+    const CountedRows c = counted_rows(ctx, mb);
+    const int n = c.n;
+    if (n == 0) return;
+    const size_t nC = static_cast<size_t>(n) * C_;
+    const float* dlogits = loss_backward(ctx, later, S + s.logits, c.targets, n, V_, dloss);
+    float* dt = zeros(ctx, nC);
     linear_backward(ctx, later, dt, g(grads, DECW), g(grads, DECB), dlogits, S + s.t,
-                    p(params, DECW), N, C_, V_);
-    float* dhg = zeros(ctx, NC);
+                    p(params, DECW), n, C_, V_);
+    float* dhg = zeros(ctx, nC);
     layernorm_backward(ctx, dhg, g(grads, LNW), g(grads, LNB), dt, S + s.hg, p(params, LNW),
-                       S + s.t_mean, S + s.t_rstd, N, C_);
-    float* dh = kept_zeros(ctx, later, NC);
-    gelu_backward(ctx, dh, S + s.h, dhg, static_cast<long>(NC));
+                       S + s.t_mean, S + s.t_rstd, n, C_);
+    float* dh = kept_zeros(ctx, later, nC);
+    gelu_backward(ctx, dh, S + s.h, dhg, static_cast<long>(nC));
     float* dlnf = dt;  // dt is dead: reuse it
-    fill_zero(ctx, dlnf, static_cast<long>(NC));
-    linear_backward(ctx, later, dlnf, g(grads, DW), g(grads, DB), dh, S + s.lnf, p(params, DW), N,
+    fill_zero(ctx, dlnf, static_cast<long>(nC));
+    linear_backward(ctx, later, dlnf, g(grads, DW), g(grads, DB), dh, S + s.lnf, p(params, DW), n,
                     C_, C_);
-    fill_zero(ctx, din, static_cast<long>(NC));
-    layernorm_backward(ctx, din, g(grads, LNFW), g(grads, LNFB), dlnf, in, p(params, LNFW),
-                       S + s.lnf_mean, S + s.lnf_rstd, N, C_);
+    float* x = ctx.arena().alloc_f32(nC);
+    gather_rows(ctx, x, in, c.rows, n, C_);
+    float* dx = zeros(ctx, nC);
+    layernorm_backward(ctx, dx, g(grads, LNFW), g(grads, LNFB), dlnf, x, p(params, LNFW),
+                       S + s.lnf_mean, S + s.lnf_rstd, n, C_);
+    ctx.parallel_for(n, [&](int, int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        std::copy_n(dx + r * C_, C_, din + static_cast<size_t>(c.rows[r]) * C_);
+    });
   }
 };
 
