@@ -407,6 +407,7 @@ Tensor StageWorker::exec_backward(const Action& a, const Microbatch& mb, const T
 }
 
 Tensor StageWorker::exec_backward_input(const Action& a, const Microbatch& mb, const Tensor& dout) {
+  later_.clear();  // nothing left over from a backward that threw halfway
   return backward_layers(a, mb, dout, &later_);
 }
 
