@@ -10,7 +10,7 @@
 
 #include "engine/expected.hpp"
 #include "engine/options.hpp"
-#include "engine/schedule.hpp"
+#include "engine/schedule/schedule.hpp"
 
 namespace actorpipe {
 

@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/data.hpp"
-#include "engine/optimizer_shard.hpp"
-#include "engine/reference_trainer.hpp"
-#include "engine/serial_executor.hpp"
-#include "engine/stage_worker.hpp"
+#include "engine/data/loader.hpp"
+#include "engine/execution/optimizer_shard.hpp"
+#include "engine/execution/reference_trainer.hpp"
+#include "engine/execution/serial_executor.hpp"
+#include "engine/execution/stage_worker.hpp"
 #include "tests/support/bits.hpp"
 #include "tests/support/tiny_model.hpp"
 

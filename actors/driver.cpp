@@ -11,8 +11,8 @@
 #include "actors/internal/messages.hpp"
 #include "actors/internal/run_state.hpp"
 #include "actors/internal/spin_wait.hpp"
-#include "engine/data.hpp"
-#include "engine/layer.hpp"
+#include "engine/data/loader.hpp"
+#include "engine/model/layer.hpp"
 #include "kernels/check.hpp"
 #include "kernels/optimizer.hpp"
 

@@ -13,10 +13,10 @@
 #include <thread>
 
 #include "actors/actor_engine.hpp"
-#include "engine/data.hpp"
-#include "engine/model.hpp"
-#include "engine/schedule_generators.hpp"
-#include "engine/schedule_lowering.hpp"
+#include "engine/data/loader.hpp"
+#include "engine/model/model.hpp"
+#include "engine/schedule/generators.hpp"
+#include "engine/schedule/lowering.hpp"
 #include "tests/support/tiny_model.hpp"
 
 using namespace actorpipe;

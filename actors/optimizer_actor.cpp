@@ -10,8 +10,8 @@
 #include "actors/internal/messages.hpp"
 #include "actors/internal/run_state.hpp"
 #include "actors/internal/spin_wait.hpp"
-#include "engine/optimizer_shard.hpp"
-#include "engine/stage_worker.hpp"
+#include "engine/execution/optimizer_shard.hpp"
+#include "engine/execution/stage_worker.hpp"
 #include "kernels/check.hpp"
 #include "kernels/optimizer.hpp"
 

@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "actors/actor_engine.hpp"
-#include "engine/data.hpp"
+#include "engine/data/loader.hpp"
+#include "engine/execution/optimizer_shard.hpp"
+#include "engine/execution/serial_executor.hpp"
+#include "engine/execution/stage_worker.hpp"
 #include "engine/mode.hpp"
-#include "engine/optimizer_shard.hpp"
-#include "engine/serial_executor.hpp"
-#include "engine/stage_worker.hpp"
 #include "tests/support/bits.hpp"
 #include "tests/support/tiny_model.hpp"
 

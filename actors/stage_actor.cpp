@@ -12,7 +12,7 @@
 #include "actors/internal/messages.hpp"
 #include "actors/internal/run_state.hpp"
 #include "actors/internal/spin_wait.hpp"
-#include "engine/stage_worker.hpp"
+#include "engine/execution/stage_worker.hpp"
 #include "kernels/check.hpp"
 
 namespace actorpipe {

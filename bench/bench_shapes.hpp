@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "engine/expected.hpp"
-#include "engine/model.hpp"
+#include "engine/model/model.hpp"
 #include "engine/options.hpp"
 
 namespace actorpipe::bench {

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <random>
 
-#include "engine/reference_trainer.hpp"
+#include "engine/execution/reference_trainer.hpp"
 #include "kernels/gemm.hpp"
 
 using namespace actorpipe;

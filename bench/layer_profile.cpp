@@ -13,10 +13,10 @@
 
 #include "bench/step_timing.hpp"
 #include "engine/batch.hpp"
-#include "engine/deferred_grads.hpp"
-#include "engine/layer_optimizer.hpp"
-#include "engine/model.hpp"
-#include "engine/xpipe_prediction.hpp"
+#include "engine/execution/layer_optimizer.hpp"
+#include "engine/execution/xpipe_prediction.hpp"
+#include "engine/model/deferred_grads.hpp"
+#include "engine/model/model.hpp"
 #include "kernels/context.hpp"
 
 namespace actorpipe::bench {

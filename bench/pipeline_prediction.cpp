@@ -7,8 +7,8 @@
 #include <limits>
 
 #include "bench/step_timing.hpp"
-#include "engine/schedule_generators.hpp"
-#include "engine/stage_worker.hpp"
+#include "engine/execution/stage_worker.hpp"
+#include "engine/schedule/generators.hpp"
 
 namespace actorpipe::bench {
 

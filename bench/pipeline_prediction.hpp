@@ -8,7 +8,7 @@
 #include "bench/layer_profile.hpp"
 #include "engine/expected.hpp"
 #include "engine/mode.hpp"
-#include "engine/simulator.hpp"
+#include "engine/schedule/simulator.hpp"
 
 namespace actorpipe::bench {
 

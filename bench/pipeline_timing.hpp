@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/data.hpp"
+#include "engine/data/loader.hpp"
 #include "engine/expected.hpp"
 #include "engine/mode.hpp"
 #include "engine/options.hpp"

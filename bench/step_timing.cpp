@@ -14,7 +14,7 @@
 
 #include "bench/gemm_recorder.hpp"
 #include "engine/batch.hpp"
-#include "engine/reference_trainer.hpp"
+#include "engine/execution/reference_trainer.hpp"
 #include "kernels/check.hpp"
 
 namespace actorpipe::bench {

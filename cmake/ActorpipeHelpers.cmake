@@ -21,14 +21,18 @@ if(ACTORPIPE_SANITIZE)
   target_link_options(actorpipe_build_flags INTERFACE -fsanitize=${ACTORPIPE_SANITIZE})
 endif()
 
-# actorpipe_add_library(NAME <short> [SOURCES ...] [GLOB_DIR dir] DEPS ... PRIVATE_DEPS ...)
+# actorpipe_add_library(NAME <short> [SOURCES ...] [GLOB_DIR dir] [FLAT] DEPS ... PRIVATE_DEPS ...)
 # Creates actorpipe_<short> with alias actorpipe::<short>. With GLOB_DIR, every *.cpp in
-# that folder (recursively, except *.test.cpp and the cuda/ subfolder) is a source.
+# that folder (recursively unless FLAT, except *.test.cpp and the cuda/ subfolder) is a source.
 function(actorpipe_add_library)
-  cmake_parse_arguments(A "" "NAME;GLOB_DIR" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  cmake_parse_arguments(A "FLAT" "NAME;GLOB_DIR" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
   set(srcs ${A_SOURCES})
   if(A_GLOB_DIR)
-    file(GLOB_RECURSE globbed CONFIGURE_DEPENDS ${A_GLOB_DIR}/*.cpp)
+    if(A_FLAT)
+      file(GLOB globbed CONFIGURE_DEPENDS ${A_GLOB_DIR}/*.cpp)
+    else()
+      file(GLOB_RECURSE globbed CONFIGURE_DEPENDS ${A_GLOB_DIR}/*.cpp)
+    endif()
     list(FILTER globbed EXCLUDE REGEX "\\.test\\.cpp$")
     list(FILTER globbed EXCLUDE REGEX "/cuda/")
     list(FILTER globbed EXCLUDE REGEX "/tools/")
@@ -50,27 +54,37 @@ function(actorpipe_add_library)
   set_property(GLOBAL APPEND PROPERTY ACTORPIPE_LIBRARIES actorpipe_${A_NAME})
 endfunction()
 
-# actorpipe_add_tests(DIR dir DEPS ... [LABELS ...] [TIMEOUT s])
-# Every *.test.cpp under DIR becomes one executable (test_<folder>_<name>) whose doctest
-# cases are registered with CTest one by one.
+# actorpipe_add_tests(DIR dir [FLAT] [PREFIX p] DEPS ... [LABELS ...] [TIMEOUT s])
+# Every *.test.cpp under DIR (recursively unless FLAT) becomes one executable whose doctest
+# cases are registered with CTest one by one, named <prefix>.<name>.<case>; the prefix is the
+# top-level folder unless PREFIX names another (engine.schedule for engine/schedule/).
 function(actorpipe_add_tests)
-  cmake_parse_arguments(A "" "DIR;TIMEOUT" "DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(A "FLAT" "DIR;TIMEOUT;PREFIX" "DEPS;LABELS" ${ARGN})
   if(NOT ACTORPIPE_TESTS)
     return()
   endif()
   if(NOT A_TIMEOUT)
     set(A_TIMEOUT 300)
   endif()
-  file(GLOB_RECURSE tests CONFIGURE_DEPENDS ${A_DIR}/*.test.cpp)
+  if(A_FLAT)
+    file(GLOB tests CONFIGURE_DEPENDS ${A_DIR}/*.test.cpp)
+  else()
+    file(GLOB_RECURSE tests CONFIGURE_DEPENDS ${A_DIR}/*.test.cpp)
+  endif()
   list(FILTER tests EXCLUDE REGEX "/cuda/")  # declared by their own CMakeLists
   foreach(src IN LISTS tests)
     get_filename_component(name ${src} NAME_WE)
     file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${src})
     string(REGEX REPLACE "/.*" "" top ${rel})
-    set(exe test_${top}_${name})
+    set(prefix ${top})
+    if(A_PREFIX)
+      set(prefix ${A_PREFIX})
+    endif()
+    string(REPLACE "." "_" exe_prefix ${prefix})
+    set(exe test_${exe_prefix}_${name})
     add_executable(${exe} ${src})
     target_link_libraries(${exe} PRIVATE actorpipe_doctest_main ${A_DEPS} actorpipe_build_flags)
-    doctest_discover_tests(${exe} TEST_PREFIX "${top}.${name}." ADD_LABELS 1
+    doctest_discover_tests(${exe} TEST_PREFIX "${prefix}.${name}." ADD_LABELS 1
       PROPERTIES LABELS "${top};${A_LABELS}" TIMEOUT ${A_TIMEOUT}
       ENVIRONMENT "ACTORPIPE_SOURCE_DIR=${PROJECT_SOURCE_DIR};OPENBLAS_NUM_THREADS=1"
       WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})

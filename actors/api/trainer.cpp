@@ -9,13 +9,13 @@
 #include <cstring>
 
 #include "actors/actor_engine.hpp"
-#include "engine/checkpoint.hpp"
-#include "engine/data.hpp"
+#include "engine/checkpoint/checkpoint.hpp"
+#include "engine/checkpoint/pipeline_checkpoint.hpp"
+#include "engine/data/loader.hpp"
+#include "engine/execution/optimizer_shard.hpp"
+#include "engine/execution/serial_executor.hpp"
+#include "engine/execution/stage_worker.hpp"
 #include "engine/mode.hpp"
-#include "engine/optimizer_shard.hpp"
-#include "engine/pipeline_checkpoint.hpp"
-#include "engine/serial_executor.hpp"
-#include "engine/stage_worker.hpp"
 #include "kernels/check.hpp"
 
 namespace actorpipe {

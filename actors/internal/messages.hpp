@@ -10,7 +10,7 @@
 
 #include "actors/internal/run_state.hpp"
 #include "engine/batch.hpp"
-#include "engine/update_job.hpp"
+#include "engine/execution/update_job.hpp"
 #include "transport/wire.hpp"
 
 namespace actorpipe::internal {

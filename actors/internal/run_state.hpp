@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "actors/actor_engine.hpp"
-#include "engine/schedule.hpp"
+#include "engine/schedule/schedule.hpp"
 #include "transport/channel.hpp"
 
 namespace actorpipe {

@@ -1,6 +1,6 @@
 // Checkpoint: a directory <dir>/step-<N>/ (or <dir>/final/) of three safetensors files and a
 // checksummed JSON manifest, written under a temporary name and renamed into place whole.
-#include "engine/checkpoint.hpp"
+#include "engine/checkpoint/checkpoint.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,8 +13,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "engine/config/option_table.hpp"
 #include "engine/internal/file_io.hpp"
-#include "engine/internal/option_table.hpp"
 
 namespace actorpipe {
 

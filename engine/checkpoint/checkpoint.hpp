@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/checkpoint/safetensors.hpp"
 #include "engine/expected.hpp"
 #include "engine/options.hpp"
-#include "engine/safetensors.hpp"
 
 namespace actorpipe {
 

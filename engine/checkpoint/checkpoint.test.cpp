@@ -1,6 +1,6 @@
 // Checkpoint tests: bitwise round trip, the manifest and its checksums, resolving the latest
 // complete checkpoint past simulated crashes, and refusal of every kind of damaged checkpoint.
-#include "engine/checkpoint.hpp"
+#include "engine/checkpoint/checkpoint.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>

@@ -1,12 +1,12 @@
 // Pipeline checkpoint: walks every stage's layers and parameter slots to name its tensors by
 // global layer, so a checkpoint saved at d stages loads into d' stages tensor by tensor.
-#include "engine/pipeline_checkpoint.hpp"
+#include "engine/checkpoint/pipeline_checkpoint.hpp"
 
 #include <charconv>
 #include <cstring>
 
-#include "engine/optimizer_shard.hpp"
-#include "engine/stage_worker.hpp"
+#include "engine/execution/optimizer_shard.hpp"
+#include "engine/execution/stage_worker.hpp"
 #include "kernels/check.hpp"
 
 namespace actorpipe {

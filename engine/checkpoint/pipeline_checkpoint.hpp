@@ -6,7 +6,7 @@
 #include <span>
 #include <string>
 
-#include "engine/checkpoint.hpp"
+#include "engine/checkpoint/checkpoint.hpp"
 #include "engine/expected.hpp"
 #include "engine/options.hpp"
 

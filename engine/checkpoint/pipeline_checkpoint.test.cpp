@@ -1,16 +1,16 @@
 // Pipeline checkpoint tests on the serial executor: N steps + checkpoint + resume + N steps equal
 // 2N steps bitwise (pipedream, xpipe: with the same run boundary); other stage counts; refusals.
-#include "engine/pipeline_checkpoint.hpp"
+#include "engine/checkpoint/pipeline_checkpoint.hpp"
 
 #include <doctest/doctest.h>
 
 #include <string>
 #include <vector>
 
-#include "engine/config.hpp"
-#include "engine/data.hpp"
-#include "engine/serial_executor.hpp"
-#include "engine/stage_worker.hpp"
+#include "engine/config/config.hpp"
+#include "engine/data/loader.hpp"
+#include "engine/execution/serial_executor.hpp"
+#include "engine/execution/stage_worker.hpp"
 #include "tests/support/bits.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/tiny_model.hpp"

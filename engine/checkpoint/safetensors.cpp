@@ -1,6 +1,6 @@
 // Safetensors: the Hugging Face tensor file format (8-byte little-endian header length, a JSON
 // header of name -> {dtype, shape, data_offsets} plus "__metadata__", then the raw data).
-#include "engine/safetensors.hpp"
+#include "engine/checkpoint/safetensors.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,6 +1,6 @@
 // Safetensors tests: round trips, the exact byte layout the Python implementation uses, and one
 // rejection (with its reason named) for every kind of corrupt file.
-#include "engine/safetensors.hpp"
+#include "engine/checkpoint/safetensors.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,6 +1,6 @@
 // Config: one TOML file ([model] [data] [pipeline] [optimizer] [train] [checkpoint]) plus
 // command-line overrides `--set section.key=value`, parsed into engine/options.hpp and validated.
-#include "engine/config.hpp"
+#include "engine/config/config.hpp"
 
 #include <algorithm>
 #include <cfloat>
@@ -9,8 +9,8 @@
 #include <sstream>
 #include <toml.hpp>
 
+#include "engine/config/option_table.hpp"
 #include "engine/internal/file_io.hpp"
-#include "engine/internal/option_table.hpp"
 #include "engine/mode.hpp"
 
 namespace actorpipe {

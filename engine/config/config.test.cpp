@@ -1,6 +1,6 @@
 // Config tests: defaults, a full file, --set precedence and value syntax, the TOML round trip,
 // one test per class of error (message contents checked), and docs/config.md kept in sync.
-#include "engine/config.hpp"
+#include "engine/config/config.hpp"
 
 #include <doctest/doctest.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "engine/internal/option_table.hpp"
+#include "engine/config/option_table.hpp"
 
 namespace fs = std::filesystem;
 using namespace actorpipe;

@@ -1,6 +1,6 @@
 // Option table: one row per config key (section, key, type, allowed values, meaning) with
 // accessors into Config; the TOML parser, to_toml, the docs and checkpoint manifests use it.
-#include "engine/internal/option_table.hpp"
+#include "engine/config/option_table.hpp"
 
 #include <fmt/format.h>
 

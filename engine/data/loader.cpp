@@ -1,6 +1,6 @@
 // DataLoader implementations: one batch builder (GPT shift / BERT masking, seeded per position
 // and row) over two sequence sources, the synthetic Markov chain and a memory-mapped corpus.
-#include "engine/data.hpp"
+#include "engine/data/loader.hpp"
 
 #include <fmt/format.h>
 
@@ -8,10 +8,10 @@
 #include <utility>
 #include <vector>
 
-#include "engine/data_file.hpp"
-#include "engine/data_markov.hpp"
-#include "engine/data_mask.hpp"
-#include "engine/data_rng.hpp"
+#include "engine/data/data_rng.hpp"
+#include "engine/data/markov.hpp"
+#include "engine/data/mask.hpp"
+#include "engine/data/token_file.hpp"
 
 namespace actorpipe {
 namespace {

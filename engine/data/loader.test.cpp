@@ -1,6 +1,6 @@
 // DataLoader tests: determinism and O(1) resumption for every source and architecture, GPT
 // shift, the synthetic loss floor reached by the true model, BERT batch layout, option errors.
-#include "engine/data.hpp"
+#include "engine/data/loader.hpp"
 
 #include <doctest/doctest.h>
 
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/data_file.hpp"
-#include "engine/data_markov.hpp"
-#include "engine/data_mask.hpp"
+#include "engine/data/markov.hpp"
+#include "engine/data/mask.hpp"
+#include "engine/data/token_file.hpp"
 #include "tests/support/files.hpp"
 #include "tests/support/temp_dir.hpp"
 

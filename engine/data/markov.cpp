@@ -1,6 +1,6 @@
 // MarkovChain: random sparse chain construction, stationary distribution by lazy power
 // iteration, entropy rate, and sampling by inverse CDF.
-#include "engine/data_markov.hpp"
+#include "engine/data/markov.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/data_rng.hpp"
+#include "engine/data/data_rng.hpp"
 #include "engine/expected.hpp"
 
 namespace actorpipe {

@@ -1,6 +1,6 @@
 // MarkovChain tests: stationary distribution and entropy rate against closed forms on tiny
 // chains, against brute-force estimates from long sampled paths, and structure/error checks.
-#include "engine/data_markov.hpp"
+#include "engine/data/markov.hpp"
 
 #include <doctest/doctest.h>
 

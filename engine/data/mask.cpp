@@ -1,6 +1,6 @@
 // BERT masking of one sequence: fixed-count position selection and the 80/10/10 replacement
 // rule of the original BERT data pipeline (create_pretraining_data.py).
-#include "engine/data_mask.hpp"
+#include "engine/data/mask.hpp"
 
 #include <algorithm>
 #include <cmath>

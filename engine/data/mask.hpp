@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <span>
 
-#include "engine/data_rng.hpp"
+#include "engine/data/data_rng.hpp"
 
 namespace actorpipe {
 

@@ -1,6 +1,6 @@
 // BERT masking tests: exact selection count, uniform positions, 80/10/10 replacement shares
 // within statistical bounds on a large sample, targets, and reproducibility.
-#include "engine/data_mask.hpp"
+#include "engine/data/mask.hpp"
 
 #include <doctest/doctest.h>
 

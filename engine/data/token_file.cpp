@@ -1,6 +1,6 @@
 // TokenCorpus and MappedFile: memory-mapped token files (UTF-8 text, raw uint16, llm.c uint16),
 // with every format error reported as a value naming the file and the problem.
-#include "engine/data_file.hpp"
+#include "engine/data/token_file.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,6 +1,6 @@
 // Token file tests: text and both uint16 layouts round-trip through files built byte by byte,
 // and every kind of bad file is rejected with a message naming the path and the problem.
-#include "engine/data_file.hpp"
+#include "engine/data/token_file.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,7 +1,7 @@
 // Layer optimizer: applies AdamW or SGD (OptimizerOptions) to one layer's parameter buffer,
 // with per-slot weight decay, linear lr warm-up and cosine lr decay. Shared by every executor of a
 // step.
-#include "engine/layer_optimizer.hpp"
+#include "engine/execution/layer_optimizer.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -4,7 +4,7 @@
 
 #include <cstddef>
 
-#include "engine/layer.hpp"
+#include "engine/model/layer.hpp"
 #include "engine/options.hpp"
 #include "kernels/context.hpp"
 

@@ -1,10 +1,10 @@
 // Optimizer shard: the optimizer state of one pipeline stage's parameters, and the update math
 // that applies an UpdateJob of that stage with it (AdamW or SGD, per-slot rules, clip scales).
-#include "engine/optimizer_shard.hpp"
+#include "engine/execution/optimizer_shard.hpp"
 
 #include <algorithm>
 
-#include "engine/layer_optimizer.hpp"
+#include "engine/execution/layer_optimizer.hpp"
 #include "kernels/check.hpp"
 #include "kernels/optimizer.hpp"
 

@@ -5,10 +5,10 @@
 #include <span>
 #include <vector>
 
-#include "engine/model.hpp"
+#include "engine/execution/update_job.hpp"
+#include "engine/model/model.hpp"
+#include "engine/model/partition.hpp"
 #include "engine/options.hpp"
-#include "engine/partition.hpp"
-#include "engine/update_job.hpp"
 #include "kernels/context.hpp"
 
 namespace actorpipe {

@@ -1,17 +1,17 @@
 // OptimizerShard tests: run_update equals the reference trainer's per-layer optimizer_update
 // bitwise (AdamW and SGD, several steps, clip scales), the tied copy's slot takes its own scale
 // or is left alone as its rule says, the gradients are consumed, the state layout.
-#include "engine/optimizer_shard.hpp"
+#include "engine/execution/optimizer_shard.hpp"
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <vector>
 
-#include "engine/layer_optimizer.hpp"
+#include "engine/execution/layer_optimizer.hpp"
+#include "engine/execution/stage_worker.hpp"
 #include "engine/rng.hpp"
-#include "engine/schedule_generators.hpp"
-#include "engine/stage_worker.hpp"
+#include "engine/schedule/generators.hpp"
 #include "kernels/check.hpp"
 #include "tests/support/bits.hpp"
 #include "tests/support/tiny_model.hpp"

@@ -1,11 +1,11 @@
 // ReferenceTrainer: the single-process, single-Context numerical oracle of one optimizer step
 // (gradient accumulation over m microbatches, tied-gradient sum, global-norm clip, update).
-#include "engine/reference_trainer.hpp"
+#include "engine/execution/reference_trainer.hpp"
 
 #include <algorithm>
 #include <cmath>
 
-#include "engine/layer_optimizer.hpp"
+#include "engine/execution/layer_optimizer.hpp"
 #include "kernels/check.hpp"
 #include "kernels/optimizer.hpp"
 

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "engine/batch.hpp"
-#include "engine/layer.hpp"
-#include "engine/model.hpp"
+#include "engine/model/layer.hpp"
+#include "engine/model/model.hpp"
 #include "engine/options.hpp"
 #include "kernels/context.hpp"
 

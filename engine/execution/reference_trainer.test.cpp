@@ -1,7 +1,7 @@
 // Reference trainer tests: agreement with PyTorch reference numbers for a tiny GPT (logits,
 // loss, every gradient, 3 AdamW steps), bitwise determinism, tied copies, clipping, SGD with
 // per-slot decay, warm-up, a steady-state step without allocation, and learning to the floor.
-#include "engine/reference_trainer.hpp"
+#include "engine/execution/reference_trainer.hpp"
 
 #include <doctest/doctest.h>
 
@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/data.hpp"
-#include "engine/layer_optimizer.hpp"
+#include "engine/checkpoint/safetensors.hpp"
+#include "engine/data/loader.hpp"
+#include "engine/execution/layer_optimizer.hpp"
 #include "engine/rng.hpp"
-#include "engine/safetensors.hpp"
 #include "kernels/crossentropy.hpp"
 
 using namespace actorpipe;

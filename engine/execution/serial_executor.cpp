@@ -1,16 +1,16 @@
 // SerialExecutor: runs any validated schedule over d StageWorkers in one thread, in a fixed
 // round-robin order; the readable reference that every parallel execution must match bitwise.
-#include "engine/serial_executor.hpp"
+#include "engine/execution/serial_executor.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <map>
 
-#include "engine/data.hpp"
-#include "engine/schedule_generators.hpp"
-#include "engine/schedule_lowering.hpp"
-#include "engine/schedule_validate.hpp"
+#include "engine/data/loader.hpp"
+#include "engine/schedule/generators.hpp"
+#include "engine/schedule/lowering.hpp"
+#include "engine/schedule/validate.hpp"
 #include "kernels/check.hpp"
 #include "kernels/optimizer.hpp"
 

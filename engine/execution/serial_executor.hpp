@@ -9,13 +9,13 @@
 #include <vector>
 
 #include "engine/batch.hpp"
+#include "engine/execution/optimizer_shard.hpp"
+#include "engine/execution/stage_worker.hpp"
 #include "engine/expected.hpp"
-#include "engine/model.hpp"
-#include "engine/optimizer_shard.hpp"
+#include "engine/model/model.hpp"
+#include "engine/model/partition.hpp"
 #include "engine/options.hpp"
-#include "engine/partition.hpp"
-#include "engine/schedule.hpp"
-#include "engine/stage_worker.hpp"
+#include "engine/schedule/schedule.hpp"
 
 namespace actorpipe {
 

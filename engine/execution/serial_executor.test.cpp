@@ -2,7 +2,7 @@
 // reference trainer bitwise (GPT and BERT, clipping on), runs are deterministic with any thread
 // counts, lowered and compute-only schedules agree, consecutive runs continue exactly (2bw too),
 // and bad inputs are refused.
-#include "engine/serial_executor.hpp"
+#include "engine/execution/serial_executor.hpp"
 
 #include <doctest/doctest.h>
 
@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/data.hpp"
-#include "engine/reference_trainer.hpp"
-#include "engine/schedule_generators.hpp"
+#include "engine/data/loader.hpp"
+#include "engine/execution/reference_trainer.hpp"
+#include "engine/schedule/generators.hpp"
 #include "kernels/check.hpp"
 #include "tests/support/bits.hpp"
 #include "tests/support/tiny_model.hpp"

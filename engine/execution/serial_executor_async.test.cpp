@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/data.hpp"
-#include "engine/layer_optimizer.hpp"
-#include "engine/serial_executor.hpp"
-#include "engine/simulator.hpp"
+#include "engine/data/loader.hpp"
+#include "engine/execution/layer_optimizer.hpp"
+#include "engine/execution/serial_executor.hpp"
+#include "engine/schedule/simulator.hpp"
 #include "kernels/optimizer.hpp"
 #include "tests/support/bits.hpp"
 #include "tests/support/tiny_model.hpp"

@@ -1,14 +1,14 @@
 // StageWorker: the compute unit of one pipeline stage (its layers' weight versions, gradients,
 // activation stash and Context) with one exec_* call per action kind and the update hand-off.
-#include "engine/stage_worker.hpp"
+#include "engine/execution/stage_worker.hpp"
 
 #include <algorithm>
 #include <atomic>
 
-#include "engine/optimizer_shard.hpp"
-#include "engine/schedule_generators.hpp"
-#include "engine/simulator.hpp"
-#include "engine/xpipe_prediction.hpp"
+#include "engine/execution/optimizer_shard.hpp"
+#include "engine/execution/xpipe_prediction.hpp"
+#include "engine/schedule/generators.hpp"
+#include "engine/schedule/simulator.hpp"
 #include "kernels/check.hpp"
 
 namespace actorpipe {

@@ -11,15 +11,15 @@
 #include <vector>
 
 #include "engine/batch.hpp"
-#include "engine/deferred_grads.hpp"
+#include "engine/execution/update_job.hpp"
+#include "engine/execution/weight_store.hpp"
 #include "engine/expected.hpp"
-#include "engine/layer.hpp"
-#include "engine/model.hpp"
+#include "engine/model/deferred_grads.hpp"
+#include "engine/model/layer.hpp"
+#include "engine/model/model.hpp"
+#include "engine/model/partition.hpp"
 #include "engine/options.hpp"
-#include "engine/partition.hpp"
-#include "engine/schedule.hpp"
-#include "engine/update_job.hpp"
-#include "engine/weight_store.hpp"
+#include "engine/schedule/schedule.hpp"
 #include "kernels/context.hpp"
 #include "kernels/tensor.hpp"
 

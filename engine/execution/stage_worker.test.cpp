@@ -2,7 +2,7 @@
 // state (concurrent workers compute what sequential ones do), updates applied on another thread
 // while the worker computes equal updates applied at once, output tensors move without copies,
 // the tied-parameter and gradient-norm hooks, and refusals of actions out of order.
-#include "engine/stage_worker.hpp"
+#include "engine/execution/stage_worker.hpp"
 
 #include <doctest/doctest.h>
 
@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
-#include "engine/data.hpp"
-#include "engine/optimizer_shard.hpp"
-#include "engine/schedule_generators.hpp"
+#include "engine/data/loader.hpp"
+#include "engine/execution/optimizer_shard.hpp"
+#include "engine/schedule/generators.hpp"
 #include "kernels/check.hpp"
 #include "tests/support/tiny_model.hpp"
 

@@ -1,11 +1,11 @@
 // Update job: one optimizer update of a pipeline stage, handed by its StageWorker to whoever
 // applies it (the stage's optimizer shard): the gradients, the version being produced, the rules.
-#include "engine/update_job.hpp"
+#include "engine/execution/update_job.hpp"
 
 #include <algorithm>
 
-#include "engine/layer.hpp"
-#include "engine/model.hpp"
+#include "engine/model/layer.hpp"
+#include "engine/model/model.hpp"
 #include "kernels/check.hpp"
 
 namespace actorpipe {

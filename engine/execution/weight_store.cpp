@@ -1,6 +1,6 @@
 // Weight-version store of one pipeline stage: immutable parameter versions (one buffer per layer
 // of the stage), microbatches bound to the version their forward used, and the update policy.
-#include "engine/weight_store.hpp"
+#include "engine/execution/weight_store.hpp"
 
 #include <algorithm>
 #include <numeric>

@@ -1,6 +1,6 @@
 // Weight store tests: each policy's capacity, binding and release, where an update writes, and
 // the refusals that keep a version from being written under a saved activation.
-#include "engine/weight_store.hpp"
+#include "engine/execution/weight_store.hpp"
 
 #include <doctest/doctest.h>
 

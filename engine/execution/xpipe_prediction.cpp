@@ -1,11 +1,11 @@
 // XPipe weight prediction: the weights a forward computes with, extrapolated from the current
 // weights and the optimizer state by the number of updates that land before its backward.
-#include "engine/xpipe_prediction.hpp"
+#include "engine/execution/xpipe_prediction.hpp"
 
 #include <algorithm>
 #include <cmath>
 
-#include "engine/layer_optimizer.hpp"
+#include "engine/execution/layer_optimizer.hpp"
 #include "kernels/check.hpp"
 
 namespace actorpipe {

@@ -2,7 +2,7 @@
 // weights and the optimizer state by the number of updates that land before its backward.
 #pragma once
 
-#include "engine/layer.hpp"
+#include "engine/model/layer.hpp"
 #include "engine/options.hpp"
 #include "kernels/context.hpp"
 

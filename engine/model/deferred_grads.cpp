@@ -1,5 +1,5 @@
 // DeferredGrads: recorded linear weight gradients, computed later in the order recorded.
-#include "engine/deferred_grads.hpp"
+#include "engine/model/deferred_grads.hpp"
 
 #include <algorithm>
 

@@ -1,7 +1,7 @@
 // DeferredGrads tests: recorded weight gradients equal matmul_backward_weight computed at once, in
 // the order recorded; copies survive the caller overwriting their source; run() and clear() leave
 // it empty and keep the storage for the next backward.
-#include "engine/deferred_grads.hpp"
+#include "engine/model/deferred_grads.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,6 +1,6 @@
 // Layer: one partitionable unit of a model (embedding, transformer block, head + loss) as a
 // const forward/backward pair over caller-owned parameter, gradient and activation buffers.
-#include "engine/layer.hpp"
+#include "engine/model/layer.hpp"
 
 #include <algorithm>
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/batch.hpp"
-#include "engine/deferred_grads.hpp"
+#include "engine/model/deferred_grads.hpp"
 #include "kernels/context.hpp"
 
 namespace actorpipe {

@@ -1,10 +1,10 @@
 // Model: the ordered list of layers of a GPT or BERT (embedding, L blocks, head) plus the
 // spec that ties parameters across layers. Partition cuts go between any two layers.
-#include "engine/model.hpp"
+#include "engine/model/model.hpp"
 
 #include <fmt/format.h>
 
-#include "engine/internal/transformer_layers.hpp"
+#include "engine/model/internal/transformer_layers.hpp"
 #include "kernels/check.hpp"
 #include "kernels/optimizer.hpp"
 

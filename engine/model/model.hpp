@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "engine/expected.hpp"
-#include "engine/layer.hpp"
+#include "engine/model/layer.hpp"
 #include "engine/options.hpp"
 #include "kernels/context.hpp"
 

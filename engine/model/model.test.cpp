@@ -1,6 +1,6 @@
 // Model tests: layer lists and slots, seeded partition-independent init, stateless layers,
 // and gradients of whole tiny GPT and BERT models against a double-precision naive model.
-#include "engine/model.hpp"
+#include "engine/model/model.hpp"
 
 #include <doctest/doctest.h>
 
@@ -10,7 +10,7 @@
 #include <numeric>
 #include <vector>
 
-#include "engine/reference_trainer.hpp"
+#include "engine/execution/reference_trainer.hpp"
 #include "engine/rng.hpp"
 #include "kernels/check.hpp"
 #include "kernels/crossentropy.hpp"

@@ -1,6 +1,6 @@
 // Partition: the model's layers cut into d contiguous pipeline stages, either as evenly as
 // possible or from explicit per-stage layer counts (pipeline.partition).
-#include "engine/partition.hpp"
+#include "engine/model/partition.hpp"
 
 #include <fmt/format.h>
 

@@ -1,6 +1,6 @@
 // Partition tests: even splits (contiguous, balanced, larger stages first), explicit counts,
 // stage_of, and errors that name the problem.
-#include "engine/partition.hpp"
+#include "engine/model/partition.hpp"
 
 #include <doctest/doctest.h>
 

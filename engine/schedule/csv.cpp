@@ -1,10 +1,10 @@
 // CSV import/export in torch.distributed.pipelining's compute-only form: row = rank, cell = action
 // text at its time step, empty = idle. Imports are validated before they are returned.
-#include "engine/schedule_csv.hpp"
+#include "engine/schedule/csv.hpp"
 
 #include <algorithm>
 
-#include "engine/schedule_validate.hpp"
+#include "engine/schedule/validate.hpp"
 
 namespace actorpipe {
 namespace {

@@ -1,13 +1,13 @@
 // Tests of the torch.distributed.pipelining compute-only CSV: exact export of a small schedule,
 // round-trips in both directions, and the errors of a bad import.
-#include "engine/schedule_csv.hpp"
+#include "engine/schedule/csv.hpp"
 
 #include <doctest/doctest.h>
 
 #include <string>
 
-#include "engine/schedule_generators.hpp"
-#include "engine/schedule_lowering.hpp"
+#include "engine/schedule/generators.hpp"
+#include "engine/schedule/lowering.hpp"
 
 using namespace actorpipe;
 

@@ -1,6 +1,6 @@
 // Schedule generators for the five modes. All share one 1F1B (or all-F-then-all-B) action order
 // per stage; the modes differ in where OPT_STEP lands and which version each F and B uses.
-#include "engine/schedule_generators.hpp"
+#include "engine/schedule/generators.hpp"
 
 #include <algorithm>
 

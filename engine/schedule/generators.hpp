@@ -3,7 +3,7 @@
 #pragma once
 
 #include "engine/expected.hpp"
-#include "engine/schedule.hpp"
+#include "engine/schedule/schedule.hpp"
 
 namespace actorpipe {
 

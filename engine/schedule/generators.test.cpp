@@ -1,6 +1,6 @@
 // Tests of the five generators: each validates for d <= 8, m <= 16 and several step counts, has
 // the documented action order, and gives every F and B the weight version its mode prescribes.
-#include "engine/schedule_generators.hpp"
+#include "engine/schedule/generators.hpp"
 
 #include <doctest/doctest.h>
 
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/schedule_lowering.hpp"
-#include "engine/schedule_validate.hpp"
+#include "engine/schedule/lowering.hpp"
+#include "engine/schedule/validate.hpp"
 
 using namespace actorpipe;
 

@@ -1,6 +1,6 @@
 // Lowering: adds the communication actions to a compute-only schedule, each receive right before
 // the action that consumes it and each send right after the action that produces it.
-#include "engine/schedule_lowering.hpp"
+#include "engine/schedule/lowering.hpp"
 
 namespace actorpipe {
 

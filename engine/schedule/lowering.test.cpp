@@ -1,6 +1,6 @@
 // Tests of lowering: every F/B gets its receive right before and its send right after, the result
 // validates, replays in the same order as its compute-only input, and lowering twice is refused.
-#include "engine/schedule_lowering.hpp"
+#include "engine/schedule/lowering.hpp"
 
 #include <doctest/doctest.h>
 
@@ -8,8 +8,8 @@
 #include <string>
 #include <tuple>
 
-#include "engine/schedule_generators.hpp"
-#include "engine/schedule_validate.hpp"
+#include "engine/schedule/generators.hpp"
+#include "engine/schedule/validate.hpp"
 
 using namespace actorpipe;
 

@@ -1,12 +1,12 @@
 // Schedule as data: action text form, parsing, compute-only view and the stage x time grid of a
 // unit-cost replay (rows = stages, columns = time slots, blanks = idle).
-#include "engine/schedule.hpp"
+#include "engine/schedule/schedule.hpp"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 
-#include "engine/internal/schedule_replay.hpp"
+#include "engine/schedule/internal/replay.hpp"
 
 namespace actorpipe {
 namespace {

@@ -1,13 +1,13 @@
 // Tests of the schedule data type: action text round-trip and errors, the compute-only view,
 // unit-cost time slots and the stage x time grid.
-#include "engine/schedule.hpp"
+#include "engine/schedule/schedule.hpp"
 
 #include <doctest/doctest.h>
 
 #include <string>
 
-#include "engine/schedule_generators.hpp"
-#include "engine/schedule_lowering.hpp"
+#include "engine/schedule/generators.hpp"
+#include "engine/schedule/lowering.hpp"
 
 using namespace actorpipe;
 

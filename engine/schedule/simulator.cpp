@@ -1,6 +1,6 @@
 // Simulator: the shared replay with a cost model. Links are FIFO per direction and boundary; the
 // memory figures (stash, versions) follow from the action order alone.
-#include "engine/simulator.hpp"
+#include "engine/schedule/simulator.hpp"
 
 #include <algorithm>
 #include <array>
@@ -8,9 +8,9 @@
 #include <map>
 #include <set>
 
-#include "engine/internal/schedule_replay.hpp"
-#include "engine/schedule_lowering.hpp"
-#include "engine/schedule_validate.hpp"
+#include "engine/schedule/internal/replay.hpp"
+#include "engine/schedule/lowering.hpp"
+#include "engine/schedule/validate.hpp"
 
 namespace actorpipe {
 namespace {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/expected.hpp"
-#include "engine/schedule.hpp"
+#include "engine/schedule/schedule.hpp"
 
 namespace actorpipe {
 

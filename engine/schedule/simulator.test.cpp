@@ -1,14 +1,14 @@
 // Tests of the simulator: uniform costs reproduce the closed forms (bubble, stash, versions), a
 // hand-computed two-stage run with link costs, FIFO links, and cost-model errors.
-#include "engine/simulator.hpp"
+#include "engine/schedule/simulator.hpp"
 
 #include <doctest/doctest.h>
 
 #include <string>
 #include <vector>
 
-#include "engine/schedule_generators.hpp"
-#include "engine/schedule_lowering.hpp"
+#include "engine/schedule/generators.hpp"
+#include "engine/schedule/lowering.hpp"
 
 using namespace actorpipe;
 

@@ -1,11 +1,11 @@
 // Schedule validator: structural checks per action and per stage, send/receive matching, and a
 // deterministic replay that finds deadlocks; failures show the grid with the failing step marked.
-#include "engine/schedule_validate.hpp"
+#include "engine/schedule/validate.hpp"
 
 #include <algorithm>
 #include <optional>
 
-#include "engine/internal/schedule_replay.hpp"
+#include "engine/schedule/internal/replay.hpp"
 
 namespace actorpipe {
 namespace {

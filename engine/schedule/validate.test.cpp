@@ -1,14 +1,14 @@
 // Tests of the validator: hand-broken schedules (dropped, duplicated or reordered actions, a send
 // without its receive, cross-waits) are rejected with the right message and the marked grid.
-#include "engine/schedule_validate.hpp"
+#include "engine/schedule/validate.hpp"
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <string>
 
-#include "engine/schedule_generators.hpp"
-#include "engine/schedule_lowering.hpp"
+#include "engine/schedule/generators.hpp"
+#include "engine/schedule/lowering.hpp"
 
 using namespace actorpipe;
 

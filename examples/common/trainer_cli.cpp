@@ -10,7 +10,7 @@
 
 #include "actors/api/actorpipe/progress.hpp"
 #include "actors/api/actorpipe/trainer.hpp"
-#include "engine/config.hpp"
+#include "engine/config/config.hpp"
 #include "kernels/device.hpp"
 
 namespace actorpipe {

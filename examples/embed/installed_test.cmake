@@ -16,7 +16,7 @@ endfunction()
 
 step("install" ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix"
   --component development)
-foreach(f include/actorpipe/trainer.hpp include/actorpipe/engine/config.hpp
+foreach(f include/actorpipe/trainer.hpp include/actorpipe/engine/config/config.hpp
     lib/cmake/actorpipe/actorpipeConfig.cmake)
   if(NOT EXISTS "${WORK_DIR}/prefix/${f}")
     message(FATAL_ERROR "install: ${f} is missing from the prefix")

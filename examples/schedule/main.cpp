@@ -15,12 +15,12 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/schedule.hpp"
-#include "engine/schedule_csv.hpp"
-#include "engine/schedule_generators.hpp"
-#include "engine/schedule_lowering.hpp"
-#include "engine/schedule_validate.hpp"
-#include "engine/simulator.hpp"
+#include "engine/schedule/csv.hpp"
+#include "engine/schedule/generators.hpp"
+#include "engine/schedule/lowering.hpp"
+#include "engine/schedule/schedule.hpp"
+#include "engine/schedule/simulator.hpp"
+#include "engine/schedule/validate.hpp"
 
 using namespace actorpipe;
 

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/data.hpp"
-#include "engine/model.hpp"
+#include "engine/data/loader.hpp"
+#include "engine/model/model.hpp"
 #include "engine/options.hpp"
 
 namespace actorpipe::testing {

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "engine/expected.hpp"
-#include "engine/schedule.hpp"
+#include "engine/schedule/schedule.hpp"
 
 namespace actorpipe {
 

@@ -11,10 +11,10 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/config.hpp"
+#include "engine/checkpoint/safetensors.hpp"
+#include "engine/config/config.hpp"
 #include "engine/expected.hpp"
 #include "engine/options.hpp"
-#include "engine/safetensors.hpp"
 #include "metrics.hpp"
 #include "trace.hpp"
 

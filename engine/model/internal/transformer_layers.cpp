@@ -2,7 +2,7 @@
 // heads) behind the Layer interface. Private to the engine; Model::build is the factory.
 // Shapes: B sequences, T tokens, N = B·T rows, C width, NH heads, V vocabulary, maxT context,
 // S segment types.
-#include "engine/internal/transformer_layers.hpp"
+#include "engine/model/internal/transformer_layers.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "engine/layer.hpp"
+#include "engine/model/layer.hpp"
 #include "engine/options.hpp"
 
 namespace actorpipe::internal {

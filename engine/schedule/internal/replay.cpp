@@ -1,6 +1,6 @@
 // Deterministic replay of a schedule: every stage runs its actions in order, an action starts when
 // its cross-stage dependency has executed. FLUSH is a barrier over all stages.
-#include "engine/internal/schedule_replay.hpp"
+#include "engine/schedule/internal/replay.hpp"
 
 #include <algorithm>
 

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/schedule.hpp"
+#include "engine/schedule/schedule.hpp"
 
 namespace actorpipe::internal {
 
