@@ -3,76 +3,19 @@
 #include "engine/execution/stage_worker.hpp"
 
 #include <algorithm>
-#include <atomic>
 
 #include "engine/execution/optimizer_shard.hpp"
 #include "engine/execution/xpipe_prediction.hpp"
-#include "engine/schedule/generators.hpp"
 #include "engine/schedule/simulator.hpp"
 #include "kernels/check.hpp"
 
 namespace actorpipe {
-
-namespace {
-
-int default_stash_slots(Mode mode, int d, int r, int m) {
-  // sync schedules cover one step; an async one reaches its steady state after d microbatches
-  const int steps = is_synchronous(mode) ? 1 : d + 1;
-  auto s = make_schedule(mode, d, m, steps);
-  AP_CHECK(s.ok(), "{}", s.ok() ? "" : s.error().message);
-  return peak_stash(*s)[static_cast<size_t>(r)];
-}
-
-}  // namespace
-
-TiedSync tied_sync(Mode mode) {
-  return is_synchronous(mode) ? TiedSync::exchange_grads : TiedSync::follow_owner;
-}
-
-std::string to_string(TiedVersion v) {
-  if (!v.valid()) return "none";
-  return v.lookahead == 0 ? std::to_string(v.version)
-                          : std::to_string(v.version) + "+" + std::to_string(v.lookahead);
-}
 
 bool clips_globally(Mode mode) {
   return is_synchronous(mode);
 }
 
 // ---------------------------------------------------------------------------------------------
-
-struct StageWorker::Slot {
-  int microbatch = -1;        // schedule index; -1 = free
-  int version = 0;            // absolute version of its F
-  Tensor input;               // the previous stage's output, held until the B
-  std::vector<float> hidden;  // outputs of the stage's layers but the last, (B,T,C) each
-  std::vector<float> saved;   // every layer's saved activations
-  LossStats loss;
-};
-
-/// Output tensors handed to other stages without copying: a tensor is reused once every other
-/// holder has dropped it (its storage's use count is back to 1).
-class StageWorker::TensorPool {
- public:
-  TensorPool(std::vector<int64_t> shape, int preallocate) : shape_(std::move(shape)) {
-    for (int i = 0; i < preallocate; ++i) items_.push_back(Tensor::zeros(shape_));
-  }
-  Tensor acquire() {
-    for (const Tensor& t : items_) {
-      if (t.storage().use_count() == 1) {
-        // the last other holder's reads happen before our writes
-        std::atomic_thread_fence(std::memory_order_acquire);
-        return t;
-      }
-    }
-    items_.push_back(Tensor::zeros(shape_));
-    return items_.back();
-  }
-
- private:
-  std::vector<int64_t> shape_;
-  std::vector<Tensor> items_;
-};
 
 StageWorker::StageWorker(const Model& model, const Partition& partition,
                          const OptimizerOptions& optimizer, const StageWorkerOptions& options)
@@ -81,7 +24,6 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
       opt_(optimizer),
       opts_(options),
       stage_(options.stage),
-      tied_sync_(tied_sync(options.mode)),
       ctx_(options.threads) {
   AP_CHECK(partition.num_layers() == model.num_layers(),
            "partition of {} layers for a model of {} layers", partition.num_layers(),
@@ -125,11 +67,7 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
   const int slots = options.stash_slots > 0
                         ? options.stash_slots
                         : default_stash_slots(options.mode, d, stage_, options.microbatches);
-  stash_.resize(static_cast<size_t>(std::max(slots, 1)));
-  for (Slot& s : stash_) {
-    s.hidden.assign(static_cast<size_t>(L - 1) * bth, 0.0f);
-    s.saved.assign(saved, 0.0f);
-  }
+  stash_ = ActivationStash(stage_, slots, static_cast<size_t>(L - 1) * bth, saved);
   dh_a_.assign(bth, 0.0f);
   dh_b_.assign(bth, 0.0f);
   const std::vector<int64_t> hidden_shape{options.B, options.T, model.options().width};
@@ -154,45 +92,20 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
   for (int i = 0; i < L; ++i)
     rules[static_cast<size_t>(i)].assign(layers_[static_cast<size_t>(i)]->slots().size(),
                                          SlotUpdate::stage_scale);
-  for (const TiedParam& tp : model.tied()) {
-    TiedLayout t;
-    t.owner_stage = partition.stage_of(tp.owner_layer);
-    t.copy_stage = partition.stage_of(tp.copy_layer);
-    const ParamSlot* a = model.layer(tp.owner_layer).find_slot(tp.owner_slot);
-    const ParamSlot* b = model.layer(tp.copy_layer).find_slot(tp.copy_slot);
-    AP_CHECK(a && b && a->numel == b->numel, "tied slots {} / {}", tp.owner_slot, tp.copy_slot);
-    AP_CHECK(a->decay == b->decay, "tied slots {} / {} differ in weight decay", tp.owner_slot,
-             tp.copy_slot);
-    t.numel = a->numel;
-    const bool owner = t.owner_stage == stage_, copy = t.copy_stage == stage_;
-    t.role = owner && copy ? TiedRole::both
-             : owner       ? TiedRole::owner
-             : copy        ? TiedRole::copy
-                           : TiedRole::none;
-    if (owner) {
-      t.owner_local = tp.owner_layer - first_;
-      t.owner_offset = a->offset;
-    }
-    if (copy) {
-      t.copy_local = tp.copy_layer - first_;
-      t.copy_offset = b->offset;
-    }
-    if (t.role == TiedRole::copy) {
-      const auto& slots_of = layers_[static_cast<size_t>(t.copy_local)]->slots();
-      for (size_t s = 0; s < slots_of.size(); ++s) {
-        if (slots_of[s].name == tp.copy_slot) {
-          rules[static_cast<size_t>(t.copy_local)][s] =
-              tied_sync_ == TiedSync::follow_owner ? SlotUpdate::skip : SlotUpdate::tied_scale;
-        }
+  tied_ = TiedParams(model, partition, stage_, options.mode, store_->capacity());
+  for (size_t k = 0; k < tied_.size(); ++k) {
+    const TiedLayout& t = tied_.layout(k);
+    if (t.role != TiedRole::copy) continue;
+    const std::string& copy_slot = model.tied()[k].copy_slot;
+    const auto& slots_of = layers_[static_cast<size_t>(t.copy_local)]->slots();
+    for (size_t s = 0; s < slots_of.size(); ++s) {
+      if (slots_of[s].name == copy_slot) {
+        rules[static_cast<size_t>(t.copy_local)][s] =
+            tied_.follows(k) ? SlotUpdate::skip : SlotUpdate::tied_scale;
       }
     }
-    tied_.push_back(t);
-    tied_held_.emplace_back();
-    tied_held_.back().reserve(static_cast<size_t>(store_->capacity()) + 2);
-    tied_held_.back().emplace_back(0, TiedVersion{0, 0});  // both copies: the same init
   }
-  job_.tied_ = tied_;
-  tied_carried_.assign(tied_.size(), TiedVersion{});
+  job_.tied_ = tied_.layouts();
   if (opts_.log_versions) log_.reserve(1024);
 }
 
@@ -249,81 +162,26 @@ Status StageWorker::start_run(const Schedule& s, int64_t microbatch_offset) {
   }
   base_ = static_cast<int>(updates_);
   if (!s.continued) store_->reset(base_);
-  for (auto& held : tied_held_) {
-    std::erase_if(held, [&](const auto& e) { return !store_->holds(e.first); });
-  }
+  tied_.forget_unstored(*store_);
   for (size_t k = 0; k < tied_.size(); ++k) {
-    if (tied_[k].role == TiedRole::copy && tied_sync_ == TiedSync::follow_owner &&
-        tied_held(base_, k) != TiedVersion{base_, 0}) {
+    if (tied_.follows(k) && tied_.held(base_, k) != TiedVersion{base_, 0}) {
       return make_error(
           "stage {}: its copy of tied parameter {} holds {}, not the owner's version {}: "
           "install_tied_weights at the end of the previous run",
-          stage_, k, to_string(tied_held(base_, k)), base_);
+          stage_, k, to_string(tied_.held(base_, k)), base_);
     }
   }
   mb_offset_ = microbatch_offset;
   run_microbatches_ = s.total_microbatches();
   predicted_tied_ = {};
-  owner_f_.clear();
-  for (const TiedLayout& t : tied_) {
-    if (t.role != TiedRole::copy || tied_sync_ != TiedSync::follow_owner) continue;
-    owner_f_.assign(static_cast<size_t>(run_microbatches_), TiedVersion{});
-    const bool predicts = version_policy(opts_.mode) == VersionPolicy::predicted;
-    for (const Action& a : s.per_stage[static_cast<size_t>(t.owner_stage)]) {
-      if (a.kind != ActionKind::F || a.microbatch < 0 || a.microbatch >= run_microbatches_)
-        continue;
-      // the owner predicts only past version 0 (exec_forward): otherwise it uses the version
-      const int v = base_ + a.version;
-      owner_f_[static_cast<size_t>(a.microbatch)] = {v, predicts && v > 0 ? a.lookahead : 0};
-    }
-  }
+  tied_.plan_run(s, base_, run_microbatches_,
+                 version_policy(opts_.mode) == VersionPolicy::predicted);
   run_active_ = true;
   return {};
 }
 
-StageWorker::Slot& StageWorker::acquire_slot(int microbatch) {
-  Slot* free_slot = nullptr;
-  for (Slot& s : stash_) {
-    AP_CHECK(s.microbatch != microbatch, "F of microbatch {} twice without its B", microbatch);
-    if (s.microbatch < 0 && !free_slot) free_slot = &s;
-  }
-  AP_CHECK(free_slot, "stage {}: F of microbatch {} but all {} stash slots are in flight", stage_,
-           microbatch, stash_.size());
-  free_slot->microbatch = microbatch;
-  return *free_slot;
-}
-
-StageWorker::Slot& StageWorker::find_slot(int microbatch) {
-  for (Slot& s : stash_)
-    if (s.microbatch == microbatch) return s;
-  AP_CHECK(false, "stage {}: B of microbatch {} whose F has not run", stage_, microbatch);
-  return stash_.front();
-}
-
 int StageWorker::in_flight() const {
-  int n = 0;
-  for (const Slot& s : stash_) n += s.microbatch >= 0 ? 1 : 0;
-  return n;
-}
-
-TiedVersion StageWorker::tied_held(int version, size_t k) const {
-  for (const auto& [v, tv] : tied_held_[k])
-    if (v == version) return tv;
-  return {};
-}
-
-TiedVersion StageWorker::owner_f_version(const Action& f) const {
-  return owner_f_[static_cast<size_t>(f.microbatch)];
-}
-
-void StageWorker::set_tied_held(int version, size_t k, TiedVersion tied_version) {
-  for (auto& [v, tv] : tied_held_[k]) {
-    if (v == version) {
-      tv = tied_version;
-      return;
-    }
-  }
-  tied_held_[k].emplace_back(version, tied_version);
+  return stash_.in_flight();
 }
 
 ForwardOutput StageWorker::exec_forward(const Action& a, const Microbatch& mb, const Tensor& in) {
@@ -348,15 +206,15 @@ ForwardOutput StageWorker::exec_forward(const Action& a, const Microbatch& mb, c
   }
   TiedVersion tied_version;
   for (size_t k = 0; k < tied_.size(); ++k) {
-    if (tied_[k].role != TiedRole::copy || tied_sync_ != TiedSync::follow_owner) continue;
-    const TiedVersion need = owner_f_version(a);
-    AP_CHECK(tied_held(v, k) == need,
+    if (!tied_.follows(k)) continue;
+    const TiedVersion need = tied_.owner_forward(a.microbatch);
+    AP_CHECK(tied_.held(v, k) == need,
              "{}: the tied parameter must be at {} (the owner's) but holds {}: "
              "install_tied_weights first",
-             to_string(a), to_string(need), to_string(tied_held(v, k)));
+             to_string(a), to_string(need), to_string(tied_.held(v, k)));
     tied_version = need;
   }
-  Slot& slot = acquire_slot(a.microbatch);
+  Slot& slot = stash_.acquire(a.microbatch);
   slot.version = v;
   slot.input = first.takes_input() ? in : Tensor();
   if (!predicted) store_->bind(a.microbatch, v);
@@ -365,8 +223,8 @@ ForwardOutput StageWorker::exec_forward(const Action& a, const Microbatch& mb, c
   // (the copy is the model's last layer, at the last stage, whose lookahead is always 0)
   AP_CHECK(!predict || tied_version.version < 0,
            "{}: stage {} follows a tied owner and cannot predict its copy", to_string(a), stage_);
-  predicted_tied_ =
-      predict && tied_sync_ == TiedSync::follow_owner ? TiedVersion{v, a.lookahead} : TiedVersion{};
+  predicted_tied_ = predict && tied_.sync() == TiedSync::follow_owner ? TiedVersion{v, a.lookahead}
+                                                                      : TiedVersion{};
 
   ForwardOutput result;
   if (!layers_.back()->is_loss()) result.out = out_pool_->acquire();
@@ -427,7 +285,7 @@ Tensor StageWorker::backward_layers(const Action& a, const Microbatch& mb, const
            "{}: microbatch ({}, {}) but the stage takes ({}, {})", to_string(a), mb.B, mb.T,
            opts_.B, opts_.T);
   const size_t bth = dh_a_.size();
-  Slot& slot = find_slot(a.microbatch);
+  Slot& slot = stash_.find(a.microbatch);
   const int v = base_ + a.version;
   const bool predicted = store_->policy() == VersionPolicy::predicted;
   if (predicted) {
@@ -473,14 +331,12 @@ void StageWorker::finish_backward() {
   if (opts_.log_versions) {
     TiedVersion tied_version;
     for (size_t k = 0; k < tied_.size(); ++k)
-      if (tied_[k].role == TiedRole::copy && tied_sync_ == TiedSync::follow_owner)
-        tied_version = tied_held(v, k);
+      if (tied_.follows(k)) tied_version = tied_.held(v, k);
     log_.push_back({stage_, ActionKind::B, mb_offset_ + a.microbatch, v, 0, tied_version.version,
                     tied_version.lookahead});
   }
   if (store_->policy() != VersionPolicy::predicted) store_->release(a.microbatch);
-  slot.microbatch = -1;
-  slot.input = Tensor();
+  ActivationStash::release(slot);
   pending_ = nullptr;
 }
 
@@ -491,7 +347,7 @@ UpdateJob& StageWorker::begin_update(const Action& a) {
            to_string(a), base_ + a.version, updates_);
   // the copy slot of a follow_owner copy is not updated: the new version holds what the newest
   // one holds now
-  for (size_t k = 0; k < tied_.size(); ++k) tied_carried_[k] = tied_held(store_->latest(), k);
+  tied_.carry(store_->latest());
   store_->begin_update();
   for (int i = 0; i < num_layers(); ++i)
     job_.params_[static_cast<size_t>(i)] = store_->update_params(i);
@@ -513,15 +369,7 @@ void StageWorker::commit_update(UpdateJob& job) {
            stage_, job_.step());
   store_->commit_update();
   ++updates_;
-  for (size_t k = 0; k < tied_.size(); ++k) {
-    auto& held = tied_held_[k];
-    std::erase_if(held, [&](const auto& e) { return !store_->holds(e.first); });
-    if (tied_[k].role == TiedRole::copy && tied_sync_ == TiedSync::follow_owner) {
-      set_tied_held(store_->latest(), k, tied_carried_[k]);
-    } else {
-      set_tied_held(store_->latest(), k, TiedVersion{static_cast<int>(updates_), 0});
-    }
-  }
+  tied_.commit(*store_, updates_);
   job_.open_ = false;
   job_.grads_ = nullptr;
   for (auto& p : job_.params_) p = {};
@@ -560,27 +408,26 @@ size_t StageWorker::num_tied() const {
 }
 
 int StageWorker::stash_slots() const {
-  return static_cast<int>(stash_.size());
+  return stash_.size();
 }
 
 TiedRole StageWorker::tied_role(size_t k) const {
-  AP_CHECK(k < tied_.size(), "tied parameter {} of {}", k, tied_.size());
-  return tied_[k].role;
+  return tied_.layout(k).role;
 }
 
 std::span<const float> StageWorker::tied_weights(size_t k) const {
   const TiedRole role = tied_role(k);
   AP_CHECK(role == TiedRole::owner || role == TiedRole::both,
            "stage {} does not own tied parameter {}", stage_, k);
-  const TiedLayout& t = tied_[k];
+  const TiedLayout& t = tied_.layout(k);
   return store_->params(store_->latest(), t.owner_local).subspan(t.owner_offset, t.numel);
 }
 
 TiedVersion StageWorker::tied_version_needed(const Action& f, size_t k) const {
   check_action(f, ActionKind::F);
-  if (tied_role(k) != TiedRole::copy || tied_sync_ != TiedSync::follow_owner) return {};
-  const TiedVersion need = owner_f_version(f);
-  return tied_held(base_ + f.version, k) == need ? TiedVersion{} : need;
+  if (!tied_.follows(k)) return {};
+  const TiedVersion need = tied_.owner_forward(f.microbatch);
+  return tied_.held(base_ + f.version, k) == need ? TiedVersion{} : need;
 }
 
 void StageWorker::install_tied_weights(const Action& f, size_t k, TiedVersion version,
@@ -588,24 +435,24 @@ void StageWorker::install_tied_weights(const Action& f, size_t k, TiedVersion ve
   const TiedVersion need = tied_version_needed(f, k);
   AP_CHECK(need.valid() && need == version, "{}: tied version {} offered, {} needed", to_string(f),
            to_string(version), to_string(need));
-  const TiedLayout& t = tied_[k];
+  const TiedLayout& t = tied_.layout(k);
   AP_CHECK(w.size() == t.numel, "tied weights of {} floats, expected {}", w.size(), t.numel);
   const int v = base_ + f.version;
   std::span<float> dst = store_->mutable_params(v, t.copy_local).subspan(t.copy_offset, t.numel);
   std::copy(w.begin(), w.end(), dst.begin());
-  set_tied_held(v, k, version);
+  tied_.set_held(v, k, version);
 }
 
 StageWorker::PredictedTied StageWorker::predicted_tied(size_t k) const {
   const TiedRole role = tied_role(k);
   if (role != TiedRole::owner || !predicted_tied_.valid()) return {};
-  const TiedLayout& t = tied_[k];
+  const TiedLayout& t = tied_.layout(k);
   const size_t off = param_off_[static_cast<size_t>(t.owner_local)] + t.owner_offset;
   return {predicted_tied_, std::span<const float>(predicted_).subspan(off, t.numel)};
 }
 
 void StageWorker::install_tied_weights(size_t k, int version, std::span<const float> w) {
-  AP_CHECK(tied_role(k) == TiedRole::copy && tied_sync_ == TiedSync::follow_owner,
+  AP_CHECK(tied_role(k) == TiedRole::copy && tied_.follows(k),
            "stage {} does not follow an owner for tied parameter {}", stage_, k);
   AP_CHECK(in_flight() == 0 && !job_.open(),
            "stage {}: tied weights installed at rest with {} in flight", stage_, in_flight());
@@ -613,26 +460,18 @@ void StageWorker::install_tied_weights(size_t k, int version, std::span<const fl
   AP_CHECK(version == static_cast<int>(updates_) || previous,
            "stage {}: tied version {} installed at rest, the stage is at version {}", stage_,
            version, updates_);
-  const TiedLayout& t = tied_[k];
+  const TiedLayout& t = tied_.layout(k);
   AP_CHECK(w.size() == t.numel, "tied weights of {} floats, expected {}", w.size(), t.numel);
   const int v = previous ? version : store_->latest();
   std::span<float> dst = store_->mutable_params(v, t.copy_local).subspan(t.copy_offset, t.numel);
   std::copy(w.begin(), w.end(), dst.begin());
-  set_tied_held(v, k, TiedVersion{version, 0});
+  tied_.set_held(v, k, TiedVersion{version, 0});
 }
 
 void StageWorker::set_updates(long updates) {
   AP_CHECK(in_flight() == 0 && !job_.open(), "stage {}: set_updates while busy", stage_);
   AP_CHECK(updates >= 0, "updates = {}", updates);
-  for (size_t k = 0; k < tied_.size(); ++k) {
-    const TiedVersion tv = tied_held(store_->latest(), k);
-    tied_held_[k].clear();
-    // a copy following its owner keeps its relative lag; every other side is current
-    tied_held_[k].emplace_back(static_cast<int>(updates),
-                               tv == TiedVersion{store_->latest(), 0}
-                                   ? TiedVersion{static_cast<int>(updates), 0}
-                                   : TiedVersion{});
-  }
+  tied_.rename(store_->latest(), static_cast<int>(updates));
   store_->reset(static_cast<int>(updates));
   updates_ = updates;
   base_ = static_cast<int>(updates);
@@ -654,10 +493,7 @@ std::span<float> StageWorker::mutable_previous_params(int i) {
   if (!store_->holds(prev)) {
     store_->add_older(prev);
     // a copy following its owner gets the owner's previous version installed at rest
-    for (size_t k = 0; k < tied_.size(); ++k) {
-      const bool follows = tied_[k].role == TiedRole::copy && tied_sync_ == TiedSync::follow_owner;
-      set_tied_held(prev, k, follows ? TiedVersion{} : TiedVersion{prev, 0});
-    }
+    tied_.add_previous(prev);
   }
   return store_->mutable_params(prev, i);
 }
@@ -666,7 +502,7 @@ std::span<const float> StageWorker::tied_weights(size_t k, int version) const {
   const TiedRole role = tied_role(k);
   AP_CHECK(role == TiedRole::owner || role == TiedRole::both,
            "stage {} does not own tied parameter {}", stage_, k);
-  const TiedLayout& t = tied_[k];
+  const TiedLayout& t = tied_.layout(k);
   return store_->params(version, t.owner_local).subspan(t.owner_offset, t.numel);
 }
 

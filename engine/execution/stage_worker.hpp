@@ -2,7 +2,6 @@
 // activation stash and Context) with one exec_* call per action kind and the update hand-off.
 #pragma once
 
-#include <compare>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -11,6 +10,8 @@
 #include <vector>
 
 #include "engine/batch.hpp"
+#include "engine/execution/activation_stash.hpp"
+#include "engine/execution/tied_params.hpp"
 #include "engine/execution/update_job.hpp"
 #include "engine/execution/weight_store.hpp"
 #include "engine/expected.hpp"
@@ -22,36 +23,11 @@
 #include "engine/schedule/schedule.hpp"
 #include "kernels/context.hpp"
 #include "kernels/tensor.hpp"
+#include "kernels/tensor_pool.hpp"
 
 namespace actorpipe {
 
 class OptimizerShard;
-
-/// How the two copies of a tied parameter held by different stages stay equal (docs/modes.md,
-/// "Tied embeddings").
-///  exchange_grads  (gpipe, 1f1b) both stages exchange their gradient contributions of an
-///                  update, both set the sum (owner's + copy's, in that order) and apply the same
-///                  update with the same optimizer state and clip scale.
-///  follow_owner    (2bw, pipedream, xpipe) the copy's stage sends its contribution to the
-///                  owner's stage, which alone updates the parameter and publishes each new
-///                  version; the copy's stage installs, before a forward, the value the owner's
-///                  stage computed the same microbatch's forward with (in xpipe possibly a
-///                  prediction), and never updates the copy itself.
-enum class TiedSync : uint8_t { exchange_grads, follow_owner };
-TiedSync tied_sync(Mode mode);
-
-/// A value of a tied parameter as a follow_owner copy computes with it: the owner stage's
-/// version, and in xpipe the updates the owner's forward predicted ahead of it (0: the version as
-/// it is; a forward at version 0 has nothing to predict from and uses lookahead 0). Microbatches
-/// need non-decreasing values in this order.
-struct TiedVersion {
-  int version = -1;  ///< -1: none
-  int lookahead = 0;
-  bool valid() const { return version >= 0; }
-  friend auto operator<=>(const TiedVersion&, const TiedVersion&) = default;
-};
-/// "3", or "3+1" for a prediction one update ahead of version 3; "none".
-std::string to_string(TiedVersion v);
 
 /// Where gradient clipping takes its norm: one global norm per step over all stages (gpipe,
 /// 1f1b, exactly as the reference trainer) or one norm per stage (2bw, pipedream, xpipe; the
@@ -246,20 +222,14 @@ class StageWorker {
   Context& context() { return ctx_; }
 
  private:
-  struct Slot;
-  class TensorPool;
+  using Slot = ActivationStash::Slot;
 
-  Slot& acquire_slot(int microbatch);
-  Slot& find_slot(int microbatch);
   // B up to the input gradient (weight gradients into `later` when not null); the slot is
   // pending until finish_backward().
   Tensor backward_layers(const Action& a, const Microbatch& mb, const Tensor& dout,
                          DeferredGrads* later);
   void finish_backward();
   void check_action(const Action& a, ActionKind kind) const;
-  TiedVersion tied_held(int version, size_t k) const;
-  void set_tied_held(int version, size_t k, TiedVersion tied_version);
-  TiedVersion owner_f_version(const Action& f) const;
 
   Model model_;
   Partition partition_;
@@ -268,7 +238,6 @@ class StageWorker {
   int stage_ = 0;
   int first_ = 0;
   int update_mbs_ = 1;
-  TiedSync tied_sync_;
   std::vector<std::shared_ptr<const Layer>> layers_;
   Context ctx_;
 
@@ -279,14 +248,11 @@ class StageWorker {
   float* grads_ = nullptr;
   std::vector<float> predicted_;
   std::vector<size_t> param_off_, saved_off_;  // per local layer
-  std::vector<TiedLayout> tied_;
+  TiedParams tied_;
   UpdateJob job_;                            // the update handed out (layout fixed at build)
   const OptimizerShard* moments_ = nullptr;  // xpipe prediction
-  // per tied k: (version, tied value its copy slot holds), follow_owner copy stage only
-  std::vector<std::vector<std::pair<int, TiedVersion>>> tied_held_;
-  std::vector<TiedVersion> tied_carried_;  // per tied k: what the open update's copy slot holds
 
-  std::vector<Slot> stash_;
+  ActivationStash stash_;
   std::vector<float> dh_a_, dh_b_;  // backward ping-pong (B,T,C)
   DeferredGrads later_;             // the weight half of a B split by exec_backward_input
   Slot* pending_ = nullptr;         // the B whose weight half is pending
@@ -298,8 +264,6 @@ class StageWorker {
   int64_t mb_offset_ = 0;     // global index of the run's microbatch 0
   int run_microbatches_ = 0;  // total microbatches of the current run
   bool run_active_ = false;
-  // follow_owner copy: the owner stage's F per microbatch (version, lookahead), schedule-local
-  std::vector<TiedVersion> owner_f_;
   TiedVersion predicted_tied_;  // owner: the tied value the last forward predicted, if it did
   std::vector<VersionUse> log_;
 };

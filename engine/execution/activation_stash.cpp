@@ -1,0 +1,60 @@
+// Activation stash: the per-microbatch slots a stage keeps between a forward and its backward
+// (input, hidden outputs, every layer's saved activations, the loss), preallocated up front.
+#include "engine/execution/activation_stash.hpp"
+
+#include <algorithm>
+
+#include "engine/schedule/generators.hpp"
+#include "engine/schedule/simulator.hpp"
+#include "kernels/check.hpp"
+
+namespace actorpipe {
+
+int default_stash_slots(Mode mode, int d, int r, int m) {
+  // sync schedules cover one step; an async one reaches its steady state after d microbatches
+  const int steps = is_synchronous(mode) ? 1 : d + 1;
+  auto s = make_schedule(mode, d, m, steps);
+  AP_CHECK(s.ok(), "{}", s.ok() ? "" : s.error().message);
+  return peak_stash(*s)[static_cast<size_t>(r)];
+}
+
+ActivationStash::ActivationStash(int stage, int slots, size_t hidden_floats, size_t saved_floats)
+    : stage_(stage) {
+  slots_.resize(static_cast<size_t>(std::max(slots, 1)));
+  for (Slot& s : slots_) {
+    s.hidden.assign(hidden_floats, 0.0f);
+    s.saved.assign(saved_floats, 0.0f);
+  }
+}
+
+ActivationStash::Slot& ActivationStash::acquire(int microbatch) {
+  Slot* free_slot = nullptr;
+  for (Slot& s : slots_) {
+    AP_CHECK(s.microbatch != microbatch, "F of microbatch {} twice without its B", microbatch);
+    if (s.microbatch < 0 && !free_slot) free_slot = &s;
+  }
+  AP_CHECK(free_slot, "stage {}: F of microbatch {} but all {} stash slots are in flight", stage_,
+           microbatch, slots_.size());
+  free_slot->microbatch = microbatch;
+  return *free_slot;
+}
+
+ActivationStash::Slot& ActivationStash::find(int microbatch) {
+  for (Slot& s : slots_)
+    if (s.microbatch == microbatch) return s;
+  AP_CHECK(false, "stage {}: B of microbatch {} whose F has not run", stage_, microbatch);
+  return slots_.front();
+}
+
+void ActivationStash::release(Slot& slot) {
+  slot.microbatch = -1;
+  slot.input = Tensor();
+}
+
+int ActivationStash::in_flight() const {
+  int n = 0;
+  for (const Slot& s : slots_) n += s.microbatch >= 0 ? 1 : 0;
+  return n;
+}
+
+}  // namespace actorpipe

@@ -1,0 +1,51 @@
+// Activation stash: the per-microbatch slots a stage keeps between a forward and its backward
+// (input, hidden outputs, every layer's saved activations, the loss), preallocated up front.
+#pragma once
+
+#include <vector>
+
+#include "engine/mode.hpp"
+#include "engine/model/layer.hpp"
+#include "kernels/tensor.hpp"
+
+namespace actorpipe {
+
+/// The stash slots a stage needs by default: the peak number of microbatches its schedule keeps
+/// between F and B at stage r of d (one step for the synchronous modes, the steady state of an
+/// asynchronous schedule).
+int default_stash_slots(Mode mode, int d, int r, int m);
+
+/// A fixed number of slots, each sized for one microbatch of the stage. A slot is taken by a
+/// forward (acquire) and given back by its backward (release); misuse (a microbatch twice, a
+/// backward without its forward, more in flight than slots) is an AP_CHECK naming the stage.
+class ActivationStash {
+ public:
+  struct Slot {
+    int microbatch = -1;        ///< schedule index; -1 = free
+    int version = 0;            ///< absolute version of its F
+    Tensor input;               ///< the previous stage's output, held until the B
+    std::vector<float> hidden;  ///< outputs of the stage's layers but the last, (B,T,C) each
+    std::vector<float> saved;   ///< every layer's saved activations
+    LossStats loss;
+  };
+
+  ActivationStash() = default;
+  /// `slots` slots of `hidden_floats` and `saved_floats` each, for stage `stage` (messages).
+  ActivationStash(int stage, int slots, size_t hidden_floats, size_t saved_floats);
+
+  /// The free slot that microbatch `microbatch`'s forward fills.
+  Slot& acquire(int microbatch);
+  /// The slot microbatch `microbatch`'s forward filled.
+  Slot& find(int microbatch);
+  /// Frees `slot` (its backward is done).
+  static void release(Slot& slot);
+  /// Slots taken: microbatches whose F ran and B has not.
+  int in_flight() const;
+  int size() const { return static_cast<int>(slots_.size()); }
+
+ private:
+  int stage_ = 0;
+  std::vector<Slot> slots_;
+};
+
+}  // namespace actorpipe
