@@ -1,5 +1,5 @@
 // Options: the plain structs behind every section of the TOML config, with their defaults.
-// engine/config.hpp parses a file into them; models, data and trainers take them directly.
+// engine/config/config.hpp parses a file into them; models, data and trainers take them directly.
 #pragma once
 
 #include <cstdint>

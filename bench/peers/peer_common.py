@@ -2,7 +2,7 @@
 
 torch_step.py (one step of one microbatch) and torch_pipe.py (m microbatches, unsplit and through
 Pipe) import it from their own directory: the command-line arguments of the model, the run and
-AdamW, torch's thread setup, the model (engine/model.hpp: pre-LN GPT-2 blocks with biases, tanh
+AdamW, torch's thread setup, the model (engine/model/model.hpp: pre-LN GPT-2 blocks with biases, tanh
 GELU, layernorm eps 1e-5, causal multi-head attention, tied LM head, mean softmax cross-entropy
 with ignore index -1), its AdamW, random tokens, timed steps and the thread environment.
 """

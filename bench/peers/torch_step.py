@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch peer of actorpipe-bench: the same GPT and the same training step, timed the same way.
 
-Builds actorpipe's GPT (engine/model.hpp: pre-LN GPT-2 blocks with biases, tanh GELU, layernorm
+Builds actorpipe's GPT (engine/model/model.hpp: pre-LN GPT-2 blocks with biases, tanh GELU, layernorm
 eps 1e-5, causal multi-head attention, tied LM head, mean softmax cross-entropy with ignore
 index -1) in PyTorch, float32 on the CPU, and trains it with AdamW (the same hyper-parameters,
 decoupled weight decay on matrices and embeddings only, global-norm clipping) on one microbatch

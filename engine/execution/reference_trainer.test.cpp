@@ -368,7 +368,7 @@ TEST_CASE("a steady-state step allocates no more scratch") {
 
 TEST_CASE("loss falls to within 0.03 nats of the entropy floor of the synthetic corpus") {
   // A first-order Markov chain over 32 states with 4 successors each (the default synthetic
-  // corpus): the best possible next-token loss is its entropy rate H (engine/data.hpp); a
+  // corpus): the best possible next-token loss is its entropy rate H (engine/data/loader.hpp); a
   // uniform guess costs ln 32. One block suffices to learn a bigram model.
   ModelOptions mo;
   mo.vocab_size = 32;
