@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/expected.hpp"
@@ -13,17 +14,49 @@
 
 namespace actorpipe {
 
-/// The two ends of a channel: `from` posts, `to` receives.
+/// What a channel carries.
+///  activation       stage r -> r+1, a forward's output
+///  gradient         stage r+1 -> r, a backward's input gradient
+///  tied_to_owner    a tied parameter's gradient contribution, copy's shard -> owner's shard
+///  tied_to_copy     the same, owner's shard -> copy's shard (gpipe, 1f1b exchange both ways)
+///  tied_weights     a new version of a tied parameter, owner's shard -> copy's stage
+///  tied_prediction  xpipe: a predicted tied value, owner's stage -> copy's stage
+enum class ChannelKind : uint8_t {
+  activation,
+  gradient,
+  tied_to_owner,
+  tied_to_copy,
+  tied_weights,
+  tied_prediction,
+};
+std::string to_string(ChannelKind k);
+
+/// The two ends of a channel: `from` posts, `to` receives (stage indices).
 struct ChannelEnds {
-  int lower = 0;  ///< the lower stage of the neighbour pair (lower, lower + 1)
+  ChannelKind kind = ChannelKind::activation;
+  int lower = 0;  ///< activation, gradient: the lower stage of the pair (lower, lower + 1)
   Direction direction = Direction::forward;
-  int from = 0;  ///< forward: lower; backward: lower + 1
-  int to = 0;    ///< forward: lower + 1; backward: lower
+  int tied = -1;  ///< tied_*: the tied parameter's index (Model::tied() order)
+  int from = 0;   ///< forward: lower; backward: lower + 1
+  int to = 0;     ///< forward: lower + 1; backward: lower
   uint32_t tag = 0;
 };
 
 /// The ends of the channel for `dir` between `lower` and `lower + 1`.
 ChannelEnds channel_ends(int lower, Direction dir);
+
+/// Where the two copies of tied parameter k live: owner and copy stage (equal when one stage
+/// holds both, which needs no channel).
+struct TiedPair {
+  int owner_stage = 0;
+  int copy_stage = 0;
+};
+
+/// Every channel of a `stages`-stage pipeline in the one fixed order every participant computes
+/// alike (the index is the tag): for lower = 0 .. stages-2 the activation then the gradient
+/// channel (tags 2·lower, 2·lower + 1), then for each tied parameter held by two stages, in
+/// order, its tied_to_owner, tied_to_copy, tied_weights and tied_prediction channels.
+std::vector<ChannelEnds> channel_layout(int stages, const std::vector<TiedPair>& tied = {});
 
 /// A one-way tensor channel. post() is called by the sending stage only and receive() by the
 /// receiving stage only; the two may run on different threads at the same time. Implementations:
@@ -56,20 +89,23 @@ class TensorChannel {
   ChannelEnds ends_;
 };
 
-/// Every channel of a d-stage pipeline, created up front in one fixed order (for lower = 0 ..
-/// d-2: forward, then backward), so every participant agrees on them without negotiation.
+/// Every channel of a pipeline, created up front in the order of channel_layout(), so every
+/// participant agrees on them without negotiation.
 class ChannelSet {
  public:
   ChannelSet() = default;
-  explicit ChannelSet(std::vector<std::unique_ptr<TensorChannel>> channels);
+  /// `channels` in the order of channel_layout(stages, ...) (AP_CHECK).
+  ChannelSet(int stages, std::vector<std::unique_ptr<TensorChannel>> channels);
 
-  /// Number of stages the set was made for (1 for a set without channels).
-  int stages() const { return static_cast<int>(channels_.size()) / 2 + 1; }
+  /// Number of stages the set was made for.
+  int stages() const { return stages_; }
   size_t size() const { return channels_.size(); }
   /// Stage r -> r+1 (activations); r in [0, stages()-2].
   TensorChannel& forward(int r) const { return at(channel_tag(r, Direction::forward)); }
   /// Stage r+1 -> r (gradients); r in [0, stages()-2].
   TensorChannel& backward(int r) const { return at(channel_tag(r, Direction::backward)); }
+  /// Tied parameter k's channel of `kind` (a tied_* kind; AP_CHECK when k has none).
+  TensorChannel& tied(int k, ChannelKind kind) const;
   /// The channel with tag `tag` (AP_CHECK on an unknown tag).
   TensorChannel& at(uint32_t tag) const;
   /// Σ pending() over every channel.
@@ -78,6 +114,7 @@ class ChannelSet {
   void clear();
 
  private:
+  int stages_ = 1;
   std::vector<std::unique_ptr<TensorChannel>> channels_;  // index = tag
 };
 

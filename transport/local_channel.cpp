@@ -51,14 +51,22 @@ void LocalChannel::clear() {
   posted_.clear();
 }
 
-Expected<ChannelSet> make_local_channels(int stages) {
+Expected<ChannelSet> make_local_channels(int stages, const std::vector<TiedPair>& tied) {
   if (stages < 1) return make_error("local channels: stages = {}, expected >= 1", stages);
-  std::vector<std::unique_ptr<TensorChannel>> channels;
-  for (int r = 0; r + 1 < stages; ++r) {
-    channels.push_back(std::make_unique<LocalChannel>(channel_ends(r, Direction::forward)));
-    channels.push_back(std::make_unique<LocalChannel>(channel_ends(r, Direction::backward)));
+  for (size_t k = 0; k < tied.size(); ++k) {
+    const TiedPair& p = tied[k];
+    if (p.owner_stage < 0 || p.owner_stage >= stages || p.copy_stage < 0 ||
+        p.copy_stage >= stages) {
+      return make_error(
+          "local channels: tied parameter {} between stages {} and {}, expected stages in "
+          "[0, {})",
+          k, p.owner_stage, p.copy_stage, stages);
+    }
   }
-  return ChannelSet(std::move(channels));
+  std::vector<std::unique_ptr<TensorChannel>> channels;
+  for (const ChannelEnds& e : channel_layout(stages, tied))
+    channels.push_back(std::make_unique<LocalChannel>(e));
+  return ChannelSet(stages, std::move(channels));
 }
 
 }  // namespace actorpipe

@@ -30,8 +30,8 @@ class LocalChannel final : public TensorChannel {
   std::map<uint64_t, Entry> posted_;
 };
 
-/// The channels of a `stages`-stage pipeline, all local, in the fixed order of ChannelSet.
-/// Errors: stages < 1.
-Expected<ChannelSet> make_local_channels(int stages);
+/// The channels of a `stages`-stage pipeline (and its tied parameters), all local, in the fixed
+/// order of channel_layout(). Errors: stages < 1, a tied pair outside [0, stages).
+Expected<ChannelSet> make_local_channels(int stages, const std::vector<TiedPair>& tied = {});
 
 }  // namespace actorpipe
