@@ -7,6 +7,7 @@
 
 #include "actors/driver.hpp"
 #include "actors/internal/messages.hpp"
+#include "actors/internal/microbatch_feed.hpp"
 #include "actors/internal/run_state.hpp"
 #include "actors/optimizer_actor.hpp"
 #include "actors/stage_actor.hpp"
@@ -145,7 +146,6 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
   st->tokens_per_mb = static_cast<int64_t>(im.B) * im.T;
   st->grad_clip = im.config.optimizer.grad_clip;
   st->global_offset = im.mb_done;
-  st->data = &data;
   st->callbacks = callbacks;
 
   // the schedule of the run: one step, repeated per step, in sync modes; every step otherwise
@@ -170,12 +170,15 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
   st->total_mbs = static_cast<int64_t>(st->repeats) * st->schedule.total_microbatches();
   for (auto& w : impl_->workers) st->workers.push_back(w.get());
   for (auto& o : impl_->shards) st->shards.push_back(o.get());
-  auto channels = make_local_channels(d);
+  std::vector<TiedPair> tied;
+  for (const TiedParam& tp : im.model->tied())
+    tied.push_back({im.partition->stage_of(tp.owner_layer), im.partition->stage_of(tp.copy_layer)});
+  auto channels = make_local_channels(d, tied);
   if (!channels) return channels.error();
   st->channels = &*channels;
+  MicrobatchFeed feed(data, im.B, im.T, d);
+  st->feed = &feed;
   st->counters = std::make_unique<StageCounters[]>(static_cast<size_t>(d));
-  st->commit_seconds.assign(static_cast<size_t>(d),
-                            std::vector<double>(static_cast<size_t>(st->total_mbs / st->group)));
   st->spans.resize(static_cast<size_t>(d));
   st->update_spans.resize(static_cast<size_t>(d));
   if (im.options.record_spans) {
@@ -185,6 +188,7 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
   RunOutcome outcome;
   {
     caf::actor_system_config cfg;
+    add_message_types(cfg);
     cfg.set("scheduler.max-threads", im.options.scheduler_threads);
     // an idle scheduler thread (the driver's) parks on its condition variable right after its
     // aggressive polling instead of CAF's default 500 polls 50 us apart: each such sleep
@@ -237,7 +241,7 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
 
   ActorRunResult result;
   result.losses = std::move(outcome.losses);
-  result.stages = stage_times(*st);
+  result.stages = std::move(outcome.stages);
   result.peak_microbatches_ahead = outcome.peak_ahead;
   result.tokens = st->total_mbs * st->tokens_per_mb;
   result.seconds = st->seconds_since_start();

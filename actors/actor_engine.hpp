@@ -26,6 +26,7 @@ struct StageTimes {
   /// Waiting for an input, a credit, a flush or a new weight version (the rest of the waits).
   double idle_seconds = 0.0;
   int64_t actions = 0;  ///< actions executed
+  friend bool operator==(const StageTimes&, const StageTimes&) = default;
 };
 
 /// Progress after every optimizer step, in step order. A step is complete when every stage has

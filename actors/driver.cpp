@@ -19,16 +19,13 @@
 namespace actorpipe {
 namespace internal {
 
-std::vector<StageTimes> stage_times(const RunState& st) {
-  std::vector<StageTimes> out(static_cast<size_t>(st.stages));
-  for (int r = 0; r < st.stages; ++r) {
-    const StageCounters& c = st.counters[static_cast<size_t>(r)];
-    StageTimes& t = out[static_cast<size_t>(r)];
-    t.busy_seconds = static_cast<double>(c.busy_ns.load(std::memory_order_relaxed)) * 1e-9;
-    t.idle_seconds = static_cast<double>(c.idle_ns.load(std::memory_order_relaxed)) * 1e-9;
-    t.actions = c.actions.load(std::memory_order_relaxed);
-  }
-  return out;
+StageTimes stage_times(const RunState& st, int r) {
+  const StageCounters& c = st.counters[static_cast<size_t>(r)];
+  StageTimes t;
+  t.busy_seconds = static_cast<double>(c.busy_ns.load(std::memory_order_relaxed)) * 1e-9;
+  t.idle_seconds = static_cast<double>(c.idle_ns.load(std::memory_order_relaxed)) * 1e-9;
+  t.actions = c.actions.load(std::memory_order_relaxed);
+  return t;
 }
 
 }  // namespace internal
@@ -72,6 +69,8 @@ class DriverActor : public caf::event_based_actor {
           for (const caf::actor& a : st_->directory.optimizers) monitor(a);
           losses_.assign(static_cast<size_t>(st_->total_mbs), LossStats{});
           have_loss_.assign(static_cast<size_t>(st_->total_mbs), false);
+          commits_.assign(static_cast<size_t>(st_->stages), {});
+          times_.assign(static_cast<size_t>(st_->stages), StageTimes{});
           feed();
           last_progress_ = -1;
           last_change_ = std::chrono::steady_clock::now();
@@ -84,17 +83,20 @@ class DriverActor : public caf::event_based_actor {
                    "loss of microbatch {} unexpected", mb);
           losses_[static_cast<size_t>(mb)] = LossStats{sum, count};
           have_loss_[static_cast<size_t>(mb)] = true;
+          ++messages_;
           report_steps();
           check_done();
           await_next();
         },
         [this](credit_atom, int64_t) {
+          ++messages_;
           --outstanding_;
           feed();
           report_steps();
           await_next();
         },
         [this](flush_atom, int, int ordinal) {
+          ++messages_;
           report_steps();
           if (++flush_count_[ordinal] == st_->stages) {
             flush_count_.erase(ordinal);
@@ -102,13 +104,27 @@ class DriverActor : public caf::event_based_actor {
           }
           await_next();
         },
-        [this](done_atom, int) {
+        [this](commit_atom, const Commit& c) {
+          ++messages_;
+          AP_CHECK(c.stage >= 0 && c.stage < st_->stages, "commit of stage {}", c.stage);
+          auto& commits = commits_[static_cast<size_t>(c.stage)];
+          AP_CHECK(c.update == static_cast<int64_t>(commits.size()),
+                   "stage {}: commit of update {} after {}", c.stage, c.update, commits.size());
+          commits.push_back(c.seconds);
+          times_[static_cast<size_t>(c.stage)] = c.times;
+          report_steps();
+          await_next();
+        },
+        [this](done_atom, int stage, const StageTimes& times) {
+          ++messages_;
           ++done_;
+          times_[static_cast<size_t>(stage)] = times;
           report_steps();
           check_done();
         },
         [this](fail_atom, const Failure& f) { fail(f); },
         [this](sumsq_atom, const SumSq& s) {
+          ++messages_;
           auto& parts = sumsq_[s.ordinal];
           parts.resize(static_cast<size_t>(st_->stages));
           parts[static_cast<size_t>(s.stage)] = s.per_layer;
@@ -126,7 +142,8 @@ class DriverActor : public caf::event_based_actor {
         },
         [this](tick_atom) {
           if (finished_) return;
-          const int64_t p = st_->progress.load(std::memory_order_relaxed);
+          // what the stages of this process did, and every message from any stage
+          const int64_t p = st_->progress.load(std::memory_order_relaxed) + messages_;
           const auto now = std::chrono::steady_clock::now();
           if (p != last_progress_) {
             last_progress_ = p;
@@ -149,18 +166,11 @@ class DriverActor : public caf::event_based_actor {
     if (!finished_) spin_for_mail(*this, st_->spin_budget());
   }
 
-  // Releases microbatches while credits last.
+  // Releases microbatches while credits last: each stage takes microbatch next_mb_ from its
+  // process's feed.
   void feed() {
     while (!finished_ && next_mb_ < st_->total_mbs && outstanding_ < st_->credits) {
-      auto mb = std::make_shared<Microbatch>(st_->data->next());
-      if (mb->B != st_->B || mb->T != st_->T) {
-        fail(Failure{-1, st_->global_mb(next_mb_), "",
-                     fmt::format("the data loader gave a ({}, {}) microbatch, expected ({}, {})",
-                                 mb->B, mb->T, st_->B, st_->T)});
-        return;
-      }
-      MicrobatchPtr p = std::move(mb);
-      for (const caf::actor& a : st_->directory.stages) send(a, mb_atom::value, next_mb_, p);
+      for (const caf::actor& a : st_->directory.stages) send(a, mb_atom::value, next_mb_);
       ++next_mb_;
       ++outstanding_;
       peak_ahead_ = std::max(peak_ahead_, outstanding_);
@@ -178,11 +188,9 @@ class DriverActor : public caf::event_based_actor {
       for (int64_t j = first; j < first + st_->group; ++j)
         if (!have_loss_[static_cast<size_t>(j)]) return;
       double completed = 0.0;
-      for (int r = 0; r < st_->stages; ++r) {
-        const StageCounters& c = st_->counters[static_cast<size_t>(r)];
-        if (c.updates.load(std::memory_order_acquire) <= reported_) return;
-        completed = std::max(
-            completed, st_->commit_seconds[static_cast<size_t>(r)][static_cast<size_t>(reported_)]);
+      for (const auto& commits : commits_) {
+        if (static_cast<int64_t>(commits.size()) <= reported_) return;
+        completed = std::max(completed, commits[static_cast<size_t>(reported_)]);
       }
       double loss = 0.0;
       for (int64_t j = first; j < first + st_->group; ++j)
@@ -197,7 +205,7 @@ class DriverActor : public caf::event_based_actor {
         p.loss = loss;
         p.tokens = (first + st_->group) * st_->tokens_per_mb;
         p.seconds = completed;
-        p.stages = stage_times(*st_);
+        p.stages = times_;
         st_->callbacks.on_step(p);
       }
     }
@@ -209,7 +217,8 @@ class DriverActor : public caf::event_based_actor {
     RunOutcome out;
     out.ok = true;
     out.losses = step_losses_;
-    out.peak_ahead = static_cast<int>(peak_ahead_);
+    out.peak_ahead = static_cast<int32_t>(peak_ahead_);
+    out.stages = times_;
     finish(std::move(out));
   }
 
@@ -269,6 +278,9 @@ class DriverActor : public caf::event_based_actor {
   std::map<int, int> flush_count_;
   std::map<int64_t, std::vector<std::vector<double>>> sumsq_;
   std::map<int64_t, int> sumsq_count_;
+  std::vector<std::vector<double>> commits_;  // per stage: when it committed each update
+  std::vector<StageTimes> times_;             // per stage: as of its last commit or its end
+  int64_t messages_ = 0;                      // from the stages and shards, for the watchdog
   int64_t last_progress_ = -1;
   std::chrono::steady_clock::time_point last_change_;
 };

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <exception>
 #include <map>
+#include <span>
+#include <utility>
 
 #include "actors/internal/messages.hpp"
 #include "actors/internal/run_state.hpp"
@@ -28,6 +30,7 @@ class OptimizerActor : public caf::event_based_actor {
         st_(std::move(st)),
         r_(stage),
         shard_(*st_->shards[static_cast<size_t>(stage)]),
+        worker_(*st_->workers[static_cast<size_t>(stage)]),
         ctx_(st_->workers[static_cast<size_t>(stage)]->context().threads()),
         sync_(tied_sync(st_->mode)),
         global_clip_(clips_globally(st_->mode)) {
@@ -52,8 +55,10 @@ class OptimizerActor : public caf::event_based_actor {
       s.owner = role == TiedRole::owner;
       s.peer = s.owner ? part.stage_of(tp.copy_layer) : part.stage_of(tp.owner_layer);
       s.numel = model.layer(tp.owner_layer).find_slot(tp.owner_slot)->numel;
-      if (skip()) s.dummy = std::make_shared<const std::vector<float>>(s.numel, 0.0f);
-      splits_.push_back(s);
+      const std::vector<int64_t> shape{static_cast<int64_t>(s.numel)};
+      if (skip()) s.dummy = Tensor::zeros(shape);
+      s.pool = std::make_shared<TensorPool>(shape, 0);
+      splits_.push_back(std::move(s));
     }
   }
 
@@ -61,7 +66,6 @@ class OptimizerActor : public caf::event_based_actor {
     return {
         [this](update_atom, const UpdateTicket& t) {
           AP_CHECK(!active_, "stage {}: update requested while one is running", r_);
-          AP_CHECK(skip() || t.job, "stage {}: update without a job", r_);
           active_ = true;
           ticket_ = t;
           busy_ns_ = 0;
@@ -69,8 +73,10 @@ class OptimizerActor : public caf::event_based_actor {
           begin_update();
           proceed_or_spin();
         },
-        [this](tgrad_atom, const TiedTensor& t) {
-          tgrads_[{t.key, t.tied}] = t.data;
+        [this](tgrad_atom, const TiedAnnouncement& t) {
+          auto g = st_->channels->at(t.payload.tag).receive(t.payload);
+          if (!g) return report_failure(g.error().message);
+          tgrads_[{t.key, t.tied}] = std::move(*g);
           proceed_or_spin();
         },
         [this](scale_atom, int64_t ordinal, float scale) {
@@ -88,13 +94,15 @@ class OptimizerActor : public caf::event_based_actor {
     size_t numel = 0;
     // skip_compute: the tensor handed instead of a copy of the gradient or weights, made once
     // (the compute-free runs measure messages and hand-offs, not the copies)
-    std::shared_ptr<const std::vector<float>> dummy;
+    Tensor dummy;
+    // the copies handed on (gradient contributions, new versions), reused once received
+    std::shared_ptr<TensorPool> pool;
   };
   enum class Phase { idle, tied, scale };
 
   Action action() const { return st_->step(r_, static_cast<size_t>(ticket_.index)).action; }
   bool skip() const { return st_->options.skip_compute; }
-  UpdateJob& job() { return *ticket_.job; }
+  UpdateJob& job() { return worker_.open_update(); }
 
   template <class F>
   void timed(F&& f) {
@@ -108,19 +116,20 @@ class OptimizerActor : public caf::event_based_actor {
   void begin_update() {
     for (const Split& s : splits_) {
       if (sync_ == TiedSync::follow_owner && s.owner) continue;
-      TiedTensor t;
-      t.key = ordinal_;
-      t.tied = static_cast<int>(s.k);
-      t.from_stage = r_;
+      Tensor g;
       timed([&] {
         if (skip()) {
-          t.data = s.dummy;
+          g = s.dummy;
         } else {
-          auto g = job().tied_grad(s.k);
-          t.data = std::make_shared<const std::vector<float>>(g.begin(), g.end());
+          g = s.pool->acquire();
+          auto mine = job().tied_grad(s.k);
+          std::copy(mine.begin(), mine.end(), g.f32());
         }
       });
-      send(st_->directory.optimizers[static_cast<size_t>(s.peer)], tgrad_atom::value, t);
+      const ChannelKind kind = s.owner ? ChannelKind::tied_to_copy : ChannelKind::tied_to_owner;
+      if (!post_tied(s, kind, std::move(g), ordinal_, 0, tgrad_atom::value,
+                     st_->directory.optimizers[static_cast<size_t>(s.peer)]))
+        return;
     }
   }
 
@@ -146,7 +155,7 @@ class OptimizerActor : public caf::event_based_actor {
       for (const Split& s : splits_) {
         if (sync_ == TiedSync::follow_owner && !s.owner) continue;
         auto it = tgrads_.find({ordinal_, static_cast<int>(s.k)});
-        const std::vector<float>& other = *it->second;
+        const std::span<const float> other = std::as_const(it->second).span_f32();
         AP_CHECK(other.size() == s.numel, "stage {}: tied gradient of {} floats, expected {}", r_,
                  other.size(), s.numel);
         if (!skip()) {
@@ -202,19 +211,19 @@ class OptimizerActor : public caf::event_based_actor {
       if (sync_ == TiedSync::follow_owner) {
         for (const Split& s : splits_) {
           if (!s.owner) continue;
-          TiedTensor t;
-          t.key = version;
-          t.tied = static_cast<int>(s.k);
-          t.from_stage = r_;
+          Tensor w;
           timed([&] {
             if (skip()) {
-              t.data = s.dummy;
+              w = s.dummy;
             } else {
-              auto w = job().tied_weights(s.k);
-              t.data = std::make_shared<const std::vector<float>>(w.begin(), w.end());
+              w = s.pool->acquire();
+              auto mine = job().tied_weights(s.k);
+              std::copy(mine.begin(), mine.end(), w.f32());
             }
           });
-          send(st_->directory.stages[static_cast<size_t>(s.peer)], tweight_atom::value, t);
+          if (!post_tied(s, ChannelKind::tied_weights, std::move(w), version, 0,
+                         tweight_atom::value, st_->directory.stages[static_cast<size_t>(s.peer)]))
+            return;
         }
       }
       if (st_->options.record_spans) {
@@ -244,6 +253,27 @@ class OptimizerActor : public caf::event_based_actor {
     return false;
   }
 
+  // Posts `t` on tied parameter s.k's channel of `kind` and announces it to `to` with `atom`.
+  // False after reporting a failure.
+  template <class Atom>
+  bool post_tied(const Split& s, ChannelKind kind, Tensor t, int64_t key, int lookahead, Atom atom,
+                 const caf::actor& to) {
+    TensorChannel& ch = st_->channels->tied(static_cast<int>(s.k), kind);
+    auto ann = ch.post(std::move(t), -1, static_cast<int32_t>(key));
+    if (!ann) {
+      report_failure(ann.error().message);
+      return false;
+    }
+    TiedAnnouncement a;
+    a.key = key;
+    a.lookahead = lookahead;
+    a.tied = static_cast<int32_t>(s.k);
+    a.from_stage = r_;
+    a.payload = *ann;
+    send(to, atom, a);
+    return true;
+  }
+
   void report_failure(const std::string& cause) {
     if (failed_) return;
     failed_ = true;
@@ -257,7 +287,8 @@ class OptimizerActor : public caf::event_based_actor {
   std::shared_ptr<RunState> st_;
   int r_;
   OptimizerShard& shard_;
-  Context ctx_;  // the update's compute budget: as many threads as the stage's
+  StageWorker& worker_;  // its open update's job is this shard's while the update runs
+  Context ctx_;          // the update's compute budget: as many threads as the stage's
   TiedSync sync_;
   bool global_clip_;
   std::vector<Split> splits_;
@@ -271,7 +302,7 @@ class OptimizerActor : public caf::event_based_actor {
   int64_t busy_ns_ = 0;
   float own_scale_ = 1.0f;
   std::vector<float> sum_;
-  std::map<std::pair<int64_t, int>, std::shared_ptr<const std::vector<float>>> tgrads_;
+  std::map<std::pair<int64_t, int>, Tensor> tgrads_;  // peers' tied contributions received
   std::map<int64_t, float> scales_;
 };
 

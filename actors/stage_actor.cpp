@@ -2,14 +2,17 @@
 // own thread, firing each action once its inputs are in; reports losses, credits and failures.
 #include "actors/stage_actor.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <limits>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "actors/internal/messages.hpp"
+#include "actors/internal/microbatch_feed.hpp"
 #include "actors/internal/run_state.hpp"
 #include "actors/internal/spin_wait.hpp"
 #include "engine/execution/stage_worker.hpp"
@@ -43,14 +46,21 @@ class StageActor : public caf::event_based_actor {
       dummy_ = Tensor::zeros({st_->B, st_->T, worker_.model().options().width});
     }
     sent_predicted_.resize(worker_.num_tied());
+    for (size_t k = 0; k < worker_.num_tied(); ++k) {
+      const TiedParam& tp = worker_.model().tied()[k];
+      const size_t numel = worker_.model().layer(tp.owner_layer).find_slot(tp.owner_slot)->numel;
+      predicted_pool_.emplace_back(std::vector<int64_t>{static_cast<int64_t>(numel)}, 0);
+    }
   }
 
   caf::behavior make_behavior() override {
     last_end_ = Clock::now();
     if (n_ > 0) cur_ = st_->step(r_, 0);
     return {
-        [this](mb_atom, int64_t mb, const MicrobatchPtr& p) {
-          mbs_[mb] = p;
+        [this](mb_atom, int64_t mb) {
+          auto p = st_->feed->take(mb);
+          if (!p) return report_failure(p.error().message);
+          mbs_[mb] = std::move(*p);
           advance_or_spin();
         },
         [this](ann_atom, const Announcement& a) {
@@ -64,27 +74,22 @@ class StageActor : public caf::event_based_actor {
           }
           advance_or_spin();
         },
-        [this](tweight_atom, const TiedTensor& t) {
+        [this](tweight_atom, const TiedAnnouncement& t) {
+          auto w = st_->channels->at(t.payload.tag).receive(t.payload);
+          if (!w) return report_failure(w.error().message);
           if (!skip())
-            tied_w_[{t.tied, TiedVersion{static_cast<int>(t.key), t.lookahead}}] = t.data;
+            tied_w_[{t.tied, TiedVersion{static_cast<int>(t.key), t.lookahead}}] = std::move(*w);
           advance_or_spin();
         },
         [this](release_atom, int ordinal) {
           released_ = std::max(released_, ordinal);
           advance_or_spin();
         },
-        [this](published_atom, const UpdateTicket& t, int64_t busy_ns) {
+        [this](published_atom, const UpdateTicket&, int64_t busy_ns) {
           AP_CHECK(update_pending_, "stage {}: published without an update", r_);
-          if (!skip()) worker_.commit_update(*t.job);
+          if (!skip()) worker_.commit_update(worker_.open_update());
           update_pending_ = false;
-          // the step this update ends is complete at this stage (the driver reports a step once
-          // every stage's update of it is in)
-          const int64_t n = counters_.updates.load(std::memory_order_relaxed);
-          auto& times = st_->commit_seconds[static_cast<size_t>(r_)];
-          AP_CHECK(static_cast<size_t>(n) < times.size(), "stage {}: update {} of a run of {}", r_,
-                   n + 1, times.size());
-          times[static_cast<size_t>(n)] = st_->seconds_since_start();
-          counters_.updates.store(n + 1, std::memory_order_release);
+          const double committed = st_->seconds_since_start();
           if (blocked_) {
             // the wait for the new version counts as busy up to the shard's own compute
             blocked_ = false;
@@ -95,6 +100,10 @@ class StageActor : public caf::event_based_actor {
               counters_.busy_ns.fetch_add(credit, std::memory_order_relaxed);
             }
           }
+          // the step this update ends is complete at this stage (the driver reports a step once
+          // every stage's update of it is in)
+          send(st_->directory.driver, commit_atom::value,
+               Commit{r_, updates_++, committed, stage_times(*st_, r_)});
           advance_or_spin();
         },
     };
@@ -140,7 +149,7 @@ class StageActor : public caf::event_based_actor {
     if (pc_ == n_ && update_pending_) return block();  // the run ends with committed weights
     if (pc_ == n_ && !done_sent_ && !failed_) {
       done_sent_ = true;
-      send(st_->directory.driver, done_atom::value, r_);
+      send(st_->directory.driver, done_atom::value, r_, stage_times(*st_, r_));
     }
   }
 
@@ -255,7 +264,7 @@ class StageActor : public caf::event_based_actor {
             if (!need.valid()) continue;
             const int key = static_cast<int>(k);
             auto it = tied_w_.find({key, need});
-            worker_.install_tied_weights(a, k, need, *it->second);
+            worker_.install_tied_weights(a, k, need, std::as_const(it->second).span_f32());
             // later forwards need this value or newer ones (values grow with microbatches)
             tied_w_.erase(tied_w_.lower_bound({key, TiedVersion{0, 0}}), it);
           }
@@ -330,7 +339,7 @@ class StageActor : public caf::event_based_actor {
         UpdateTicket t;
         t.index = static_cast<int64_t>(pc_);
         t.handed = st_->seconds_since_start();
-        if (!skip()) t.job = &worker_.begin_update(a);
+        if (!skip()) worker_.begin_update(a);
         update_pending_ = true;
         send(st_->directory.optimizers[static_cast<size_t>(r_)], update_atom::value, t);
         break;
@@ -365,12 +374,17 @@ class StageActor : public caf::event_based_actor {
       if (!p.version.valid()) continue;
       if (sent_predicted_[k] == p.version) continue;
       sent_predicted_[k] = p.version;
-      TiedTensor t;
+      Tensor w = predicted_pool_[k].acquire();
+      std::copy(p.weights.begin(), p.weights.end(), w.f32());
+      TensorChannel& ch = st_->channels->tied(static_cast<int>(k), ChannelKind::tied_prediction);
+      auto ann = ch.post(std::move(w), -1, p.version.version);
+      if (!ann) return report_failure(ann.error().message);
+      TiedAnnouncement t;
       t.key = p.version.version;
       t.lookahead = p.version.lookahead;
-      t.tied = static_cast<int>(k);
+      t.tied = static_cast<int32_t>(k);
       t.from_stage = r_;
-      t.data = std::make_shared<const std::vector<float>>(p.weights.begin(), p.weights.end());
+      t.payload = *ann;
       const int copy = worker_.partition().stage_of(worker_.model().tied()[k].copy_layer);
       send(st_->directory.stages[static_cast<size_t>(copy)], tweight_atom::value, t);
     }
@@ -414,8 +428,10 @@ class StageActor : public caf::event_based_actor {
   std::unordered_map<int64_t, Announcement> act_ann_, grad_ann_;
   std::unordered_map<int64_t, Tensor> inputs_, outputs_, douts_, dins_;
   std::unordered_set<int64_t> sent_early_;  // B sent its gradient itself (split_backward)
-  std::map<std::pair<int, TiedVersion>, std::shared_ptr<const std::vector<float>>> tied_w_;
+  std::map<std::pair<int, TiedVersion>, Tensor> tied_w_;  // tied values received, by version
   std::vector<TiedVersion> sent_predicted_;  // per tied k: the last prediction handed on
+  std::vector<TensorPool> predicted_pool_;   // per tied k: predictions handed on (xpipe owner)
+  int64_t updates_ = 0;                      // updates committed in this run
 };
 
 }  // namespace

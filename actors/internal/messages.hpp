@@ -1,16 +1,14 @@
 // Messages of the actor engine: atoms and the small structs the driver, the stage actors and
-// the optimizer shards exchange in one process (local only: no tensor travels inside them).
+// the optimizer shards exchange. Plain data with an inspect() each: no pointer and no tensor
+// payload travels inside them (tensors go on channels, announced by an Announcement).
 #pragma once
 
 #include <caf/all.hpp>
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "actors/internal/run_state.hpp"
-#include "engine/batch.hpp"
-#include "engine/execution/update_job.hpp"
+#include "actors/actor_engine.hpp"
 #include "transport/wire.hpp"
 
 namespace actorpipe::internal {
@@ -18,13 +16,14 @@ namespace actorpipe::internal {
 // driver <-> engine
 using run_atom = caf::atom_constant<caf::atom("run")>;
 // driver -> stages
-using mb_atom = caf::atom_constant<caf::atom("mb")>;            // (int64 mb, MicrobatchPtr)
+using mb_atom = caf::atom_constant<caf::atom("mb")>;            // (int64 mb): take it from the feed
 using release_atom = caf::atom_constant<caf::atom("release")>;  // (int flush ordinal)
 // stages -> driver
 using loss_atom = caf::atom_constant<caf::atom("loss")>;      // (int64 mb, double sum, int64 n)
 using credit_atom = caf::atom_constant<caf::atom("credit")>;  // (int64 mb)
 using flush_atom = caf::atom_constant<caf::atom("flush")>;    // (int stage, int ordinal)
-using done_atom = caf::atom_constant<caf::atom("done")>;      // (int stage)
+using commit_atom = caf::atom_constant<caf::atom("commit")>;  // (Commit)
+using done_atom = caf::atom_constant<caf::atom("done")>;      // (int stage, StageTimes)
 using fail_atom = caf::atom_constant<caf::atom("fail")>;      // (Failure)
 // stage <-> stage
 using ann_atom = caf::atom_constant<caf::atom("ann")>;  // (Announcement)
@@ -34,36 +33,57 @@ using published_atom = caf::atom_constant<caf::atom("published")>;  // (UpdateTi
 // optimizer shards <-> driver, each other and the stages
 using sumsq_atom = caf::atom_constant<caf::atom("sumsq")>;      // (SumSq)
 using scale_atom = caf::atom_constant<caf::atom("scale")>;      // (int64 ordinal, float)
-using tgrad_atom = caf::atom_constant<caf::atom("tgrad")>;      // (TiedTensor)
-using tweight_atom = caf::atom_constant<caf::atom("tweight")>;  // (TiedTensor)
+using tgrad_atom = caf::atom_constant<caf::atom("tgrad")>;      // (TiedAnnouncement)
+using tweight_atom = caf::atom_constant<caf::atom("tweight")>;  // (TiedAnnouncement)
 // driver's watchdog
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 
-/// A microbatch shared read-only by every stage (in-process: one copy).
-using MicrobatchPtr = std::shared_ptr<const Microbatch>;
-
 /// An update a stage hands to its optimizer shard (`update`) and gets back applied
-/// (`published`): the worker's job, which only the shard touches in between (null when
-/// skipping compute), and the OPT_STEP's place in the stage's run.
+/// (`published`). The update itself is the stage worker's open UpdateJob, which the shard (in
+/// the stage's process) reaches through the worker and only it touches in between.
 struct UpdateTicket {
-  UpdateJob* job = nullptr;
   int64_t index = 0;    ///< the stage's pc at the OPT_STEP
   double handed = 0.0;  ///< when the stage handed it over, seconds since the run started
+  friend bool operator==(const UpdateTicket&, const UpdateTicket&) = default;
+};
+
+/// One side of a tied parameter, posted on its tied channel: a gradient contribution (keyed by
+/// update ordinal) or a weight value (keyed by version id, and in xpipe the lookahead of the
+/// owner's prediction).
+struct TiedAnnouncement {
+  int64_t key = 0;
+  int32_t lookahead = 0;  ///< weights: 0 for a version as it is, s for a prediction s ahead
+  int32_t tied = 0;       ///< index into Model::tied()
+  int32_t from_stage = 0;
+  Announcement payload;  ///< the tensor on the channel
+  friend bool operator==(const TiedAnnouncement&, const TiedAnnouncement&) = default;
 };
 
 /// Σg² per layer of one stage for one update.
 struct SumSq {
   int64_t ordinal = 0;
-  int stage = 0;
+  int32_t stage = 0;
   std::vector<double> per_layer;
+  friend bool operator==(const SumSq&, const SumSq&) = default;
+};
+
+/// A stage committed its `update`-th update of the run (0-based) at `seconds` since the run
+/// started; `times` are its cumulative times then.
+struct Commit {
+  int32_t stage = 0;
+  int64_t update = 0;
+  double seconds = 0.0;
+  StageTimes times;
+  friend bool operator==(const Commit&, const Commit&) = default;
 };
 
 /// Why an actor gave up: the driver turns the first one into the run's error.
 struct Failure {
-  int stage = -1;           ///< -1: the driver itself
+  int32_t stage = -1;       ///< -1: the driver itself
   int64_t microbatch = -1;  ///< global microbatch index, -1 when none
   std::string action;       ///< text form of the action, empty when none
   std::string cause;
+  friend bool operator==(const Failure&, const Failure&) = default;
 };
 
 /// The driver's answer to the engine.
@@ -71,15 +91,51 @@ struct RunOutcome {
   bool ok = false;
   std::string error;
   std::vector<double> losses;
-  int peak_ahead = 0;
+  int32_t peak_ahead = 0;
+  std::vector<StageTimes> stages;  ///< per stage, as each reported when it finished
+  friend bool operator==(const RunOutcome&, const RunOutcome&) = default;
 };
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, UpdateTicket& x) {
+  return f(caf::meta::type_name("UpdateTicket"), x.index, x.handed);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TiedAnnouncement& x) {
+  return f(caf::meta::type_name("TiedAnnouncement"), x.key, x.lookahead, x.tied, x.from_stage,
+           x.payload);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SumSq& x) {
+  return f(caf::meta::type_name("SumSq"), x.ordinal, x.stage, x.per_layer);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Commit& x) {
+  return f(caf::meta::type_name("Commit"), x.stage, x.update, x.seconds, x.times);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Failure& x) {
+  return f(caf::meta::type_name("Failure"), x.stage, x.microbatch, x.action, x.cause);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RunOutcome& x) {
+  return f(caf::meta::type_name("RunOutcome"), x.ok, x.error, x.losses, x.peak_ahead, x.stages);
+}
+
+/// Registers every message type of the engine with a CAF system config, so they can cross
+/// processes (both sides must register the same names).
+void add_message_types(caf::actor_system_config& cfg);
 
 }  // namespace actorpipe::internal
 
 namespace actorpipe {
 
-/// Serialisation, printing and debugging of an announcement (the one message that will cross
-/// process boundaries as it is: it carries no pointer).
+/// Serialisation, printing and debugging of an announcement.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Announcement& a) {
   static_assert(Tensor::kMaxDims == 4, "inspect lists every dimension");
@@ -87,11 +143,9 @@ typename Inspector::result_type inspect(Inspector& f, Announcement& a) {
            a.dtype, a.ndim, a.dims[0], a.dims[1], a.dims[2], a.dims[3]);
 }
 
-}  // namespace actorpipe
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StageTimes& x) {
+  return f(caf::meta::type_name("StageTimes"), x.busy_seconds, x.idle_seconds, x.actions);
+}
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::internal::MicrobatchPtr)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::internal::UpdateTicket)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::internal::TiedTensor)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::internal::SumSq)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::internal::Failure)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::internal::RunOutcome)
+}  // namespace actorpipe

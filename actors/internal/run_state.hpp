@@ -1,5 +1,5 @@
-// Run state: what the driver, the stage actors and the optimizer shards of one run share: the
-// action lists, the workers, the channels, the actor directory, counters and spans.
+// Run state: what the driver, the stage actors and the optimizer shards of one process share in
+// a run: the action lists, the workers, the channels, the microbatch feed, the actor directory.
 #pragma once
 
 #include <atomic>
@@ -17,11 +17,12 @@
 
 namespace actorpipe {
 
-class DataLoader;
 class OptimizerShard;
 class StageWorker;
 
 namespace internal {
+
+class MicrobatchFeed;
 
 /// One action of a stage's run-wide list: the schedule's action and where it sits in the run.
 struct StageStep {
@@ -31,25 +32,12 @@ struct StageStep {
   bool starts = false;  ///< first action of its repetition at this stage
 };
 
-/// One side of a tied parameter: a gradient contribution (keyed by update ordinal) or a weight
-/// value (keyed by version id, and in xpipe the lookahead of the owner's prediction).
-struct TiedTensor {
-  int64_t key = 0;
-  int lookahead = 0;  ///< weights: 0 for a version as it is, s for a prediction s updates ahead
-  int tied = 0;       ///< index into Model::tied()
-  int from_stage = 0;
-  std::shared_ptr<const std::vector<float>> data;
-};
-
 /// Counters a stage publishes while it runs (read by the driver for progress and stalls).
 struct StageCounters {
   std::atomic<int64_t> busy_ns{0};
   std::atomic<int64_t> idle_ns{0};
   std::atomic<int64_t> actions{0};
   std::atomic<int> pc{0};  ///< index of the action the stage is at
-  /// Updates the stage has committed in this run (its OPT_STEPs whose new version it holds);
-  /// RunState::commit_seconds has their times, written before this is raised (release).
-  std::atomic<int64_t> updates{0};
 };
 
 /// Every actor of the run, filled in before the first message is sent.
@@ -80,15 +68,11 @@ struct RunState {
   std::vector<StageWorker*> workers;
   std::vector<OptimizerShard*> shards;  ///< per stage: its optimizer state
   ChannelSet* channels = nullptr;
-  DataLoader* data = nullptr;
+  MicrobatchFeed* feed = nullptr;
   ActorCallbacks callbacks;
   Directory directory;
   std::chrono::steady_clock::time_point start;
   std::unique_ptr<StageCounters[]> counters;
-  /// Per stage: when it committed its k-th update of the run (seconds since start), for
-  /// k < counters[r].updates. Every stage has one OPT_STEP per optimizer step, so a step is
-  /// complete when every stage committed its update.
-  std::vector<std::vector<double>> commit_seconds;
   std::atomic<int64_t> progress{0};                   ///< bumped by every action and every update
   std::vector<std::vector<ActionSpan>> spans;         ///< per stage (record_spans)
   std::vector<std::vector<ActionSpan>> update_spans;  ///< per stage's shard (record_spans)
@@ -131,8 +115,8 @@ inline std::string exception_text(std::exception_ptr ep) {
   return "unknown exception";
 }
 
-/// Per stage, cumulative.
-std::vector<StageTimes> stage_times(const RunState& st);
+/// Stage r's times so far, from its counters.
+StageTimes stage_times(const RunState& st, int r);
 
 }  // namespace internal
 }  // namespace actorpipe

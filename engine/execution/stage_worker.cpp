@@ -375,6 +375,11 @@ void StageWorker::commit_update(UpdateJob& job) {
   for (auto& p : job_.params_) p = {};
 }
 
+UpdateJob& StageWorker::open_update() {
+  AP_CHECK(job_.open(), "stage {}: no update is open", stage_);
+  return job_;
+}
+
 bool StageWorker::waits_for_update(const Action& a) const {
   if (!job_.open()) return false;
   const bool in_place = store_->capacity() == 1;  // single, predicted, a ring of one

@@ -157,6 +157,8 @@ class StageWorker {
   void commit_update(UpdateJob& job);
   /// An update is open (between begin_update and commit_update).
   bool update_open() const { return job_.open(); }
+  /// The open update's job, which the stage's optimizer shard applies (AP_CHECK: one is open).
+  UpdateJob& open_update();
   /// True while `action` (the stage's next one) must wait for the open update's commit: a
   /// forward whose version is not stored yet, a forward or backward of a policy that updates in
   /// place (or without a second gradient buffer), another OPT_STEP. False when no update is open.

@@ -1,0 +1,86 @@
+// Messages of the actor engine: every type round-trips through CAF's binary serializer, alone
+// and inside a message, as it would between processes.
+#include "actors/internal/messages.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+namespace actorpipe::internal {
+namespace {
+
+struct Fixture {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  Fixture() {
+    add_message_types(cfg);
+    cfg.set("scheduler.max-threads", 1);
+    sys = std::make_unique<caf::actor_system>(cfg);
+  }
+
+  template <class T>
+  T round_trip(T x) {
+    std::vector<char> buf;
+    caf::binary_serializer sink{*sys, buf};
+    REQUIRE_FALSE(sink(x));
+    T y{};
+    caf::binary_deserializer source{*sys, buf};
+    REQUIRE_FALSE(source(y));
+    CHECK(source.remaining() == 0);
+    return y;
+  }
+};
+
+Announcement announcement() {
+  Announcement a;
+  a.tag = 5;
+  a.sequence = 1234567890123ULL;
+  a.microbatch = -1;
+  a.version = 17;
+  a.dtype = DType::i32;
+  a.ndim = 3;
+  a.dims = {8, 256, 384, 0};
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("messages: every type round-trips through the binary serializer") {
+  Fixture f;
+  CHECK(f.round_trip(announcement()) == announcement());
+  const StageTimes times{1.25, 0.5, 42};
+  CHECK(f.round_trip(times) == times);
+  const UpdateTicket ticket{7, 3.5};
+  CHECK(f.round_trip(ticket) == ticket);
+  const TiedAnnouncement tied{9, 2, 1, 3, announcement()};
+  CHECK(f.round_trip(tied) == tied);
+  const SumSq sums{4, 2, {1.0, 1e-300, std::nextafter(2.0, 3.0)}};
+  CHECK(f.round_trip(sums) == sums);
+  const Commit commit{1, 5, 12.75, times};
+  CHECK(f.round_trip(commit) == commit);
+  const Failure failure{2, 99, "2B7", "non-finite loss nan over 12 targets"};
+  CHECK(f.round_trip(failure) == failure);
+  const RunOutcome outcome{true, "", {2.5, 2.25}, 3, {times, times}};
+  CHECK(f.round_trip(outcome) == outcome);
+}
+
+TEST_CASE("messages: a message holding them crosses as it would between processes") {
+  Fixture f;
+  const Commit commit{1, 5, 12.75, {1.0, 2.0, 3}};
+  const TiedAnnouncement tied{9, 2, 1, 3, announcement()};
+  caf::message in = caf::make_message(commit_atom::value, commit, tied, Failure{0, 1, "0F1", "x"});
+  std::vector<char> buf;
+  caf::binary_serializer sink{*f.sys, buf};
+  REQUIRE_FALSE(sink(in));
+  caf::message out;
+  caf::binary_deserializer source{*f.sys, buf};
+  REQUIRE_FALSE(source(out));
+  REQUIRE(out.match_elements<commit_atom, Commit, TiedAnnouncement, Failure>());
+  CHECK(out.get_as<Commit>(1) == commit);
+  CHECK(out.get_as<TiedAnnouncement>(2) == tied);
+  CHECK(out.get_as<Failure>(3).cause == "x");
+  // a text form for logs, from the same inspect()
+  CHECK(caf::to_string(commit).find("Commit") != std::string::npos);
+}
+
+}  // namespace actorpipe::internal
