@@ -221,24 +221,6 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
   channels->clear();
   impl_->mb_done += st->total_mbs;
   if (!outcome.ok) return make_error("{} pipeline: {}", to_string(im.mode), outcome.error);
-  // follow_owner: the copy's stage installs the owner's newest tied weights, so both copies are
-  // equal at rest (final weights, checkpoints, the next run's start), as the serial executor does
-  if (tied_sync(im.mode) == TiedSync::follow_owner && !im.options.skip_compute) {
-    for (size_t k = 0; k < im.model->tied().size(); ++k) {
-      const TiedParam& tp = im.model->tied()[k];
-      const int owner = im.partition->stage_of(tp.owner_layer);
-      const int copy = im.partition->stage_of(tp.copy_layer);
-      if (owner == copy) continue;
-      const StageWorker& wo = *im.workers[static_cast<size_t>(owner)];
-      StageWorker& wc = *im.workers[static_cast<size_t>(copy)];
-      wc.install_tied_weights(k, static_cast<int>(wo.updates()), wo.tied_weights(k));
-      // 2bw: the previous version too, which a continued run computes with
-      const int prev = static_cast<int>(wo.updates()) - 1;
-      if (wo.holds_previous() && wc.holds_previous())
-        wc.install_tied_weights(k, prev, wo.tied_weights(k, prev));
-    }
-  }
-
   ActorRunResult result;
   result.losses = std::move(outcome.losses);
   result.stages = std::move(outcome.stages);

@@ -148,6 +148,7 @@ class StageActor : public caf::event_based_actor {
     }
     if (pc_ == n_ && update_pending_) return block();  // the run ends with committed weights
     if (pc_ == n_ && !done_sent_ && !failed_) {
+      if (!skip() && !install_owner_tied()) return;
       done_sent_ = true;
       send(st_->directory.driver, done_atom::value, r_, stage_times(*st_, r_));
     }
@@ -363,6 +364,37 @@ class StageActor : public caf::event_based_actor {
       return false;
     }
     send(st_->directory.stages[static_cast<size_t>(r_ - 1)], ann_atom::value, *ann);
+    return true;
+  }
+
+  // follow_owner copy at the end of its run: installs the owner's newest version of each tied
+  // parameter (and in 2bw the one before, which a continued run computes with), so both copies
+  // are equal at rest, as the serial executor leaves them. False while the owner's newest
+  // version has not arrived yet (its shard publishes it after the last update).
+  bool install_owner_tied() {
+    if (tied_sync(st_->mode) != TiedSync::follow_owner) return true;
+    const int newest = static_cast<int>(worker_.updates());
+    for (size_t k = 0; k < worker_.num_tied(); ++k) {
+      if (worker_.tied_role(k) != TiedRole::copy) continue;
+      if (tied_w_.count({static_cast<int>(k), TiedVersion{newest, 0}}) == 0) return false;
+    }
+    for (size_t k = 0; k < worker_.num_tied(); ++k) {
+      if (worker_.tied_role(k) != TiedRole::copy) continue;
+      const int key = static_cast<int>(k);
+      worker_.install_tied_weights(
+          k, newest, std::as_const(tied_w_.at({key, TiedVersion{newest, 0}})).span_f32());
+      if (worker_.holds_previous()) {
+        auto it = tied_w_.find({key, TiedVersion{newest - 1, 0}});
+        if (it == tied_w_.end()) {
+          report_failure(fmt::format(
+              "the owner's version {} of tied parameter {} is gone at the end of the run",
+              newest - 1, k));
+          return false;
+        }
+        worker_.install_tied_weights(k, newest - 1, std::as_const(it->second).span_f32());
+      }
+    }
+    tied_w_.clear();
     return true;
   }
 
