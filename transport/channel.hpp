@@ -61,7 +61,11 @@ class TensorChannel {
 class ChannelSet {
  public:
   ChannelSet() = default;
+  /// Every channel present: entry i has tag i (AP_CHECK otherwise, and on a null entry).
   explicit ChannelSet(std::vector<std::unique_ptr<TensorChannel>> channels);
+  /// The set as one process of a multi-process run sees it: entry i (tag i) is null where the
+  /// process is no end of that channel. at(), forward() and backward() fail (AP_CHECK) there.
+  static ChannelSet partial(std::vector<std::unique_ptr<TensorChannel>> channels);
 
   /// Number of stages the set was made for (1 for a set without channels).
   int stages() const { return static_cast<int>(channels_.size()) / 2 + 1; }
@@ -70,15 +74,19 @@ class ChannelSet {
   TensorChannel& forward(int r) const { return at(channel_tag(r, Direction::forward)); }
   /// Stage r+1 -> r (gradients); r in [0, stages()-2].
   TensorChannel& backward(int r) const { return at(channel_tag(r, Direction::backward)); }
-  /// The channel with tag `tag` (AP_CHECK on an unknown tag).
+  /// The channel with tag `tag` (AP_CHECK on an unknown tag or one this process holds no end of).
   TensorChannel& at(uint32_t tag) const;
-  /// Σ pending() over every channel.
+  /// Whether the set holds (an end of) channel `tag`.
+  bool has(uint32_t tag) const { return tag < channels_.size() && channels_[tag] != nullptr; }
+  /// Σ pending() over every channel held.
   size_t pending() const;
-  /// clear() on every channel.
+  /// clear() on every channel held.
   void clear();
 
  private:
-  std::vector<std::unique_ptr<TensorChannel>> channels_;  // index = tag
+  ChannelSet(std::vector<std::unique_ptr<TensorChannel>> channels, bool allow_missing);
+
+  std::vector<std::unique_ptr<TensorChannel>> channels_;  // index = tag; null: not held
 };
 
 }  // namespace actorpipe
