@@ -60,13 +60,24 @@ std::vector<ChannelEnds> channel_layout(int stages, const std::vector<TiedPair>&
 }
 
 ChannelSet::ChannelSet(int stages, std::vector<std::unique_ptr<TensorChannel>> channels)
+    : ChannelSet(stages, std::move(channels), false) {}
+
+ChannelSet ChannelSet::partial(int stages, std::vector<std::unique_ptr<TensorChannel>> channels) {
+  return ChannelSet(stages, std::move(channels), true);
+}
+
+ChannelSet::ChannelSet(int stages, std::vector<std::unique_ptr<TensorChannel>> channels,
+                       bool allow_missing)
     : stages_(stages), channels_(std::move(channels)) {
   AP_CHECK(stages_ >= 1, "a channel set of {} stages", stages_);
   const size_t pipeline = 2 * static_cast<size_t>(stages_ - 1);
   AP_CHECK(channels_.size() >= pipeline && (channels_.size() - pipeline) % 4 == 0,
            "a channel set of {} stages holds {} channels", stages_, channels_.size());
   for (size_t i = 0; i < channels_.size(); ++i) {
-    AP_CHECK(channels_[i] != nullptr, "channel {} is null", i);
+    if (channels_[i] == nullptr) {
+      AP_CHECK(allow_missing, "channel {} is null", i);
+      continue;
+    }
     AP_CHECK(channels_[i]->ends().tag == i, "channel at index {} has tag {}", i,
              channels_[i]->ends().tag);
   }
@@ -75,6 +86,7 @@ ChannelSet::ChannelSet(int stages, std::vector<std::unique_ptr<TensorChannel>> c
 TensorChannel& ChannelSet::tied(int k, ChannelKind kind) const {
   const size_t pipeline = 2 * static_cast<size_t>(stages_ - 1);
   for (size_t i = pipeline; i < channels_.size(); ++i) {
+    if (channels_[i] == nullptr) continue;
     const ChannelEnds& e = channels_[i]->ends();
     if (e.tied == k && e.kind == kind) return *channels_[i];
   }
@@ -84,17 +96,21 @@ TensorChannel& ChannelSet::tied(int k, ChannelKind kind) const {
 
 TensorChannel& ChannelSet::at(uint32_t tag) const {
   AP_CHECK(tag < channels_.size(), "no channel with tag {} (set of {})", tag, channels_.size());
+  AP_CHECK(channels_[tag] != nullptr, "this process holds no end of channel {} (set of {})", tag,
+           channels_.size());
   return *channels_[tag];
 }
 
 size_t ChannelSet::pending() const {
   size_t n = 0;
-  for (const auto& c : channels_) n += c->pending();
+  for (const auto& c : channels_)
+    if (c) n += c->pending();
   return n;
 }
 
 void ChannelSet::clear() {
-  for (auto& c : channels_) c->clear();
+  for (auto& c : channels_)
+    if (c) c->clear();
 }
 
 }  // namespace actorpipe

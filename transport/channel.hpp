@@ -94,8 +94,13 @@ class TensorChannel {
 class ChannelSet {
  public:
   ChannelSet() = default;
-  /// `channels` in the order of channel_layout(stages, ...) (AP_CHECK).
+  /// `channels` in the order of channel_layout(stages, ...): entry i has tag i (AP_CHECK
+  /// otherwise, and on a null entry).
   ChannelSet(int stages, std::vector<std::unique_ptr<TensorChannel>> channels);
+  /// The set as one process of a multi-process run sees it: entry i (tag i) is null where the
+  /// process is no end of that channel. at(), forward(), backward() and tied() fail (AP_CHECK)
+  /// there.
+  static ChannelSet partial(int stages, std::vector<std::unique_ptr<TensorChannel>> channels);
 
   /// Number of stages the set was made for.
   int stages() const { return stages_; }
@@ -104,18 +109,23 @@ class ChannelSet {
   TensorChannel& forward(int r) const { return at(channel_tag(r, Direction::forward)); }
   /// Stage r+1 -> r (gradients); r in [0, stages()-2].
   TensorChannel& backward(int r) const { return at(channel_tag(r, Direction::backward)); }
-  /// Tied parameter k's channel of `kind` (a tied_* kind; AP_CHECK when k has none).
+  /// Tied parameter k's channel of `kind` (a tied_* kind; AP_CHECK when k has none or this
+  /// process holds no end of it).
   TensorChannel& tied(int k, ChannelKind kind) const;
-  /// The channel with tag `tag` (AP_CHECK on an unknown tag).
+  /// The channel with tag `tag` (AP_CHECK on an unknown tag or one this process holds no end of).
   TensorChannel& at(uint32_t tag) const;
-  /// Σ pending() over every channel.
+  /// Whether the set holds (an end of) channel `tag`.
+  bool has(uint32_t tag) const { return tag < channels_.size() && channels_[tag] != nullptr; }
+  /// Σ pending() over every channel held.
   size_t pending() const;
-  /// clear() on every channel.
+  /// clear() on every channel held.
   void clear();
 
  private:
+  ChannelSet(int stages, std::vector<std::unique_ptr<TensorChannel>> channels, bool allow_missing);
+
   int stages_ = 1;
-  std::vector<std::unique_ptr<TensorChannel>> channels_;  // index = tag
+  std::vector<std::unique_ptr<TensorChannel>> channels_;  // index = tag; null: not held
 };
 
 }  // namespace actorpipe

@@ -1,12 +1,15 @@
-// Local channel tests: zero-copy hand-off, sequence numbers, the fixed channel order, errors for
-// foreign or mismatching announcements, and a concurrent sender/receiver pair.
+// Local channel tests: zero-copy hand-off, sequence numbers, the fixed channel order (full and
+// partial sets), errors for foreign or mismatching announcements, a concurrent sender/receiver.
 #include "transport/local_channel.hpp"
 
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <string>
 #include <thread>
 #include <vector>
+
+#include "kernels/check.hpp"
 
 using namespace actorpipe;
 
@@ -98,6 +101,36 @@ TEST_CASE("a channel set is created in the fixed order: forward then backward pe
   CHECK(set->pending() == 1);
   set->clear();
   CHECK(set->pending() == 0);
+}
+
+TEST_CASE("a partial channel set holds the channels of one process; the others fail clearly") {
+  std::vector<std::unique_ptr<TensorChannel>> channels(4);
+  channels[2] = std::make_unique<LocalChannel>(channel_ends(1, Direction::forward));
+  ChannelSet set = ChannelSet::partial(3, std::move(channels));
+  CHECK(set.size() == 4);
+  CHECK(set.stages() == 3);
+  CHECK(!set.has(0));
+  CHECK(!set.has(1));
+  CHECK(set.has(2));
+  CHECK(!set.has(3));
+  CHECK(!set.has(4));
+  CHECK(&set.forward(1) == &set.at(2));
+  try {
+    (void)set.backward(0);
+    FAIL("backward(0) of a set without it");
+  } catch (const CheckFailure& e) {
+    CHECK(std::string(e.what()).find("holds no end of channel 1") != std::string::npos);
+  }
+  REQUIRE(set.forward(1).post(Tensor::zeros({1}), 0, 0).ok());
+  CHECK(set.pending() == 1);  // null entries are skipped
+  set.clear();
+  CHECK(set.pending() == 0);
+  // a channel at the wrong index is refused as in a full set; the full set refuses gaps
+  std::vector<std::unique_ptr<TensorChannel>> misplaced(2);
+  misplaced[0] = std::make_unique<LocalChannel>(channel_ends(0, Direction::backward));
+  CHECK_THROWS_AS(ChannelSet::partial(2, std::move(misplaced)), CheckFailure);
+  std::vector<std::unique_ptr<TensorChannel>> gaps(2);
+  CHECK_THROWS_AS(ChannelSet(2, std::move(gaps)), CheckFailure);
 }
 
 TEST_CASE("a sender and a receiver on two threads move every tensor exactly once") {

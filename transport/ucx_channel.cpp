@@ -1,0 +1,319 @@
+// UCX channel: posts start tag sends that hold the tensor until UCX is done with it; receives
+// post a tag receive into a pooled buffer and wait on a condition variable with a deadline.
+#include "transport/ucx_channel.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include "kernels/check.hpp"
+#include "transport/local_channel.hpp"
+
+namespace actorpipe {
+
+namespace {
+
+/// "UCX channel 2 (1 -> 2)"
+std::string channel_name(const ChannelEnds& e) {
+  return fmt::format("UCX channel {} ({} -> {})", e.tag, e.from, e.to);
+}
+
+/// to_string(a), also for an announcement whose ndim is out of range (it reads only valid dims).
+std::string text(const Announcement& a) {
+  if (a.ndim >= 0 && a.ndim <= Tensor::kMaxDims) return to_string(a);
+  return fmt::format("tag {} #{} mb {} v {} {} with {} dims", a.tag, a.sequence, a.microbatch,
+                     a.version, to_string(a.dtype), a.ndim);
+}
+
+/// Bytes of the payload `a` announces, or an error naming what is wrong with its metadata.
+Expected<size_t> announced_bytes(const ChannelEnds& ends, const Announcement& a) {
+  if (a.dtype != DType::f32 && a.dtype != DType::i32)
+    return make_error("{}: announcement {} has unknown dtype {}", channel_name(ends), text(a),
+                      static_cast<int>(a.dtype));
+  if (a.ndim < 0 || a.ndim > Tensor::kMaxDims)
+    return make_error("{}: announcement {} has {} dims, expected 0 to {}", channel_name(ends),
+                      text(a), a.ndim, Tensor::kMaxDims);
+  if (a.sequence > kUcxMaxSequence)
+    return make_error("{}: announcement {} has sequence {}, above the largest a UCX tag holds ({})",
+                      channel_name(ends), text(a), a.sequence, kUcxMaxSequence);
+  constexpr uint64_t kMaxBytes = uint64_t{1} << 40;
+  uint64_t bytes = dtype_size(a.dtype);
+  for (int i = 0; i < a.ndim; ++i) {
+    const int64_t d = a.dims[static_cast<size_t>(i)];
+    if (d < 0 || (d > 0 && bytes > kMaxBytes / static_cast<uint64_t>(d)))
+      return make_error("{}: announcement {} has dimension {} = {} (negative or above 1 TiB)",
+                        channel_name(ends), text(a), i, d);
+    bytes *= static_cast<uint64_t>(d);
+  }
+  return static_cast<size_t>(bytes);
+}
+
+}  // namespace
+
+/// What the completions of operations in flight update; they may outlive the channel.
+struct UcxChannel::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  // sender
+  uint64_t next_sequence = 0;
+  size_t in_flight = 0;
+  uint64_t generation = 0;  // clear() starts a new one; older sends no longer count
+  std::optional<Error> send_error;
+  // receiver: receives that timed out, by operation id, until UCX hands their buffer back
+  std::set<uint64_t> abandoned;
+};
+
+namespace {
+
+/// One receive: filled by its completion on the progress thread, read by receive().
+struct RecvWait {
+  bool done = false;
+  bool abandoned = false;
+  uint64_t op = 0;
+  Status status;
+  size_t length = 0;
+};
+
+}  // namespace
+
+UcxChannel::UcxChannel(std::shared_ptr<UcxWorker> worker, ChannelEnds ends, End end,
+                       UcxEndpoint peer, UcxChannelOptions options)
+    : TensorChannel(ends),
+      worker_(std::move(worker)),
+      end_(end),
+      peer_(peer),
+      opts_(options),
+      state_(std::make_shared<State>()) {
+  AP_CHECK(worker_ != nullptr, "{}: no UCX worker", name());
+  AP_CHECK(ends.tag <= kUcxMaxChannelTag, "{}: tag {} does not fit the 16 bits of a UCX tag",
+           name(), ends.tag);
+  AP_CHECK(opts_.receive_timeout.count() >= 0, "{}: receive_timeout = {} ms", name(),
+           opts_.receive_timeout.count());
+  AP_CHECK(opts_.pool_capacity >= 0, "{}: pool_capacity = {}", name(), opts_.pool_capacity);
+}
+
+std::unique_ptr<UcxChannel> UcxChannel::sender(std::shared_ptr<UcxWorker> worker, ChannelEnds ends,
+                                               UcxEndpoint peer, UcxChannelOptions options) {
+  AP_CHECK(peer.id >= 0, "{}: the sending end needs an endpoint", channel_name(ends));
+  return std::unique_ptr<UcxChannel>(
+      new UcxChannel(std::move(worker), ends, End::sender, peer, options));
+}
+
+std::unique_ptr<UcxChannel> UcxChannel::receiver(std::shared_ptr<UcxWorker> worker,
+                                                 ChannelEnds ends, UcxChannelOptions options) {
+  return std::unique_ptr<UcxChannel>(
+      new UcxChannel(std::move(worker), ends, End::receiver, UcxEndpoint{}, options));
+}
+
+UcxChannel::~UcxChannel() {
+  clear();  // cancels receives that timed out; their buffers go when UCX hands them back
+}
+
+std::string UcxChannel::name() const {
+  return channel_name(ends());
+}
+
+Expected<Announcement> UcxChannel::post(Tensor tensor, int64_t microbatch, int32_t version) {
+  AP_CHECK(end_ == End::sender, "{}: post() on the receiving end", name());
+  if (!tensor.defined())
+    return make_error("{}: posting an undefined tensor for microbatch {}", name(), microbatch);
+  if (tensor.device() != Device::cpu)
+    return make_error("{}: posting a {} tensor for microbatch {}; UCX carries host memory only",
+                      name(), to_string(tensor.device()), microbatch);
+  Announcement a;
+  a.tag = ends().tag;
+  a.microbatch = microbatch;
+  a.version = version;
+  a.dtype = tensor.dtype();
+  a.ndim = tensor.dim();
+  for (int i = 0; i < tensor.dim(); ++i) a.dims[static_cast<size_t>(i)] = tensor.size(i);
+  const size_t bytes = tensor.nbytes();
+  const void* data = static_cast<const std::byte*>(tensor.storage()->data()) +
+                     tensor.offset() * dtype_size(tensor.dtype());
+  uint64_t generation = 0;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->send_error)
+      return make_error("{}: not posting microbatch {}: {}", name(), microbatch,
+                        state_->send_error->message);
+    AP_CHECK(state_->next_sequence <= kUcxMaxSequence, "{}: sequence numbers exhausted", name());
+    a.sequence = state_->next_sequence++;
+    ++state_->in_flight;
+    generation = state_->generation;
+  }
+  worker_->tag_send(
+      peer_, data, bytes, ucx_tag(a.tag, a.sequence),
+      [st = state_, ends = ends(), a, generation, keep = std::move(tensor)](const Status& s,
+                                                                            size_t) mutable {
+        keep = Tensor();  // the producer may reuse the storage once no one else holds it
+        {
+          std::lock_guard<std::mutex> lock(st->mu);
+          if (generation == st->generation) {
+            --st->in_flight;
+            if (!s.ok() && !st->send_error)
+              st->send_error = make_error("{}: the send of {} failed: {}", channel_name(ends),
+                                          to_string(a), s.error().message);
+          }
+        }
+        st->cv.notify_all();
+      });
+  return a;
+}
+
+Tensor UcxChannel::acquire(DType dtype, const std::vector<int64_t>& shape, size_t bytes) {
+  for (const auto& s : pool_) {
+    if (s->bytes() == bytes && s.use_count() == 1) {
+      // the last other holder's reads happen before UCX writes into it again
+      std::atomic_thread_fence(std::memory_order_acquire);
+      return Tensor(s, 0, shape, dtype);
+    }
+  }
+  auto fresh = std::make_shared<Storage>(bytes, Device::cpu);
+  if (pool_.size() < static_cast<size_t>(opts_.pool_capacity)) {
+    pool_.push_back(fresh);
+  } else {
+    for (auto& s : pool_) {
+      if (s.use_count() == 1) {  // an idle buffer of another size makes room
+        s = fresh;
+        break;
+      }
+    }
+  }
+  return Tensor(std::move(fresh), 0, shape, dtype);
+}
+
+void UcxChannel::reserve(DType dtype, const std::vector<int64_t>& shape, int count) {
+  AP_CHECK(end_ == End::receiver, "{}: reserve() on the sending end", name());
+  const size_t bytes = static_cast<size_t>(actorpipe::numel(shape)) * dtype_size(dtype);
+  std::lock_guard<std::mutex> lock(recv_mu_);
+  std::vector<Tensor> held;  // hold each so the next acquire() allocates a new one
+  for (int i = 0; i < count; ++i) held.push_back(acquire(dtype, shape, bytes));
+}
+
+size_t UcxChannel::pool_size() const {
+  std::lock_guard<std::mutex> lock(recv_mu_);
+  return pool_.size();
+}
+
+Expected<Tensor> UcxChannel::receive(const Announcement& a) {
+  AP_CHECK(end_ == End::receiver, "{}: receive() on the sending end", name());
+  if (a.tag != ends().tag)
+    return make_error("{}: announcement {} belongs to channel {}", name(), text(a), a.tag);
+  auto bytes = announced_bytes(ends(), a);
+  if (!bytes.ok()) return bytes.error();
+
+  std::lock_guard<std::mutex> recv_lock(recv_mu_);
+  Tensor buffer = acquire(a.dtype, a.shape(), *bytes);
+  auto wait = std::make_shared<RecvWait>();
+  const uint64_t op = worker_->tag_recv(
+      buffer.storage()->data(), *bytes, ucx_tag(a.tag, a.sequence),
+      [st = state_, wait, keep = buffer](Status s, size_t length) mutable {
+        keep = Tensor();  // UCX is done writing: the buffer is the receiver's (or the pool's)
+        {
+          std::lock_guard<std::mutex> lock(st->mu);
+          wait->done = true;
+          wait->status = std::move(s);
+          wait->length = length;
+          if (wait->abandoned) st->abandoned.erase(wait->op);
+        }
+        st->cv.notify_all();
+      });
+
+  std::unique_lock<std::mutex> lock(state_->mu);
+  wait->op = op;
+  if (!state_->cv.wait_for(lock, opts_.receive_timeout, [&] { return wait->done; })) {
+    wait->abandoned = true;
+    state_->abandoned.insert(op);
+    lock.unlock();
+    worker_->cancel(op);
+    return make_error(
+        "{}: no payload for sequence {} (microbatch {}, announcement {}) within {} ms; is the "
+        "sending process gone?",
+        name(), a.sequence, a.microbatch, to_string(a), opts_.receive_timeout.count());
+  }
+  Status status = std::move(wait->status);
+  const size_t length = wait->length;
+  lock.unlock();
+  if (!status.ok())
+    return make_error("{}: receiving {}: {}", name(), to_string(a), status.error().message);
+  if (length != *bytes)
+    return make_error("{}: {} B arrived for announcement {}, which announces {} B", name(), length,
+                      to_string(a), *bytes);
+  return buffer;
+}
+
+size_t UcxChannel::pending() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return end_ == End::sender ? state_->in_flight : state_->abandoned.size();
+}
+
+void UcxChannel::clear() {
+  std::set<uint64_t> cancel;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    ++state_->generation;
+    state_->in_flight = 0;
+    state_->send_error.reset();
+    cancel.swap(state_->abandoned);
+  }
+  state_->cv.notify_all();
+  for (uint64_t op : cancel) worker_->cancel(op);
+}
+
+Status UcxChannel::wait_sent(std::chrono::milliseconds timeout) {
+  AP_CHECK(end_ == End::sender, "{}: wait_sent() on the receiving end", name());
+  std::unique_lock<std::mutex> lock(state_->mu);
+  const bool idle = state_->cv.wait_for(
+      lock, timeout, [&] { return state_->in_flight == 0 || state_->send_error.has_value(); });
+  if (state_->send_error) return *state_->send_error;
+  if (!idle)
+    return make_error("{}: {} sends still pending after {} ms", name(), state_->in_flight,
+                      timeout.count());
+  return {};
+}
+
+Expected<ChannelSet> make_ucx_channels(const UcxChannelPlan& plan) {
+  const int stages = static_cast<int>(plan.rank_of_stage.size());
+  if (stages < 1) return make_error("UCX channels: no stages in the placement");
+  for (int s = 0; s < stages; ++s)
+    if (plan.rank_of_stage[static_cast<size_t>(s)] < 0)
+      return make_error("UCX channels: stage {} is placed on rank {}", s,
+                        plan.rank_of_stage[static_cast<size_t>(s)]);
+  for (size_t k = 0; k < plan.tied.size(); ++k) {
+    const TiedPair& p = plan.tied[k];
+    if (p.owner_stage < 0 || p.owner_stage >= stages || p.copy_stage < 0 || p.copy_stage >= stages)
+      return make_error("UCX channels: tied parameter {} between stages {} and {} of {}", k,
+                        p.owner_stage, p.copy_stage, stages);
+  }
+  std::vector<std::unique_ptr<TensorChannel>> channels;
+  for (const ChannelEnds& ends : channel_layout(stages, plan.tied)) {
+    const int from = plan.rank_of_stage[static_cast<size_t>(ends.from)];
+    const int to = plan.rank_of_stage[static_cast<size_t>(ends.to)];
+    if (from == plan.rank && to == plan.rank) {
+      channels.push_back(std::make_unique<LocalChannel>(ends));
+      continue;
+    }
+    if (from != plan.rank && to != plan.rank) {
+      channels.push_back(nullptr);
+      continue;
+    }
+    if (plan.worker == nullptr)
+      return make_error("UCX channels: rank {} needs a UCX worker for {}", plan.rank,
+                        channel_name(ends));
+    if (from == plan.rank) {
+      auto peer = plan.peers.find(to);
+      if (peer == plan.peers.end())
+        return make_error("UCX channels: rank {} has no endpoint to rank {} (stage {}) for {}",
+                          plan.rank, to, ends.to, channel_name(ends));
+      channels.push_back(UcxChannel::sender(plan.worker, ends, peer->second, plan.options));
+    } else {
+      channels.push_back(UcxChannel::receiver(plan.worker, ends, plan.options));
+    }
+  }
+  return ChannelSet::partial(static_cast<int>(plan.rank_of_stage.size()), std::move(channels));
+}
+
+}  // namespace actorpipe

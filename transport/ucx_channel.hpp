@@ -1,0 +1,121 @@
+// UCX channel: one end (sender or receiver) of a tensor channel whose two stages live in different
+// processes. Payloads move by UCX tag send/recv; announcements travel on the control plane.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "transport/channel.hpp"
+#include "transport/ucx_worker.hpp"
+
+namespace actorpipe {
+
+/// Bits of a UCX tag that carry the sequence number; the channel tag takes the 16 above them.
+inline constexpr int kUcxSequenceBits = 48;
+/// The largest sequence number a UCX tag can carry.
+inline constexpr uint64_t kUcxMaxSequence = (uint64_t{1} << kUcxSequenceBits) - 1;
+/// The largest channel tag a UCX tag can carry (a pipeline of up to 32768 stages).
+inline constexpr uint32_t kUcxMaxChannelTag = 0xFFFF;
+
+/// The UCX tag of payload `sequence` on channel `channel_tag`: channel tag in bits 63..48,
+/// sequence number in bits 47..0. The receiver matches all 64 bits.
+constexpr uint64_t ucx_tag(uint32_t channel_tag, uint64_t sequence) {
+  return (uint64_t{channel_tag} << kUcxSequenceBits) | (sequence & kUcxMaxSequence);
+}
+
+/// Options of a UcxChannel.
+struct UcxChannelOptions {
+  /// receive() fails after waiting this long for the payload, so a vanished peer never hangs it.
+  std::chrono::milliseconds receive_timeout{60000};
+  /// Receive buffers the receiver keeps for reuse; beyond that, buffers are allocated per receive.
+  int pool_capacity = 8;
+};
+
+/// One end of a channel between processes. The sender end's post() starts a tag send of the
+/// tensor's bytes and keeps the tensor (its storage) until the send completes; it never blocks.
+/// The receiver end's receive() posts a tag receive for exactly that channel and sequence into a
+/// pooled buffer (reused once every Tensor handed out on it is gone), waits without spinning,
+/// checks the length and returns the buffer as a Tensor of the announced dtype and shape.
+/// Receives may come in any order: UCX matches each by its tag. post() on a receiver end and
+/// receive() on a sender end are programmer errors (AP_CHECK).
+class UcxChannel final : public TensorChannel {
+ public:
+  enum class End : uint8_t { sender, receiver };
+
+  /// The sending end of `ends`; payloads go to `peer`, the endpoint of the receiving process.
+  static std::unique_ptr<UcxChannel> sender(std::shared_ptr<UcxWorker> worker, ChannelEnds ends,
+                                            UcxEndpoint peer, UcxChannelOptions options = {});
+  /// The receiving end of `ends`.
+  static std::unique_ptr<UcxChannel> receiver(std::shared_ptr<UcxWorker> worker, ChannelEnds ends,
+                                              UcxChannelOptions options = {});
+  ~UcxChannel() override;
+
+  End end() const { return end_; }
+  const UcxChannelOptions& options() const { return opts_; }
+
+  /// Sender: starts the send and returns the announcement. Errors: an undefined or non-host
+  /// tensor, an earlier send of this channel that failed (its message).
+  Expected<Announcement> post(Tensor tensor, int64_t microbatch, int32_t version) override;
+
+  /// Receiver: the payload `a` announced. Errors (naming the channel and the announcement): a tag
+  /// of another channel, a bad dtype or shape, no payload within receive_timeout, a payload of
+  /// another length, a UCX failure.
+  Expected<Tensor> receive(const Announcement& a) override;
+
+  /// Sender: sends not completed yet. Receiver: receives that timed out and that UCX still holds.
+  size_t pending() const override;
+
+  /// Forgets what pending() counts (after a failure): pending() is 0 afterwards. Receives are
+  /// cancelled; sends cannot be, so UCX keeps their tensors until they complete or the worker
+  /// closes the endpoint.
+  void clear() override;
+
+  /// Sender: waits (without spinning) until every send completed. Errors: a send that failed,
+  /// sends still pending after `timeout`.
+  Status wait_sent(std::chrono::milliseconds timeout);
+
+  /// Receiver: allocates `count` receive buffers for `dtype` tensors of `shape` up front (within
+  /// pool_capacity).
+  void reserve(DType dtype, const std::vector<int64_t>& shape, int count);
+
+  /// Receiver: buffers in the pool.
+  size_t pool_size() const;
+
+ private:
+  struct State;
+  UcxChannel(std::shared_ptr<UcxWorker> worker, ChannelEnds ends, End end, UcxEndpoint peer,
+             UcxChannelOptions options);
+  std::string name() const;
+  Tensor acquire(DType dtype, const std::vector<int64_t>& shape, size_t bytes);
+
+  std::shared_ptr<UcxWorker> worker_;
+  End end_;
+  UcxEndpoint peer_;
+  UcxChannelOptions opts_;
+  std::shared_ptr<State> state_;  // shared with the completions of operations in flight
+  mutable std::mutex recv_mu_;    // one receive at a time; guards pool_
+  std::vector<std::shared_ptr<Storage>> pool_;
+};
+
+/// What one process needs to build its channels: where every stage runs, which rank it is, its
+/// worker and an endpoint to each rank it exchanges tensors with.
+struct UcxChannelPlan {
+  std::vector<int> rank_of_stage;  ///< stage -> rank; its size is the number of stages
+  std::vector<TiedPair> tied;      ///< where each tied parameter's copies live (channel_layout)
+  int rank = 0;
+  std::shared_ptr<UcxWorker> worker;
+  std::map<int, UcxEndpoint> peers;  ///< rank -> endpoint
+  UcxChannelOptions options;
+};
+
+/// The channels of process `plan.rank`, in the fixed order of ChannelSet: a LocalChannel where
+/// the rank holds both stages, a UcxChannel end where it holds one, none where it holds neither
+/// (ChannelSet::partial). Errors: no stages, a negative rank, no worker or no endpoint for a rank
+/// that a channel of this process leads to.
+Expected<ChannelSet> make_ucx_channels(const UcxChannelPlan& plan);
+
+}  // namespace actorpipe

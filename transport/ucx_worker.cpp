@@ -1,0 +1,575 @@
+// UCX worker: only the progress thread calls UCX (UCS_THREAD_MODE_SINGLE); other threads queue
+// commands and wake it by eventfd; when idle it sleeps in poll() on the armed worker's event fd.
+#include "transport/ucx_worker.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "kernels/check.hpp"
+
+namespace actorpipe {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+enum class OpKind : uint8_t { send, recv, flush };
+
+const char* op_name(OpKind k) {
+  switch (k) {
+    case OpKind::send:
+      return "ucp_tag_send_nbx";
+    case OpKind::recv:
+      return "ucp_tag_recv_nbx";
+    case OpKind::flush:
+      return "ucp_ep_flush_nbx";
+  }
+  return "?";
+}
+
+}  // namespace
+
+struct UcxWorker::Impl {
+  /// One operation in UCX's hands (progress thread only).
+  struct Op {
+    Impl* impl = nullptr;
+    uint64_t id = 0;
+    OpKind kind = OpKind::send;
+    int ep = -1;
+    size_t bytes = 0;
+    uint64_t tag = 0;
+    void* request = nullptr;
+    bool submitting = false;  // inside the *_nbx call: a callback now only records its status
+    bool done_inline = false;
+    ucs_status_t inline_status = UCS_OK;
+    bool finished = false;  // completed by shutdown() while UCX still held it
+    size_t length = 0;      // bytes received
+    UcxCompletion done;
+  };
+  struct Ep {
+    ucp_ep_h ep = nullptr;
+    ucs_status_t failed = UCS_OK;  // set by the error handler (peer gone)
+  };
+
+  UcxWorkerOptions opts;
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  int ucx_fd = -1;  // owned by the worker
+  int wake_fd = -1;
+  std::vector<std::byte> address;
+  std::thread thread;
+  std::atomic<std::thread::id> thread_id{};
+
+  std::mutex mu;  // guards commands and stop
+  std::deque<std::function<void()>> commands;
+  bool stop = false;
+  std::atomic<uint64_t> next_op{1};
+  std::atomic<size_t> outstanding{0};
+  std::atomic<uint64_t> wakeups{0};
+
+  // progress thread only
+  std::unordered_map<uint64_t, std::unique_ptr<Op>> ops;
+  std::vector<Ep> eps;
+  bool shutting_down = false;
+  bool arm_works = true;
+
+  ~Impl() { release(); }
+
+  /// Destroys what start-up made, in reverse order (the thread is joined already).
+  void release() {
+    if (worker != nullptr) ucp_worker_destroy(worker);
+    worker = nullptr;
+    if (context != nullptr) ucp_cleanup(context);
+    context = nullptr;
+    if (wake_fd >= 0) ::close(wake_fd);
+    wake_fd = -1;
+  }
+
+  Error ucx_error(const std::string& what, ucs_status_t st) const {
+    return make_error("{}: {} failed: {}", opts.name, what, ucs_status_string(st));
+  }
+
+  std::string describe(const Op& op) const {
+    switch (op.kind) {
+      case OpKind::send:
+        return fmt::format("{} of {} B with tag {:#x} to endpoint {}", op_name(op.kind), op.bytes,
+                           op.tag, op.ep);
+      case OpKind::recv:
+        return fmt::format("{} of {} B with tag {:#x}", op_name(op.kind), op.bytes, op.tag);
+      case OpKind::flush:
+        return fmt::format("{} of endpoint {}", op_name(op.kind), op.ep);
+    }
+    return "?";
+  }
+
+  // ---- commands (any thread) ----
+
+  void enqueue(std::function<void()> command) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      commands.push_back(std::move(command));
+    }
+    wake();
+  }
+
+  void wake() const {
+    const uint64_t one = 1;
+    // An eventfd write fails only when the counter would overflow; it is then readable anyway.
+    [[maybe_unused]] const ssize_t n = ::write(wake_fd, &one, sizeof one);
+  }
+
+  // ---- progress thread ----
+
+  void drain_commands() {
+    std::deque<std::function<void()>> batch;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      batch.swap(commands);
+    }
+    for (auto& c : batch) c();
+  }
+
+  void progress() {
+    while (ucp_worker_progress(worker) != 0) {
+    }
+  }
+
+  /// Arms the worker and sleeps until a UCX event, a command or `timeout_ms` (-1: no limit).
+  void wait_for_events(int timeout_ms) {
+    if (arm_works) {
+      const ucs_status_t st = ucp_worker_arm(worker);
+      if (st == UCS_ERR_BUSY) return;  // events arrived meanwhile: progress again
+      if (st != UCS_OK) {
+        // Cannot sleep on the event fd: fall back to polling at 1 ms (bounded CPU, not zero).
+        std::fprintf(stderr, "%s: ucp_worker_arm failed: %s; progress falls back to 1 ms polls\n",
+                     opts.name.c_str(), ucs_status_string(st));
+        arm_works = false;
+      }
+    }
+    if (!arm_works) timeout_ms = timeout_ms < 0 ? 1 : std::min(timeout_ms, 1);
+    pollfd fds[2] = {{ucx_fd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
+    const int n = ::poll(fds, 2, timeout_ms);
+    wakeups.fetch_add(1, std::memory_order_relaxed);
+    if (n > 0 && (fds[1].revents & POLLIN) != 0) {
+      uint64_t v = 0;
+      [[maybe_unused]] const ssize_t r = ::read(wake_fd, &v, sizeof v);
+    }
+  }
+
+  void run() {
+    thread_id.store(std::this_thread::get_id());
+    for (;;) {
+      drain_commands();
+      progress();
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (stop && commands.empty()) break;
+      }
+      wait_for_events(-1);
+    }
+    shutdown();
+  }
+
+  /// Progresses (and runs commands) until `done()` or `deadline`; true when done.
+  template <class Pred>
+  bool progress_until(Pred done, Clock::time_point deadline) {
+    for (;;) {
+      drain_commands();
+      progress();
+      if (done()) return true;
+      const auto now = Clock::now();
+      if (now >= deadline) return false;
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
+      wait_for_events(static_cast<int>(std::min<int64_t>(left, 1000)));
+    }
+  }
+
+  void complete(Op& op, ucs_status_t st) {
+    Status s;
+    if (st != UCS_OK) s = ucx_error(describe(op), st);
+    if (op.done) op.done(std::move(s), op.length);
+    outstanding.fetch_sub(1, std::memory_order_acq_rel);
+  }
+
+  void complete_with(Op& op, Error e) {
+    if (op.done) op.done(std::move(e), 0);
+    outstanding.fetch_sub(1, std::memory_order_acq_rel);
+  }
+
+  /// Called by UCX when a request finishes, after (or, rarely, inside) the *_nbx call.
+  void finish_request(Op* op, void* request, ucs_status_t st) {
+    if (op->submitting) {
+      op->done_inline = true;
+      op->inline_status = st;
+      return;
+    }
+    ucp_request_free(request);
+    auto it = ops.find(op->id);
+    if (it == ops.end() || op->finished) return;  // shut down and reported already
+    std::unique_ptr<Op> owned = std::move(it->second);
+    ops.erase(it);
+    owned->request = nullptr;
+    complete(*owned, st);
+  }
+
+  static void send_cb(void* request, ucs_status_t st, void* user_data) {
+    auto* op = static_cast<Op*>(user_data);
+    op->impl->finish_request(op, request, st);
+  }
+
+  static void recv_cb(void* request, ucs_status_t st, const ucp_tag_recv_info_t* info,
+                      void* user_data) {
+    auto* op = static_cast<Op*>(user_data);
+    if (info != nullptr) op->length = info->length;
+    op->impl->finish_request(op, request, st);
+  }
+
+  static void ep_error_cb(void* arg, ucp_ep_h ep, ucs_status_t st) {
+    auto* self = static_cast<Impl*>(arg);
+    for (Ep& e : self->eps)
+      if (e.ep == ep) e.failed = st;
+  }
+
+  /// Takes the result of a *_nbx call for `op`.
+  void submitted(std::unique_ptr<Op> op, ucs_status_ptr_t r) {
+    op->submitting = false;
+    if (r == nullptr) {
+      complete(*op, UCS_OK);
+    } else if (UCS_PTR_IS_ERR(r)) {
+      complete(*op, UCS_PTR_STATUS(r));
+    } else if (op->done_inline) {
+      ucp_request_free(r);
+      complete(*op, op->inline_status);
+    } else {
+      op->request = r;
+      const uint64_t id = op->id;
+      ops.emplace(id, std::move(op));
+    }
+  }
+
+  /// Fails `op` before UCX sees it when its endpoint is unusable; true when it did.
+  bool refuse(Op& op) {
+    if (shutting_down) {
+      complete_with(op, make_error("{}: {}: the worker is shutting down", opts.name, describe(op)));
+      return true;
+    }
+    if (op.kind == OpKind::recv) return false;
+    if (op.ep < 0 || op.ep >= static_cast<int>(eps.size())) {
+      complete_with(op, make_error("{}: {}: no endpoint {} ({} connected)", opts.name, describe(op),
+                                   op.ep, eps.size()));
+      return true;
+    }
+    const Ep& e = eps[static_cast<size_t>(op.ep)];
+    if (e.ep == nullptr || e.failed != UCS_OK) {
+      complete_with(op,
+                    make_error("{}: {}: the endpoint failed earlier: {}", opts.name, describe(op),
+                               e.failed != UCS_OK ? ucs_status_string(e.failed) : "closed"));
+      return true;
+    }
+    return false;
+  }
+
+  ucp_request_param_t params_for(Op& op) {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.user_data = &op;
+    if (op.kind == OpKind::recv) {
+      // Always through the callback: UCX 1.13 leaves recv_info.tag_info unfilled when a message
+      // from the unexpected queue completes the receive at once (length 0 came back).
+      p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+      p.cb.recv = &recv_cb;
+    } else {
+      p.cb.send = &send_cb;
+    }
+    return p;
+  }
+
+  void start_send(std::unique_ptr<Op> op, const void* data) {
+    if (refuse(*op)) return;
+    ucp_request_param_t p = params_for(*op);
+    op->submitting = true;
+    ucs_status_ptr_t r =
+        ucp_tag_send_nbx(eps[static_cast<size_t>(op->ep)].ep, data, op->bytes, op->tag, &p);
+    submitted(std::move(op), r);
+  }
+
+  void start_recv(std::unique_ptr<Op> op, void* data) {
+    if (refuse(*op)) return;
+    ucp_request_param_t p = params_for(*op);
+    op->submitting = true;
+    ucs_status_ptr_t r = ucp_tag_recv_nbx(worker, data, op->bytes, op->tag, ~ucp_tag_t{0}, &p);
+    submitted(std::move(op), r);
+  }
+
+  void start_flush(std::unique_ptr<Op> op) {
+    ucp_request_param_t p = params_for(*op);
+    op->submitting = true;
+    ucs_status_ptr_t r = ucp_ep_flush_nbx(eps[static_cast<size_t>(op->ep)].ep, &p);
+    submitted(std::move(op), r);
+  }
+
+  void cancel_op(uint64_t id) {
+    auto it = ops.find(id);
+    if (it == ops.end() || it->second->kind != OpKind::recv || it->second->request == nullptr)
+      return;
+    // May run the completion (and erase the operation) before it returns.
+    ucp_request_cancel(worker, it->second->request);
+  }
+
+  Expected<UcxEndpoint> create_ep(const std::vector<std::byte>& peer) {
+    if (shutting_down) return make_error("{}: connect: the worker is shutting down", opts.name);
+    ucp_ep_params_t p{};
+    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    p.address = reinterpret_cast<const ucp_address_t*>(peer.data());
+    if (opts.detect_peer_failure) {
+      p.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      p.err_handler.cb = &ep_error_cb;
+      p.err_handler.arg = this;
+    }
+    ucp_ep_h ep = nullptr;
+    const ucs_status_t st = ucp_ep_create(worker, &p, &ep);
+    if (st != UCS_OK)
+      return ucx_error(fmt::format("ucp_ep_create (peer address of {} B)", peer.size()), st);
+    eps.push_back(Ep{ep, UCS_OK});
+    return UcxEndpoint{static_cast<int>(eps.size()) - 1};
+  }
+
+  Expected<std::string> ep_info(UcxEndpoint e) {
+    if (e.id < 0 || e.id >= static_cast<int>(eps.size()) ||
+        eps[static_cast<size_t>(e.id)].ep == nullptr)
+      return make_error("{}: endpoint_info: no endpoint {} ({} connected)", opts.name, e.id,
+                        eps.size());
+    char* buf = nullptr;
+    size_t len = 0;
+    FILE* f = open_memstream(&buf, &len);
+    if (f == nullptr)
+      return make_error("{}: endpoint_info: open_memstream: {}", opts.name, std::strerror(errno));
+    ucp_ep_print_info(eps[static_cast<size_t>(e.id)].ep, f);
+    std::fclose(f);
+    std::string s(buf, len);
+    std::free(buf);
+    return s;
+  }
+
+  /// Closes every endpoint within close_timeout and cancels what is left. With peer failure
+  /// detection: flush (sends delivered), then close by force; without: close in flush mode.
+  void shutdown() {
+    shutting_down = true;
+    const auto deadline = Clock::now() + opts.close_timeout;
+    size_t flushing = 0;
+    if (opts.detect_peer_failure) {
+      for (size_t i = 0; i < eps.size(); ++i) {
+        if (eps[i].ep == nullptr || eps[i].failed != UCS_OK) continue;
+        auto op = std::make_unique<Op>();
+        op->impl = this;
+        op->id = next_op.fetch_add(1);
+        op->kind = OpKind::flush;
+        op->ep = static_cast<int>(i);
+        op->done = [&flushing](const Status&, size_t) { --flushing; };
+        ++flushing;
+        outstanding.fetch_add(1);
+        start_flush(std::move(op));
+      }
+      progress_until([&] { return flushing == 0; }, deadline);
+    }
+    std::vector<void*> closing;
+    for (Ep& e : eps) {
+      if (e.ep == nullptr) continue;
+      ucp_request_param_t p{};
+      if (opts.detect_peer_failure) {
+        p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      }
+      ucs_status_ptr_t r = ucp_ep_close_nbx(e.ep, &p);
+      if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.push_back(r);
+      e.ep = nullptr;
+    }
+    const bool closed = progress_until(
+        [&] {
+          for (void* r : closing)
+            if (ucp_request_check_status(r) == UCS_INPROGRESS) return false;
+          return true;
+        },
+        std::max(deadline, Clock::now() + std::chrono::milliseconds(100)));
+    if (!closed)
+      std::fprintf(stderr,
+                   "%s: endpoints not closed within %lld ms (peer gone or not progressing)\n",
+                   opts.name.c_str(), static_cast<long long>(opts.close_timeout.count()));
+    for (void* r : closing) ucp_request_free(r);  // released now or once UCX is done with it
+    // A forced close cancelled the flushes still running; `flushing` must not outlive them.
+    progress_until([&] { return flushing == 0; }, Clock::now() + std::chrono::seconds(1));
+    std::vector<uint64_t> ids;
+    for (const auto& [id, op] : ops) ids.push_back(id);
+    for (uint64_t id : ids) cancel_op(id);
+    progress_until([&] { return ops.empty(); }, Clock::now() + std::chrono::milliseconds(200));
+    // What UCX still holds (sends on an endpoint that did not close) is reclaimed by
+    // ucp_worker_destroy; the owners hear of it now, and a late callback finds it finished.
+    for (auto& [id, op] : ops) {
+      if (op->kind != OpKind::flush)
+        complete_with(*op, make_error("{}: {}: not finished when the worker shut down", opts.name,
+                                      describe(*op)));
+      op->finished = true;
+      op->done = nullptr;
+    }
+    drain_commands();
+  }
+};
+
+Expected<std::shared_ptr<UcxWorker>> UcxWorker::create(UcxWorkerOptions options) {
+  auto impl = std::make_unique<Impl>();
+  impl->opts = std::move(options);
+  Impl& m = *impl;
+
+  ucp_config_t* config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+  if (st != UCS_OK) return m.ucx_error("ucp_config_read", st);
+  for (const auto& [key, value] : m.opts.config) {
+    st = ucp_config_modify(config, key.c_str(), value.c_str());
+    if (st != UCS_OK) {
+      ucp_config_release(config);
+      return m.ucx_error(fmt::format("ucp_config_modify({} = \"{}\")", key, value), st);
+    }
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  st = ucp_init(&params, config, &m.context);
+  ucp_config_release(config);
+  if (st != UCS_OK) {
+    m.context = nullptr;
+    return m.ucx_error("ucp_init (features TAG | WAKEUP)", st);
+  }
+
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  st = ucp_worker_create(m.context, &wp, &m.worker);
+  if (st != UCS_OK) {
+    m.worker = nullptr;
+    return m.ucx_error("ucp_worker_create", st);
+  }
+  st = ucp_worker_get_efd(m.worker, &m.ucx_fd);
+  if (st != UCS_OK) return m.ucx_error("ucp_worker_get_efd", st);
+
+  ucp_address_t* addr = nullptr;
+  size_t addr_len = 0;
+  st = ucp_worker_get_address(m.worker, &addr, &addr_len);
+  if (st != UCS_OK) return m.ucx_error("ucp_worker_get_address", st);
+  const auto* bytes = reinterpret_cast<const std::byte*>(addr);
+  m.address.assign(bytes, bytes + addr_len);
+  ucp_worker_release_address(m.worker, addr);
+
+  m.wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (m.wake_fd < 0) return make_error("{}: eventfd failed: {}", m.opts.name, std::strerror(errno));
+
+  m.thread = std::thread([&m] { m.run(); });
+  return std::shared_ptr<UcxWorker>(new UcxWorker(std::move(impl)));
+}
+
+UcxWorker::UcxWorker(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+UcxWorker::~UcxWorker() {
+  AP_CHECK(std::this_thread::get_id() != impl_->thread_id.load(),
+           "{}: the worker is destroyed from its own progress thread (inside a completion)",
+           impl_->opts.name);
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->wake();
+  impl_->thread.join();
+  impl_->release();
+}
+
+const std::vector<std::byte>& UcxWorker::address() const {
+  return impl_->address;
+}
+
+const UcxWorkerOptions& UcxWorker::options() const {
+  return impl_->opts;
+}
+
+Expected<UcxEndpoint> UcxWorker::connect(std::span<const std::byte> peer_address) {
+  if (peer_address.empty())
+    return make_error("{}: connect: the peer address is empty", impl_->opts.name);
+  AP_CHECK(std::this_thread::get_id() != impl_->thread_id.load(),
+           "{}: connect() called from a completion", impl_->opts.name);
+  std::vector<std::byte> peer(peer_address.begin(), peer_address.end());
+  std::promise<Expected<UcxEndpoint>> result;
+  auto future = result.get_future();
+  impl_->enqueue([&] { result.set_value(impl_->create_ep(peer)); });
+  return future.get();
+}
+
+Expected<std::string> UcxWorker::endpoint_info(UcxEndpoint ep) {
+  AP_CHECK(std::this_thread::get_id() != impl_->thread_id.load(),
+           "{}: endpoint_info() called from a completion", impl_->opts.name);
+  std::promise<Expected<std::string>> result;
+  auto future = result.get_future();
+  impl_->enqueue([&] { result.set_value(impl_->ep_info(ep)); });
+  return future.get();
+}
+
+uint64_t UcxWorker::tag_send(UcxEndpoint ep, const void* data, size_t bytes, uint64_t tag,
+                             UcxCompletion done) {
+  auto op = std::make_unique<Impl::Op>();
+  op->impl = impl_.get();
+  op->id = impl_->next_op.fetch_add(1);
+  op->kind = OpKind::send;
+  op->ep = ep.id;
+  op->bytes = bytes;
+  op->tag = tag;
+  op->done = std::move(done);
+  const uint64_t id = op->id;
+  impl_->outstanding.fetch_add(1);
+  impl_->enqueue([m = impl_.get(), o = op.release(), data]() mutable {
+    m->start_send(std::unique_ptr<Impl::Op>(o), data);
+  });
+  return id;
+}
+
+uint64_t UcxWorker::tag_recv(void* data, size_t bytes, uint64_t tag, UcxCompletion done) {
+  auto op = std::make_unique<Impl::Op>();
+  op->impl = impl_.get();
+  op->id = impl_->next_op.fetch_add(1);
+  op->kind = OpKind::recv;
+  op->bytes = bytes;
+  op->tag = tag;
+  op->done = std::move(done);
+  const uint64_t id = op->id;
+  impl_->outstanding.fetch_add(1);
+  impl_->enqueue([m = impl_.get(), o = op.release(), data]() mutable {
+    m->start_recv(std::unique_ptr<Impl::Op>(o), data);
+  });
+  return id;
+}
+
+void UcxWorker::cancel(uint64_t op) {
+  impl_->enqueue([m = impl_.get(), op] { m->cancel_op(op); });
+}
+
+size_t UcxWorker::outstanding() const {
+  return impl_->outstanding.load(std::memory_order_acquire);
+}
+
+uint64_t UcxWorker::wakeups() const {
+  return impl_->wakeups.load(std::memory_order_relaxed);
+}
+
+}  // namespace actorpipe

@@ -1,0 +1,105 @@
+// UCX worker: one UCX context and worker per process, its packed address for peers, endpoints to
+// peer workers, and an event-driven progress thread that owns every UCX call.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/expected.hpp"
+
+namespace actorpipe {
+
+/// Options of a UcxWorker.
+struct UcxWorkerOptions {
+  /// UCX configuration set on top of the environment (UCX_TLS, ...), as ucp_config_modify takes
+  /// it: names without the UCX_ prefix, e.g. {"TLS", "tcp"} or {"NET_DEVICES", "lo"}.
+  std::vector<std::pair<std::string, std::string>> config;
+  /// Endpoints detect a vanished peer (UCP_ERR_HANDLING_MODE_PEER): operations on it fail
+  /// instead of waiting. UCX 1.13 then picks only transports that support it: TCP, never shared
+  /// memory (sysv + cma without it; measured here), hence off by default. Receive timeouts bound
+  /// waits either way.
+  bool detect_peer_failure = false;
+  /// How long shutdown waits for the endpoints to close with their sends delivered. With peer
+  /// failure detection they are then closed by force (what is in flight is cancelled); without,
+  /// what is left is reclaimed when the worker is destroyed.
+  std::chrono::milliseconds close_timeout{5000};
+  /// Names the worker in error messages.
+  std::string name = "ucx";
+};
+
+/// An endpoint to a peer worker, made by UcxWorker::connect; valid as long as that worker.
+struct UcxEndpoint {
+  int id = -1;
+  friend bool operator==(const UcxEndpoint&, const UcxEndpoint&) = default;
+};
+
+/// Completion of a tag operation: its status and, for a receive, the bytes received. Runs on the
+/// progress thread: it must be short, must not block and must not wait for another completion.
+using UcxCompletion = std::function<void(Status status, size_t length)>;
+
+/// One UCX context and worker (tag matching, wake-up events). A progress thread drains
+/// ucp_worker_progress, arms the worker and sleeps in poll() on the worker's event fd and an
+/// eventfd of its own, so an idle worker costs no CPU. Only that thread calls UCX (the worker is
+/// UCS_THREAD_MODE_SINGLE): the public functions queue a command and wake it. Callable from any
+/// thread except from inside a completion (connect() and endpoint_info() wait for the thread).
+/// Shutdown (the destructor): close each endpoint with its sends flushed (bounded by
+/// close_timeout), cancel outstanding receives, join the thread, destroy worker and context.
+class UcxWorker {
+ public:
+  /// Creates the context, the worker and the progress thread. Errors: any UCX failure, with
+  /// the UCX status string and the call that failed.
+  static Expected<std::shared_ptr<UcxWorker>> create(UcxWorkerOptions options = {});
+  ~UcxWorker();
+  UcxWorker(const UcxWorker&) = delete;
+  UcxWorker& operator=(const UcxWorker&) = delete;
+
+  /// The packed worker address a peer passes to connect().
+  const std::vector<std::byte>& address() const;
+
+  /// An endpoint to the worker whose address is `peer_address` (see detect_peer_failure).
+  /// Waits for the progress thread. Errors: an empty address, a UCX failure.
+  Expected<UcxEndpoint> connect(std::span<const std::byte> peer_address);
+
+  /// What UCX chose for `ep` (ucp_ep_print_info: transports, lanes, protocol thresholds).
+  /// Errors: an unknown endpoint.
+  Expected<std::string> endpoint_info(UcxEndpoint ep);
+
+  /// Sends `bytes` bytes at `data` with UCX tag `tag` to `ep`. Never blocks; `data` must stay
+  /// valid until `done` runs. Returns the operation's id. Errors reach `done`: an unknown or
+  /// failed endpoint, a UCX failure, a shutdown.
+  uint64_t tag_send(UcxEndpoint ep, const void* data, size_t bytes, uint64_t tag,
+                    UcxCompletion done);
+
+  /// Receives the message with UCX tag exactly `tag` (from any peer) into `bytes` bytes at
+  /// `data`. Never blocks; `data` must stay valid until `done` runs, which gets the received
+  /// length. Returns the operation's id. A longer message fails with "Message truncated".
+  uint64_t tag_recv(void* data, size_t bytes, uint64_t tag, UcxCompletion done);
+
+  /// Asks UCX to cancel operation `op` (a receive; sends cannot be cancelled before their
+  /// endpoint closes). Its completion runs later with an error, or with success if the data
+  /// arrived first. Unknown or finished operations are ignored.
+  void cancel(uint64_t op);
+
+  /// Operations started and not completed yet.
+  size_t outstanding() const;
+
+  /// Times the progress thread returned from poll() (a measure of wake-ups, for tests).
+  uint64_t wakeups() const;
+
+  const UcxWorkerOptions& options() const;
+
+  struct Impl;
+
+ private:
+  explicit UcxWorker(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace actorpipe
