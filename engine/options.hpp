@@ -77,6 +77,15 @@ struct CheckpointOptions {
   std::string resume;  // checkpoint directory to continue from; empty = fresh start
 };
 
+/// [cluster]: how a run's stages are placed on the processes of a multi-process job (rank,
+/// world size, coordinator address and secret come from the launcher: docs/cluster.md).
+struct ClusterOptions {
+  std::vector<int> placement;      // rank of each stage; empty = contiguous blocks per rank
+  std::string bind = "127.0.0.1";  // address rank 0's coordinator listens on
+  double connect_timeout = 60.0;   // seconds a rank tries to reach the coordinator and its peers
+  double peer_timeout = 10.0;      // seconds until a lost peer stops every other process
+};
+
 struct Config {
   ModelOptions model;
   DataOptions data;
@@ -84,6 +93,7 @@ struct Config {
   PipelineOptions pipeline;
   TrainOptions train;
   CheckpointOptions checkpoint;
+  ClusterOptions cluster;
 };
 
 }  // namespace actorpipe

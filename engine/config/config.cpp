@@ -468,6 +468,26 @@ Status validate(const Config& c) {
   if (p.threads_per_stage < 1) {
     bad(fmt::format("pipeline.threads_per_stage = {}: must be >= 1", p.threads_per_stage));
   }
+  const ClusterOptions& cl = c.cluster;
+  if (!cl.placement.empty()) {
+    const std::string shown = fmt::format("[{}]", fmt::join(cl.placement, ", "));
+    if (static_cast<int>(cl.placement.size()) != p.stages) {
+      bad(
+          fmt::format("cluster.placement = {}: {} entries but pipeline.stages = {} (allowed: [] "
+                      "or one rank per stage)",
+                      shown, cl.placement.size(), p.stages));
+    }
+    if (std::any_of(cl.placement.begin(), cl.placement.end(), [](int r) { return r < 0; })) {
+      bad(fmt::format("cluster.placement = {}: ranks must be >= 0", shown));
+    }
+  }
+  if (cl.bind.empty()) bad("cluster.bind = \"\": must name an address (127.0.0.1 = this host)");
+  if (!(cl.connect_timeout > 0)) {
+    bad(fmt::format("cluster.connect_timeout = {}: must be > 0", cl.connect_timeout));
+  }
+  if (!(cl.peer_timeout > 0)) {
+    bad(fmt::format("cluster.peer_timeout = {}: must be > 0", cl.peer_timeout));
+  }
 
   const OptimizerOptions& o = c.optimizer;
   if (o.kind != "adamw" && o.kind != "sgd") {

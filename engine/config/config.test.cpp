@@ -108,6 +108,10 @@ Config everything_changed() {
   c.checkpoint.dir = "ckpt";
   c.checkpoint.every = 4;
   c.checkpoint.resume = "ckpt/final";
+  c.cluster.placement = {0, 0, 1};
+  c.cluster.bind = "0.0.0.0";
+  c.cluster.connect_timeout = 12.5;
+  c.cluster.peer_timeout = 3.0;
   return c;
 }
 
@@ -297,8 +301,8 @@ TEST_CASE("unknown sections and keys are refused with the closest known name") {
   auto s = error_of("[modle]\nwidth = 3\n");
   CHECK(contains(s, "<string>:1: unknown section [modle]"));
   CHECK(contains(s, "did you mean [model]?"));
-  CHECK(contains(error_of("[cluster]\nhosts = 2\n"),
-                 "known: model, data, pipeline, optimizer, train, checkpoint"));
+  CHECK(contains(error_of("[clustre]\nbind = 2\n"),
+                 "known: model, data, pipeline, optimizer, train, checkpoint, cluster"));
 
   auto k = error_of("[model]\nwidht = 3\n");
   CHECK(contains(k, "<string>:2: model.widht: unknown key; did you mean model.width?"));
@@ -422,7 +426,8 @@ TEST_CASE("every key of options.hpp is parsed and documented in docs/config.md")
   const std::vector<std::pair<std::string, std::string>> structs = {
       {"ModelOptions", "model"},       {"DataOptions", "data"},
       {"PipelineOptions", "pipeline"}, {"OptimizerOptions", "optimizer"},
-      {"TrainOptions", "train"},       {"CheckpointOptions", "checkpoint"}};
+      {"TrainOptions", "train"},       {"CheckpointOptions", "checkpoint"},
+      {"ClusterOptions", "cluster"}};
   std::size_t members = 0;
   for (const auto& [name, section] : structs) {
     const auto begin = options.find("struct " + name + " {");
@@ -461,4 +466,19 @@ TEST_CASE("every key of options.hpp is parsed and documented in docs/config.md")
   for (const auto& key : keys) {
     CHECK_MESSAGE(contains(doc, "`" + key + "`"), key << " is not documented in " << path);
   }
+}
+
+TEST_CASE("cluster keys: placement per stage, addresses and timeouts are checked") {
+  auto e = error_of("[pipeline]\nstages = 2\n[cluster]\nplacement = [0, 1, 1]\n");
+  CHECK(contains(e, "cluster.placement = [0, 1, 1]: 3 entries but pipeline.stages = 2"));
+  CHECK(contains(error_of("[pipeline]\nstages = 2\n[cluster]\nplacement = [0, -1]\n"),
+                 "cluster.placement = [0, -1]: ranks must be >= 0"));
+  CHECK(contains(error_of("[cluster]\nconnect_timeout = 0\n"),
+                 "cluster.connect_timeout = 0: must be > 0"));
+  CHECK(contains(error_of("[cluster]\npeer_timeout = -1.5\n"),
+                 "cluster.peer_timeout = -1.5: must be > 0"));
+  CHECK(contains(error_of("[cluster]\nbind = \"\"\n"), "cluster.bind = \"\""));
+  auto ok = config_from_string("[pipeline]\nstages = 3\n[cluster]\nplacement = [0, 0, 1]\n");
+  REQUIRE(ok.ok());
+  CHECK(ok->cluster.placement == std::vector<int>{0, 0, 1});
 }

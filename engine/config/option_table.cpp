@@ -206,6 +206,21 @@ std::vector<OptionSpec> build_table() {
                   "a checkpoint path, or empty",
                   "Continue from <dir>/step-<N>, <dir>/final, or <dir> (its latest complete "
                   "checkpoint); empty = fresh start."));
+  // [cluster]
+  t.push_back(row("cluster", "placement", &C::cluster, &ClusterOptions::placement,
+                  "[] or pipeline.stages ranks in [0, world), each rank holding >= 1 stage",
+                  "Rank of the process that runs each stage, first stage first; [] places "
+                  "contiguous blocks of stages on the ranks in order (one stage per process "
+                  "when there are as many processes as stages). Ignored in a single process."));
+  t.push_back(row("cluster", "bind", &C::cluster, &ClusterOptions::bind,
+                  "an IPv4 address or host name",
+                  "Address rank 0's coordinator listens on; 127.0.0.1 accepts ranks of this "
+                  "host only, 0.0.0.0 every interface (ranks on other hosts)."));
+  t.push_back(row("cluster", "connect_timeout", &C::cluster, &ClusterOptions::connect_timeout,
+                  "> 0", "Seconds a rank keeps trying to reach the coordinator before it fails."));
+  t.push_back(row("cluster", "peer_timeout", &C::cluster, &ClusterOptions::peer_timeout, "> 0",
+                  "Seconds within which every process stops after a peer process is lost "
+                  "(killed, crashed, unreachable)."));
   return t;
 }
 
@@ -217,8 +232,8 @@ const std::vector<OptionSpec>& option_table() {
 }
 
 const std::vector<std::string>& option_sections() {
-  static const std::vector<std::string> sections = {"model",     "data",  "pipeline",
-                                                    "optimizer", "train", "checkpoint"};
+  static const std::vector<std::string> sections = {"model", "data",       "pipeline", "optimizer",
+                                                    "train", "checkpoint", "cluster"};
   return sections;
 }
 

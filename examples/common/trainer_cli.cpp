@@ -110,7 +110,7 @@ std::string cli_usage(const TrainerProgram& p) {
 Trains a {1} model with pipeline parallelism. Without --config, an embedded default config is
 used (--print-config shows it); each --set overrides one key of it, e.g.
   --set pipeline.mode=2bw --set pipeline.stages=2 --set train.steps=50
-Keys (docs/config.md): model.*, data.*, pipeline.*, optimizer.*, train.*, checkpoint.*.
+Keys (docs/config.md): model.*, data.*, pipeline.*, optimizer.*, train.*, checkpoint.*, cluster.*.
   train.metrics = FILE     JSON lines: step, loss, tokens, time, per-stage busy and idle seconds
   train.trace = FILE       Chrome/Perfetto trace: one track per stage, one span per action
   checkpoint.dir = DIR     checkpoints DIR/step-<N> every checkpoint.every steps and DIR/final
