@@ -34,6 +34,7 @@ namespace {
 
 using namespace internal;
 constexpr auto kTick = std::chrono::milliseconds(50);
+constexpr auto kStatusWait = std::chrono::seconds(2);
 
 class DriverActor : public caf::event_based_actor {
  public:
@@ -57,7 +58,8 @@ class DriverActor : public caf::event_based_actor {
           who = fmt::format("the optimizer shard of stage {}", r);
         }
       }
-      fail(Failure{stage, -1, "", fmt::format("{} stopped: {}", who, to_string(dm.reason))});
+      fail_with_status(
+          Failure{stage, -1, "", fmt::format("{} stopped: {}", who, to_string(dm.reason))});
     });
   }
 
@@ -150,7 +152,9 @@ class DriverActor : public caf::event_based_actor {
             last_change_ = now;
           } else if (std::chrono::duration<double>(now - last_change_).count() >
                      st_->options.stall_timeout_seconds) {
-            fail(Failure{-1, -1, "", stall_report()});
+            fail_with_status(Failure{
+                -1, -1, "",
+                fmt::format("no action completed for {} s", st_->options.stall_timeout_seconds)});
             return;
           }
           report_steps();
@@ -244,24 +248,32 @@ class DriverActor : public caf::event_based_actor {
     quit();
   }
 
-  // What every stage is waiting for when nothing moves.
-  std::string stall_report() const {
-    std::string s =
-        fmt::format("no action completed for {} s; stages at:", st_->options.stall_timeout_seconds);
+  // Fails the run with `f` and what every stage is at: asks each (the stages may live in other
+  // processes) and waits up to kStatusWait for the answers; a stage that cannot answer (busy in
+  // an action, or gone) is named as such.
+  void fail_with_status(Failure f) {
+    if (finished_ || collecting_) return;
+    collecting_ = true;
+    pending_failure_ = std::move(f);
+    statuses_.assign(static_cast<size_t>(st_->stages), "");
+    awaiting_ = st_->stages;
     for (int r = 0; r < st_->stages; ++r) {
-      const size_t n = st_->actions(r);
-      const size_t pc = static_cast<size_t>(
-          st_->counters[static_cast<size_t>(r)].pc.load(std::memory_order_relaxed));
-      if (pc >= n) {
-        s += fmt::format(" stage {} done;", r);
-      } else {
-        const StageStep step = st_->step(r, pc);
-        s += fmt::format(" stage {} waits at {} (action {} of {}, microbatch {});", r,
-                         to_string(step.action), pc, n, st_->global_mb(step.mb));
-      }
+      request(st_->directory.stages[static_cast<size_t>(r)], kStatusWait, status_atom::value)
+          .then([this, r](std::string& s) { got_status(r, std::move(s)); },
+                [this, r](caf::error& e) {
+                  got_status(r, fmt::format("stage {} does not answer ({})", r, to_string(e)));
+                });
     }
-    s.pop_back();
-    return s;
+  }
+
+  void got_status(int r, std::string s) {
+    statuses_[static_cast<size_t>(r)] = std::move(s);
+    if (--awaiting_ > 0 || finished_) return;
+    Failure f = pending_failure_;
+    f.cause += "; stages at:";
+    for (const std::string& line : statuses_) f.cause += " " + line + ";";
+    f.cause.pop_back();
+    fail(f);
   }
 
   std::shared_ptr<RunState> st_;
@@ -281,6 +293,10 @@ class DriverActor : public caf::event_based_actor {
   std::vector<std::vector<double>> commits_;  // per stage: when it committed each update
   std::vector<StageTimes> times_;             // per stage: as of its last commit or its end
   int64_t messages_ = 0;                      // from the stages and shards, for the watchdog
+  bool collecting_ = false;                   // fail_with_status: waiting for the stages
+  Failure pending_failure_;
+  std::vector<std::string> statuses_;
+  int awaiting_ = 0;
   int64_t last_progress_ = -1;
   std::chrono::steady_clock::time_point last_change_;
 };

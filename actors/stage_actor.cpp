@@ -85,6 +85,7 @@ class StageActor : public caf::event_based_actor {
           released_ = std::max(released_, ordinal);
           advance_or_spin();
         },
+        [this](status_atom) -> std::string { return status(); },
         [this](published_atom, const UpdateTicket&, int64_t busy_ns) {
           AP_CHECK(update_pending_, "stage {}: published without an update", r_);
           if (!skip()) worker_.commit_update(worker_.open_update());
@@ -117,6 +118,20 @@ class StageActor : public caf::event_based_actor {
   void advance_or_spin() {
     advance();
     if (!failed_ && (pc_ < n_ || update_pending_)) spin_for_mail(*this, st_->spin_budget());
+  }
+
+  // What the stage is at: "stage 2 waits at 2RECV_F2 (action 5 of 20, microbatch 2)", "... for
+  // its optimizer shard's update", "stage 1 done".
+  std::string status() const {
+    if (failed_) return fmt::format("stage {} failed", r_);
+    if (pc_ >= n_) {
+      return update_pending_ ? fmt::format("stage {} waits for its last update", r_)
+                             : fmt::format("stage {} done", r_);
+    }
+    std::string s = fmt::format("stage {} waits at {} (action {} of {}, microbatch {})", r_,
+                                to_string(cur_.action), pc_, n_, st_->global_mb(cur_.mb));
+    if (blocked_) s += " for its optimizer shard's update";
+    return s;
   }
 
   // Runs every action whose inputs are in, in order.

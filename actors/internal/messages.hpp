@@ -37,6 +37,8 @@ using tgrad_atom = caf::atom_constant<caf::atom("tgrad")>;      // (TiedAnnounce
 using tweight_atom = caf::atom_constant<caf::atom("tweight")>;  // (TiedAnnouncement)
 // driver's watchdog
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
+// driver -> stages, request: what the stage waits for (-> std::string)
+using status_atom = caf::atom_constant<caf::atom("status")>;
 
 /// An update a stage hands to its optimizer shard (`update`) and gets back applied
 /// (`published`). The update itself is the stage worker's open UpdateJob, which the shard (in
