@@ -11,6 +11,8 @@
 #include <map>
 #include <string>
 
+#include "tests/support/temp_dir.hpp"
+
 using namespace actorpipe;
 
 namespace {
@@ -33,27 +35,17 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-// A file in a fresh temporary folder, removed with the folder.
+// A file holding `content` with `mode`, in a fresh temporary folder removed with it.
 struct TempFile {
-  std::string dir;
-  std::string path;
+  testing::TempDir dir;
+  std::string path = dir.file("secret");
   TempFile(const std::string& content, mode_t mode) {
-    char templ[] = "/tmp/actorpipe-cluster-env-XXXXXX";
-    REQUIRE(::mkdtemp(templ) != nullptr);
-    dir = templ;
-    path = dir + "/secret";
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     REQUIRE(fd >= 0);
     REQUIRE(::write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size()));
     ::close(fd);
     REQUIRE(::chmod(path.c_str(), mode) == 0);
   }
-  ~TempFile() {
-    ::unlink(path.c_str());
-    ::rmdir(dir.c_str());
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
 };
 
 const std::string kSecret(64, 'a');
@@ -524,12 +516,12 @@ TEST_CASE("the job secret from a file only its owner can access") {
   }
   SUBCASE("a missing file, a folder, a short secret") {
     ClusterEnv missing = *c;
-    missing.secret.path = file.dir + "/none";
+    missing.secret.path = file.dir.file("none");
     CHECK(contains(error_of(load_job_secret(missing, environment_from(v))),
                    "cannot open the file: No such file or directory"));
     ClusterEnv folder = *c;
-    folder.secret.path = file.dir;
-    REQUIRE(::chmod(file.dir.c_str(), 0700) == 0);
+    folder.secret.path = file.dir.str();
+    REQUIRE(::chmod(file.dir.str().c_str(), 0700) == 0);
     CHECK(contains(error_of(load_job_secret(folder, environment_from(v))),
                    "is not allowed: expected a regular file holding the secret"));
     TempFile short_file("abc\n", 0600);
