@@ -164,6 +164,9 @@ TEST_CASE("torchrun: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT") {
     v.erase("MASTER_PORT");
     const std::string e = error_of(resolve(v));
     CHECK(contains(e, "MASTER_ADDR='10.0.0.2' is set but MASTER_PORT is not"));
+    v["MASTER_PORT"] = "29500";
+    v.erase("MASTER_ADDR");
+    CHECK(contains(error_of(resolve(v)), "MASTER_PORT='29500' is set but MASTER_ADDR is not"));
   }
   SUBCASE("a bad MASTER_PORT") {
     Vars v = base;
@@ -219,6 +222,14 @@ TEST_CASE("Slurm's srun: SLURM_PROCID, SLURM_NTASKS, the coordinator host from t
     ClusterFlags f;
     f.coordinator = "login2:5001";
     CHECK(resolve(v, f)->coordinator() == "login2:5001");
+  }
+  SUBCASE("no node list: rank 1 has no coordinator") {
+    Vars v = base;
+    v.erase("SLURM_JOB_NODELIST");
+    v["SLURM_PROCID"] = "1";
+    CHECK(contains(error_of(resolve(v, {}, port)),
+                   "rank 1 of 4 (Slurm (srun): SLURM_PROCID='1', SLURM_NTASKS='4') has no "
+                   "coordinator address"));
   }
   SUBCASE("a broken node list is named") {
     Vars v = base;
