@@ -1,0 +1,696 @@
+// actorpipe-launch's process management: fork + execve per rank, one poll loop over the ranks'
+// pipes, process descriptors and the launcher's own signals; SIGTERM, then SIGKILL after a grace.
+#include "examples/launch/launcher.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "transport/cluster_env.hpp"
+
+namespace actorpipe {
+
+const char* const kLaunchUsage = R"(usage: actorpipe-launch -n N [options] [--] PROGRAM [ARGS...]
+Starts N processes of PROGRAM on this host: ranks 0 to N-1 of one job.
+  -n N           number of processes (ranks), 1 to 1024
+  --port P       the coordinator's TCP port, 1 to 65535 (default: a free port, picked up front)
+  --bind ADDR    numeric IPv4/IPv6 address of this host for the coordinator (default 127.0.0.1)
+  --grace S      seconds between SIGTERM and SIGKILL when the job stops, 0 to 3600 (default 10)
+  --help         this text
+Each rank's environment: ACTORPIPE_RANK, ACTORPIPE_WORLD, ACTORPIPE_COORDINATOR (ADDR:PORT) and
+ACTORPIPE_JOB_SECRET (64 hex digits, fresh for every job). Output lines are prefixed
+"[rank K] ". When a rank fails the others get SIGTERM, then SIGKILL after the grace period;
+SIGINT and SIGTERM are forwarded to every rank. Exit code: 0 when every rank exits 0, else the
+first failing rank's status (128 + signal when a signal killed it); 127: PROGRAM could not be
+started; 1: the launcher's own failure; 2: bad arguments. Only local processes: for several hosts
+use mpirun, srun or torchrun (see docs/launch.md).
+)";
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t kMaxLine = 64 * 1024;  // a longer line without '\n' is cut here
+constexpr std::chrono::milliseconds kTick{100};
+constexpr std::chrono::milliseconds kDrainAfterExit{1000};
+
+Expected<int> parse_int(std::string_view flag, std::string_view text, int lo, int hi) {
+  bool digits = !text.empty() && text.size() <= 9;
+  for (const char c : text) digits = digits && c >= '0' && c <= '9';
+  const long v = digits ? std::strtol(std::string(text).c_str(), nullptr, 10) : -1;
+  if (!digits || v < lo || v > hi) {
+    return make_error("{}: '{}' is not allowed: expected an integer from {} to {}", flag, text, lo,
+                      hi);
+  }
+  return static_cast<int>(v);
+}
+
+Expected<double> parse_seconds(std::string_view flag, std::string_view text) {
+  const std::string s(text);
+  char* end = nullptr;
+  const double v = s.empty() ? -1 : std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0' || !std::isfinite(v) || v < 0 || v > 3600) {
+    return make_error("{}: '{}' is not allowed: expected seconds from 0 to 3600", flag, text);
+  }
+  return v;
+}
+
+bool numeric_address(const std::string& text) {
+  in_addr v4{};
+  in6_addr v6{};
+  return ::inet_pton(AF_INET, text.c_str(), &v4) == 1 ||
+         ::inet_pton(AF_INET6, text.c_str(), &v6) == 1;
+}
+
+// Binds a TCP socket to address:port (SO_REUSEADDR, so that a port in TIME_WAIT counts as free),
+// returns the bound port and closes the socket.
+Expected<int> bind_once(const std::string& address, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int rc = ::getaddrinfo(address.c_str(), service.c_str(), &hints, &found); rc != 0) {
+    return make_error("--bind: '{}' is not allowed: {}; expected a numeric IPv4 or IPv6 address",
+                      address, ::gai_strerror(rc));
+  }
+  const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    const int e = errno;
+    ::freeaddrinfo(found);
+    return make_error("cannot create a TCP socket for {}: {}", address, std::strerror(e));
+  }
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd, found->ai_addr, found->ai_addrlen) != 0) {
+    const int e = errno;
+    ::close(fd);
+    ::freeaddrinfo(found);
+    return make_error("cannot bind TCP port {} on {}: {}", port, address, std::strerror(e));
+  }
+  ::freeaddrinfo(found);
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return make_error("cannot read the port bound on {}: {}", address, std::strerror(e));
+  }
+  ::close(fd);
+  if (bound.ss_family == AF_INET) {
+    return static_cast<int>(ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port));
+  }
+  return static_cast<int>(ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port));
+}
+
+bool job_variable(std::string_view entry) {
+  const std::string_view name = entry.substr(0, entry.find('='));
+  for (const char* v : {cluster_vars::rank, cluster_vars::world, cluster_vars::coordinator,
+                        cluster_vars::job_secret, cluster_vars::job_secret_file}) {
+    if (name == v) return true;
+  }
+  return false;
+}
+
+void write_all(int fd, std::string_view text) {
+  while (!text.empty()) {
+    const ssize_t n = ::write(fd, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // a closed terminal or pipe: the text is lost, the job goes on
+    text.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    out += (i ? ", " : "") + std::to_string(ranks[i]);
+  }
+  return out;
+}
+
+// One pipe from a rank: the read end and the part of a line not yet complete.
+struct Pipe {
+  int fd = -1;
+  std::string partial;
+};
+
+struct Rank {
+  RankOutcome outcome;
+  int pidfd = -1;
+  Pipe out;
+  Pipe err;
+  bool reaped = false;
+};
+
+int open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  const long fd = ::syscall(SYS_pidfd_open, pid, 0);
+  return fd >= 0 ? static_cast<int>(fd) : -1;
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+// Starts one rank; returns 0 or the errno of what failed (pipe, fork or execve).
+int spawn(Rank& r, const std::string& program, const std::vector<std::string>& argv,
+          const std::vector<std::string>& env, int devnull) {
+  int out[2] = {-1, -1};
+  int err[2] = {-1, -1};
+  int status[2] = {-1, -1};
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 ||
+      ::pipe2(status, O_CLOEXEC) != 0) {
+    const int e = errno;
+    for (int* p : {out, err, status}) {
+      close_fd(p[0]);
+      close_fd(p[1]);
+    }
+    return e;
+  }
+  // everything the child needs is prepared before fork: after it, only async-signal-safe calls
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigset_t no_signals;
+  sigemptyset(&no_signals);
+  const pid_t launcher = ::getpid();
+
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int e = errno;
+    for (int* p : {out, err, status}) {
+      close_fd(p[0]);
+      close_fd(p[1]);
+    }
+    return e;
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != launcher) ::_exit(127);  // the launcher died before prctl
+    for (const int sig : {SIGINT, SIGTERM, SIGPIPE, SIGCHLD}) ::sigaction(sig, &dfl, nullptr);
+    ::sigprocmask(SIG_SETMASK, &no_signals, nullptr);
+    if (::dup2(devnull, 0) < 0 || ::dup2(out[1], 1) < 0 || ::dup2(err[1], 2) < 0) {
+      const int e = errno;
+      (void)!::write(status[1], &e, sizeof e);
+      ::_exit(127);
+    }
+    ::execve(program.c_str(), args.data(), envp.data());
+    const int e = errno;
+    (void)!::write(status[1], &e, sizeof e);
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also here, so that no signal to the group can come before it exists
+  ::close(out[1]);
+  ::close(err[1]);
+  ::close(status[1]);
+  int exec_error = 0;
+  ssize_t n = 0;
+  do {
+    n = ::read(status[0], &exec_error, sizeof exec_error);
+  } while (n < 0 && errno == EINTR);
+  ::close(status[0]);
+  if (n == static_cast<ssize_t>(sizeof exec_error)) {  // execve failed; the child has exited
+    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    ::close(out[0]);
+    ::close(err[0]);
+    return exec_error;
+  }
+  ::fcntl(out[0], F_SETFL, ::fcntl(out[0], F_GETFL) | O_NONBLOCK);
+  ::fcntl(err[0], F_SETFL, ::fcntl(err[0], F_GETFL) | O_NONBLOCK);
+  r.out.fd = out[0];
+  r.err.fd = err[0];
+  r.pidfd = open_pidfd(pid);
+  r.outcome.pid = pid;
+  r.outcome.started = true;
+  return 0;
+}
+
+// Reads what `pipe` holds (at most `max_reads` chunks) and hands out its complete lines; at end
+// of file, the rest as a last line.
+void drain(Pipe& pipe, int rank, OutputStream stream, const LaunchIo& io, int max_reads) {
+  char buf[65536];
+  for (int i = 0; pipe.fd >= 0 && i < max_reads; ++i) {
+    const ssize_t n = ::read(pipe.fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0) {  // end of file (or an error, which ends the stream too)
+      if (!pipe.partial.empty()) io.line(rank, stream, pipe.partial);
+      pipe.partial.clear();
+      close_fd(pipe.fd);
+      return;
+    }
+    pipe.partial.append(buf, static_cast<std::size_t>(n));
+    std::size_t start = 0;
+    for (;;) {
+      const std::size_t nl = pipe.partial.find('\n', start);
+      if (nl == std::string::npos) break;
+      io.line(rank, stream, std::string_view(pipe.partial).substr(start, nl - start));
+      start = nl + 1;
+    }
+    pipe.partial.erase(0, start);
+    while (pipe.partial.size() >= kMaxLine) {
+      io.line(rank, stream, std::string_view(pipe.partial).substr(0, kMaxLine));
+      pipe.partial.erase(0, kMaxLine);
+    }
+  }
+}
+
+void close_pipe(Pipe& pipe, int rank, OutputStream stream, const LaunchIo& io) {
+  if (pipe.fd < 0) return;
+  if (!pipe.partial.empty()) io.line(rank, stream, pipe.partial);
+  pipe.partial.clear();
+  close_fd(pipe.fd);
+}
+
+// Sends `sig` to the process group of each rank (the rank and whatever it started); to the rank
+// alone if it has left its group.
+void signal_ranks(std::vector<Rank>& ranks, const std::vector<int>& which, int sig) {
+  for (const int k : which) {
+    const pid_t pid = ranks[static_cast<std::size_t>(k)].outcome.pid;
+    if (::kill(-pid, sig) != 0) ::kill(pid, sig);
+  }
+}
+
+}  // namespace
+
+Expected<LaunchOptions> parse_launch_args(const std::vector<std::string>& args) {
+  LaunchOptions o;
+  bool n_given = false;
+  std::size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg.empty() || arg[0] != '-' || arg == "-") break;  // the command starts here
+    if (arg == "--help" || arg == "-h") {
+      o.help = true;
+      continue;
+    }
+    // "--opt value" or "--opt=value"
+    std::string name = arg;
+    std::optional<std::string> value;
+    if (const std::size_t eq = arg.find('='); eq != std::string::npos && arg.rfind("--", 0) == 0) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+    }
+    if (name == "--hosts" || name == "-H" || name == "--host" || name == "--hostfile") {
+      return make_error(
+          "{}: actorpipe-launch starts local processes only (several hosts are not supported); "
+          "start a job across hosts with mpirun, srun or torchrun (see docs/launch.md)",
+          name);
+    }
+    if (name != "-n" && name != "--port" && name != "--bind" && name != "--grace") {
+      return make_error(
+          "unknown argument '{}'; allowed: -n N, --port P, --bind ADDR, --grace S, --help, then "
+          "[--] PROGRAM ARGS...",
+          arg);
+    }
+    if (!value) {
+      if (i + 1 >= args.size()) return make_error("{} needs a value (see --help)", name);
+      value = args[++i];
+    }
+    if (name == "-n") {
+      auto n = parse_int("-n", *value, 1, kMaxLocalRanks);
+      if (!n) return n.error();
+      o.processes = *n;
+      n_given = true;
+    } else if (name == "--port") {
+      auto p = parse_int("--port", *value, 1, 65535);
+      if (!p) return p.error();
+      o.port = *p;
+    } else if (name == "--bind") {
+      if (!numeric_address(*value)) {
+        return make_error(
+            "--bind: '{}' is not allowed: expected a numeric IPv4 or IPv6 address of this host "
+            "(e.g. 127.0.0.1)",
+            *value);
+      }
+      o.bind = *value;
+    } else {
+      auto g = parse_seconds("--grace", *value);
+      if (!g) return g.error();
+      o.grace_seconds = *g;
+    }
+  }
+  o.command.assign(args.begin() + static_cast<std::ptrdiff_t>(std::min(i, args.size())),
+                   args.end());
+  if (o.help) return o;
+  if (!n_given) {
+    return make_error("-n is missing: expected the number of processes, an integer from 1 to {}",
+                      kMaxLocalRanks);
+  }
+  if (o.command.empty()) {
+    return make_error(
+        "no program given: expected actorpipe-launch -n N [options] -- PROGRAM "
+        "ARGS...");
+  }
+  return o;
+}
+
+Expected<int> pick_free_port(const std::string& address) {
+  return bind_once(address, 0);
+}
+
+Status check_port_free(const std::string& address, int port) {
+  auto bound = bind_once(address, port);
+  if (!bound) {
+    return make_error("--port: {} is not available: {}", port, bound.error().message);
+  }
+  return {};
+}
+
+Expected<std::string> make_job_secret() {
+  unsigned char bytes[32];
+  std::size_t got = 0;
+  while (got < sizeof bytes) {
+    const ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return make_error("cannot read random bytes (getrandom): {}", std::strerror(errno));
+    got += static_cast<std::size_t>(n);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (const unsigned char b : bytes) {
+    hex += kHex[b >> 4];
+    hex += kHex[b & 15];
+  }
+  return hex;
+}
+
+std::vector<std::string> rank_environment(const std::vector<std::string>& base, int rank, int world,
+                                          const std::string& coordinator,
+                                          const std::string& secret) {
+  std::vector<std::string> env;
+  for (const std::string& e : base) {
+    if (!job_variable(e)) env.push_back(e);
+  }
+  env.push_back(fmt::format("{}={}", cluster_vars::rank, rank));
+  env.push_back(fmt::format("{}={}", cluster_vars::world, world));
+  env.push_back(fmt::format("{}={}", cluster_vars::coordinator, coordinator));
+  env.push_back(fmt::format("{}={}", cluster_vars::job_secret, secret));
+  return env;
+}
+
+Expected<std::string> resolve_program(const std::string& program, const std::string& path) {
+  auto runnable = [](const std::string& file) {
+    struct stat st {};
+    return ::stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+           ::access(file.c_str(), X_OK) == 0;
+  };
+  if (program.empty()) return make_error("PROGRAM: '' is not allowed: expected a program");
+  if (program.find('/') != std::string::npos) {
+    if (!runnable(program)) {
+      struct stat st {};
+      const bool exists = ::stat(program.c_str(), &st) == 0;
+      return make_error("PROGRAM: '{}' is not allowed: {}", program,
+                        exists ? "it is not an executable file" : "no such file");
+    }
+    return program;
+  }
+  const std::string dirs = path.empty() ? "/bin:/usr/bin" : path;
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    std::size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    const std::string dir = end == start ? "." : dirs.substr(start, end - start);
+    const std::string file = dir + "/" + program;
+    if (runnable(file)) return file;
+    start = end + 1;
+  }
+  return make_error(
+      "PROGRAM: '{}' is not found in PATH ({}): expected a program in PATH or a "
+      "path to an executable file",
+      program, dirs);
+}
+
+Expected<LaunchPlan> plan_launch(const LaunchOptions& options, const std::string& program,
+                                 const std::vector<std::string>& base_env) {
+  LaunchPlan plan;
+  int port = options.port;
+  if (port == 0) {
+    auto picked = pick_free_port(options.bind);
+    if (!picked) return picked.error();
+    port = *picked;
+  } else if (Status s = check_port_free(options.bind, port); !s) {
+    return s.error();
+  }
+  auto secret = make_job_secret();
+  if (!secret) return secret.error();
+  plan.program = program;
+  plan.argv = options.command;
+  plan.coordinator = format_host_port(options.bind, port);
+  plan.secret = *secret;
+  plan.grace_seconds = options.grace_seconds;
+  for (int k = 0; k < options.processes; ++k) {
+    plan.env.push_back(
+        rank_environment(base_env, k, options.processes, plan.coordinator, plan.secret));
+  }
+  return plan;
+}
+
+std::string prefixed_line(int rank, std::string_view line) {
+  std::string text = fmt::format("[rank {}] ", rank);
+  text.append(line);
+  text += '\n';
+  return text;
+}
+
+LaunchIo launch_io_to(int out_fd, int err_fd) {
+  LaunchIo io;
+  io.line = [out_fd, err_fd](int rank, OutputStream stream, std::string_view line) {
+    write_all(stream == OutputStream::out ? out_fd : err_fd, prefixed_line(rank, line));
+  };
+  io.message = [err_fd](std::string_view message) {
+    write_all(err_fd, fmt::format("actorpipe-launch: {}\n", message));
+  };
+  return io;
+}
+
+std::string signal_name(int signal) {
+  if (const char* abbrev = ::sigabbrev_np(signal)) return fmt::format("SIG{}", abbrev);
+  return fmt::format("signal {}", signal);
+}
+
+std::string describe_outcome(const RankOutcome& o) {
+  if (!o.started) return fmt::format("rank {} was not started", o.rank);
+  if (o.exited) return fmt::format("rank {} exited with status {}", o.rank, o.status);
+  return fmt::format("rank {} killed by signal {} ({})", o.rank, o.signal, signal_name(o.signal));
+}
+
+LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io) {
+  const int world = static_cast<int>(plan.env.size());
+  std::vector<Rank> ranks(static_cast<std::size_t>(world));
+  for (int k = 0; k < world; ++k) ranks[static_cast<std::size_t>(k)].outcome.rank = k;
+  LaunchResult result;
+  const auto grace = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(plan.grace_seconds));
+
+  bool stopping = false;  // SIGTERM (or a forwarded signal) has gone out; SIGKILL at `deadline`
+  bool killed = false;
+  int stop_signal = SIGTERM;
+  Clock::time_point deadline;
+  bool draining = false;  // every rank has been reaped; the pipes get until `drain_end`
+  Clock::time_point drain_end;
+  int interrupt_fd = io.interrupt_fd;
+
+  auto live = [&] {
+    std::vector<int> out;
+    for (const Rank& r : ranks) {
+      if (r.outcome.started && !r.reaped) out.push_back(r.outcome.rank);
+    }
+    return out;
+  };
+  auto start_stop = [&](int sig) {
+    stopping = true;
+    stop_signal = sig;
+    deadline = Clock::now() + grace;
+  };
+
+  // Start every rank; if one cannot start, stop those already running.
+  const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  for (int k = 0; k < world; ++k) {
+    const int e = devnull < 0 ? errno
+                              : spawn(ranks[static_cast<std::size_t>(k)], plan.program, plan.argv,
+                                      plan.env[static_cast<std::size_t>(k)], devnull);
+    if (e == 0) continue;
+    result.failed_rank = k;
+    result.exit_code = 127;
+    const std::vector<int> running = live();
+    io.message(fmt::format("cannot start rank {}: {}: {}{}", k, plan.program, std::strerror(e),
+                           running.empty() ? "" : "; stopping " + rank_list(running)));
+    signal_ranks(ranks, running, SIGTERM);
+    start_stop(SIGTERM);
+    break;
+  }
+  if (devnull >= 0) ::close(devnull);
+
+  for (;;) {
+    // Reap the ranks that have ended.
+    for (Rank& r : ranks) {
+      if (!r.outcome.started || r.reaped) continue;
+      int st = 0;
+      const pid_t w = ::waitpid(r.outcome.pid, &st, WNOHANG);
+      if (w == 0 || (w < 0 && errno == EINTR)) continue;
+      // its last output comes before any message about it
+      drain(r.out, r.outcome.rank, OutputStream::out, io, 256);
+      drain(r.err, r.outcome.rank, OutputStream::err, io, 256);
+      r.reaped = true;
+      close_fd(r.pidfd);
+      if (w < 0) {  // someone else reaped it: its status is lost
+        r.outcome.exited = true;
+        r.outcome.status = 255;
+      } else if (WIFEXITED(st)) {
+        r.outcome.exited = true;
+        r.outcome.status = WEXITSTATUS(st);
+      } else {
+        r.outcome.signal = WTERMSIG(st);
+      }
+      const bool failed = !r.outcome.exited || r.outcome.status != 0;
+      if (!failed || result.failed_rank >= 0) continue;
+      result.failed_rank = r.outcome.rank;
+      result.exit_code = r.outcome.exited ? r.outcome.status : 128 + r.outcome.signal;
+      const std::vector<int> others = live();
+      if (stopping || others.empty()) {
+        io.message(describe_outcome(r.outcome));
+      } else {
+        io.message(fmt::format("{}; stopping {}", describe_outcome(r.outcome), rank_list(others)));
+        signal_ranks(ranks, others, SIGTERM);
+        start_stop(SIGTERM);
+      }
+    }
+
+    const Clock::time_point now = Clock::now();
+    const bool all_reaped = live().empty();
+    if (all_reaped) {
+      const bool pipes_open = std::any_of(
+          ranks.begin(), ranks.end(), [](const Rank& r) { return r.out.fd >= 0 || r.err.fd >= 0; });
+      if (!pipes_open) break;
+      if (!draining) {
+        draining = true;
+        drain_end = now + kDrainAfterExit;
+      } else if (now >= drain_end) {
+        break;  // something the ranks started still holds their pipes; stop reading them
+      }
+    }
+    if (stopping && !killed && !all_reaped && now >= deadline) {
+      const std::vector<int> survivors = live();
+      io.message(fmt::format("{} still running {:g} s after {}; sending SIGKILL",
+                             rank_list(survivors), plan.grace_seconds, signal_name(stop_signal)));
+      signal_ranks(ranks, survivors, SIGKILL);
+      killed = true;
+    }
+
+    // Wait for output, an exit, a signal or the next deadline.
+    // fds[i] belongs to ranks[owner[i]] (its stdout, its stderr or its process descriptor), or
+    // is the interrupt pipe (owner -1)
+    std::vector<pollfd> fds;
+    std::vector<int> owner;
+    bool need_tick = false;
+    for (std::size_t k = 0; k < ranks.size(); ++k) {
+      const Rank& r = ranks[k];
+      for (const int fd : {r.out.fd, r.err.fd}) {
+        if (fd < 0) continue;
+        fds.push_back({fd, POLLIN, 0});
+        owner.push_back(static_cast<int>(k));
+      }
+      if (r.outcome.started && !r.reaped) {
+        if (r.pidfd >= 0) {
+          fds.push_back({r.pidfd, POLLIN, 0});
+          owner.push_back(static_cast<int>(k));
+        } else {
+          need_tick = true;  // no process descriptor: look again at the next tick
+        }
+      }
+    }
+    if (interrupt_fd >= 0) {
+      fds.push_back({interrupt_fd, POLLIN, 0});
+      owner.push_back(-1);
+    }
+    Clock::duration wait = Clock::duration::max();
+    if (need_tick) wait = kTick;
+    if (stopping && !killed && !all_reaped) wait = std::min(wait, deadline - now);
+    if (draining) wait = std::min(wait, drain_end - now);
+    int timeout_ms = -1;
+    if (wait != Clock::duration::max()) {
+      const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wait).count();
+      timeout_ms = static_cast<int>(std::clamp<long long>(ms, 0, 60000));
+    }
+    const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
+    if (ready < 0) continue;  // EINTR: a signal; its byte is in the interrupt pipe
+
+    bool interrupted = false;
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      if (owner[i] < 0) {
+        interrupted = true;
+        continue;
+      }
+      // a process descriptor needs nothing here: the reaping above looks at every rank
+      Rank& r = ranks[static_cast<std::size_t>(owner[i])];
+      if (fds[i].fd == r.out.fd) drain(r.out, r.outcome.rank, OutputStream::out, io, 16);
+      if (fds[i].fd == r.err.fd) drain(r.err, r.outcome.rank, OutputStream::err, io, 16);
+    }
+    if (interrupted) {
+      unsigned char sigs[64];
+      const ssize_t n = ::read(interrupt_fd, sigs, sizeof sigs);
+      if (n == 0) interrupt_fd = -1;  // the writer has gone: nothing more to forward
+      for (ssize_t i = 0; i < n; ++i) {
+        const int sig = sigs[i];
+        const std::vector<int> running = live();
+        io.message(running.empty() ? fmt::format("received {}", signal_name(sig))
+                                   : fmt::format("received {}; forwarding it to {}",
+                                                 signal_name(sig), rank_list(running)));
+        signal_ranks(ranks, running, sig);
+        if (!stopping) start_stop(sig);
+      }
+    }
+  }
+
+  for (Rank& r : ranks) {
+    close_pipe(r.out, r.outcome.rank, OutputStream::out, io);
+    close_pipe(r.err, r.outcome.rank, OutputStream::err, io);
+    close_fd(r.pidfd);
+    result.ranks.push_back(r.outcome);
+  }
+  return result;
+}
+
+}  // namespace actorpipe

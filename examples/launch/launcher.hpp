@@ -1,0 +1,127 @@
+// actorpipe-launch's process management: starts N local ranks of one program with their rank,
+// world, coordinator and job secret in the environment, prefixes their output, stops them together.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/expected.hpp"
+
+namespace actorpipe {
+
+/// The most processes actorpipe-launch starts.
+inline constexpr int kMaxLocalRanks = 1024;
+
+/// actorpipe-launch's command line.
+struct LaunchOptions {
+  int processes = 0;                 ///< -n N: ranks to start, 1 to kMaxLocalRanks
+  int port = 0;                      ///< --port P; 0: pick a free port on `bind`
+  std::string bind = "127.0.0.1";    ///< --bind ADDR: numeric IPv4 or IPv6 address of this host
+  double grace_seconds = 10;         ///< --grace S: SIGTERM to SIGKILL, 0 to 3600
+  std::vector<std::string> command;  ///< PROGRAM ARGS...
+  bool help = false;                 ///< --help
+};
+
+/// actorpipe-launch's usage text.
+extern const char* const kLaunchUsage;
+
+/// Parses actorpipe-launch's arguments (without the program name). Options come first; "--" or
+/// the first argument that is no option starts the command. Errors are one line naming the
+/// argument, its value and what is allowed.
+Expected<LaunchOptions> parse_launch_args(const std::vector<std::string>& args);
+
+/// A free TCP port on `address`: binds port 0, reads the port back, closes the socket. (Another
+/// process may take it before the coordinator binds it; the window is short.)
+Expected<int> pick_free_port(const std::string& address);
+
+/// Binds `port` on `address` and closes it again: an error naming both when that fails.
+Status check_port_free(const std::string& address, int port);
+
+/// 32 random bytes from the kernel (getrandom), as 64 lowercase hex digits.
+Expected<std::string> make_job_secret();
+
+/// The environment of one rank: `base` ("NAME=value" entries) without any ACTORPIPE_RANK,
+/// ACTORPIPE_WORLD, ACTORPIPE_COORDINATOR, ACTORPIPE_JOB_SECRET or ACTORPIPE_JOB_SECRET_FILE, then
+/// those set for this job (no secret file).
+std::vector<std::string> rank_environment(const std::vector<std::string>& base, int rank, int world,
+                                          const std::string& coordinator,
+                                          const std::string& secret);
+
+/// The file `program` names: itself when it holds a '/', else the first executable regular file
+/// of that name in `path` (a PATH value; an empty entry is the current folder).
+Expected<std::string> resolve_program(const std::string& program, const std::string& path);
+
+/// Everything needed to start the ranks.
+struct LaunchPlan {
+  std::string program;                        ///< resolved file to execute
+  std::vector<std::string> argv;              ///< argv[0] as given, then the arguments
+  std::vector<std::vector<std::string>> env;  ///< per rank
+  std::string coordinator;                    ///< host:port given to every rank
+  std::string secret;                         ///< 64 hex digits
+  double grace_seconds = 10;
+};
+
+/// Picks or checks the port, makes a secret and builds each rank's environment from `base_env`.
+/// `program` is the resolved program file (resolve_program).
+Expected<LaunchPlan> plan_launch(const LaunchOptions& options, const std::string& program,
+                                 const std::vector<std::string>& base_env);
+
+/// The stream a line came from.
+enum class OutputStream { out, err };
+
+/// Where the launcher's output goes.
+struct LaunchIo {
+  /// One complete line of a rank's output, without its newline.
+  std::function<void(int rank, OutputStream stream, std::string_view line)> line;
+  /// One message of the launcher itself, without the "actorpipe-launch: " prefix or newline.
+  std::function<void(std::string_view message)> message;
+  /// When >= 0, every byte read from this descriptor is a signal number that the launcher
+  /// received (written by its signal handler): forwarded to every rank still running.
+  int interrupt_fd = -1;
+};
+
+/// Writes each rank's stdout lines to `out_fd` and its stderr lines and the launcher's messages
+/// to `err_fd`, as "[rank K] line\n" and "actorpipe-launch: message\n", each with one write(2), so
+/// that lines never mix.
+LaunchIo launch_io_to(int out_fd, int err_fd);
+
+/// "[rank K] " + line + "\n".
+std::string prefixed_line(int rank, std::string_view line);
+
+/// How one rank ended.
+struct RankOutcome {
+  int rank = 0;
+  pid_t pid = -1;
+  bool started = false;  ///< false: could not be started (or was not, after an earlier failure)
+  bool exited = false;   ///< exited normally with `status`
+  int status = 0;
+  int signal = 0;  ///< killed by this signal
+};
+
+/// "rank 1 exited with status 3", "rank 2 killed by signal 9 (SIGKILL)".
+std::string describe_outcome(const RankOutcome& outcome);
+
+/// "SIGKILL" (or "signal 77" for a number without a name).
+std::string signal_name(int signal);
+
+/// What happened to the job.
+struct LaunchResult {
+  int exit_code = 0;     ///< 0; the first failing rank's status, or 128 + its signal; 127: a rank
+                         ///< could not be started
+  int failed_rank = -1;  ///< the first rank that failed, -1 when none did
+  std::vector<RankOutcome> ranks;
+};
+
+/// Starts every rank of `plan` (each in a process group of its own, stdin from /dev/null, stdout
+/// and stderr on pipes, killed with SIGKILL if the launcher dies) and supervises them until all
+/// have ended: prefixes their lines, forwards the signals read from io.interrupt_fd, and when one
+/// rank fails (non-zero status or a signal) sends SIGTERM to the others, then SIGKILL to those
+/// still running plan.grace_seconds later. A forwarded signal starts the same grace period.
+/// Returns once every rank has been reaped.
+LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io);
+
+}  // namespace actorpipe

@@ -1,0 +1,504 @@
+// Tests of actorpipe-launch's process management with small shell commands as ranks: prefixes,
+// each rank's environment, stopping the job when one rank fails, signals in and out.
+#include "examples/launch/launcher.hpp"
+
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "tests/support/temp_dir.hpp"
+#include "transport/cluster_env.hpp"
+
+extern char** environ;
+
+using namespace actorpipe;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+std::vector<std::string> own_environment() {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  return env;
+}
+
+std::string sh_path() {
+  const char* path = std::getenv("PATH");
+  auto sh = resolve_program("sh", path != nullptr ? path : "");
+  REQUIRE(sh.ok());
+  return *sh;
+}
+
+// What a job wrote: every line with its rank and stream, and the launcher's messages.
+struct Captured {
+  std::vector<std::tuple<int, OutputStream, std::string>> lines;
+  std::vector<std::string> messages;
+
+  std::vector<std::string> of(int rank, OutputStream stream) const {
+    std::vector<std::string> out;
+    for (const auto& [r, s, line] : lines) {
+      if (r == rank && s == stream) out.push_back(line);
+    }
+    return out;
+  }
+};
+
+struct Job {
+  int processes = 1;
+  double grace = 10;
+  std::vector<std::string> base_env = own_environment();
+  int interrupt_fd = -1;
+  // called after each captured line (the test's chance to act on a rank's output)
+  std::function<void(const Captured&)> after_line;
+};
+
+LaunchResult run_sh(const std::string& script, const Job& job, Captured& captured,
+                    LaunchPlan* plan_out = nullptr) {
+  LaunchOptions options;
+  options.processes = job.processes;
+  options.grace_seconds = job.grace;
+  options.command = {"sh", "-c", script};
+  auto plan = plan_launch(options, sh_path(), job.base_env);
+  REQUIRE(plan.ok());
+  if (plan_out != nullptr) *plan_out = *plan;
+  LaunchIo io;
+  io.line = [&](int rank, OutputStream stream, std::string_view line) {
+    captured.lines.emplace_back(rank, stream, std::string(line));
+    if (job.after_line) job.after_line(captured);
+  };
+  io.message = [&](std::string_view m) { captured.messages.emplace_back(m); };
+  io.interrupt_fd = job.interrupt_fd;
+  return run_launch(*plan, io);
+}
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+bool is_hex64(const std::string& s) {
+  if (s.size() != 64) return false;
+  for (const char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("arguments: -n, --port, --bind, --grace, then the command") {
+  auto a = parse_launch_args(
+      {"-n", "3", "--port", "29400", "--bind", "::1", "--grace=2.5", "--", "prog", "--rank", "x"});
+  REQUIRE(a.ok());
+  CHECK(a->processes == 3);
+  CHECK(a->port == 29400);
+  CHECK(a->bind == "::1");
+  CHECK(a->grace_seconds == 2.5);
+  CHECK(a->command == std::vector<std::string>{"prog", "--rank", "x"});
+
+  // without "--" the first argument that is no option starts the command
+  auto b = parse_launch_args({"-n", "1", "prog", "-n", "5"});
+  REQUIRE(b.ok());
+  CHECK(b->processes == 1);
+  CHECK(b->port == 0);
+  CHECK(b->bind == "127.0.0.1");
+  CHECK(b->grace_seconds == 10);
+  CHECK(b->command == std::vector<std::string>{"prog", "-n", "5"});
+
+  auto h = parse_launch_args({"--help"});
+  REQUIRE(h.ok());
+  CHECK(h->help);
+}
+
+TEST_CASE("bad arguments: one line naming the argument, its value and what is allowed") {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"-n", "0", "--", "p"}, "-n: '0' is not allowed: expected an integer from 1 to 1024"},
+      {{"-n", "x", "--", "p"}, "-n: 'x' is not allowed: expected an integer from 1 to 1024"},
+      {{"-n", "1025", "p"}, "-n: '1025' is not allowed"},
+      {{"-n", "2", "--port", "0", "p"},
+       "--port: '0' is not allowed: expected an integer from 1 to 65535"},
+      {{"-n", "2", "--port", "70000", "p"}, "--port: '70000' is not allowed"},
+      {{"-n", "2", "--bind", "localhost", "p"},
+       "--bind: 'localhost' is not allowed: expected a numeric IPv4 or IPv6 address"},
+      {{"-n", "2", "--grace", "-1", "p"},
+       "--grace: '-1' is not allowed: expected seconds from 0 to 3600"},
+      {{"-n", "2", "--grace", "soon", "p"}, "--grace: 'soon' is not allowed"},
+      {{"-n", "2", "--verbose", "p"},
+       "unknown argument '--verbose'; allowed: -n N, --port P, --bind ADDR, --grace S, --help"},
+      {{"-n"}, "-n needs a value (see --help)"},
+      {{"--", "prog"}, "-n is missing: expected the number of processes"},
+      {{"-n", "2"}, "no program given: expected actorpipe-launch -n N [options] -- PROGRAM"},
+      {{"-n", "2", "--"}, "no program given"},
+  };
+  for (const auto& [args, expected] : cases) {
+    CAPTURE(expected);
+    auto r = parse_launch_args(args);
+    REQUIRE_FALSE(r.ok());
+    CHECK(contains(r.error().message, expected));
+    CHECK_FALSE(contains(r.error().message, "\n"));
+  }
+}
+
+TEST_CASE("--hosts is refused: actorpipe-launch starts local processes only") {
+  for (const char* flag : {"--hosts", "-H", "--hostfile"}) {
+    CAPTURE(std::string(flag));
+    auto r = parse_launch_args({"-n", "2", flag, "a,b", "--", "prog"});
+    REQUIRE_FALSE(r.ok());
+    CHECK(contains(r.error().message, "actorpipe-launch starts local processes only"));
+    CHECK(contains(r.error().message, "mpirun, srun or torchrun"));
+  }
+  CHECK_FALSE(parse_launch_args({"-n", "2", "--hosts=a,b", "prog"}).ok());
+}
+
+TEST_CASE("a rank's environment replaces the job variables it inherits") {
+  const std::vector<std::string> base = {"PATH=/bin",
+                                         "ACTORPIPE_RANK=7",
+                                         "ACTORPIPE_WORLD=9",
+                                         "ACTORPIPE_COORDINATOR=old:1",
+                                         "ACTORPIPE_JOB_SECRET=old",
+                                         "ACTORPIPE_JOB_SECRET_FILE=/old",
+                                         "ACTORPIPE_RANKS_OTHER=kept",
+                                         "HOME=/root"};
+  const auto env = rank_environment(base, 2, 4, "127.0.0.1:5000", "s3cr3t");
+  CHECK(env == std::vector<std::string>{"PATH=/bin", "ACTORPIPE_RANKS_OTHER=kept", "HOME=/root",
+                                        "ACTORPIPE_RANK=2", "ACTORPIPE_WORLD=4",
+                                        "ACTORPIPE_COORDINATOR=127.0.0.1:5000",
+                                        "ACTORPIPE_JOB_SECRET=s3cr3t"});
+}
+
+TEST_CASE("a free port on loopback, a port in use refused, a fresh secret per call") {
+  auto port = pick_free_port("127.0.0.1");
+  REQUIRE(port.ok());
+  CHECK(*port >= 1);
+  CHECK(*port <= 65535);
+  CHECK(check_port_free("127.0.0.1", *port).ok());
+
+  // a listening socket holds the port
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(fd, 1) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const int held = ntohs(addr.sin_port);
+  const Status busy = check_port_free("127.0.0.1", held);
+  ::close(fd);
+  REQUIRE_FALSE(busy.ok());
+  CHECK(contains(busy.error().message, fmt::format("--port: {} is not available", held)));
+
+  auto s1 = make_job_secret();
+  auto s2 = make_job_secret();
+  REQUIRE(s1.ok());
+  REQUIRE(s2.ok());
+  CHECK(is_hex64(*s1));
+  CHECK(is_hex64(*s2));
+  CHECK(*s1 != *s2);
+}
+
+TEST_CASE("resolve_program looks in PATH and refuses what cannot run") {
+  testing::TempDir dir;
+  const std::string tool = dir.file("tool");
+  std::ofstream(tool) << "#!/bin/sh\n";
+  REQUIRE(::chmod(tool.c_str(), 0700) == 0);
+  const std::string data = dir.file("data");
+  std::ofstream(data) << "x\n";
+
+  auto found = resolve_program("tool", "/nonexistent:" + dir.str());
+  REQUIRE(found.ok());
+  CHECK(*found == tool);
+  CHECK(resolve_program(tool, "").value() == tool);
+  CHECK(contains(resolve_program("data", dir.str()).error().message,
+                 "PROGRAM: 'data' is not found in PATH"));
+  CHECK(contains(resolve_program(data, "").error().message,
+                 "is not allowed: it is not an executable file"));
+  CHECK(contains(resolve_program(dir.file("none"), "").error().message, "no such file"));
+}
+
+TEST_CASE("every line of stdout and stderr carries its rank, a last partial line too") {
+  Captured c;
+  Job job;
+  job.processes = 2;
+  auto r = run_sh("echo a; echo b >&2; echo c; printf partial", job, c);
+  CHECK(r.exit_code == 0);
+  CHECK(r.failed_rank == -1);
+  CHECK(c.messages.empty());
+  for (int k = 0; k < 2; ++k) {
+    CHECK(c.of(k, OutputStream::out) == std::vector<std::string>{"a", "c", "partial"});
+    CHECK(c.of(k, OutputStream::err) == std::vector<std::string>{"b"});
+  }
+  REQUIRE(r.ranks.size() == 2);
+  for (const RankOutcome& o : r.ranks) {
+    CHECK(o.started);
+    CHECK(o.exited);
+    CHECK(o.status == 0);
+  }
+  CHECK(prefixed_line(3, "hello") == "[rank 3] hello\n");
+}
+
+TEST_CASE("each rank sees its rank, the world, the coordinator and the job's one secret") {
+  Job job;
+  job.processes = 3;
+  job.base_env.push_back("ACTORPIPE_JOB_SECRET_FILE=/inherited");  // must not reach the ranks
+  job.base_env.push_back("ACTORPIPE_RANK=9");
+  const std::string script =
+      "env | grep -E '^ACTORPIPE_(RANK|WORLD|COORDINATOR|JOB_SECRET|JOB_SECRET_FILE)=' | sort";
+
+  Captured c1;
+  LaunchPlan plan1;
+  REQUIRE(run_sh(script, job, c1, &plan1).exit_code == 0);
+  CHECK(contains(plan1.coordinator, "127.0.0.1:"));
+  std::set<std::string> secrets;
+  for (int k = 0; k < 3; ++k) {
+    std::map<std::string, std::string> vars;
+    for (const std::string& line : c1.of(k, OutputStream::out)) {
+      vars[line.substr(0, line.find('='))] = line.substr(line.find('=') + 1);
+    }
+    CHECK(vars.size() == 4);
+    CHECK(vars["ACTORPIPE_RANK"] == std::to_string(k));
+    CHECK(vars["ACTORPIPE_WORLD"] == "3");
+    CHECK(vars["ACTORPIPE_COORDINATOR"] == plan1.coordinator);
+    CHECK(is_hex64(vars["ACTORPIPE_JOB_SECRET"]));
+    CHECK(vars.count("ACTORPIPE_JOB_SECRET_FILE") == 0);
+    secrets.insert(vars["ACTORPIPE_JOB_SECRET"]);
+
+    // what the rank sees is what the cluster environment accepts
+    auto cluster = resolve_cluster_env({}, environment_from(vars));
+    REQUIRE(cluster.ok());
+    CHECK(cluster->rank == k);
+    CHECK(cluster->world == 3);
+    CHECK(cluster->source == ClusterSource::actorpipe_launch);
+    CHECK(cluster->coordinator() == plan1.coordinator);
+    auto secret = load_job_secret(*cluster, environment_from(vars));
+    REQUIRE(secret.ok());
+    CHECK(*secret == plan1.secret);
+  }
+  CHECK(secrets.size() == 1);  // one secret for the whole job
+
+  Captured c2;
+  LaunchPlan plan2;
+  REQUIRE(run_sh(script, job, c2, &plan2).exit_code == 0);
+  CHECK(is_hex64(plan2.secret));
+  CHECK(plan2.secret != plan1.secret);  // and a new one for the next job
+}
+
+TEST_CASE("a rank that exits 3 stops its siblings within the grace period") {
+  Captured c;
+  Job job;
+  job.processes = 3;
+  job.grace = 10;
+  const auto t0 = Clock::now();
+  auto r =
+      run_sh("if [ \"$ACTORPIPE_RANK\" = 1 ]; then sleep 0.2; exit 3; fi; exec sleep 30", job, c);
+  const double took = seconds_since(t0);
+  CHECK(took < 5.0);  // SIGTERM ended the sleeps; no SIGKILL was needed
+  CHECK(r.exit_code == 3);
+  CHECK(r.failed_rank == 1);
+  REQUIRE(c.messages.size() == 1);
+  CHECK(c.messages[0] == "rank 1 exited with status 3; stopping ranks 0, 2");
+  REQUIRE(r.ranks.size() == 3);
+  CHECK(describe_outcome(r.ranks[1]) == "rank 1 exited with status 3");
+  for (const int k : {0, 2}) {
+    CHECK_FALSE(r.ranks[static_cast<std::size_t>(k)].exited);
+    CHECK(r.ranks[static_cast<std::size_t>(k)].signal == SIGTERM);
+  }
+}
+
+TEST_CASE("a sibling that ignores SIGTERM gets SIGKILL when the grace period is over") {
+  testing::TempDir dir;
+  Captured c;
+  Job job;
+  job.processes = 2;
+  job.grace = 0.3;
+  // rank 0 ignores SIGTERM, then says so in a file; rank 1 waits for the file (at most 10 s)
+  const std::string ready = dir.file("ready");
+  const std::string script = "if [ \"$ACTORPIPE_RANK\" = 0 ]; then trap '' TERM; touch '" + ready +
+                             "'; exec sleep 30; fi; i=0; while [ ! -e '" + ready +
+                             "' ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; exit 4";
+  const auto t0 = Clock::now();
+  auto r = run_sh(script, job, c);
+  const double took = seconds_since(t0);
+  CHECK(took >= 0.3);
+  CHECK(took < 5.0);
+  CHECK(r.exit_code == 4);
+  CHECK(r.failed_rank == 1);
+  REQUIRE(c.messages.size() == 2);
+  CHECK(c.messages[0] == "rank 1 exited with status 4; stopping rank 0");
+  CHECK(c.messages[1] == "rank 0 still running 0.3 s after SIGTERM; sending SIGKILL");
+  CHECK(r.ranks[0].signal == SIGKILL);
+}
+
+TEST_CASE("a rank killed by a signal is reported by the signal's name") {
+  SUBCASE("SIGKILL") {
+    Captured c;
+    auto r = run_sh("kill -KILL $$", Job{}, c);
+    CHECK(r.exit_code == 128 + 9);
+    CHECK(r.failed_rank == 0);
+    REQUIRE(c.messages.size() == 1);
+    CHECK(c.messages[0] == "rank 0 killed by signal 9 (SIGKILL)");
+  }
+  SUBCASE("SIGUSR1, with a sibling to stop") {
+    Captured c;
+    Job job;
+    job.processes = 2;
+    auto r =
+        run_sh("if [ \"$ACTORPIPE_RANK\" = 0 ]; then exec sleep 30; fi; kill -USR1 $$", job, c);
+    CHECK(r.exit_code == 128 + SIGUSR1);
+    CHECK(r.failed_rank == 1);
+    REQUIRE(c.messages.size() == 1);
+    CHECK(c.messages[0] ==
+          fmt::format("rank 1 killed by signal {} (SIGUSR1); stopping rank 0", SIGUSR1));
+  }
+  CHECK(signal_name(SIGTERM) == "SIGTERM");
+  CHECK(signal_name(SIGINT) == "SIGINT");
+}
+
+TEST_CASE("a signal the launcher receives reaches every rank") {
+  int pipe_fds[2];
+  REQUIRE(::pipe(pipe_fds) == 0);
+  Job job;
+  job.processes = 2;
+  job.grace = 10;
+  job.interrupt_fd = pipe_fds[0];
+  int sent = 0;
+  // once every rank is ready, "receive" the signal: its number on the interrupt pipe
+  auto send_when_ready = [&](int sig) {
+    return [&, sig](const Captured& c) {
+      int ready = 0;
+      for (const auto& [rank, stream, line] : c.lines) ready += line == "ready" ? 1 : 0;
+      if (ready == job.processes && sent == 0) {
+        const unsigned char byte = static_cast<unsigned char>(sig);
+        REQUIRE(::write(pipe_fds[1], &byte, 1) == 1);
+        ++sent;
+      }
+    };
+  };
+
+  SUBCASE("ranks that catch SIGTERM and exit 0: the launcher exits 0") {
+    Captured c;
+    job.after_line = send_when_ready(SIGTERM);
+    auto r = run_sh(
+        "trap 'echo got TERM; exit 0' TERM; echo ready; i=0; while [ $i -lt 300 ]; do sleep 0.1; "
+        "i=$((i+1)); done; exit 5",
+        job, c);
+    CHECK(sent == 1);
+    CHECK(r.exit_code == 0);
+    for (int k = 0; k < 2; ++k) {
+      CHECK(c.of(k, OutputStream::out) == std::vector<std::string>{"ready", "got TERM"});
+    }
+    REQUIRE(c.messages.size() == 1);
+    CHECK(c.messages[0] == "received SIGTERM; forwarding it to ranks 0, 1");
+  }
+  SUBCASE("ranks that SIGINT ends: the first one's 128 + 2") {
+    Captured c;
+    job.after_line = send_when_ready(SIGINT);
+    const auto t0 = Clock::now();
+    auto r = run_sh("echo ready; exec sleep 30", job, c);
+    CHECK(seconds_since(t0) < 5.0);
+    CHECK(sent == 1);
+    CHECK(r.exit_code == 128 + SIGINT);
+    REQUIRE(c.messages.size() == 2);
+    CHECK(c.messages[0] == "received SIGINT; forwarding it to ranks 0, 1");
+    CHECK(contains(c.messages[1], "killed by signal 2 (SIGINT)"));
+    for (const RankOutcome& o : r.ranks) CHECK(o.signal == SIGINT);
+  }
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
+}
+
+TEST_CASE("a program that cannot start: exit code 127 and the reason") {
+  testing::TempDir dir;
+  const std::string bad = dir.file("not-a-program");
+  std::ofstream(bad) << "no interpreter line, no ELF header\n";
+  REQUIRE(::chmod(bad.c_str(), 0700) == 0);
+  LaunchOptions options;
+  options.processes = 2;
+  options.command = {bad};
+  auto plan = plan_launch(options, bad, own_environment());
+  REQUIRE(plan.ok());
+  Captured c;
+  LaunchIo io;
+  io.line = [&](int rank, OutputStream s, std::string_view l) {
+    c.lines.emplace_back(rank, s, std::string(l));
+  };
+  io.message = [&](std::string_view m) { c.messages.emplace_back(m); };
+  auto r = run_launch(*plan, io);
+  CHECK(r.exit_code == 127);
+  CHECK(r.failed_rank == 0);
+  REQUIRE(c.messages.size() == 1);
+  CHECK(c.messages[0] == "cannot start rank 0: " + bad + ": Exec format error");
+  CHECK_FALSE(r.ranks[0].started);
+  CHECK_FALSE(r.ranks[1].started);
+  CHECK(describe_outcome(r.ranks[1]) == "rank 1 was not started");
+}
+
+TEST_CASE("written to descriptors, lines never mix, and a line longer than 64 KiB is cut") {
+  testing::TempDir dir;
+  const std::string file = dir.file("out");
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+  REQUIRE(fd >= 0);
+  LaunchOptions options;
+  options.processes = 4;
+  const std::string payload(80, 'x');
+  options.command = {"sh", "-c",
+                     "i=0; while [ $i -lt 300 ]; do echo \"out-$ACTORPIPE_RANK-$i-" + payload +
+                         "\"; echo \"err-$ACTORPIPE_RANK-$i-" + payload +
+                         "\" >&2; i=$((i+1)); done; "
+                         "if [ \"$ACTORPIPE_RANK\" = 0 ]; then head -c 100000 /dev/zero | "
+                         "tr '\\0' y; fi"};
+  auto plan = plan_launch(options, sh_path(), own_environment());
+  REQUIRE(plan.ok());
+  auto r = run_launch(*plan, launch_io_to(fd, fd));
+  ::close(fd);
+  CHECK(r.exit_code == 0);
+
+  std::ifstream in(file);
+  std::string line;
+  std::map<std::string, int> count;  // "out-2" -> lines seen
+  std::vector<std::size_t> long_lines;
+  while (std::getline(in, line)) {
+    CAPTURE(line.substr(0, 120));
+    REQUIRE(line.rfind("[rank ", 0) == 0);
+    const std::size_t close = line.find("] ");
+    REQUIRE(close != std::string::npos);
+    const std::string rank = line.substr(6, close - 6);
+    const std::string text = line.substr(close + 2);
+    if (text.find_first_not_of('y') == std::string::npos) {
+      CHECK(rank == "0");
+      long_lines.push_back(text.size());
+      continue;
+    }
+    // "<stream>-<rank>-<i>-xxxx...": whole, and from the rank its prefix names
+    const std::string stream = text.substr(0, 3);
+    REQUIRE((stream == "out" || stream == "err"));
+    CHECK(text.substr(4, rank.size() + 1) == rank + "-");
+    CHECK(text.size() > payload.size());
+    CHECK(text.substr(text.size() - payload.size()) == payload);
+    ++count[stream + "-" + rank];
+  }
+  for (int k = 0; k < 4; ++k) {
+    CHECK(count["out-" + std::to_string(k)] == 300);
+    CHECK(count["err-" + std::to_string(k)] == 300);
+  }
+  CHECK(long_lines == std::vector<std::size_t>{65536, 100000 - 65536});
+}
