@@ -314,8 +314,9 @@ Expected<std::map<std::string, std::string>> read_safetensors_metadata(const std
   return std::move(header->metadata);
 }
 
-Status write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
-                         const std::map<std::string, std::string>& metadata) {
+Expected<SafetensorsLayout> safetensors_layout(const std::string& path,
+                                               const std::vector<TensorRef>& tensors,
+                                               const std::map<std::string, std::string>& metadata) {
   ordered_json h = ordered_json::object();
   if (!metadata.empty()) {
     ordered_json m = ordered_json::object();
@@ -323,7 +324,8 @@ Status write_safetensors(const std::string& path, const std::vector<TensorRef>& 
     h[kMetadataKey] = std::move(m);
   }
   std::set<std::string> names;
-  std::vector<uint64_t> bytes(tensors.size());
+  SafetensorsLayout out;
+  out.bytes.resize(tensors.size());
   uint64_t offset = 0;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const TensorRef& t = tensors[i];
@@ -351,13 +353,14 @@ Status write_safetensors(const std::string& path, const std::vector<TensorRef>& 
       return make_error("{}: tensor \"{}\" has {} elements but no data pointer", path, t.name,
                         numel);
     }
-    bytes[i] = numel * 4;
+    out.bytes[i] = numel * 4;
+    out.offsets.push_back(offset);
     ordered_json e = ordered_json::object();
     e["dtype"] = t.i32 ? "I32" : "F32";
     e["shape"] = t.shape;
-    e["data_offsets"] = {offset, offset + bytes[i]};
+    e["data_offsets"] = {offset, offset + out.bytes[i]};
     h[t.name] = std::move(e);
-    offset += bytes[i];
+    offset += out.bytes[i];
   }
   std::string header;
   try {
@@ -368,9 +371,20 @@ Status write_safetensors(const std::string& path, const std::vector<TensorRef>& 
   }
   // Pad with spaces so the data section starts 8-byte aligned, as the Python writer does.
   header.append((8 - header.size() % 8) % 8, ' ');
-  unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(header.size() >> (8 * i));
+  out.head.resize(8);
+  for (int i = 0; i < 8; ++i)
+    out.head[static_cast<size_t>(i)] = static_cast<char>(header.size() >> (8 * i));
+  out.head += header;
+  out.data_start = out.head.size();
+  out.file_size = out.data_start + offset;
+  return out;
+}
 
+Status write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
+                         const std::map<std::string, std::string>& metadata) {
+  auto layout = safetensors_layout(path, tensors, metadata);
+  if (!layout) return layout.error();
+  const std::vector<uint64_t>& bytes = layout->bytes;
   const std::string tmp = internal::temp_sibling(path);
   Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
   if (!fd.valid()) return make_error("{}: cannot create: {}", tmp, internal::errno_text());
@@ -379,8 +393,7 @@ Status write_safetensors(const std::string& path, const std::vector<TensorRef>& 
     ::unlink(tmp.c_str());
     return e;
   };
-  if (auto s = internal::write_all(fd.get(), len, 8, tmp); !s) return fail(s.error());
-  if (auto s = internal::write_all(fd.get(), header.data(), header.size(), tmp); !s) {
+  if (auto s = internal::write_all(fd.get(), layout->head.data(), layout->head.size(), tmp); !s) {
     return fail(s.error());
   }
   for (std::size_t i = 0; i < tensors.size(); ++i) {

@@ -51,6 +51,22 @@ Expected<std::map<std::string, std::string>> read_safetensors_metadata(const std
 Status write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
                          const std::map<std::string, std::string>& metadata = {});
 
+/// Where every tensor of a safetensors file goes: the file's first bytes (the 8-byte header
+/// length and the padded JSON header), then each tensor's data at data_start + offsets[i].
+struct SafetensorsLayout {
+  std::string head;               ///< header length and header, exactly as written
+  std::vector<uint64_t> offsets;  ///< per tensor, from the start of the data section
+  std::vector<uint64_t> bytes;    ///< per tensor
+  uint64_t data_start = 0;        ///< head.size()
+  uint64_t file_size = 0;
+};
+
+/// The layout write_safetensors gives `tensors` (only names, shapes and which pointer is set
+/// matter; the data is not read) with `metadata`. Errors as write_safetensors's, naming `path`.
+Expected<SafetensorsLayout> safetensors_layout(const std::string& path,
+                                               const std::vector<TensorRef>& tensors,
+                                               const std::map<std::string, std::string>& metadata);
+
 /// Returns the tensor called `name` in `tensors`, or nullptr.
 const NamedTensor* find_tensor(const std::vector<NamedTensor>& tensors, const std::string& name);
 
