@@ -6,12 +6,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "engine/config/option_table.hpp"
 #include "engine/internal/file_io.hpp"
@@ -336,8 +338,17 @@ std::vector<TensorRef> tensor_refs(const std::vector<NamedTensor>& tensors) {
   return out;
 }
 
-Expected<std::string> save_checkpoint(const std::string& dir, const CheckpointInfo& info,
-                                      const CheckpointRefs& tensors) {
+namespace {
+
+// The safetensors metadata of every file of a checkpoint.
+std::map<std::string, std::string> file_metadata(const CheckpointInfo& info) {
+  return {{"format", "pt"}, {"step", std::to_string(info.step)}};
+}
+
+// The first part of a save: checks `info`, creates `dir` and an empty temporary sibling of the
+// checkpoint's directory; returns {target, tmp}.
+Expected<std::pair<std::string, std::string>> prepare_checkpoint(const std::string& dir,
+                                                                 const CheckpointInfo& info) {
   if (dir.empty()) return make_error("checkpoint directory is empty");
   if (info.step < 0) return make_error("checkpoint step {} is negative", info.step);
   if (info.format_version != kCheckpointFormatVersion) {
@@ -363,23 +374,26 @@ Expected<std::string> save_checkpoint(const std::string& dir, const CheckpointIn
   // what a writer killed mid-save left behind (never a complete checkpoint: those have no
   // temporary name)
   internal::remove_stale_temporaries(dir);
-  const std::string target = join_path(dir, checkpoint_name(info));
-  const std::string tmp = internal::temp_sibling(target);
+  std::string target = join_path(dir, checkpoint_name(info));
+  std::string tmp = internal::temp_sibling(target);
   if (::mkdir(tmp.c_str(), 0755) != 0) {
     return make_error("{}: cannot create: {}", tmp, internal::errno_text());
   }
+  return std::pair{std::move(target), std::move(tmp)};
+}
+
+// The last part of a save: the three files are in `tmp`; checksums them, writes the manifest
+// (last: a directory with a manifest has all its files) and renames `tmp` to `target`.
+Expected<std::string> commit_checkpoint(const std::string& dir, const CheckpointInfo& info,
+                                        const std::string& tmp, const std::string& target) {
   auto fail = [&](Error e) -> Expected<std::string> {
     std::error_code ignored;
     fs::remove_all(tmp, ignored);
     return e;
   };
-  const std::map<std::string, std::string> meta = {{"format", "pt"},
-                                                   {"step", std::to_string(info.step)}};
-  const std::vector<TensorRef>* parts[] = {&tensors.model, &tensors.optimizer, &tensors.versions};
   std::map<std::string, FileRecord> files;
   for (int i = 0; i < 3; ++i) {
     const std::string p = join_path(tmp, kDataFiles[i]);
-    if (auto s = write_safetensors(p, *parts[i], meta); !s) return fail(s.error());
     struct stat st {};
     if (::stat(p.c_str(), &st) != 0) {
       return fail(make_error("{}: cannot stat: {}", p, internal::errno_text()));
@@ -388,7 +402,6 @@ Expected<std::string> save_checkpoint(const std::string& dir, const CheckpointIn
     if (!crc) return fail(crc.error());
     files[kDataFiles[i]] = FileRecord{static_cast<uint64_t>(st.st_size), *crc};
   }
-  // The manifest goes last: a directory with a manifest has all its files.
   if (auto s =
           internal::write_file_atomic(join_path(tmp, kManifestFile), manifest_text(info, files));
       !s) {
@@ -408,6 +421,184 @@ Expected<std::string> save_checkpoint(const std::string& dir, const CheckpointIn
   }
   if (auto s = internal::fsync_dir(dir); !s) return s.error();
   return target;
+}
+
+Status pwrite_all(int fd, const void* data, size_t n, uint64_t offset, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(offset));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return make_error("{}: write failed at offset {}: {}", path, offset, internal::errno_text());
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+    offset += static_cast<uint64_t>(w);
+  }
+  return {};
+}
+
+// A text that stands for an error in the gathers of save_checkpoint_shared.
+constexpr char kFailed = '!';
+
+// The first error among the gathered texts ("rank r: ..."), if any.
+std::optional<Error> first_failure(const std::vector<std::string>& texts) {
+  for (size_t r = 0; r < texts.size(); ++r) {
+    if (!texts[r].empty() && texts[r][0] == kFailed)
+      return make_error("rank {}: {}", r, texts[r].substr(1));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Expected<std::string> save_checkpoint(const std::string& dir, const CheckpointInfo& info,
+                                      const CheckpointRefs& tensors) {
+  auto where = prepare_checkpoint(dir, info);
+  if (!where) return where.error();
+  const auto& [target, tmp] = *where;
+  const std::vector<TensorRef>* parts[] = {&tensors.model, &tensors.optimizer, &tensors.versions};
+  for (int i = 0; i < 3; ++i) {
+    const std::string p = join_path(tmp, kDataFiles[i]);
+    if (auto s = write_safetensors(p, *parts[i], file_metadata(info)); !s) {
+      std::error_code ignored;
+      fs::remove_all(tmp, ignored);
+      return s.error();
+    }
+  }
+  return commit_checkpoint(dir, info, tmp, target);
+}
+
+Expected<std::string> save_checkpoint_shared(const std::string& dir, const CheckpointInfo& info,
+                                             const std::vector<StageRefs>& mine, int rank,
+                                             const GatherTexts& gather) {
+  // 1. everyone's tensor names and shapes, per stage: the files' layout
+  json parts = json::array();
+  for (const StageRefs& sr : mine) {
+    json files = json::array();
+    for (const std::vector<TensorRef>* list :
+         {&sr.refs.model, &sr.refs.optimizer, &sr.refs.versions}) {
+      json l = json::array();
+      for (const TensorRef& t : *list) l.push_back({t.name, t.shape, t.i32 != nullptr});
+      files.push_back(std::move(l));
+    }
+    parts.push_back({{"stage", sr.stage}, {"files", std::move(files)}});
+  }
+  auto names = gather(parts.dump());
+  if (!names) return names.error();
+  static const float kSomeF32 = 0.0f;  // layouts read no data: any non-null pointer will do
+  static const int32_t kSomeI32 = 0;
+  std::map<int, std::array<std::vector<TensorRef>, 3>> stages;
+  try {
+    for (const std::string& text : *names) {
+      for (const json& part : json::parse(text)) {
+        const int stage = part.at("stage").get<int>();
+        if (stages.count(stage) != 0)
+          return make_error("checkpoint {}: stage {} offered by two processes", dir, stage);
+        auto& files = stages[stage];
+        for (int i = 0; i < 3; ++i) {
+          for (const json& t : part.at("files").at(static_cast<size_t>(i))) {
+            TensorRef ref;
+            ref.name = t.at(0).get<std::string>();
+            ref.shape = t.at(1).get<std::vector<int64_t>>();
+            if (t.at(2).get<bool>()) {
+              ref.i32 = &kSomeI32;
+            } else {
+              ref.data = &kSomeF32;
+            }
+            files[static_cast<size_t>(i)].push_back(std::move(ref));
+          }
+        }
+      }
+    }
+  } catch (const json::exception& e) {
+    return make_error("checkpoint {}: a process described its tensors unreadably: {}", dir,
+                      e.what());
+  }
+  int expect = 0;
+  for (const auto& [stage, files] : stages) {
+    if (stage != expect++)
+      return make_error("checkpoint {}: no process holds stage {}", dir, expect - 1);
+  }
+  std::array<std::vector<TensorRef>, 3> all;
+  std::map<int, std::array<size_t, 3>> first;  // stage -> index of its first tensor per file
+  for (const auto& [stage, files] : stages) {
+    for (size_t i = 0; i < 3; ++i) {
+      first[stage][i] = all[i].size();
+      all[i].insert(all[i].end(), files[i].begin(), files[i].end());
+    }
+  }
+
+  // 2. rank 0 makes the temporary directory
+  std::string prepared;
+  std::string target;
+  if (rank == 0) {
+    auto where = prepare_checkpoint(dir, info);
+    prepared = where ? where->second : kFailed + where.error().message;
+    if (where) target = where->first;
+  }
+  auto tmps = gather(prepared);
+  if (!tmps) return tmps.error();
+  if (auto f = first_failure(*tmps)) return *f;
+  const std::string tmp = (*tmps)[0];
+
+  // 3. every process writes its tensors (and the identical header) into the three files
+  std::string written;
+  for (size_t i = 0; i < 3 && written.empty(); ++i) {
+    const std::string path = join_path(tmp, kDataFiles[i]);
+    auto layout = safetensors_layout(path, all[i], file_metadata(info));
+    if (!layout) {
+      written = kFailed + layout.error().message;
+      break;
+    }
+    internal::Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+    auto step = [&]() -> Status {
+      if (!fd.valid()) return make_error("{}: cannot open: {}", path, internal::errno_text());
+      if (::ftruncate(fd.get(), static_cast<off_t>(layout->file_size)) != 0)
+        return make_error("{}: cannot size to {} bytes: {}", path, layout->file_size,
+                          internal::errno_text());
+      if (auto s = pwrite_all(fd.get(), layout->head.data(), layout->head.size(), 0, path); !s)
+        return s;
+      for (const StageRefs& sr : mine) {
+        const std::vector<TensorRef>* lists[] = {&sr.refs.model, &sr.refs.optimizer,
+                                                 &sr.refs.versions};
+        for (size_t k = 0; k < lists[i]->size(); ++k) {
+          const size_t idx = first[sr.stage][i] + k;
+          const TensorRef& t = (*lists[i])[k];
+          const void* src = t.i32 ? static_cast<const void*>(t.i32) : t.data;
+          if (layout->bytes[idx] == 0) continue;
+          if (auto s = pwrite_all(fd.get(), src, layout->bytes[idx],
+                                  layout->data_start + layout->offsets[idx], path);
+              !s)
+            return s;
+        }
+      }
+      if (::fsync(fd.get()) != 0)
+        return make_error("{}: fsync failed: {}", path, internal::errno_text());
+      return fd.close(path);
+    };
+    if (Status s = step(); !s) written = kFailed + s.error().message;
+  }
+  auto done = gather(written);
+  if (!done) return done.error();
+  if (auto f = first_failure(*done)) {
+    if (rank == 0) {
+      std::error_code ignored;
+      fs::remove_all(tmp, ignored);
+    }
+    return *f;
+  }
+
+  // 4. rank 0 checksums, writes the manifest and renames
+  std::string committed;
+  if (rank == 0) {
+    auto path = commit_checkpoint(dir, info, tmp, target);
+    committed = path ? *path : kFailed + path.error().message;
+  }
+  auto paths = gather(committed);
+  if (!paths) return paths.error();
+  if (auto f = first_failure(*paths)) return *f;
+  return (*paths)[0];
 }
 
 Expected<std::string> save_checkpoint(const std::string& dir, const CheckpointContents& c) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -67,6 +68,29 @@ Expected<std::string> save_checkpoint(const std::string& dir, const CheckpointIn
 
 /// As above, from loaded tensors (e.g. to re-save a checkpoint).
 Expected<std::string> save_checkpoint(const std::string& dir, const CheckpointContents& contents);
+
+/// What the processes of a job say to each other while they write one checkpoint: each
+/// contributes a text and gets every process's, by rank (an all-gather over the job).
+using GatherTexts = std::function<Expected<std::vector<std::string>>(std::string mine)>;
+
+/// The tensors of one stage, as pipeline_checkpoint_refs gives them for that stage alone.
+struct StageRefs {
+  int stage = 0;
+  CheckpointRefs refs;
+};
+
+/// save_checkpoint for a pipeline whose stages live in several processes: every process calls it
+/// with the same `dir` and `info`, its `rank` and its own stages' tensors; the files are those
+/// save_checkpoint writes for every stage's tensors in stage order, byte for byte. Each process
+/// writes its own tensors into them at their offsets (the header is computed alike by all from
+/// everyone's names and shapes); rank 0 creates the temporary directory, then, after every
+/// process has written and fsynced its part, writes manifest.json last and renames the directory
+/// into place. `dir` must be one directory for all processes (one host, or a shared file system).
+/// Every process gets the checkpoint's path, or the first error of any process (naming its
+/// rank); a failed checkpoint leaves no directory of that name.
+Expected<std::string> save_checkpoint_shared(const std::string& dir, const CheckpointInfo& info,
+                                             const std::vector<StageRefs>& mine, int rank,
+                                             const GatherTexts& gather);
 
 /// Views of loaded tensors, for save_checkpoint.
 std::vector<TensorRef> tensor_refs(const std::vector<NamedTensor>& tensors);

@@ -7,8 +7,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "engine/internal/file_io.hpp"
 #include "tests/support/bits.hpp"
@@ -405,5 +408,143 @@ TEST_CASE("check_compatible names every mismatched model key with both values") 
     ModelOptions m = info.model;
     mutate(m);
     CHECK_FALSE(check_compatible(info, m).ok());
+  }
+}
+
+namespace {
+
+// An all-gather among `n` threads standing for the processes of a job.
+class ThreadGather {
+ public:
+  explicit ThreadGather(int n) : n_(n), texts_(static_cast<size_t>(n)) {}
+  Expected<std::vector<std::string>> gather(int rank, std::string mine) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const int64_t round = round_;
+    texts_[static_cast<size_t>(rank)] = std::move(mine);
+    if (++arrived_ == n_) {
+      result_ = texts_;
+      arrived_ = 0;
+      ++round_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return round_ != round; });
+    }
+    return result_;
+  }
+
+ private:
+  int n_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  int64_t round_ = 0;
+  std::vector<std::string> texts_;
+  std::vector<std::string> result_;
+};
+
+// Per stage: a model tensor, two optimizer tensors (one I32) and a version.
+struct StageSample {
+  std::vector<float> w, m;
+  std::vector<int32_t> n;
+  std::vector<float> old;
+  explicit StageSample(int s) {
+    for (int i = 0; i < 5 + s; ++i) w.push_back(0.25f * static_cast<float>(i + 10 * s));
+    m = w;
+    for (float& x : m) x *= -3.0f;
+    n = {s, 7 * s + 1};
+    old = w;
+    old[0] = static_cast<float>(s) + 0.5f;
+  }
+  CheckpointRefs refs(int s) const {
+    const std::string p = fmt::format("layers.{}.w", s);
+    return CheckpointRefs{{{p, {static_cast<int64_t>(w.size())}, w.data()}},
+                          {{p + ".adam_m", {static_cast<int64_t>(m.size())}, m.data()},
+                           {.name = p + ".count", .shape = {2}, .i32 = n.data()}},
+                          {{p + "@v3", {static_cast<int64_t>(old.size())}, old.data()}}};
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "a checkpoint written by several processes is the one-process checkpoint, byte for byte") {
+  const std::vector<StageSample> stages = {StageSample(0), StageSample(1), StageSample(2),
+                                           StageSample(3)};
+  CheckpointRefs all;
+  for (int s = 0; s < 4; ++s) {
+    const CheckpointRefs r = stages[static_cast<size_t>(s)].refs(s);
+    all.model.insert(all.model.end(), r.model.begin(), r.model.end());
+    all.optimizer.insert(all.optimizer.end(), r.optimizer.begin(), r.optimizer.end());
+    all.versions.insert(all.versions.end(), r.versions.begin(), r.versions.end());
+  }
+  Sample sample(4);
+  TempDir one, shared;
+  auto single = save_checkpoint(one.path.string(), sample.info, all);
+  REQUIRE_MESSAGE(single.ok(), single.error().message);
+  // 3 processes; rank 1 holds stages 0 and 2 (placement [1, 0, 1, 2])
+  const std::vector<std::vector<int>> held = {{1}, {0, 2}, {3}};
+  ThreadGather g(3);
+  std::vector<Expected<std::string>> results(3, make_error("not run"));
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 3; ++r) {
+    ranks.emplace_back([&, r] {
+      std::vector<StageRefs> mine;
+      for (int s : held[static_cast<size_t>(r)])
+        mine.push_back({s, stages[static_cast<size_t>(s)].refs(s)});
+      results[static_cast<size_t>(r)] =
+          save_checkpoint_shared(shared.path.string(), sample.info, mine, r,
+                                 [&, r](std::string text) { return g.gather(r, std::move(text)); });
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 3; ++r) {
+    REQUIRE_MESSAGE(results[static_cast<size_t>(r)].ok(),
+                    results[static_cast<size_t>(r)].error().message);
+    CHECK(*results[static_cast<size_t>(r)] == (shared.path / "step-4").string());
+  }
+  for (const char* f : {kModelFile, kOptimizerFile, kVersionsFile, kManifestFile})
+    CHECK_MESSAGE(slurp(one.path / "step-4" / f) == slurp(shared.path / "step-4" / f), f);
+  CHECK(load_checkpoint((shared.path / "step-4").string()).ok());
+  CHECK(entries(shared.path) == std::vector<std::string>{"step-4"});
+}
+
+TEST_CASE("a checkpoint of several processes fails everywhere when one process fails") {
+  const StageSample s0(0), s1(1);
+  Sample sample(2);
+  ThreadGather g(2);
+  std::vector<Expected<std::string>> results(2, make_error("not run"));
+  std::vector<std::thread> ranks;
+  TempDir dir;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      // rank 1 offers stage 0 too: no process holds stage 1
+      std::vector<StageRefs> mine = {{0, (r == 0 ? s0 : s1).refs(0)}};
+      results[static_cast<size_t>(r)] =
+          save_checkpoint_shared(dir.path.string(), sample.info, mine, r,
+                                 [&, r](std::string text) { return g.gather(r, std::move(text)); });
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (const auto& res : results) {
+    REQUIRE_FALSE(res.ok());
+    CHECK(contains(res.error().message, "stage 0 offered by two processes"));
+  }
+  // rank 0 cannot create the directory: every rank hears why, nothing is left behind
+  ThreadGather g2(2);
+  const std::string bad = (dir.path / "file").string();
+  dump(bad, "not a directory");
+  for (int r = 0; r < 2; ++r) {
+    ranks[static_cast<size_t>(r)] = std::thread([&, r] {
+      std::vector<StageRefs> mine = {{r, (r == 0 ? s0 : s1).refs(r)}};
+      results[static_cast<size_t>(r)] = save_checkpoint_shared(
+          bad + "/sub", sample.info, mine, r,
+          [&, r](std::string text) { return g2.gather(r, std::move(text)); });
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (const auto& res : results) {
+    REQUIRE_FALSE(res.ok());
+    CHECK(contains(res.error().message, "rank 0: "));
+    CHECK(contains(res.error().message, "cannot create checkpoint directory"));
   }
 }
