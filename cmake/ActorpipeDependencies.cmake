@@ -13,11 +13,13 @@ set(BLA_VENDOR OpenBLAS)
 find_package(BLAS REQUIRED)
 
 find_package(ucx REQUIRED)
+find_package(OpenSSL 3 REQUIRED)  # OpenSSL::SSL: CAF's TLS module and the coordinator's checks
 
 # CAF 0.17.6: Debian ships neither a CMake config nor a pkg-config file.
 find_path(CAF_INCLUDE_DIR caf/all.hpp REQUIRED)
 find_library(CAF_CORE_LIB caf_core REQUIRED)
 find_library(CAF_IO_LIB caf_io REQUIRED)
+find_library(CAF_OPENSSL_LIB caf_openssl REQUIRED)
 if(NOT TARGET CAF::core)
   add_library(CAF::core UNKNOWN IMPORTED)
   set_target_properties(CAF::core PROPERTIES IMPORTED_LOCATION ${CAF_CORE_LIB}
@@ -25,6 +27,9 @@ if(NOT TARGET CAF::core)
   add_library(CAF::io UNKNOWN IMPORTED)
   set_target_properties(CAF::io PROPERTIES IMPORTED_LOCATION ${CAF_IO_LIB}
     INTERFACE_LINK_LIBRARIES CAF::core)
+  add_library(CAF::openssl UNKNOWN IMPORTED)
+  set_target_properties(CAF::openssl PROPERTIES IMPORTED_LOCATION ${CAF_OPENSSL_LIB}
+    INTERFACE_LINK_LIBRARIES "CAF::io;OpenSSL::SSL")
 endif()
 
 # CUDA: AUTO builds the backend when nvcc is found, ON requires it, OFF skips it.
