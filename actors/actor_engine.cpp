@@ -10,6 +10,7 @@
 #include "actors/internal/microbatch_feed.hpp"
 #include "actors/internal/run_state.hpp"
 #include "actors/optimizer_actor.hpp"
+#include "actors/process_group.hpp"
 #include "actors/stage_actor.hpp"
 #include "engine/config/config.hpp"
 #include "engine/data/loader.hpp"
@@ -17,12 +18,14 @@
 #include "engine/execution/stage_worker.hpp"
 #include "engine/model/model.hpp"
 #include "engine/model/partition.hpp"
+#include "engine/model/placement.hpp"
 #include "engine/schedule/generators.hpp"
 #include "engine/schedule/lowering.hpp"
 #include "engine/schedule/simulator.hpp"
 #include "engine/schedule/validate.hpp"
 #include "kernels/check.hpp"
 #include "transport/local_channel.hpp"
+#include "transport/ucx_channel.hpp"
 
 namespace actorpipe {
 
@@ -34,15 +37,20 @@ struct ActorEngine::Impl {
   std::unique_ptr<Model> model;
   std::unique_ptr<Partition> partition;
   std::vector<std::unique_ptr<StageWorker>> workers;
-  std::vector<std::unique_ptr<OptimizerShard>> shards;
+  std::vector<std::unique_ptr<OptimizerShard>> shards;  // null for stages of other ranks
+  ProcessGroup* group = nullptr;                        // null or world 1: one process
+  Placement placement;
+  int rank = 0;
   int64_t mb_done = 0;  // microbatches consumed by earlier runs
+  bool multi() const { return group != nullptr && placement.world() > 1; }
 };
 
 ActorEngine::ActorEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ActorEngine::~ActorEngine() = default;
 
 Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& config,
-                                                           const ActorEngineOptions& options) {
+                                                           const ActorEngineOptions& options,
+                                                           ProcessGroup* group) {
   if (Status ok = validate(config); !ok) return ok.error();
   if (options.scheduler_threads < 1)
     return make_error("actor engine: scheduler_threads = {}, expected >= 1",
@@ -75,7 +83,21 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& config,
   impl->partition = std::make_unique<Partition>(std::move(*part));
   impl->B = config.pipeline.microbatch_size;
   impl->T = config.pipeline.seq_len > 0 ? config.pipeline.seq_len : config.model.context;
+  impl->group = group;
+  const int world = group != nullptr ? group->world() : 1;
+  impl->rank = group != nullptr ? group->rank() : 0;
+  impl->placement = Placement(impl->partition->stages());  // one process: cluster.* ignored
+  if (world > 1) {
+    auto placement = Placement::make(config.cluster.placement, impl->partition->stages(), world);
+    if (!placement) return placement.error();
+    impl->placement = *placement;
+  }
   for (int r = 0; r < impl->partition->stages(); ++r) {
+    if (impl->placement.rank_of(r) != impl->rank) {
+      impl->workers.push_back(nullptr);
+      impl->shards.push_back(nullptr);
+      continue;
+    }
     StageWorkerOptions wo;
     wo.mode = impl->mode;
     wo.stage = r;
@@ -101,23 +123,39 @@ int ActorEngine::stages() const {
   return static_cast<int>(impl_->workers.size());
 }
 
+const Placement& ActorEngine::placement() const {
+  return impl_->placement;
+}
+
+int ActorEngine::rank() const {
+  return impl_->rank;
+}
+
+bool ActorEngine::local(int stage) const {
+  return stage >= 0 && stage < stages() && impl_->workers[static_cast<size_t>(stage)] != nullptr;
+}
+
 StageWorker& ActorEngine::worker(int stage) {
-  AP_CHECK(stage >= 0 && stage < stages(), "stage {} of {}", stage, stages());
+  AP_CHECK(local(stage), "stage {} of {} runs on rank {}, not here (rank {})", stage, stages(),
+           impl_->placement.rank_of(stage), impl_->rank);
   return *impl_->workers[static_cast<size_t>(stage)];
 }
 
 const StageWorker& ActorEngine::worker(int stage) const {
-  AP_CHECK(stage >= 0 && stage < stages(), "stage {} of {}", stage, stages());
+  AP_CHECK(local(stage), "stage {} of {} runs on rank {}, not here (rank {})", stage, stages(),
+           impl_->placement.rank_of(stage), impl_->rank);
   return *impl_->workers[static_cast<size_t>(stage)];
 }
 
 OptimizerShard& ActorEngine::optimizer(int stage) {
-  AP_CHECK(stage >= 0 && stage < stages(), "stage {} of {}", stage, stages());
+  AP_CHECK(local(stage), "stage {} of {} runs on rank {}, not here (rank {})", stage, stages(),
+           impl_->placement.rank_of(stage), impl_->rank);
   return *impl_->shards[static_cast<size_t>(stage)];
 }
 
 const OptimizerShard& ActorEngine::optimizer(int stage) const {
-  AP_CHECK(stage >= 0 && stage < stages(), "stage {} of {}", stage, stages());
+  AP_CHECK(local(stage), "stage {} of {} runs on rank {}, not here (rank {})", stage, stages(),
+           impl_->placement.rank_of(stage), impl_->rank);
   return *impl_->shards[static_cast<size_t>(stage)];
 }
 
@@ -127,6 +165,149 @@ std::span<const float> ActorEngine::params(int layer) const {
   const int r = impl_->partition->stage_of(layer);
   return worker(r).params(layer - impl_->partition->begin(r));
 }
+
+namespace {
+
+using internal::Directory;
+using internal::RunOutcome;
+using internal::RunState;
+
+// Asks the driver to run and returns its outcome; every stage and shard is stopped after it.
+RunOutcome drive(caf::actor_system& sys, const RunState& st) {
+  RunOutcome outcome;
+  caf::scoped_actor self{sys};
+  self->request(st.directory.driver, caf::infinite, internal::run_atom::value)
+      .receive([&](RunOutcome& o) { outcome = std::move(o); },
+               [&](caf::error& err) {
+                 outcome.ok = false;
+                 outcome.error = "driver: " + sys.render(err);
+               });
+  for (const caf::actor& a : st.directory.stages)
+    self->send_exit(a, caf::exit_reason::user_shutdown);
+  for (const caf::actor& a : st.directory.optimizers)
+    self->send_exit(a, caf::exit_reason::user_shutdown);
+  return outcome;
+}
+
+// One process: a fresh actor system for the run, every actor in it.
+Expected<RunOutcome> run_here(const std::shared_ptr<RunState>& st) {
+  RunOutcome outcome;
+  {
+    caf::actor_system_config cfg;
+    internal::add_message_types(cfg);
+    cfg.set("scheduler.max-threads", st->options.scheduler_threads);
+    // an idle scheduler thread (the driver's) parks on its condition variable right after its
+    // aggressive polling instead of CAF's default 500 polls 50 us apart: each such sleep
+    // overshoots by the timer slack, which a message to the driver would otherwise wait out
+    cfg.set("work-stealing.moderate-poll-attempts", size_t{0});
+    caf::actor_system sys{cfg};
+    st->start = std::chrono::steady_clock::now();
+    for (int r = 0; r < st->stages; ++r) {
+      st->directory.stages.push_back(spawn_stage_actor(sys, st, r));
+      st->directory.optimizers.push_back(spawn_optimizer_actor(sys, st, r));
+    }
+    st->directory.driver = spawn_driver(sys, st);
+    outcome = drive(sys, *st);
+    // every actor stops after its current action; only then may the handles they read go
+    sys.await_all_actors_done();
+    st->directory = Directory{};
+  }
+  return outcome;
+}
+
+// The outcome as text, to hand it from rank 0 to the others.
+std::string encode(caf::actor_system& sys, RunOutcome o) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  if (auto err = sink(o)) return {};
+  return {buf.begin(), buf.end()};
+}
+
+Expected<RunOutcome> decode(caf::actor_system& sys, const std::string& text) {
+  RunOutcome o;
+  std::vector<char> buf(text.begin(), text.end());
+  caf::binary_deserializer source{sys, buf};
+  if (auto err = source(o)) return make_error("rank 0's outcome unreadable: {}", sys.render(err));
+  return o;
+}
+
+// Several processes: this rank's stages and shards (and on rank 0 the driver) in the group's
+// actor system; the ranks agree on the directory of every actor before the driver starts, and
+// on rank 0's outcome after every actor has stopped.
+Expected<RunOutcome> run_ranks(ProcessGroup& group, const std::shared_ptr<RunState>& st) {
+  caf::actor_system& sys = group.system();
+  const int rank = group.rank();
+  std::vector<int> mine;
+  for (int r = 0; r < st->stages; ++r)
+    if (st->workers[static_cast<size_t>(r)] != nullptr) mine.push_back(r);
+  st->start = std::chrono::steady_clock::now();
+  st->directory.stages.assign(static_cast<size_t>(st->stages), caf::actor{});
+  st->directory.optimizers.assign(static_cast<size_t>(st->stages), caf::actor{});
+  std::vector<caf::actor> local;
+  for (int r : mine) {
+    local.push_back(spawn_stage_actor(sys, st, r));
+    local.push_back(spawn_optimizer_actor(sys, st, r));
+  }
+  if (rank == 0) local.push_back(spawn_driver(sys, st));
+
+  // a lost rank stops this rank's actors (rank 0's driver also sees it and fails the run)
+  group.on_lost([local](int, const std::string&) {
+    for (const caf::actor& a : local) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  });
+  auto stop_local = [&] {
+    for (const caf::actor& a : local) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  };
+  // waits until every local actor has ended
+  auto await_local = [&] {
+    caf::scoped_actor self{sys};
+    for (const caf::actor& a : local) self->monitor(a);
+    size_t down = 0;
+    self->receive_while([&] { return down < local.size(); })([&](caf::down_msg&) { ++down; });
+  };
+  auto fail = [&](const Error& e) -> Expected<RunOutcome> {
+    stop_local();
+    await_local();
+    group.on_lost({});
+    st->directory = Directory{};
+    return e;
+  };
+
+  RankPart part;
+  part.actors = local;
+  auto parts = group.all_gather(std::move(part));
+  if (!parts) return fail(parts.error());
+  for (const RankPart& p : *parts) {
+    size_t i = 0;
+    for (int r = 0; r < st->stages; ++r) {
+      if (st->rank_of_stage[static_cast<size_t>(r)] != p.rank) continue;
+      if (i + 2 > p.actors.size())
+        return fail(make_error("rank {} sent {} actors", p.rank, p.actors.size()));
+      st->directory.stages[static_cast<size_t>(r)] = p.actors[i++];
+      st->directory.optimizers[static_cast<size_t>(r)] = p.actors[i++];
+    }
+    if (p.rank == 0) {
+      if (i + 1 != p.actors.size()) return fail(make_error("rank 0 sent no driver"));
+      st->directory.driver = p.actors[i];
+    }
+  }
+  // every rank holds the directory before the driver's first message
+  if (auto barrier = group.all_gather({}); !barrier) return fail(barrier.error());
+  if (auto l = group.lost()) return fail(make_error("rank {}: {}", rank, *l));
+
+  RankPart result;
+  if (rank == 0) {
+    RunOutcome o = drive(sys, *st);
+    result.text = encode(sys, std::move(o));
+  }
+  await_local();
+  group.on_lost({});
+  st->directory = Directory{};
+  auto all = group.all_gather(std::move(result));
+  if (!all) return all.error();
+  return decode(sys, (*all)[0].text);
+}
+
+}  // namespace
 
 Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
                                           const ActorCallbacks& callbacks) {
@@ -140,6 +321,7 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
   st->options = im.options;
   st->mode = im.mode;
   st->stages = d;
+  st->rank_of_stage = im.placement.ranks();
   st->split_backward = im.config.pipeline.split_backward;
   st->B = im.B;
   st->T = im.T;
@@ -153,9 +335,17 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
   const bool sync = is_synchronous(im.mode);
   // 2bw continues the previous run when every stage holds its previous version (after a run, or
   // a resume that restored it), as the serial executor does
-  const bool continued = im.mode == Mode::twobw && !im.options.skip_compute &&
-                         std::all_of(im.workers.begin(), im.workers.end(),
-                                     [](const auto& w) { return w->holds_previous(); });
+  bool continued = im.mode == Mode::twobw && !im.options.skip_compute &&
+                   std::all_of(im.workers.begin(), im.workers.end(),
+                               [](const auto& w) { return !w || w->holds_previous(); });
+  if (im.multi()) {  // every rank's stages
+    RankPart mine;
+    mine.text = continued ? "1" : "0";
+    auto parts = im.group->all_gather(std::move(mine));
+    if (!parts) return parts.error();
+    continued =
+        std::all_of(parts->begin(), parts->end(), [](const RankPart& p) { return p.text == "1"; });
+  }
   auto sched = im.mode == Mode::pipedream ? make_pipedream(d, steps)
                : continued                ? make_2bw(d, m, steps, true)
                                           : make_schedule(im.mode, d, m, sync ? 1 : steps);
@@ -173,58 +363,43 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
   std::vector<TiedPair> tied;
   for (const TiedParam& tp : im.model->tied())
     tied.push_back({im.partition->stage_of(tp.owner_layer), im.partition->stage_of(tp.copy_layer)});
-  auto channels = make_local_channels(d, tied);
+  Expected<ChannelSet> channels = make_error("no channels");
+  if (im.multi()) {
+    UcxChannelPlan plan;
+    plan.rank_of_stage = im.placement.ranks();
+    plan.tied = tied;
+    plan.rank = im.rank;
+    plan.worker = im.group->ucx();
+    plan.peers = im.group->peers();
+    plan.options.receive_timeout = im.group->options().peer_timeout;
+    channels = make_ucx_channels(plan);
+  } else {
+    channels = make_local_channels(d, tied);
+  }
   if (!channels) return channels.error();
   st->channels = &*channels;
-  MicrobatchFeed feed(data, im.B, im.T, d);
+  const std::vector<int> mine = im.placement.stages_of(im.rank);
+  MicrobatchFeed feed(data, im.B, im.T, static_cast<int>(mine.size()));
   st->feed = &feed;
   st->counters = std::make_unique<StageCounters[]>(static_cast<size_t>(d));
   st->spans.resize(static_cast<size_t>(d));
   st->update_spans.resize(static_cast<size_t>(d));
   if (im.options.record_spans) {
-    for (int r = 0; r < d; ++r) st->spans[static_cast<size_t>(r)].reserve(st->actions(r));
+    for (int r : mine) st->spans[static_cast<size_t>(r)].reserve(st->actions(r));
   }
 
-  RunOutcome outcome;
-  {
-    caf::actor_system_config cfg;
-    add_message_types(cfg);
-    cfg.set("scheduler.max-threads", im.options.scheduler_threads);
-    // an idle scheduler thread (the driver's) parks on its condition variable right after its
-    // aggressive polling instead of CAF's default 500 polls 50 us apart: each such sleep
-    // overshoots by the timer slack, which a message to the driver would otherwise wait out
-    cfg.set("work-stealing.moderate-poll-attempts", size_t{0});
-    caf::actor_system sys{cfg};
-    st->start = std::chrono::steady_clock::now();
-    for (int r = 0; r < d; ++r) {
-      st->directory.stages.push_back(spawn_stage_actor(sys, st, r));
-      st->directory.optimizers.push_back(spawn_optimizer_actor(sys, st, r));
-    }
-    st->directory.driver = spawn_driver(sys, st);
-    {
-      caf::scoped_actor self{sys};
-      self->request(st->directory.driver, caf::infinite, run_atom::value)
-          .receive([&](RunOutcome& o) { outcome = std::move(o); },
-                   [&](caf::error& err) {
-                     outcome.ok = false;
-                     outcome.error = "driver: " + sys.render(err);
-                   });
-      for (const caf::actor& a : st->directory.stages)
-        self->send_exit(a, caf::exit_reason::user_shutdown);
-      for (const caf::actor& a : st->directory.optimizers)
-        self->send_exit(a, caf::exit_reason::user_shutdown);
-    }
-    // every actor stops after its current action; only then may the handles they read go
-    sys.await_all_actors_done();
-    st->directory = Directory{};
+  auto outcome = im.multi() ? run_ranks(*im.group, st) : run_here(st);
+  if (!outcome) {
+    channels->clear();
+    return outcome.error();
   }
   channels->clear();
   impl_->mb_done += st->total_mbs;
-  if (!outcome.ok) return make_error("{} pipeline: {}", to_string(im.mode), outcome.error);
+  if (!outcome->ok) return make_error("{} pipeline: {}", to_string(im.mode), outcome->error);
   ActorRunResult result;
-  result.losses = std::move(outcome.losses);
-  result.stages = std::move(outcome.stages);
-  result.peak_microbatches_ahead = outcome.peak_ahead;
+  result.losses = std::move(outcome->losses);
+  result.stages = std::move(outcome->stages);
+  result.peak_microbatches_ahead = outcome->peak_ahead;
   result.tokens = st->total_mbs * st->tokens_per_mb;
   result.seconds = st->seconds_since_start();
   if (im.options.record_spans) {

@@ -16,6 +16,8 @@ namespace actorpipe {
 
 class DataLoader;
 class OptimizerShard;
+class Placement;
+class ProcessGroup;
 class StageWorker;
 
 /// Where a stage's wall time went (seconds since the run started).
@@ -119,12 +121,21 @@ struct ActorRunResult {
 /// run, checkpoint through worker() and optimizer(), and run again. A run is one schedule of the
 /// configured mode over `steps` optimizer steps: for async modes it fills the pipeline at its start
 /// and drains it at its end, exactly like the serial executor given the same schedule.
+///
+/// In a multi-process job (a ProcessGroup of several ranks) every process creates the engine
+/// from the same config; each holds only the stages its rank runs (Placement: cluster.placement)
+/// and calls run() with the same arguments. Rank 0 runs the driver; tensors between processes
+/// move on UCX channels, control messages through CAF's middleman; the results are the bits of
+/// the one-process engine.
 class ActorEngine {
  public:
   /// Builds the model, the partition and one StageWorker per stage from `config`, parameters at
   /// their seeded initialisation. Errors name the config key and value at fault.
+  /// With `group` (several ranks): only this rank's stages; the group must outlive the engine.
+  /// Errors also name a placement that does not fit the job (cluster.placement).
   static Expected<std::unique_ptr<ActorEngine>> create(const Config& config,
-                                                       const ActorEngineOptions& options = {});
+                                                       const ActorEngineOptions& options = {},
+                                                       ProcessGroup* group = nullptr);
   ~ActorEngine();
   ActorEngine(const ActorEngine&) = delete;
   ActorEngine& operator=(const ActorEngine&) = delete;
@@ -132,11 +143,21 @@ class ActorEngine {
   /// Runs `steps` optimizer steps (pipedream: `steps` microbatches, each its own step), reading
   /// microbatches from `data` in order. A failure in any actor (exception, non-finite loss, stall)
   /// stops the whole pipeline and returns an error naming the stage, the microbatch and the
-  /// cause; the workers are then in an unspecified state.
+  /// cause; the workers are then in an unspecified state. In a multi-process job every rank
+  /// reads its own `data` (at the same position on every rank) and gets the same result; a lost
+  /// rank fails the run on every other rank within cluster.peer_timeout, naming it. Spans are
+  /// this rank's stages' only.
   Expected<ActorRunResult> run(int steps, DataLoader& data, const ActorCallbacks& callbacks = {});
 
   const Config& config() const;
   int stages() const;
+  /// Which rank runs each stage (one rank for a single process).
+  const Placement& placement() const;
+  /// This process's rank (0 for a single process).
+  int rank() const;
+  /// Whether this process runs stage `stage`: worker(), optimizer() and params() of its layers
+  /// are only for local stages.
+  bool local(int stage) const;
   /// Stage r's worker (weights, versions), for checkpoints; not during run().
   StageWorker& worker(int stage);
   const StageWorker& worker(int stage) const;

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "actors/actor_engine.hpp"
+#include "actors/process_group.hpp"
 #include "engine/checkpoint/checkpoint.hpp"
 #include "engine/checkpoint/pipeline_checkpoint.hpp"
 #include "engine/data/loader.hpp"
@@ -53,6 +54,8 @@ class Executor {
   virtual int stages() const = 0;
   /// True when runs report per-stage busy and idle time.
   virtual bool measures_stages() const = 0;
+  /// Whether this process runs stage `stage` (always, in a single process).
+  virtual bool local(int stage) const = 0;
   virtual StageWorker& worker(int stage) = 0;
   virtual const StageWorker& worker(int stage) const = 0;
   virtual OptimizerShard& optimizer(int stage) = 0;
@@ -64,6 +67,7 @@ class ActorsExecutor final : public Executor {
   explicit ActorsExecutor(std::unique_ptr<ActorEngine> engine) : engine_(std::move(engine)) {}
   int stages() const override { return engine_->stages(); }
   bool measures_stages() const override { return true; }
+  bool local(int r) const override { return engine_->local(r); }
   StageWorker& worker(int r) override { return engine_->worker(r); }
   const StageWorker& worker(int r) const override { return engine_->worker(r); }
   OptimizerShard& optimizer(int r) override { return engine_->optimizer(r); }
@@ -92,6 +96,7 @@ class SerialBackend final : public Executor {
       : exec_(std::move(exec)), tokens_per_mb_(tokens_per_microbatch) {}
   int stages() const override { return exec_->stages(); }
   bool measures_stages() const override { return false; }
+  bool local(int) const override { return true; }
   StageWorker& worker(int r) override { return exec_->worker(r); }
   const StageWorker& worker(int r) const override { return exec_->worker(r); }
   OptimizerShard& optimizer(int r) override { return exec_->optimizer(r); }
@@ -153,18 +158,28 @@ struct Trainer::Impl {
   StepMetrics last;
   Status callback_status;  // the first failure inside a step report (a metrics write)
 
+  bool multi() const { return options.group != nullptr && options.group->world() > 1; }
+  // this process's stages' workers and shards, in stage order
   std::vector<StageWorker*> workers() {
     std::vector<StageWorker*> w;
-    for (int r = 0; r < exec->stages(); ++r) w.push_back(&exec->worker(r));
+    for (int r = 0; r < exec->stages(); ++r)
+      if (exec->local(r)) w.push_back(&exec->worker(r));
     return w;
   }
   std::vector<OptimizerShard*> optimizers() {
     std::vector<OptimizerShard*> o;
-    for (int r = 0; r < exec->stages(); ++r) o.push_back(&exec->optimizer(r));
+    for (int r = 0; r < exec->stages(); ++r)
+      if (exec->local(r)) o.push_back(&exec->optimizer(r));
     return o;
   }
-  const Partition& partition() const { return exec->worker(0).partition(); }
-  const Model& model() const { return exec->worker(0).model(); }
+  const StageWorker& any_worker() const {
+    for (int r = 0; r < exec->stages(); ++r)
+      if (exec->local(r)) return exec->worker(r);
+    AP_CHECK(false, "this process holds no stage");
+    return exec->worker(0);
+  }
+  const Partition& partition() const { return any_worker().partition(); }
+  const Model& model() const { return any_worker().model(); }
 };
 
 Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -188,11 +203,21 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
   }
   const int B = config.pipeline.microbatch_size;
   const int T = sequence_length(config);
+  if (options.group != nullptr && options.group->world() > 1 &&
+      options.backend != Backend::actors) {
+    return make_error("a job of {} processes runs the actors backend, not {}",
+                      options.group->world(), to_string(options.backend));
+  }
   if (options.backend == Backend::actors) {
     ActorEngineOptions eo;
     eo.scheduler_threads = options.scheduler_threads;
     eo.record_spans = impl->record_spans;
-    auto engine = ActorEngine::create(config, eo);
+    if (options.group != nullptr) {
+      eo.stall_timeout_seconds =
+          std::max(eo.stall_timeout_seconds,
+                   std::chrono::duration<double>(options.group->options().peer_timeout).count());
+    }
+    auto engine = ActorEngine::create(config, eo, options.group);
     if (!engine) return engine.error();
     impl->exec = std::make_unique<ActorsExecutor>(std::move(*engine));
   } else {
@@ -230,7 +255,8 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
   }
   impl->last.stages = impl->stage_totals;
 
-  if (!config.train.metrics.empty()) {
+  const bool reports = options.group == nullptr || options.group->rank() == 0;
+  if (!config.train.metrics.empty() && reports) {
     // a resumed run continues the file it most likely wrote before
     const char* mode = impl->resumed_from.empty() ? "w" : "a";
     std::FILE* f = std::fopen(config.train.metrics.c_str(), mode);
@@ -284,6 +310,18 @@ Expected<StepMetrics> Trainer::run(int steps) {
 
   auto out = im.exec->run(steps, *im.data, report);
   if (!out) return out.error();
+  if (im.multi() && im.options.group->rank() != 0) {
+    // the driver (rank 0) reported the steps; the other ranks know the losses at the end
+    StepMetrics m;
+    m.step = base_step + steps;
+    m.steps = target;
+    m.first_step = im.first_step;
+    m.loss = out->losses.empty() ? 0.0 : out->losses.back();
+    m.tokens = im.tokens + out->tokens;
+    m.seconds = std::chrono::duration<double>(Clock::now() - *im.train_start).count();
+    m.stages = im.stage_totals;
+    im.last = m;
+  }
   AP_CHECK(static_cast<int>(out->losses.size()) == steps, "a run of {} steps reported {} losses",
            steps, out->losses.size());
   im.step = base_step + steps;
@@ -322,7 +360,8 @@ Status Trainer::train() {
   if (!dir.empty()) {
     if (auto p = save(dir, true); !p) return p.error();
   }
-  if (!im.config.train.trace.empty()) {
+  const bool reports = !im.multi() || im.options.group->rank() == 0;
+  if (!im.config.train.trace.empty() && reports) {
     if (Status ok = write_trace(im.config.train.trace); !ok) return ok;
   }
   return {};
@@ -337,7 +376,33 @@ Expected<std::string> Trainer::save(const std::string& dir, bool final) {
   pos.final = final;
   auto workers = im.workers();
   auto optimizers = im.optimizers();
-  auto path = save_pipeline_checkpoint(dir, im.config, pos, workers, optimizers);
+  if (!im.multi()) {
+    auto path = save_pipeline_checkpoint(dir, im.config, pos, workers, optimizers);
+    if (!path) return make_error("checkpoint.dir = \"{}\": {}", dir, path.error().message);
+    return path;
+  }
+  // several processes: each writes its own stages' tensors into the one checkpoint
+  std::vector<StageRefs> mine;
+  for (size_t i = 0; i < workers.size(); ++i) {
+    StageWorker* w = workers[i];
+    OptimizerShard* o = optimizers[i];
+    auto refs = pipeline_checkpoint_refs(std::span<StageWorker* const>(&w, 1),
+                                         std::span<OptimizerShard* const>(&o, 1));
+    if (!refs) return make_error("checkpoint.dir = \"{}\": {}", dir, refs.error().message);
+    mine.push_back({w->stage(), std::move(*refs)});
+  }
+  ProcessGroup& group = *im.options.group;
+  auto gather = [&group](std::string text) -> Expected<std::vector<std::string>> {
+    RankPart part;
+    part.text = std::move(text);
+    auto parts = group.all_gather(std::move(part));
+    if (!parts) return parts.error();
+    std::vector<std::string> out;
+    for (RankPart& p : *parts) out.push_back(std::move(p.text));
+    return out;
+  };
+  const CheckpointInfo info = pipeline_checkpoint_info(im.config, pos, workers[0]->updates());
+  auto path = save_checkpoint_shared(dir, info, mine, group.rank(), gather);
   if (!path) return make_error("checkpoint.dir = \"{}\": {}", dir, path.error().message);
   return path;
 }
@@ -389,10 +454,16 @@ std::span<const float> Trainer::params(int layer) const {
   return impl_->exec->worker(r).params(layer - p.begin(r));
 }
 
+bool Trainer::holds_layer(int layer) const {
+  return layer >= 0 && layer < num_layers() &&
+         impl_->exec->local(impl_->partition().stage_of(layer));
+}
+
 std::vector<NamedTensor> Trainer::weights() const {
   std::vector<NamedTensor> out;
   const Model& model = impl_->model();
   for (int i = 0; i < model.num_layers(); ++i) {
+    if (!holds_layer(i)) continue;
     const std::span<const float> p = params(i);
     for (const ParamSlot& slot : model.layer(i).slots()) {
       NamedTensor t;

@@ -55,12 +55,13 @@ struct RunState {
   ActorEngineOptions options;
   Mode mode = Mode::onef1b;
   int stages = 0;
-  int group = 1;              ///< microbatches per optimizer step (the loss of a step)
-  int64_t total_mbs = 0;      ///< microbatches of the run
-  int64_t global_offset = 0;  ///< data position of run-local microbatch 0
-  int B = 1, T = 1;           ///< microbatch shape
-  int64_t tokens_per_mb = 0;  ///< B·T
-  int credits = 1;            ///< microbatches released ahead of stage 0's backwards
+  std::vector<int> rank_of_stage;  ///< the process (rank) each stage runs in (all 0: one process)
+  int group = 1;                   ///< microbatches per optimizer step (the loss of a step)
+  int64_t total_mbs = 0;           ///< microbatches of the run
+  int64_t global_offset = 0;       ///< data position of run-local microbatch 0
+  int B = 1, T = 1;                ///< microbatch shape
+  int64_t tokens_per_mb = 0;       ///< B·T
+  int credits = 1;                 ///< microbatches released ahead of stage 0's backwards
   float grad_clip = 0.0f;
   bool split_backward = true;  ///< pipeline.split_backward: B hands din on before its weight half
   Schedule schedule;           ///< lowered; sync modes run it once per step (`repeats` times)

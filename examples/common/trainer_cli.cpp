@@ -5,12 +5,16 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <memory>
 #include <exception>
 
 #include "actors/api/actorpipe/progress.hpp"
 #include "actors/api/actorpipe/trainer.hpp"
+#include "actors/process_group.hpp"
 #include "engine/config/config.hpp"
+#include "engine/model/placement.hpp"
 #include "kernels/device.hpp"
 
 namespace actorpipe {
@@ -90,6 +94,20 @@ Expected<CliArgs> parse_cli(int argc, const char* const* argv) {
       args.sets.push_back(value);
       continue;
     }
+    bool cluster_flag = false;
+    for (auto [flag, slot] : {std::pair{"--rank", &args.cluster.rank},
+                              {"--world", &args.cluster.world},
+                              {"--coordinator", &args.cluster.coordinator}}) {
+      auto f = value_of(i, flag, value);
+      if (!f) return f.error();
+      if (*f) {
+        if (slot->has_value()) return make_error("{} given twice", flag);
+        *slot = value;
+        cluster_flag = true;
+        break;
+      }
+    }
+    if (cluster_flag) continue;
     auto backend = value_of(i, "--backend", value);
     if (!backend) return backend.error();
     if (*backend) {
@@ -105,6 +123,7 @@ Expected<CliArgs> parse_cli(int argc, const char* const* argv) {
 std::string cli_usage(const TrainerProgram& p) {
   return fmt::format(
       R"(usage: {0} [--config FILE] [--set section.key=value]... [--backend actors|serial]
+          [--rank R --world W] [--coordinator HOST:PORT]
        {0} --print-config [--config FILE] [--set ...]
 
 Trains a {1} model with pipeline parallelism. Without --config, an embedded default config is
@@ -116,6 +135,9 @@ Keys (docs/config.md): model.*, data.*, pipeline.*, optimizer.*, train.*, checkp
   checkpoint.dir = DIR     checkpoints DIR/step-<N> every checkpoint.every steps and DIR/final
   checkpoint.resume = P    continue from a checkpoint, DIR/final, or DIR (its latest)
 --backend serial runs the serial reference executor (same results, one thread, no trace).
+Several processes: start them with actorpipe-launch -n N -- {0} ..., mpirun, srun or torchrun,
+or give --rank, --world and --coordinator (the job secret comes from ACTORPIPE_JOB_SECRET or
+ACTORPIPE_JOB_SECRET_FILE, never the command line); docs/cluster.md.
 Exit codes: 0 done, 1 config, data, checkpoint or training error, 2 bad argument.
 )",
       p.name, p.arch == Arch::gpt ? "GPT" : "BERT");
@@ -151,6 +173,39 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
 
   TrainerOptions options;
   options.backend = *parse_backend(args->backend);
+  // several processes: join the job before anything else (rank 0 publishes the coordinator)
+  auto cluster = resolve_cluster_env(args->cluster, process_environment());
+  if (!cluster) {
+    print_error(program.name, cluster.error().message);
+    return kExitUsage;
+  }
+  std::unique_ptr<ProcessGroup> group;
+  if (cluster->multi_process()) {
+    auto secret = load_job_secret(*cluster, process_environment());
+    if (!secret) {
+      print_error(program.name, secret.error().message);
+      return kExitError;
+    }
+    ProcessGroupOptions po;
+    po.rank = cluster->rank;
+    po.world = cluster->world;
+    po.coordinator_host = cluster->coordinator_host;
+    po.coordinator_port = cluster->coordinator_port;
+    po.secret = *secret;
+    po.bind = config->cluster.bind;
+    po.connect_timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(config->cluster.connect_timeout * 1000.0));
+    po.peer_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(config->cluster.peer_timeout * 1000.0));
+    auto g = ProcessGroup::create(po);
+    if (!g) {
+      print_error(program.name, g.error().message);
+      return kExitError;
+    }
+    group = std::move(*g);
+    options.group = group.get();
+  }
+  const bool reports = !group || group->rank() == 0;
   std::unique_ptr<Trainer> trainer;
   try {
     auto created = Trainer::create(*config, options);
@@ -166,6 +221,20 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
 
   const Config& c = trainer->config();
   const int T = c.pipeline.seq_len > 0 ? c.pipeline.seq_len : c.model.context;
+  if (!reports) {
+    // rank > 0: its stages compute; rank 0 prints progress and the summary
+    Status done;
+    try {
+      done = trainer->train();
+    } catch (const std::exception& e) {
+      done = Error{e.what()};
+    }
+    if (!done) {
+      print_error(program.name, done.error().message);
+      return kExitError;
+    }
+    return 0;
+  }
   fmt::print("{}: {} with {} blocks, width {}, {} heads, {} parameters\n", program.name,
              arch_name(c.model.arch), c.model.depth, c.model.width, c.model.heads,
              trainer->parameter_count());
@@ -174,6 +243,12 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
       "backend\n",
       c.pipeline.mode, trainer->stages(), partition_text(trainer->partition()),
       c.pipeline.microbatches, c.pipeline.microbatch_size, T, to_string(options.backend));
+  if (group) {
+    fmt::print("cluster: {}, stages on ranks {}\n", cluster->describe(),
+               partition_text(Placement::make(c.cluster.placement, c.pipeline.stages,
+                                              group->world())
+                                  ->ranks()));
+  }
   fmt::print("data: {}\n", trainer->data_description());
   fmt::print("devices: CPU, {} thread(s) per stage; {}\n", c.pipeline.threads_per_stage,
              probe_devices().status);

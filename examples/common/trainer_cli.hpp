@@ -1,5 +1,6 @@
 // Trainer command line shared by actorpipe-gpt and actorpipe-bert: --config FILE, repeated
-// --set section.key=value, --backend; progress line, summary, exit codes 0 / 1 / 2.
+// --set section.key=value, --backend, --rank/--world/--coordinator; progress line, summary, exit
+// codes 0 / 1 / 2.
 #pragma once
 
 #include <string>
@@ -8,6 +9,7 @@
 
 #include "engine/expected.hpp"
 #include "engine/options.hpp"
+#include "transport/cluster_env.hpp"
 
 namespace actorpipe {
 
@@ -23,6 +25,7 @@ struct CliArgs {
   std::string config_path;        ///< --config; empty = the embedded default
   std::vector<std::string> sets;  ///< every --set, in order
   std::string backend = "actors";
+  ClusterFlags cluster;  ///< --rank, --world, --coordinator (override the launcher's variables)
   bool print_config = false;
   bool help = false;
 };

@@ -20,6 +20,8 @@
 
 namespace actorpipe {
 
+class ProcessGroup;
+
 /// Which executor runs the pipeline. Both compute the same bits.
 enum class Backend : uint8_t {
   actors,  ///< one actor per stage and per optimizer shard plus a driver; stages run concurrently
@@ -39,6 +41,13 @@ struct TrainerOptions {
   int scheduler_threads = 1;
   /// Collect trace spans (trace()) even when train.trace is empty. actors backend only.
   bool record_trace = false;
+  /// A multi-process job (actors backend): every process of the job creates its Trainer from
+  /// the same config with its ProcessGroup (which must outlive the Trainer) and calls the same
+  /// methods in the same order. Each runs only its rank's stages (cluster.placement); rank 0
+  /// reports steps (on_step, train.metrics, train.trace: its stages' spans); every rank gets
+  /// the same losses; checkpoints are written together, each process writing its own layers.
+  /// params() and weights() cover the local stages' layers only. Null: one process.
+  ProcessGroup* group = nullptr;
 };
 
 /// Trains one model as configured. Not thread-safe: one thread calls a Trainer at a time (the
@@ -94,10 +103,13 @@ class Trainer {
   /// Trainable parameters (a tied parameter counted once).
   int64_t parameter_count() const;
   /// Current parameters of global layer `layer`: one contiguous buffer, laid out by the layer's
-  /// parameter slots (see weights() for names and shapes).
+  /// parameter slots (see weights() for names and shapes). In a multi-process job only for the
+  /// layers of this process's stages (holds_layer()).
   std::span<const float> params(int layer) const;
+  /// Whether this process holds global layer `layer` (always, in a single process).
+  bool holds_layer(int layer) const;
   /// Every parameter tensor under its checkpoint name ("layers.3.attn.qkv.weight"), with its
-  /// shape and a copy of its current values, in layer and slot order.
+  /// shape and a copy of its current values, in layer and slot order (this process's layers).
   std::vector<NamedTensor> weights() const;
   /// One line describing the data source (kind, file or chain, sizes).
   std::string data_description() const;
