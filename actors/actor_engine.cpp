@@ -250,10 +250,18 @@ Expected<RunOutcome> run_ranks(ProcessGroup& group, const std::shared_ptr<RunSta
   }
   if (rank == 0) local.push_back(spawn_driver(sys, st));
 
-  // a lost rank stops this rank's actors (rank 0's driver also sees it and fails the run)
-  group.on_lost([local](int, const std::string&) {
-    for (const caf::actor& a : local) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-  });
+  // a lost rank: rank 0's driver fails the run, asking every stage where it stands; elsewhere
+  // this rank's actors stop (the driver may be gone with rank 0)
+  if (rank == 0) {
+    const caf::actor driver = local.back();
+    group.on_lost([driver](int lost, const std::string& reason) {
+      caf::anon_send(driver, internal::lost_atom::value, static_cast<int32_t>(lost), reason);
+    });
+  } else {
+    group.on_lost([local](int, const std::string&) {
+      for (const caf::actor& a : local) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    });
+  }
   auto stop_local = [&] {
     for (const caf::actor& a : local) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   };
@@ -295,16 +303,32 @@ Expected<RunOutcome> run_ranks(ProcessGroup& group, const std::shared_ptr<RunSta
   if (auto l = group.lost()) return fail(make_error("rank {}: {}", rank, *l));
 
   RankPart result;
+  RunOutcome outcome;
   if (rank == 0) {
-    RunOutcome o = drive(sys, *st);
-    result.text = encode(sys, std::move(o));
+    outcome = drive(sys, *st);
+    result.text = encode(sys, outcome);
   }
   await_local();
   group.on_lost({});
   st->directory = Directory{};
   auto all = group.all_gather(std::move(result));
-  if (!all) return all.error();
-  return decode(sys, (*all)[0].text);
+  if (all) return decode(sys, (*all)[0].text);
+  // a rank is gone: rank 0 knows why the run failed; the others say where their stages stood
+  if (rank == 0 && !outcome.ok) return outcome;
+  std::string where;
+  for (int r : mine) {
+    const size_t pc = static_cast<size_t>(
+        st->counters[static_cast<size_t>(r)].pc.load(std::memory_order_relaxed));
+    if (pc >= st->actions(r)) {
+      where += fmt::format("; stage {} had finished", r);
+    } else {
+      const internal::StageStep step = st->step(r, pc);
+      where += fmt::format("; stage {} was at {} (action {} of {}, microbatch {})", r,
+                           to_string(step.action), pc, st->actions(r), st->global_mb(step.mb));
+    }
+  }
+  const auto lost = group.lost();
+  return make_error("rank {}: {}{}", rank, lost ? *lost : all.error().message, where);
 }
 
 }  // namespace

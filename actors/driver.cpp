@@ -58,8 +58,13 @@ class DriverActor : public caf::event_based_actor {
           who = fmt::format("the optimizer shard of stage {}", r);
         }
       }
-      fail_with_status(
-          Failure{stage, -1, "", fmt::format("{} stopped: {}", who, to_string(dm.reason))});
+      std::string cause = fmt::format("{} stopped: {}", who, to_string(dm.reason));
+      if (stage >= 0 && dm.reason == caf::make_error(caf::exit_reason::remote_link_unreachable)) {
+        cause = fmt::format("rank {} was lost: {}", st_->rank_of_stage[static_cast<size_t>(stage)],
+                            cause);
+        note_lost(cause);
+      }
+      fail_with_status(Failure{stage, -1, "", std::move(cause)});
     });
   }
 
@@ -124,7 +129,12 @@ class DriverActor : public caf::event_based_actor {
           report_steps();
           check_done();
         },
-        [this](fail_atom, const Failure& f) { fail(f); },
+        [this](fail_atom, const Failure& f) { fail_with_status(f); },
+        [this](lost_atom, int32_t rank, const std::string& reason) {
+          const std::string cause = fmt::format("rank {} was lost ({})", rank, reason);
+          note_lost(cause);
+          fail_with_status(Failure{-1, -1, "", cause});
+        },
         [this](sumsq_atom, const SumSq& s) {
           ++messages_;
           auto& parts = sumsq_[s.ordinal];
@@ -266,10 +276,18 @@ class DriverActor : public caf::event_based_actor {
     }
   }
 
+  // A lost rank is named in the run's error even when another failure (a channel's, say)
+  // reached the driver first.
+  void note_lost(const std::string& cause) {
+    if (lost_.empty()) lost_ = cause;
+  }
+
   void got_status(int r, std::string s) {
     statuses_[static_cast<size_t>(r)] = std::move(s);
     if (--awaiting_ > 0 || finished_) return;
     Failure f = pending_failure_;
+    if (!lost_.empty() && f.cause.find(lost_) == std::string::npos)
+      f.cause = lost_ + "; then " + f.cause;
     f.cause += "; stages at:";
     for (const std::string& line : statuses_) f.cause += " " + line + ";";
     f.cause.pop_back();
@@ -294,6 +312,7 @@ class DriverActor : public caf::event_based_actor {
   std::vector<StageTimes> times_;             // per stage: as of its last commit or its end
   int64_t messages_ = 0;                      // from the stages and shards, for the watchdog
   bool collecting_ = false;                   // fail_with_status: waiting for the stages
+  std::string lost_;                          // a lost rank, once known
   Failure pending_failure_;
   std::vector<std::string> statuses_;
   int awaiting_ = 0;

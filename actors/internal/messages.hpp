@@ -25,6 +25,8 @@ using flush_atom = caf::atom_constant<caf::atom("flush")>;    // (int stage, int
 using commit_atom = caf::atom_constant<caf::atom("commit")>;  // (Commit)
 using done_atom = caf::atom_constant<caf::atom("done")>;      // (int stage, StageTimes)
 using fail_atom = caf::atom_constant<caf::atom("fail")>;      // (Failure)
+// process group -> driver: a rank of the job was lost
+using lost_atom = caf::atom_constant<caf::atom("lostrank")>;  // (int32 rank, string reason)
 // stage <-> stage
 using ann_atom = caf::atom_constant<caf::atom("ann")>;  // (Announcement)
 // stage <-> its optimizer shard
