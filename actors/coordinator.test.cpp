@@ -35,9 +35,11 @@
 #include <vector>
 
 #include "actors/internal/cluster_messages.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using namespace actorpipe;
 using namespace actorpipe::internal;
+using actorpipe::testing::TempDir;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
@@ -423,22 +425,6 @@ class StderrCapture {
 bool contains(const std::string& hay, const std::string& needle) {
   return hay.find(needle) != std::string::npos;
 }
-
-// A temporary directory, removed with everything in it.
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    char t[] = "/tmp/actorpipe-coordinator-XXXXXX";
-    REQUIRE(::mkdtemp(t) != nullptr);
-    path = t;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-};
 
 // A fresh P-256 key and a self-signed certificate for CN=`stem`, valid for an hour, that is its
 // own CA: dir/<stem>.key, dir/<stem>.crt (cert, key, CA = the cert).
