@@ -89,10 +89,11 @@ caf::actor local_coordinator(const caf::actor_system& sys, const std::string& ho
 struct CoordinatorState {
   CoordinatorOptions options;
   Clock::time_point published;
-  std::map<int, RankInfo> joined;                // by rank
-  std::map<caf::node_id, int> rank_of_node;      // admitted nodes
-  std::map<caf::actor_addr, int> rank_of_actor;  // the watched actors[0]
-  std::vector<caf::typed_response_promise<JobTable>> waiting;
+  std::map<int, RankInfo> joined;            // by rank
+  std::map<caf::node_id, int> rank_of_node;  // admitted nodes
+  std::map<int, caf::node_id> node_of_rank;
+  std::map<caf::actor_addr, int> rank_of_actor;                  // the watched actors[0]
+  std::map<int, caf::typed_response_promise<JobTable>> waiting;  // by rank
   std::optional<JobTable> table;
   std::string closed;  // why joins are no longer taken (the timeout), empty while open
   std::vector<caf::actor> watchers;
@@ -139,7 +140,7 @@ void notify_loss(CoordinatorActor* self, const caf::actor& watcher, int rank,
   self->send(watcher, rank_lost_atom::value, rank, reason);
 }
 
-// Every rank is in: build the table, answer every pending join, watch every rank.
+// Every rank is in: build the table, answer every pending join.
 void complete(CoordinatorActor* self) {
   auto& st = self->state;
   JobTable t;
@@ -147,12 +148,8 @@ void complete(CoordinatorActor* self) {
   for (auto& [r, info] : st.joined) t.ranks.push_back(info);
   t.coordinator = caf::actor_cast<caf::actor>(self);
   st.table = t;
-  for (auto& rp : st.waiting) rp.deliver(t);
+  for (auto& [r, rp] : st.waiting) rp.deliver(t);
   st.waiting.clear();
-  for (const auto& info : t.ranks) {
-    self->monitor(info.actors[0]);
-    st.rank_of_actor[info.actors[0].address()] = info.rank;
-  }
   fmt::print(stderr, "actorpipe coordinator: all {} ranks joined after {:.2f} s\n", t.world,
              seconds(Clock::now() - st.published));
   std::fflush(stderr);
@@ -200,12 +197,40 @@ caf::result<JobTable> on_join(CoordinatorActor* self, const std::string& secret,
                               info.rank));
   }
   const int rank = info.rank;
-  st.rank_of_node.emplace(sender->node(), rank);
+  const caf::node_id node = sender->node();  // make_response_promise() takes the sender
+  st.rank_of_node.emplace(node, rank);
+  st.node_of_rank.emplace(rank, node);
+  // Watched from now on: a rank that goes down before the job is complete leaves its place open.
+  self->monitor(info.actors[0]);
+  st.rank_of_actor[info.actors[0].address()] = rank;
   st.joined.emplace(rank, std::move(info));
   auto rp = self->make_response_promise<JobTable>();
-  st.waiting.push_back(rp);
+  st.waiting.emplace(rank, rp);
+  fmt::print(stderr, "actorpipe coordinator: rank {} joined from node {} ({} of {})\n", rank,
+             caf::to_string(node), st.joined.size(), st.options.world);
+  std::fflush(stderr);
   if (static_cast<int>(st.joined.size()) == st.options.world) complete(self);
   return rp;
+}
+
+// Rank `rank` went down before every rank was in: its place (and its node's) is open again.
+void forget(CoordinatorActor* self, int rank, const std::string& reason) {
+  auto& st = self->state;
+  const caf::node_id node = st.node_of_rank[rank];
+  if (auto w = st.waiting.find(rank); w != st.waiting.end()) {
+    w->second.deliver(coordinator_error(
+        CoordinatorErrc::bad_rank,
+        fmt::format("rank {} went down before the job was complete: {}", rank, reason)));
+    st.waiting.erase(w);
+  }
+  st.rank_of_node.erase(node);
+  st.node_of_rank.erase(rank);
+  st.joined.erase(rank);
+  fmt::print(stderr,
+             "actorpipe coordinator: rank {} (node {}) went down before all ranks joined ({}); "
+             "its place is open again\n",
+             rank, caf::to_string(node), reason);
+  std::fflush(stderr);
 }
 
 void on_deadline(CoordinatorActor* self) {
@@ -218,7 +243,7 @@ void on_deadline(CoordinatorActor* self) {
                   rank_list(joined_ranks(st)));
   fmt::print(stderr, "actorpipe coordinator: {}\n", st.closed);
   std::fflush(stderr);
-  for (auto& rp : st.waiting) {
+  for (auto& [r, rp] : st.waiting) {
     rp.deliver(coordinator_error(CoordinatorErrc::join_timeout, st.closed));
   }
   st.waiting.clear();
@@ -234,6 +259,11 @@ caf::behavior coordinator(CoordinatorActor* self, CoordinatorOptions options) {
     if (i == st.rank_of_actor.end()) return;
     const int rank = i->second;
     const std::string reason = self->system().render(dm.reason);
+    st.rank_of_actor.erase(i);
+    if (!st.table && st.closed.empty()) {
+      forget(self, rank, reason);
+      return;
+    }
     st.lost.emplace(rank, reason);
     fmt::print(stderr, "actorpipe coordinator: lost rank {} (node {}): {}\n", rank,
                caf::to_string(dm.source.node()), reason);

@@ -102,8 +102,10 @@ class Coordinator {
 /// (error reply, one line on stderr naming the peer's node id), while the job goes on: a wrong or
 /// missing secret, a rank outside [0, world), a rank or a node that already joined, a rank that
 /// announces no actor, and any other message from a node that has not joined with the secret.
-/// If not all ranks are in within join_timeout, the pending joins get an error naming the missing
-/// ranks, and so does every later join.
+/// A rank whose actors[0] goes down before every rank is in leaves its place (and its node's) open
+/// for a new process. If not all ranks are in within join_timeout, the pending joins get an error
+/// naming the missing ranks, and so does every later join. Once complete, it watches every rank
+/// and relays each loss to the watchers of watch_ranks.
 Expected<Coordinator> publish_coordinator(caf::actor_system& sys, CoordinatorOptions options);
 
 /// How a rank reaches the coordinator.

@@ -35,9 +35,11 @@
 #include <vector>
 
 #include "actors/internal/cluster_messages.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using namespace actorpipe;
 using namespace actorpipe::internal;
+using actorpipe::testing::TempDir;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
@@ -423,22 +425,6 @@ class StderrCapture {
 bool contains(const std::string& hay, const std::string& needle) {
   return hay.find(needle) != std::string::npos;
 }
-
-// A temporary directory, removed with everything in it.
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    char t[] = "/tmp/actorpipe-coordinator-XXXXXX";
-    REQUIRE(::mkdtemp(t) != nullptr);
-    path = t;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-};
 
 // A fresh P-256 key and a self-signed certificate for CN=`stem`, valid for an hour, that is its
 // own CA: dir/<stem>.key, dir/<stem>.crt (cert, key, CA = the cert).
@@ -1004,6 +990,45 @@ TEST_CASE("a rank killed with SIGKILL is reported by the watchers of rank 0 and 
   }
   log.restore();
   CHECK(contains(log.text(), "actorpipe coordinator: lost rank 2"));
+}
+
+TEST_CASE("a rank that dies before the job is complete leaves its place to a new process") {
+  RankChild first, second;
+  first.start({1, false, 0});
+  second.start({1, false, 0});
+  TestConfig cfg;
+  caf::actor_system sys{cfg};
+  StderrCapture log;
+  auto coord = publish_coordinator(sys, coordinator_options(2));
+  REQUIRE_MESSAGE(coord, coord.error().message);
+  auto log_has = [&](const std::string& what) {
+    for (int i = 0; i < 1000; ++i) {
+      if (contains(log.text(), what)) return true;
+      std::this_thread::sleep_for(10ms);
+    }
+    return false;
+  };
+  first.to.write_line(std::to_string(coord->port()));
+  REQUIRE(log_has("rank 1 joined from node"));
+  first.proc->kill9();
+  CHECK(first.proc->wait(kLong) == std::optional<int>{128 + SIGKILL});
+  REQUIRE(log_has("its place is open again"));
+  second.to.write_line(std::to_string(coord->port()));
+  Ended me{sys.spawn(rank_actor, 0)};
+  auto table = join_coordinator(sys, join_options(coord->port()), rank_info(0, me));
+  REQUIRE_MESSAGE(table, table.error().message);
+  auto line = second.from.read_line(kLong);
+  REQUIRE(line);
+  CHECK(*line == "table " + fingerprint(*table));
+  auto answer = ping(sys, table->ranks[1].actors[0], 2);
+  REQUIRE_MESSAGE(answer, answer.error().message);
+  CHECK(*answer == 21);
+  second.to.write_line("quit");
+  CHECK(second.proc->wait(kLong) == std::optional<int>{0});
+  log.restore();
+  const std::string text = log.text();
+  CHECK(contains(text, "rank 1 (node "));
+  CHECK(contains(text, "went down before all ranks joined (exit_reason(remote_link_unreachable))"));
 }
 
 TEST_CASE("rank 0 killed with SIGKILL is reported by another rank's watcher") {
