@@ -256,6 +256,16 @@ Expected<std::vector<RankPart>> ProcessGroup::all_gather(RankPart mine) {
   return out;
 }
 
+Status ProcessGroup::leave() {
+  if (auto first = all_gather({}); !first) return first.error();
+  if (impl_->watch) impl_->watch->stop();
+  impl_->watch.reset();
+  if (impl_->coordinator) impl_->coordinator->stop();
+  impl_->coordinator.reset();
+  if (auto second = all_gather({}); !second) return second.error();
+  return {};
+}
+
 std::optional<std::string> ProcessGroup::lost() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->lost;

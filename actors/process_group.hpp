@@ -74,6 +74,12 @@ class ProcessGroup {
   /// connect_timeout.
   Expected<std::vector<RankPart>> all_gather(RankPart mine);
 
+  /// Leaves the job together with the others after a successful end: waits until every rank
+  /// has called it, stops watching for lost ranks (rank 0 also stops the coordinator), waits
+  /// again, so no rank's end is taken for a loss. Without it (an error path) the other ranks
+  /// see this process as lost when it exits. Errors: a rank lost meanwhile, or a timeout.
+  Status leave();
+
   /// The first rank lost ("rank 2: remote_link_unreachable"), if any.
   std::optional<std::string> lost() const;
   /// Called once, on a CAF thread, when a rank is lost (the engine stops its local actors).

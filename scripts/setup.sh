@@ -6,7 +6,7 @@ set -euo pipefail
 
 pkgs=(cmake g++ ninja-build pkg-config clang-format
       libcaf-dev libucx-dev ucx-utils libfmt-dev doctest-dev libopenblas-dev
-      libtoml11-dev nlohmann-json3-dev libgloo-dev)
+      libtoml11-dev nlohmann-json3-dev libgloo-dev libssl-dev openssl openmpi-bin iproute2)
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(python3 python3-torch python3-numpy)
 fi

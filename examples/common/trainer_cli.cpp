@@ -233,6 +233,10 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
       print_error(program.name, done.error().message);
       return kExitError;
     }
+    if (Status left = group->leave(); !left) {
+      print_error(program.name, left.error().message);
+      return kExitError;
+    }
     return 0;
   }
   fmt::print("{}: {} with {} blocks, width {}, {} heads, {} parameters\n", program.name,
@@ -284,6 +288,12 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
   if (!c.train.metrics.empty()) summary += fmt::format("; metrics {}", c.train.metrics);
   if (!c.train.trace.empty()) summary += fmt::format("; trace {}", c.train.trace);
   fmt::print("{}\n", summary);
+  if (group) {
+    if (Status left = group->leave(); !left) {
+      print_error(program.name, left.error().message);
+      return kExitError;
+    }
+  }
   return 0;
 }
 

@@ -1,5 +1,6 @@
 # The multi-process oracle: runs PROGRAM (actorpipe-gpt or actorpipe-bert) once in one process and
-# once as WORLD processes under LAUNCH (actorpipe-launch) with the same ARGS ("|"-separated), then
+# once as WORLD processes under LAUNCH (actorpipe-launch, or Open MPI's mpirun when MPIRUN is set)
+# with the same ARGS ("|"-separated), then
 # requires every checkpoint file (every step and final: model, optimizer, versions, manifest)
 # and every step's loss in the metrics file to be the same bits. WORKDIR is made fresh.
 file(REMOVE_RECURSE "${WORKDIR}")
@@ -13,7 +14,20 @@ execute_process(COMMAND "${PROGRAM}" ${common} WORKING_DIRECTORY "${WORKDIR}/one
 if(NOT code EQUAL 0)
   message(FATAL_ERROR "one process: exit ${code}\n${out}${err}")
 endif()
-execute_process(COMMAND "${LAUNCH}" -n ${WORLD} --grace 5 -- "${PROGRAM}" ${common}
+if(MPIRUN)
+  # mpirun gives ranks (OMPI_COMM_WORLD_*); the coordinator and the secret come from the
+  # environment it passes on
+  string(RANDOM LENGTH 4 ALPHABET 0123456789 r)
+  math(EXPR port "20000 + ${r} % 10000")
+  set(ENV{ACTORPIPE_COORDINATOR} "127.0.0.1:${port}")
+  string(RANDOM LENGTH 40 secret)
+  set(ENV{ACTORPIPE_JOB_SECRET} "${secret}")
+  set(launch "${MPIRUN}" --allow-run-as-root --oversubscribe -np ${WORLD}
+    -x ACTORPIPE_COORDINATOR -x ACTORPIPE_JOB_SECRET -x OPENBLAS_NUM_THREADS)
+else()
+  set(launch "${LAUNCH}" -n ${WORLD} --grace 5 --)
+endif()
+execute_process(COMMAND ${launch} "${PROGRAM}" ${common}
   WORKING_DIRECTORY "${WORKDIR}/multi"
   RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 300)
 message("${out}${err}")
