@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Two hosts on one machine: network namespaces "A" and "B" joined by a veth pair, rank 0 of a
+# two-process actorpipe-gpt job in A (its coordinator bound to A's address), rank 1 in B, the
+# tensors over UCX TCP across the veth link. The checkpoint files and losses must be the bits of
+# the same pipeline in one process. Without CAP_NET_ADMIN it reports a skip (exit 77), never a
+# pass. Usage: two_hosts.sh PROGRAM WORKDIR [--set k=v ...]
+set -euo pipefail
+program=$1
+work=$2
+shift 2
+args=("$@" --set checkpoint.dir=ckpt --set train.metrics=metrics.jsonl --set train.log_every=0)
+
+id=$$
+nsA=ap-a-$id
+nsB=ap-b-$id
+net=10.$((200 + id % 50)).$((id / 50 % 250)).
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  ip netns del "$nsA" 2>/dev/null || true
+  ip netns del "$nsB" 2>/dev/null || true
+}
+trap cleanup EXIT
+
+if ! ip netns add "$nsA" 2>/dev/null; then
+  echo "skipped: needs CAP_NET_ADMIN (ip netns add failed)"
+  exit 77
+fi
+ip netns add "$nsB"
+ip link add "va$id" type veth peer name "vb$id"
+ip link set "va$id" netns "$nsA"
+ip link set "vb$id" netns "$nsB"
+ip -n "$nsA" addr add "${net}1/24" dev "va$id"
+ip -n "$nsB" addr add "${net}2/24" dev "vb$id"
+for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
+ip -n "$nsA" link set "va$id" up
+ip -n "$nsB" link set "vb$id" up
+
+rm -rf "$work"
+mkdir -p "$work/one" "$work/multi"
+(cd "$work/one" && "$program" "${args[@]}" > out.log 2>&1) || {
+  cat "$work/one/out.log"
+  echo "the one-process run failed"
+  exit 1
+}
+
+port=$((20000 + RANDOM % 10000))
+export ACTORPIPE_JOB_SECRET=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+# UCX over TCP only, on the veth link (one namespace per "host": no shared memory between them)
+export UCX_TLS=tcp
+run_rank() {  # rank namespace device
+  (cd "$work/multi" && exec ip netns exec "$2" env UCX_NET_DEVICES="$3" "$program" \
+    --rank "$1" --world 2 --coordinator "${net}1:$port" --set cluster.bind="${net}1" \
+    --set cluster.connect_timeout=30 "${args[@]}" > "rank$1.log" 2>&1) &
+  pids+=($!)
+}
+run_rank 0 "$nsA" "va$id"
+run_rank 1 "$nsB" "vb$id"
+status=0
+for p in "${pids[@]}"; do
+  if ! timeout 300 tail --pid="$p" -f /dev/null; then status=1; fi
+  wait "$p" || status=1
+done
+pids=()
+cat "$work/multi/rank0.log" "$work/multi/rank1.log"
+if [[ $status != 0 ]]; then
+  echo "the two-host run failed"
+  exit 1
+fi
+grep -q "cluster: rank 0 of 2" "$work/multi/rank0.log"
+
+cd "$work"
+one=$(cd one/ckpt && find . -type f | sort)
+multi=$(cd multi/ckpt && find . -type f | sort)
+[[ -n $one && "$one" == "$multi" ]] || { echo "checkpoint files differ: $one / $multi"; exit 1; }
+for f in $one; do
+  cmp -s "one/ckpt/$f" "multi/ckpt/$f" || { echo "$f differs"; exit 1; }
+done
+losses() { sed -n 's/.*"loss":\([^,]*\),.*/\1/p' "$1"; }
+[[ "$(losses one/metrics.jsonl)" == "$(losses multi/metrics.jsonl)" ]] || {
+  echo "losses differ"
+  exit 1
+}
+echo "same bits across two network namespaces over UCX TCP: $(echo "$one" | wc -l) files"
