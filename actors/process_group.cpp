@@ -134,6 +134,11 @@ Expected<std::unique_ptr<ProcessGroup>> ProcessGroup::create(const ProcessGroupO
   cfg.set("middleman.heartbeat-interval", caf::timespan{o.peer_timeout / 4});
   cfg.set("middleman.connection-timeout", caf::timespan{o.peer_timeout});
   cfg.load<caf::io::middleman>();
+  const bool tls = !o.tls_certificate.empty();
+  if (tls) {
+    if (Status ok = enable_tls(cfg, TlsFiles{o.tls_certificate, o.tls_key, o.tls_ca}); !ok)
+      return make_error("rank {}: {}", o.rank, ok.error().message);
+  }
   impl->sys = std::make_unique<caf::actor_system>(cfg);
   caf::actor_system& sys = *impl->sys;
 
@@ -152,6 +157,7 @@ Expected<std::unique_ptr<ProcessGroup>> ProcessGroup::create(const ProcessGroupO
     co.bind_address = o.bind;
     co.port = port;
     co.join_timeout = o.connect_timeout;
+    co.tls = tls;
     auto c = publish_coordinator(sys, co);
     if (!c) return make_error("rank 0: {}", c.error().message);
     port = c->port();
@@ -170,6 +176,7 @@ Expected<std::unique_ptr<ProcessGroup>> ProcessGroup::create(const ProcessGroupO
   jo.port = port;
   jo.secret = o.secret;
   jo.timeout = o.connect_timeout;
+  jo.tls = tls;
   auto table = join_coordinator(sys, jo, me);
   if (!table) return make_error("rank {}: {}", o.rank, table.error().message);
   impl->table = std::move(*table);

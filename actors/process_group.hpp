@@ -34,6 +34,8 @@ struct ProcessGroupOptions {
   std::chrono::milliseconds connect_timeout{60000};
   /// A lost peer stops this process's part of a run within this bound.
   std::chrono::milliseconds peer_timeout{10000};
+  /// TLS for every control connection (all three PEM files, or none: plain TCP).
+  std::string tls_certificate, tls_key, tls_ca;
   int scheduler_threads = 1;  ///< threads of the CAF scheduler (the driver, the agent)
   UcxWorkerOptions ucx;
 };

@@ -84,6 +84,9 @@ struct ClusterOptions {
   std::string bind = "127.0.0.1";  // address rank 0's coordinator listens on
   double connect_timeout = 60.0;   // seconds a rank tries to reach the coordinator and its peers
   double peer_timeout = 10.0;      // seconds until a lost peer stops every other process
+  std::string tls_certificate;     // PEM certificate of this process; empty = no TLS
+  std::string tls_key;             // PEM private key of that certificate
+  std::string tls_ca;              // PEM CA certificates a peer's certificate must chain to
 };
 
 struct Config {

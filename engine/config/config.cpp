@@ -488,6 +488,14 @@ Status validate(const Config& c) {
   if (!(cl.peer_timeout > 0)) {
     bad(fmt::format("cluster.peer_timeout = {}: must be > 0", cl.peer_timeout));
   }
+  const int tls_set = static_cast<int>(!cl.tls_certificate.empty()) +
+                      static_cast<int>(!cl.tls_key.empty()) + static_cast<int>(!cl.tls_ca.empty());
+  if (tls_set != 0 && tls_set != 3) {
+    bad(
+        fmt::format("cluster.tls_certificate = \"{}\", cluster.tls_key = \"{}\", cluster.tls_ca = "
+                    "\"{}\": TLS needs all three files (or none for plain TCP)",
+                    cl.tls_certificate, cl.tls_key, cl.tls_ca));
+  }
 
   const OptimizerOptions& o = c.optimizer;
   if (o.kind != "adamw" && o.kind != "sgd") {

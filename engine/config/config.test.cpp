@@ -112,6 +112,9 @@ Config everything_changed() {
   c.cluster.bind = "0.0.0.0";
   c.cluster.connect_timeout = 12.5;
   c.cluster.peer_timeout = 3.0;
+  c.cluster.tls_certificate = "node.pem";
+  c.cluster.tls_key = "node.key";
+  c.cluster.tls_ca = "ca.pem";
   return c;
 }
 
@@ -478,6 +481,8 @@ TEST_CASE("cluster keys: placement per stage, addresses and timeouts are checked
   CHECK(contains(error_of("[cluster]\npeer_timeout = -1.5\n"),
                  "cluster.peer_timeout = -1.5: must be > 0"));
   CHECK(contains(error_of("[cluster]\nbind = \"\"\n"), "cluster.bind = \"\""));
+  CHECK(contains(error_of("[cluster]\ntls_key = \"k.pem\"\n"),
+                 "TLS needs all three files (or none for plain TCP)"));
   auto ok = config_from_string("[pipeline]\nstages = 3\n[cluster]\nplacement = [0, 0, 1]\n");
   REQUIRE(ok.ok());
   CHECK(ok->cluster.placement == std::vector<int>{0, 0, 1});

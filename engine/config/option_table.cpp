@@ -221,6 +221,15 @@ std::vector<OptionSpec> build_table() {
   t.push_back(row("cluster", "peer_timeout", &C::cluster, &ClusterOptions::peer_timeout, "> 0",
                   "Seconds within which every process stops after a peer process is lost "
                   "(killed, crashed, unreachable)."));
+  t.push_back(row("cluster", "tls_certificate", &C::cluster, &ClusterOptions::tls_certificate,
+                  "a PEM file, or empty; set together with tls_key and tls_ca",
+                  "TLS for the control connections between processes (CAF's OpenSSL module): "
+                  "this process's certificate. Every process must present a certificate the CA "
+                  "in tls_ca signed; empty = plain TCP (one host or a trusted network)."));
+  t.push_back(row("cluster", "tls_key", &C::cluster, &ClusterOptions::tls_key,
+                  "a PEM file, or empty", "The private key of tls_certificate (unencrypted)."));
+  t.push_back(row("cluster", "tls_ca", &C::cluster, &ClusterOptions::tls_ca, "a PEM file, or empty",
+                  "The CA certificate(s) peers' certificates must chain to."));
   return t;
 }
 

@@ -7,8 +7,8 @@
 
 #include <chrono>
 #include <cstdio>
-#include <memory>
 #include <exception>
+#include <memory>
 
 #include "actors/api/actorpipe/progress.hpp"
 #include "actors/api/actorpipe/trainer.hpp"
@@ -193,8 +193,11 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
     po.coordinator_port = cluster->coordinator_port;
     po.secret = *secret;
     po.bind = config->cluster.bind;
-    po.connect_timeout = std::chrono::milliseconds(
-        static_cast<int64_t>(config->cluster.connect_timeout * 1000.0));
+    po.tls_certificate = config->cluster.tls_certificate;
+    po.tls_key = config->cluster.tls_key;
+    po.tls_ca = config->cluster.tls_ca;
+    po.connect_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(config->cluster.connect_timeout * 1000.0));
     po.peer_timeout =
         std::chrono::milliseconds(static_cast<int64_t>(config->cluster.peer_timeout * 1000.0));
     auto g = ProcessGroup::create(po);
@@ -248,10 +251,10 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
       c.pipeline.mode, trainer->stages(), partition_text(trainer->partition()),
       c.pipeline.microbatches, c.pipeline.microbatch_size, T, to_string(options.backend));
   if (group) {
-    fmt::print("cluster: {}, stages on ranks {}\n", cluster->describe(),
-               partition_text(Placement::make(c.cluster.placement, c.pipeline.stages,
-                                              group->world())
-                                  ->ranks()));
+    fmt::print(
+        "cluster: {}, stages on ranks {}\n", cluster->describe(),
+        partition_text(
+            Placement::make(c.cluster.placement, c.pipeline.stages, group->world())->ranks()));
   }
   fmt::print("data: {}\n", trainer->data_description());
   fmt::print("devices: CPU, {} thread(s) per stage; {}\n", c.pipeline.threads_per_stage,

@@ -3,7 +3,8 @@
 # two-process actorpipe-gpt job in A (its coordinator bound to A's address), rank 1 in B, the
 # tensors over UCX TCP across the veth link. The checkpoint files and losses must be the bits of
 # the same pipeline in one process. Without CAP_NET_ADMIN it reports a skip (exit 77), never a
-# pass. Usage: two_hosts.sh PROGRAM WORKDIR [--set k=v ...]
+# pass. With TLS=1 the control connections use TLS with a CA and a certificate made here for the
+# job (openssl). Usage: [TLS=1] two_hosts.sh PROGRAM WORKDIR [--set k=v ...]
 set -euo pipefail
 program=$1
 work=$2
@@ -45,6 +46,21 @@ mkdir -p "$work/one" "$work/multi"
   exit 1
 }
 
+tls=()
+if [[ "${TLS:-0}" == 1 ]]; then
+  # a CA and one certificate it signed, for both ranks (openssl, package openssl)
+  d="$work/tls"
+  mkdir -p "$d"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$d/ca.key" \
+    -out "$d/ca.pem" -days 1 -subj /CN=actorpipe-test-ca 2>/dev/null
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$d/node.key" \
+    -out "$d/node.csr" -subj /CN=actorpipe-node 2>/dev/null
+  openssl x509 -req -in "$d/node.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
+    -out "$d/node.pem" -days 1 2>/dev/null
+  chmod 600 "$d/node.key" "$d/ca.key"
+  tls=(--set cluster.tls_certificate="$d/node.pem" --set cluster.tls_key="$d/node.key"
+       --set cluster.tls_ca="$d/ca.pem")
+fi
 port=$((20000 + RANDOM % 10000))
 export ACTORPIPE_JOB_SECRET=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 # UCX over TCP only, on the veth link (one namespace per "host": no shared memory between them)
@@ -52,7 +68,7 @@ export UCX_TLS=tcp
 run_rank() {  # rank namespace device
   (cd "$work/multi" && exec ip netns exec "$2" env UCX_NET_DEVICES="$3" "$program" \
     --rank "$1" --world 2 --coordinator "${net}1:$port" --set cluster.bind="${net}1" \
-    --set cluster.connect_timeout=30 "${args[@]}" > "rank$1.log" 2>&1) &
+    --set cluster.connect_timeout=30 "${tls[@]}" "${args[@]}" > "rank$1.log" 2>&1) &
   pids+=($!)
 }
 run_rank 0 "$nsA" "va$id"
@@ -82,4 +98,4 @@ losses() { sed -n 's/.*"loss":\([^,]*\),.*/\1/p' "$1"; }
   echo "losses differ"
   exit 1
 }
-echo "same bits across two network namespaces over UCX TCP: $(echo "$one" | wc -l) files"
+echo "same bits across two network namespaces over UCX TCP${tls:+ with TLS}: $(echo "$one" | wc -l) files"
