@@ -1,5 +1,5 @@
 // GEMM through single-threaded OpenBLAS sgemm calls, one per thread, each computing a
-// contiguous block of rows (or of columns when C is wide) of the output.
+// contiguous block of rows of the output.
 #include "kernels/gemm.hpp"
 
 #include <cblas.h>
@@ -12,8 +12,13 @@
 namespace actorpipe {
 
 namespace {
-// Chunk boundaries are multiples of this many rows/columns (whole micro-tiles).
-constexpr int kGemmAlign = 32;
+// Chunk boundaries are multiples of this many rows. OpenBLAS computes C in micro-tiles whose
+// height depends on the kernel it picked for the CPU at run time (24 rows on its Haswell and Zen
+// kernels, 16 on SkylakeX and Cooperlake); a row block that starts inside another tiling's
+// micro-tile rounds differently. 96 is a whole number of tiles on every one of them, so each row
+// gets the bits of the unsplit product. Column blocks never do on the Haswell kernels (tested:
+// kernels/gemm.test.cpp), so the output is split by rows only.
+constexpr int kGemmAlign = 96;
 // A GEMM is split only when every piece has at least this many multiply-adds. OpenBLAS
 // 0.3.21 sends products below 28·512² (direct sgemm) or 100³ (small-matrix kernels) to
 // kernels that round differently from its blocked path; keeping the whole product and
@@ -44,33 +49,18 @@ void gemm(Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, float a
           const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
   AP_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M={} N={} K={}", M, N, K);
   if (M == 0 || N == 0) return;
-  // Split the larger output dimension: the operand shared by all threads (B for a row
-  // split, A for a column split) is then the smaller one, and is packed once per thread.
-  const bool split_rows = M >= N;
-  const double piece =
-      static_cast<double>(smallest_chunk(split_rows ? M : N, kGemmAlign, ctx.threads())) *
-      (split_rows ? N : M) * K;
+  const double piece = static_cast<double>(smallest_chunk(M, kGemmAlign, ctx.threads())) * N * K;
   if (ctx.threads() == 1 || piece < kMinPieceMNK) {
     gemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-  if (split_rows) {
-    ctx.parallel_for_aligned(M, kGemmAlign, [&](int, int64_t b, int64_t e) {
-      if (b == e) return;
-      const int m0 = static_cast<int>(b);
-      const float* a0 = trans_a ? A + m0 : A + static_cast<int64_t>(m0) * lda;
-      gemm_serial(trans_a, trans_b, static_cast<int>(e - b), N, K, alpha, a0, lda, B, ldb, beta,
-                  C + static_cast<int64_t>(m0) * ldc, ldc);
-    });
-  } else {
-    ctx.parallel_for_aligned(N, kGemmAlign, [&](int, int64_t b, int64_t e) {
-      if (b == e) return;
-      const int n0 = static_cast<int>(b);
-      const float* b0 = trans_b ? B + static_cast<int64_t>(n0) * ldb : B + n0;
-      gemm_serial(trans_a, trans_b, M, static_cast<int>(e - b), K, alpha, A, lda, b0, ldb, beta,
-                  C + n0, ldc);
-    });
-  }
+  ctx.parallel_for_aligned(M, kGemmAlign, [&](int, int64_t b, int64_t e) {
+    if (b == e) return;
+    const int m0 = static_cast<int>(b);
+    const float* a0 = trans_a ? A + m0 : A + static_cast<int64_t>(m0) * lda;
+    gemm_serial(trans_a, trans_b, static_cast<int>(e - b), N, K, alpha, a0, lda, B, ldb, beta,
+                C + static_cast<int64_t>(m0) * ldc, ldc);
+  });
 }
 
 }  // namespace actorpipe
