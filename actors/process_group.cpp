@@ -201,6 +201,8 @@ Expected<std::unique_ptr<ProcessGroup>> ProcessGroup::create(const ProcessGroupO
       raw->lost = fmt::format("rank {} was lost: {}", rank, reason);
       h = raw->handler;
     }
+    // leaving the job must not wait for a flush the lost rank never answers
+    if (auto p = raw->peers.find(rank); p != raw->peers.end()) raw->ucx->abandon(p->second);
     // rank 0's agent fails the gathers in progress; ours too, should we be rank 0
     caf::anon_send(raw->table.ranks[0].actors[0], lost_atom::value, static_cast<int32_t>(rank),
                    reason);

@@ -63,6 +63,7 @@ struct UcxWorker::Impl {
   struct Ep {
     ucp_ep_h ep = nullptr;
     ucs_status_t failed = UCS_OK;  // set by the error handler (peer gone)
+    bool abandoned = false;        // abandon(): shutdown leaves it to ucp_worker_destroy
   };
 
   UcxWorkerOptions opts;
@@ -134,18 +135,22 @@ struct UcxWorker::Impl {
 
   // ---- progress thread ----
 
-  void drain_commands() {
+  /// Runs the queued commands; whether there were any.
+  bool drain_commands() {
     std::deque<std::function<void()>> batch;
     {
       std::lock_guard<std::mutex> lock(mu);
       batch.swap(commands);
     }
     for (auto& c : batch) c();
+    return !batch.empty();
   }
 
-  void progress() {
-    while (ucp_worker_progress(worker) != 0) {
-    }
+  /// Progresses the worker until it has nothing left to do; whether it did anything.
+  bool progress() {
+    bool any = false;
+    while (ucp_worker_progress(worker) != 0) any = true;
+    return any;
   }
 
   /// Arms the worker and sleeps until a UCX event, a command or `timeout_ms` (-1: no limit).
@@ -172,12 +177,22 @@ struct UcxWorker::Impl {
 
   void run() {
     thread_id.store(std::this_thread::get_id());
+    const auto spin = std::chrono::microseconds(std::max(opts.spin_before_sleep_us, 0));
+    Clock::time_point spin_until{};
     for (;;) {
-      drain_commands();
-      progress();
+      const bool commanded = drain_commands();
+      const bool progressed = progress();
       {
         std::lock_guard<std::mutex> lock(mu);
         if (stop && commands.empty()) break;
+      }
+      // After work, poll a little longer (yielding the core) before sleeping: the next
+      // message of a burst then costs no wake-up. An idle worker sleeps in poll().
+      const auto now = Clock::now();
+      if (commanded || progressed) spin_until = now + spin;
+      if (now < spin_until) {
+        std::this_thread::yield();
+        continue;
       }
       wait_for_events(-1);
     }
@@ -375,7 +390,7 @@ struct UcxWorker::Impl {
     size_t flushing = 0;
     if (opts.detect_peer_failure) {
       for (size_t i = 0; i < eps.size(); ++i) {
-        if (eps[i].ep == nullptr || eps[i].failed != UCS_OK) continue;
+        if (eps[i].ep == nullptr || eps[i].failed != UCS_OK || eps[i].abandoned) continue;
         auto op = std::make_unique<Op>();
         op->impl = this;
         op->id = next_op.fetch_add(1);
@@ -390,7 +405,7 @@ struct UcxWorker::Impl {
     }
     std::vector<void*> closing;
     for (Ep& e : eps) {
-      if (e.ep == nullptr) continue;
+      if (e.ep == nullptr || e.abandoned) continue;
       ucp_request_param_t p{};
       if (opts.detect_peer_failure) {
         p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -558,6 +573,13 @@ uint64_t UcxWorker::tag_recv(void* data, size_t bytes, uint64_t tag, UcxCompleti
     m->start_recv(std::unique_ptr<Impl::Op>(o), data);
   });
   return id;
+}
+
+void UcxWorker::abandon(UcxEndpoint ep) {
+  impl_->enqueue([m = impl_.get(), ep] {
+    if (ep.id >= 0 && static_cast<size_t>(ep.id) < m->eps.size())
+      m->eps[static_cast<size_t>(ep.id)].abandoned = true;
+  });
 }
 
 void UcxWorker::cancel(uint64_t op) {

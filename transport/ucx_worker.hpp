@@ -30,6 +30,11 @@ struct UcxWorkerOptions {
   /// failure detection they are then closed by force (what is in flight is cancelled); without,
   /// what is left is reclaimed when the worker is destroyed.
   std::chrono::milliseconds close_timeout{5000};
+  /// After it did some work, the progress thread keeps polling (yielding its core between polls)
+  /// for up to this many microseconds before it sleeps in poll(): the next message of a burst
+  /// then costs no wake-up. Bounds the CPU an active worker burns per burst; an idle worker
+  /// sleeps. 0 sleeps at once.
+  int spin_before_sleep_us = 50;
   /// Names the worker in error messages.
   std::string name = "ucx";
 };
@@ -45,8 +50,9 @@ struct UcxEndpoint {
 using UcxCompletion = std::function<void(Status status, size_t length)>;
 
 /// One UCX context and worker (tag matching, wake-up events). A progress thread drains
-/// ucp_worker_progress, arms the worker and sleeps in poll() on the worker's event fd and an
-/// eventfd of its own, so an idle worker costs no CPU. Only that thread calls UCX (the worker is
+/// ucp_worker_progress, polls on for spin_before_sleep_us after any work, then arms the worker
+/// and sleeps in poll() on the worker's event fd and an eventfd of its own, so an idle worker
+/// costs no CPU. Only that thread calls UCX (the worker is
 /// UCS_THREAD_MODE_SINGLE): the public functions queue a command and wake it. Callable from any
 /// thread except from inside a completion (connect() and endpoint_info() wait for the thread).
 /// Shutdown (the destructor): close each endpoint with its sends flushed (bounded by
@@ -81,6 +87,11 @@ class UcxWorker {
   /// `data`. Never blocks; `data` must stay valid until `done` runs, which gets the received
   /// length. Returns the operation's id. A longer message fails with "Message truncated".
   uint64_t tag_recv(void* data, size_t bytes, uint64_t tag, UcxCompletion done);
+
+  /// The peer of `ep` is gone (its process lost): shutdown will neither flush nor close `ep`,
+  /// which would wait close_timeout for a peer that never answers; destroying the worker
+  /// reclaims it. Unknown endpoints are ignored.
+  void abandon(UcxEndpoint ep);
 
   /// Asks UCX to cancel operation `op` (a receive; sends cannot be cancelled before their
   /// endpoint closes). Its completion runs later with an error, or with success if the data
