@@ -3,6 +3,7 @@
 #include "kernels/tensor.hpp"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -44,8 +45,16 @@ std::string to_string(Device d) {
 Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   AP_CHECK(device == Device::cpu, "Storage on {} is not available in this build",
            to_string(device));
-  const size_t rounded = (bytes + 63) / 64 * 64;
-  data_ = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  if (bytes >= kHugePage) {
+    // whole huge pages, advised as such: far fewer page-table entries for the kernels and
+    // for a transfer that pins the pages (UCX's CMA copies between processes)
+    const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    data_ = std::aligned_alloc(kHugePage, rounded);
+    if (data_ != nullptr) ::madvise(data_, rounded, MADV_HUGEPAGE);  // advice: failure is fine
+  } else {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    data_ = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  }
   AP_CHECK(data_ != nullptr, "out of memory allocating {} bytes", bytes);
 }
 

@@ -21,8 +21,12 @@ std::string to_string(DType t);
 std::string to_string(Device d);
 
 /// Owned, aligned (64 B) host or device memory shared by tensors that view it.
+/// A buffer of `bytes` bytes, 64-byte aligned; from kHugePage bytes on, a whole number of
+/// 2 MiB pages, 2 MiB aligned and advised as transparent huge pages (MADV_HUGEPAGE; the kernel
+/// honours it where /sys/kernel/mm/transparent_hugepage/enabled allows madvise).
 class Storage {
  public:
+  static constexpr size_t kHugePage = size_t{2} << 20;
   Storage(size_t bytes, Device device);
   ~Storage();
   Storage(const Storage&) = delete;
