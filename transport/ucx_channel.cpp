@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "kernels/check.hpp"
@@ -70,6 +71,7 @@ namespace {
 
 /// One receive: filled by its completion on the progress thread, read by receive().
 struct RecvWait {
+  std::atomic<bool> arrived{false};  // set with `done`, read without the lock while spinning
   bool done = false;
   bool abandoned = false;
   uint64_t op = 0;
@@ -215,6 +217,7 @@ Expected<Tensor> UcxChannel::receive(const Announcement& a) {
         {
           std::lock_guard<std::mutex> lock(st->mu);
           wait->done = true;
+          wait->arrived.store(true, std::memory_order_release);
           wait->status = std::move(s);
           wait->length = length;
           if (wait->abandoned) st->abandoned.erase(wait->op);
@@ -222,6 +225,12 @@ Expected<Tensor> UcxChannel::receive(const Announcement& a) {
         st->cv.notify_all();
       });
 
+  // Poll a little before sleeping (yielding the core): a payload that lands meanwhile then
+  // costs no wake-up of this thread.
+  const auto spin_end = std::chrono::steady_clock::now() + opts_.spin_before_wait;
+  while (!wait->arrived.load(std::memory_order_acquire) &&
+         std::chrono::steady_clock::now() < spin_end)
+    std::this_thread::yield();
   std::unique_lock<std::mutex> lock(state_->mu);
   wait->op = op;
   if (!state_->cv.wait_for(lock, opts_.receive_timeout, [&] { return wait->done; })) {

@@ -31,6 +31,9 @@ constexpr uint64_t ucx_tag(uint32_t channel_tag, uint64_t sequence) {
 struct UcxChannelOptions {
   /// receive() fails after waiting this long for the payload, so a vanished peer never hangs it.
   std::chrono::milliseconds receive_timeout{60000};
+  /// receive() polls for the payload (yielding its core) this long before it sleeps: a
+  /// payload that lands meanwhile costs no wake-up of the receiving thread.
+  std::chrono::microseconds spin_before_wait{50};
   /// Receive buffers the receiver keeps for reuse; beyond that, buffers are allocated per receive.
   int pool_capacity = 8;
 };
