@@ -24,6 +24,11 @@ GEMM-only floor of the same step and a PyTorch peer running the same model.
   --profile          also break one step down by kernel category (sampled)
   --python PATH      interpreter of the peer (default: /usr/bin/python3)
   --peer-script PATH the peer script (default: bench/peers/torch_step.py of the source tree)
+
+Other commands (each with --help):
+  actorpipe-bench pipeline    every mode on one and two stages, the engine's overhead, PyTorch Pipe
+  actorpipe-bench channel     the UCX channel between two processes beside ucx_perftest
+  actorpipe-bench processes   two stages as two processes against two stages in one process
 )";
 }
 

@@ -9,8 +9,10 @@
 
 #include "bench/bench_options.hpp"
 #include "bench/bench_report.hpp"
+#include "bench/channel_bench.hpp"
 #include "bench/machine.hpp"
 #include "bench/pipeline_bench.hpp"
+#include "bench/process_bench.hpp"
 #include "bench/step_timing.hpp"
 #include "bench/subprocess.hpp"
 #include "bench/torch_peer.hpp"
@@ -82,6 +84,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args[0] == "pipeline")
     return run_pipeline_bench(std::span<const std::string>(args).subspan(1));
+  if (!args.empty() && args[0] == "channel")
+    return run_channel_bench(std::span<const std::string>(args).subspan(1));
+  if (!args.empty() && args[0] == "processes")
+    return run_process_bench(std::span<const std::string>(args).subspan(1));
   auto parsed = parse_bench_options(args);
   if (!parsed) {
     fmt::print(stderr, "actorpipe-bench: {}\n", parsed.error().message);

@@ -65,7 +65,7 @@ Expected<PipelineRunResult> measure_pipeline(const PipelineRunSpec& spec) {
   ActorEngineOptions o;
   o.skip_compute = spec.skip_compute;
   o.stall_timeout_seconds = 900.0;  // a busy machine slows a step, it does not stall it
-  auto engine = ActorEngine::create(c, o);
+  auto engine = ActorEngine::create(c, o, spec.group);
   if (!engine) return engine.error();
 
   const int group = spec.mode == Mode::pipedream ? spec.microbatches : 1;
@@ -76,6 +76,17 @@ Expected<PipelineRunResult> measure_pipeline(const PipelineRunSpec& spec) {
   ReplayLoader data(**source, std::min(per_run, 32));
 
   PipelineRunResult r;
+  if (spec.group != nullptr && (*engine)->rank() != 0) {
+    // no driver here: this rank's stages compute, rank 0 reports the steps
+    for (int run = 0; run < spec.runs; ++run) {
+      const double cpu0 = process_cpu_seconds();
+      auto result = (*engine)->run(steps, data);
+      if (!result) return result.error();
+      r.cpu_seconds += process_cpu_seconds() - cpu0;
+      r.timed_seconds += result->seconds;
+    }
+    return r;
+  }
   for (int run = 0; run < spec.runs; ++run) {
     std::vector<double> seconds;
     std::vector<std::vector<double>> busy;  // per reported step, per stage (cumulative)

@@ -10,6 +10,10 @@
 #include "engine/mode.hpp"
 #include "engine/options.hpp"
 
+namespace actorpipe {
+class ProcessGroup;
+}  // namespace actorpipe
+
 namespace actorpipe::bench {
 
 /// What to run: a GPT `model` on microbatches of B sequences of T tokens.
@@ -28,6 +32,10 @@ struct PipelineRunSpec {
   int warmup = 1;  ///< untimed steps at the start of a run (at least 1)
   int reps = 3;    ///< timed steps (at least 1)
   int runs = 1;    ///< runs of warmup+reps steps on the same engine; each run's steps count
+  /// A job of several processes (each rank calls measure_pipeline with the same spec): the
+  /// stages are placed one per rank by default. Only rank 0 times steps; the others fill in
+  /// cpu_seconds and timed_seconds for their whole runs.
+  ProcessGroup* group = nullptr;
 };
 
 /// What it measured. A "step" is m microbatches (pipedream: m of its one-microbatch steps).
@@ -46,6 +54,8 @@ struct PipelineRunResult {
 /// t_k is when the driver has the loss of step k's last microbatch (ActorCallbacks::on_step);
 /// the timed steps are t_{k+1} - t_k for k >= warmup, so neither the run's start (actor spawn,
 /// first touch of the buffers, the pipeline filling) nor its drain is in them.
+/// With `group` on a rank other than 0: no step times (its process has no driver); cpu_seconds
+/// and timed_seconds cover its whole runs and stage_busy is empty.
 /// Errors: the engine's (a bad config names its key) or a failed run.
 Expected<PipelineRunResult> measure_pipeline(const PipelineRunSpec& spec);
 
