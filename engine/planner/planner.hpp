@@ -61,10 +61,11 @@ struct PartitionPlan {
   double predicted_step_seconds = 0.0;
   double predicted_bubble = 0.0;
 
-  /// "[3, 3, 2] recompute {4, 5}: bottleneck 1.25 s, predicted step 9.5 s, bubble 0.21".
+  /// "[3, 3, 2] recompute {4, 5}: bottleneck 1.25 s, predicted step 9.5 s, bubble 0.210".
   std::string to_string() const;
 };
 
+/// The planner's plan, its runner-up and the simulator's ranking of the two.
 struct PlannerResult {
   PartitionPlan plan;  ///< the best plan (see plan_partition for the order)
   /// The best plan whose layer counts differ from plan's (none when there is no other
