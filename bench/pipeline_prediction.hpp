@@ -1,5 +1,5 @@
-// Pipeline prediction: a balanced partition and the simulator's step time for one benchmark
-// configuration, from a layer profile, timed the way the benchmark times the actor engine.
+// Pipeline prediction: the simulator's step time for one benchmark configuration, from a layer
+// profile (and the planner's balanced partition), timed the way the benchmark times the engine.
 #pragma once
 
 #include <span>
@@ -8,15 +8,13 @@
 #include "bench/layer_profile.hpp"
 #include "engine/expected.hpp"
 #include "engine/mode.hpp"
+#include "engine/planner/balanced_partition.hpp"
 #include "engine/schedule/simulator.hpp"
 
 namespace actorpipe::bench {
 
-/// Layer counts per stage (contiguous, each >= 1) minimising the largest per-stage sum of
-/// `cost`; among partitions with the same largest sum, the one whose last stage is shortest, then
-/// the stage before it, and so on (layers go early: the last stage holds the loss).
-/// Errors: stages < 1, more stages than layers, a negative or non-finite cost.
-Expected<std::vector<int>> balanced_partition(std::span<const double> cost, int stages);
+/// The balanced partition of engine/planner/balanced_partition.hpp (moved there from here).
+using actorpipe::balanced_partition;
 
 /// The simulator's time of one optimizer step (m microbatches) in the steady state, taken as the
 /// benchmark takes it from the actor engine: t_k is when the loss of step k's last microbatch is
