@@ -86,4 +86,16 @@ Status parse_options(std::span<const std::string> args, CommonOptions& common,
   return {};
 }
 
+Expected<std::vector<Mode>> parse_mode_list(const std::string& option, const std::string& text) {
+  std::vector<Mode> modes;
+  for (const std::string& name : split_commas(text)) {
+    auto mode = parse_mode(name);
+    if (!mode) return make_error("{}: {}", option, mode.error().message);
+    for (Mode seen : modes)
+      if (seen == *mode) return make_error("{}: '{}' is listed twice", option, name);
+    modes.push_back(*mode);
+  }
+  return modes;
+}
+
 }  // namespace actorpipe::bench

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/expected.hpp"
+#include "engine/mode.hpp"
 
 namespace actorpipe::bench {
 
@@ -48,6 +49,10 @@ Expected<std::string> option_value(std::span<const std::string> args, size_t& i)
 
 /// The value of the option args[i] as an integer in [lo, hi] (option_value, then parse_int).
 Expected<int> int_option(std::span<const std::string> args, size_t& i, int lo, int hi);
+
+/// The comma list `text` of modes (gpipe, 1f1b, 2bw, pipedream, xpipe), each at most once; the
+/// error names `option` and the bad or repeated entry.
+Expected<std::vector<Mode>> parse_mode_list(const std::string& option, const std::string& text);
 
 /// The value of the option args[i] as a comma list of integers in [lo, hi].
 Expected<std::vector<int>> int_list_option(std::span<const std::string> args, size_t& i, int lo,

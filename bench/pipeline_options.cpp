@@ -52,14 +52,9 @@ Expected<PipelineBenchOptions> parse_pipeline_options(std::span<const std::strin
     } else if (a == "--modes") {
       auto v = option_value(args, i);
       if (!v) return v.error();
-      o.modes.clear();
-      for (const std::string& name : split_commas(*v)) {
-        auto mode = parse_mode(name);
-        if (!mode) return make_error("--modes: {}", mode.error().message);
-        for (Mode seen : o.modes)
-          if (seen == *mode) return make_error("--modes: '{}' is listed twice", name);
-        o.modes.push_back(*mode);
-      }
+      auto modes = parse_mode_list("--modes", *v);
+      if (!modes) return modes.error();
+      o.modes = std::move(*modes);
     } else if (a == "--partition") {
       auto v = option_value(args, i);
       if (!v) return v.error();

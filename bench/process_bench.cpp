@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "actors/process_group.hpp"
 #include "bench/bench_shapes.hpp"
@@ -231,14 +232,9 @@ Expected<ProcessBenchOptions> parse_process_options(std::span<const std::string>
     } else if (a == "--modes") {
       auto v = option_value(args, i);
       if (!v) return v.error();
-      o.modes.clear();
-      for (const std::string& name : split_commas(*v)) {
-        auto mode = parse_mode(name);
-        if (!mode) return make_error("--modes: {}", mode.error().message);
-        if (std::find(o.modes.begin(), o.modes.end(), *mode) != o.modes.end())
-          return make_error("--modes: '{}' is listed twice", name);
-        o.modes.push_back(*mode);
-      }
+      auto modes = parse_mode_list("--modes", *v);
+      if (!modes) return modes.error();
+      o.modes = std::move(*modes);
     } else if (a == "--mode") {
       auto v = option_value(args, i);
       if (!v) return v.error();

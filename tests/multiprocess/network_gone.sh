@@ -10,31 +10,7 @@ work=$2
 shift 2
 args=("$@")
 
-id=$$
-nsA=ap-na-$id
-nsB=ap-nb-$id
-net=10.$((200 + id % 50)).$((id / 50 % 250)).
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  ip netns del "$nsA" 2>/dev/null || true
-  ip netns del "$nsB" 2>/dev/null || true
-}
-trap cleanup EXIT
-if ! ip netns add "$nsA" 2>/dev/null; then
-  echo "skipped: needs CAP_NET_ADMIN (ip netns add failed)"
-  exit 77
-fi
-ip netns add "$nsB"
-ip link add "na$id" type veth peer name "nb$id"
-ip link set "na$id" netns "$nsA"
-ip link set "nb$id" netns "$nsB"
-ip -n "$nsA" addr add "${net}1/24" dev "na$id"
-ip -n "$nsB" addr add "${net}2/24" dev "nb$id"
-for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
-ip -n "$nsA" link set "na$id" up
-ip -n "$nsB" link set "nb$id" up
+source "$(dirname "$0")/two_netns.sh" n
 
 rm -rf "$work"
 mkdir -p "$work"
@@ -50,14 +26,14 @@ run_rank() {  # rank namespace device
     --set train.log_every=0 > "rank$1.log" 2>&1) &
   pids+=($!)
 }
-run_rank 0 "$nsA" "na$id"
-run_rank 1 "$nsB" "nb$id"
+run_rank 0 "$nsA" "$devA"
+run_rank 1 "$nsB" "$devB"
 for _ in $(seq 600); do
   [[ -f "$work/ckpt/step-50/manifest.json" ]] && break
   sleep 0.1
 done
 [[ -f "$work/ckpt/step-50/manifest.json" ]] || { cat "$work"/rank*.log; echo "no checkpoint"; exit 1; }
-ip -n "$nsB" link set "nb$id" down
+ip -n "$nsB" link set "$devB" down
 start=$(date +%s.%N)
 # detection takes peer_timeout, rank 0 asks the lost stage for its state (2 s), exit ~1 s
 limit=$((peer_timeout + 8))

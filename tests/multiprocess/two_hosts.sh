@@ -11,32 +11,7 @@ work=$2
 shift 2
 args=("$@" --set checkpoint.dir=ckpt --set train.metrics=metrics.jsonl --set train.log_every=0)
 
-id=$$
-nsA=ap-a-$id
-nsB=ap-b-$id
-net=10.$((200 + id % 50)).$((id / 50 % 250)).
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  ip netns del "$nsA" 2>/dev/null || true
-  ip netns del "$nsB" 2>/dev/null || true
-}
-trap cleanup EXIT
-
-if ! ip netns add "$nsA" 2>/dev/null; then
-  echo "skipped: needs CAP_NET_ADMIN (ip netns add failed)"
-  exit 77
-fi
-ip netns add "$nsB"
-ip link add "va$id" type veth peer name "vb$id"
-ip link set "va$id" netns "$nsA"
-ip link set "vb$id" netns "$nsB"
-ip -n "$nsA" addr add "${net}1/24" dev "va$id"
-ip -n "$nsB" addr add "${net}2/24" dev "vb$id"
-for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
-ip -n "$nsA" link set "va$id" up
-ip -n "$nsB" link set "vb$id" up
+source "$(dirname "$0")/two_netns.sh" v
 
 rm -rf "$work"
 mkdir -p "$work/one" "$work/multi"
@@ -71,8 +46,8 @@ run_rank() {  # rank namespace device
     --set cluster.connect_timeout=30 "${tls[@]}" "${args[@]}" > "rank$1.log" 2>&1) &
   pids+=($!)
 }
-run_rank 0 "$nsA" "va$id"
-run_rank 1 "$nsB" "vb$id"
+run_rank 0 "$nsA" "$devA"
+run_rank 1 "$nsB" "$devB"
 status=0
 for p in "${pids[@]}"; do
   if ! timeout 300 tail --pid="$p" -f /dev/null; then status=1; fi
