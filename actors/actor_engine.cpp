@@ -245,8 +245,15 @@ Expected<RunOutcome> run_ranks(ProcessGroup& group, const std::shared_ptr<RunSta
   st->directory.optimizers.assign(static_cast<size_t>(st->stages), caf::actor{});
   std::vector<caf::actor> local;
   for (int r : mine) {
-    local.push_back(spawn_stage_actor(sys, st, r));
+    const caf::actor stage = spawn_stage_actor(sys, st, r);
+    local.push_back(stage);
     local.push_back(spawn_optimizer_actor(sys, st, r));
+    // a channel from another process hands its announcements to the stage directly
+    auto deliver = [stage](const Announcement& a) {
+      caf::anon_send(stage, internal::ann_atom::value, a);
+    };
+    if (r > 0) st->channels->forward(r - 1).on_announcement(deliver);
+    if (r + 1 < st->stages) st->channels->backward(r).on_announcement(deliver);
   }
   if (rank == 0) local.push_back(spawn_driver(sys, st));
 
@@ -396,6 +403,8 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
     plan.worker = im.group->ucx();
     plan.peers = im.group->peers();
     plan.options.receive_timeout = im.group->options().peer_timeout;
+    // announcements between stages travel with their payloads, not through CAF's middleman
+    plan.options.carry_announcements = true;
     channels = make_ucx_channels(plan);
   } else {
     channels = make_local_channels(d, tied);

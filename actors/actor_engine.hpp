@@ -59,7 +59,9 @@ struct FaultInjection {
     throw_in_forward,   ///< the stage's F of `microbatch` throws
     throw_in_backward,  ///< the stage's B of `microbatch` throws
     poison_output,      ///< the stage's F output of `microbatch` is NaN (a non-finite loss follows)
-    drop_activation,    ///< the stage's SEND_F of `microbatch` never announces it (a stall follows)
+    /// the stage's SEND_F of `microbatch` never announces it (a stall follows); in one process
+    /// only: between processes the channel announces it with the payload
+    drop_activation,
   };
   Kind kind = Kind::none;
   int stage = -1;

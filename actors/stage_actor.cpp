@@ -312,7 +312,8 @@ class StageActor : public caf::event_based_actor {
         outputs_.erase(it);
         if (!ann) return report_failure(ann.error().message);
         if (injected(s, FaultInjection::Kind::drop_activation)) break;
-        send(st_->directory.stages[static_cast<size_t>(r_ + 1)], ann_atom::value, *ann);
+        if (!ch.forward(r_).announces())  // else the channel delivered it with the payload
+          send(st_->directory.stages[static_cast<size_t>(r_ + 1)], ann_atom::value, *ann);
         break;
       }
       case ActionKind::B: {
@@ -372,13 +373,15 @@ class StageActor : public caf::event_based_actor {
   bool send_gradient(const StageStep& s) {
     auto it = dins_.find(s.mb);
     AP_CHECK(it != dins_.end(), "stage {}: {} without its B", r_, to_string(s.action));
-    auto ann = st_->channels->backward(r_ - 1).post(std::move(it->second), s.mb, s.action.version);
+    TensorChannel& channel = st_->channels->backward(r_ - 1);
+    auto ann = channel.post(std::move(it->second), s.mb, s.action.version);
     dins_.erase(it);
     if (!ann) {
       report_failure(ann.error().message);
       return false;
     }
-    send(st_->directory.stages[static_cast<size_t>(r_ - 1)], ann_atom::value, *ann);
+    if (!channel.announces())  // else the channel delivered it with the payload
+      send(st_->directory.stages[static_cast<size_t>(r_ - 1)], ann_atom::value, *ann);
     return true;
   }
 

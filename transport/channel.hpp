@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,6 +85,20 @@ class TensorChannel {
 
   /// Drops every pending tensor (after a failure, so no storage outlives the run).
   virtual void clear() = 0;
+
+  /// Sender side: whether post() also delivers its announcement to the receiving end (which
+  /// hands it to its on_announcement handler), so the sender need not send it on the control
+  /// plane. False for an in-process hand-off.
+  virtual bool announces() const { return false; }
+
+  /// Receiver side of a channel that announces(): `handler` gets every announcement as it
+  /// arrives, in sequence order, on the channel's own thread (it must not block). Returns false
+  /// when this channel does not carry announcements.
+  using AnnouncementHandler = std::function<void(const Announcement&)>;
+  virtual bool on_announcement(AnnouncementHandler handler) {
+    (void)handler;
+    return false;
+  }
 
  private:
   ChannelEnds ends_;

@@ -65,7 +65,43 @@ struct UcxChannel::State {
   std::optional<Error> send_error;
   // receiver: receives that timed out, by operation id, until UCX hands their buffer back
   std::set<uint64_t> abandoned;
+  // receiver with carry_announcements: the handler, and the receive of the next announcement
+  // (its operation and sequence); closed once clear() ran: nothing is handed on or posted after
+  TensorChannel::AnnouncementHandler handler;
+  uint64_t announcement_op = 0;
+  uint64_t announcement_sequence = 0;
+  bool closed = false;
 };
+
+void UcxChannel::receive_announcement(const std::shared_ptr<UcxWorker>& worker,
+                                      const std::shared_ptr<State>& st, uint32_t tag,
+                                      uint64_t sequence) {
+  auto buffer = std::make_shared<Announcement>();
+  std::weak_ptr<UcxWorker> weak = worker;
+  const uint64_t op = worker->tag_recv(
+      buffer.get(), sizeof(Announcement), ucx_tag(tag | kUcxAnnouncementTagBit, sequence),
+      [st, weak, tag, sequence, buffer](const Status& s, size_t length) {
+        TensorChannel::AnnouncementHandler h;
+        {
+          std::lock_guard<std::mutex> lock(st->mu);
+          if (!s.ok() || length != sizeof(Announcement) || st->closed || !st->handler) return;
+          h = st->handler;
+        }
+        h(*buffer);
+        if (auto w = weak.lock()) receive_announcement(w, st, tag, sequence + 1);
+      });
+  bool cancel = false;
+  {
+    std::lock_guard<std::mutex> lock(st->mu);
+    // the completion may have posted the next one already: keep the newest
+    if (sequence >= st->announcement_sequence) {
+      st->announcement_op = op;
+      st->announcement_sequence = sequence;
+    }
+    cancel = st->closed;
+  }
+  if (cancel) worker->cancel(op);  // clear() ran meanwhile: it must not take a later message
+}
 
 namespace {
 
@@ -95,6 +131,8 @@ UcxChannel::UcxChannel(std::shared_ptr<UcxWorker> worker, ChannelEnds ends, End 
   AP_CHECK(opts_.receive_timeout.count() >= 0, "{}: receive_timeout = {} ms", name(),
            opts_.receive_timeout.count());
   AP_CHECK(opts_.pool_capacity >= 0, "{}: pool_capacity = {}", name(), opts_.pool_capacity);
+  AP_CHECK(!opts_.carry_announcements || ends.tag < kUcxAnnouncementTagBit,
+           "{}: tag {} leaves no bit to mark its announcements", name(), ends.tag);
 }
 
 std::unique_ptr<UcxChannel> UcxChannel::sender(std::shared_ptr<UcxWorker> worker, ChannelEnds ends,
@@ -143,7 +181,7 @@ Expected<Announcement> UcxChannel::post(Tensor tensor, int64_t microbatch, int32
                         state_->send_error->message);
     AP_CHECK(state_->next_sequence <= kUcxMaxSequence, "{}: sequence numbers exhausted", name());
     a.sequence = state_->next_sequence++;
-    ++state_->in_flight;
+    state_->in_flight += opts_.carry_announcements ? 2 : 1;
     generation = state_->generation;
   }
   worker_->tag_send(
@@ -162,7 +200,41 @@ Expected<Announcement> UcxChannel::post(Tensor tensor, int64_t microbatch, int32
         }
         st->cv.notify_all();
       });
+  if (opts_.carry_announcements) {
+    auto header = std::make_shared<Announcement>(a);
+    worker_->tag_send(peer_, header.get(), sizeof(Announcement),
+                      ucx_tag(a.tag | kUcxAnnouncementTagBit, a.sequence),
+                      [st = state_, ends = ends(), header, generation](const Status& s, size_t) {
+                        {
+                          std::lock_guard<std::mutex> lock(st->mu);
+                          if (generation == st->generation) {
+                            --st->in_flight;
+                            if (!s.ok() && !st->send_error)
+                              st->send_error = make_error("{}: the announcement {} failed: {}",
+                                                          channel_name(ends), to_string(*header),
+                                                          s.error().message);
+                          }
+                        }
+                        st->cv.notify_all();
+                      });
+  }
   return a;
+}
+
+bool UcxChannel::announces() const {
+  return end_ == End::sender && opts_.carry_announcements;
+}
+
+bool UcxChannel::on_announcement(AnnouncementHandler handler) {
+  if (end_ != End::receiver || !opts_.carry_announcements) return false;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    AP_CHECK(!state_->handler && !state_->closed,
+             "{}: an announcement handler was installed already", name());
+    state_->handler = std::move(handler);
+  }
+  receive_announcement(worker_, state_, ends().tag, 0);
+  return true;
 }
 
 Tensor UcxChannel::acquire(DType dtype, const std::vector<int64_t>& shape, size_t bytes) {
@@ -267,6 +339,11 @@ void UcxChannel::clear() {
     state_->in_flight = 0;
     state_->send_error.reset();
     cancel.swap(state_->abandoned);
+    if (state_->handler) {
+      state_->handler = nullptr;  // no announcement is handed on or received after this
+      state_->closed = true;
+      cancel.insert(state_->announcement_op);
+    }
   }
   state_->cv.notify_all();
   for (uint64_t op : cancel) worker_->cancel(op);
@@ -312,14 +389,20 @@ Expected<ChannelSet> make_ucx_channels(const UcxChannelPlan& plan) {
     if (plan.worker == nullptr)
       return make_error("UCX channels: rank {} needs a UCX worker for {}", plan.rank,
                         channel_name(ends));
+    // the stages' activations and gradients carry their announcements when asked to; the tied
+    // parameters' channels are announced on the control plane (TiedAnnouncement)
+    UcxChannelOptions options = plan.options;
+    options.carry_announcements =
+        plan.options.carry_announcements &&
+        (ends.kind == ChannelKind::activation || ends.kind == ChannelKind::gradient);
     if (from == plan.rank) {
       auto peer = plan.peers.find(to);
       if (peer == plan.peers.end())
         return make_error("UCX channels: rank {} has no endpoint to rank {} (stage {}) for {}",
                           plan.rank, to, ends.to, channel_name(ends));
-      channels.push_back(UcxChannel::sender(plan.worker, ends, peer->second, plan.options));
+      channels.push_back(UcxChannel::sender(plan.worker, ends, peer->second, options));
     } else {
-      channels.push_back(UcxChannel::receiver(plan.worker, ends, plan.options));
+      channels.push_back(UcxChannel::receiver(plan.worker, ends, options));
     }
   }
   return ChannelSet::partial(static_cast<int>(plan.rank_of_stage.size()), std::move(channels));

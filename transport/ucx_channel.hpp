@@ -27,8 +27,16 @@ constexpr uint64_t ucx_tag(uint32_t channel_tag, uint64_t sequence) {
   return (uint64_t{channel_tag} << kUcxSequenceBits) | (sequence & kUcxMaxSequence);
 }
 
+/// The bit of a channel tag that marks a UCX message as an announcement (carry_announcements)
+/// rather than a payload: such channels have tags below it.
+inline constexpr uint32_t kUcxAnnouncementTagBit = 0x8000;
+
 /// Options of a UcxChannel.
 struct UcxChannelOptions {
+  /// post() also sends the announcement (its bytes, tagged with kUcxAnnouncementTagBit) right
+  /// after the payload, and the receiving end hands each one to its on_announcement handler:
+  /// the control plane then carries no announcement between the stages. Both ends must agree.
+  bool carry_announcements = false;
   /// receive() fails after waiting this long for the payload, so a vanished peer never hangs it.
   std::chrono::milliseconds receive_timeout{60000};
   /// receive() polls for the payload (yielding its core) this long before it sleeps: a
@@ -77,6 +85,14 @@ class UcxChannel final : public TensorChannel {
   /// closes the endpoint.
   void clear() override;
 
+  /// Sender: whether post() delivers the announcement itself (carry_announcements).
+  bool announces() const override;
+
+  /// Receiver with carry_announcements: `handler` gets announcement 0, 1, 2, ... as each
+  /// arrives, on the UCX worker's progress thread; until clear() or destruction. False otherwise
+  /// (or on the sending end).
+  bool on_announcement(AnnouncementHandler handler) override;
+
   /// Sender: waits (without spinning) until every send completed. Errors: a send that failed,
   /// sends still pending after `timeout`.
   Status wait_sent(std::chrono::milliseconds timeout);
@@ -93,6 +109,11 @@ class UcxChannel final : public TensorChannel {
   UcxChannel(std::shared_ptr<UcxWorker> worker, ChannelEnds ends, End end, UcxEndpoint peer,
              UcxChannelOptions options);
   std::string name() const;
+  /// Posts the receive of announcement `sequence`; its completion hands it to the handler and
+  /// posts the next one, until clear().
+  static void receive_announcement(const std::shared_ptr<UcxWorker>& worker,
+                                   const std::shared_ptr<State>& st, uint32_t tag,
+                                   uint64_t sequence);
   Tensor acquire(DType dtype, const std::vector<int64_t>& shape, size_t bytes);
 
   std::shared_ptr<UcxWorker> worker_;
@@ -115,10 +136,11 @@ struct UcxChannelPlan {
   UcxChannelOptions options;
 };
 
-/// The channels of process `plan.rank`, in the fixed order of ChannelSet: a LocalChannel where
-/// the rank holds both stages, a UcxChannel end where it holds one, none where it holds neither
-/// (ChannelSet::partial). Errors: no stages, a negative rank, no worker or no endpoint for a rank
-/// that a channel of this process leads to.
+/// The channels of process `plan.rank`, in the fixed order of ChannelSet (with
+/// plan.options.carry_announcements, only the activation and gradient channels carry theirs): a
+/// LocalChannel where the rank holds both stages, a UcxChannel end where it holds one, none where
+/// it holds neither (ChannelSet::partial). Errors: no stages, a negative rank, no worker or no
+/// endpoint for a rank that a channel of this process leads to.
 Expected<ChannelSet> make_ucx_channels(const UcxChannelPlan& plan);
 
 }  // namespace actorpipe

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -171,6 +172,92 @@ TEST_CASE("receives in another order than the posts: sequence 5 before 4 and so 
     CHECK(same_bytes(*t, posted[i]));
   }
   REQUIRE(send->wait_sent(5s).ok());
+}
+
+TEST_CASE("a channel that carries its announcements hands each to the receiver, in order") {
+  Pair p = connected_pair();
+  UcxChannelOptions carry;
+  carry.carry_announcements = true;
+  auto send = UcxChannel::sender(p.a, channel_ends(1, Direction::forward), p.a_to_b, carry);
+  auto recv = UcxChannel::receiver(p.b, channel_ends(1, Direction::forward), carry);
+  CHECK(send->announces());
+  CHECK_FALSE(recv->announces());
+  std::vector<Announcement> posted;
+  std::vector<Tensor> tensors;
+  // posts before the handler is installed wait in UCX until it is
+  for (uint64_t i = 0; i < 3; ++i) {
+    tensors.push_back(patterned({i % 2 == 0 ? 2 : 16384}, i));
+    auto a = send->post(tensors.back(), static_cast<int64_t>(10 + i), static_cast<int32_t>(i));
+    REQUIRE(a.ok());
+    posted.push_back(*a);
+  }
+  std::mutex mu;
+  std::vector<Announcement> got;
+  REQUIRE(recv->on_announcement([&](const Announcement& a) {
+    std::lock_guard<std::mutex> lock(mu);
+    got.push_back(a);
+  }));
+  for (uint64_t i = 3; i < 6; ++i) {
+    tensors.push_back(patterned({i % 2 == 0 ? 2 : 16384}, i));
+    auto a = send->post(tensors.back(), static_cast<int64_t>(10 + i), static_cast<int32_t>(i));
+    REQUIRE(a.ok());
+    posted.push_back(*a);
+  }
+  REQUIRE(eventually([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return got.size() == posted.size();
+  }));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    CHECK(got == posted);  // every field, in sequence order
+  }
+  // each announcement finds its payload
+  for (size_t i = 0; i < posted.size(); ++i) {
+    auto t = recv->receive(got[i]);
+    REQUIRE_MESSAGE(t.ok(), why(t));
+    CHECK(same_bytes(*t, tensors[i]));
+  }
+  REQUIRE(send->wait_sent(5s).ok());
+  CHECK(send->pending() == 0);
+  // after clear() nothing more is handed on, and the next announcement stays in UCX
+  recv->clear();
+  tensors.push_back(patterned({2}, 6));
+  REQUIRE(send->post(tensors.back(), 16, 6).ok());
+  REQUIRE(send->wait_sent(5s).ok());
+  std::this_thread::sleep_for(100ms);
+  std::lock_guard<std::mutex> lock(mu);
+  CHECK(got.size() == posted.size());
+}
+
+TEST_CASE("channels that do not carry announcements say so and take no handler") {
+  Pair p = connected_pair();
+  auto send = UcxChannel::sender(p.a, channel_ends(0, Direction::forward), p.a_to_b);
+  auto recv = UcxChannel::receiver(p.b, channel_ends(0, Direction::forward));
+  CHECK_FALSE(send->announces());
+  CHECK_FALSE(recv->on_announcement([](const Announcement&) {}));
+  UcxChannelOptions carry;
+  carry.carry_announcements = true;
+  auto carrying_send =
+      UcxChannel::sender(p.a, channel_ends(1, Direction::forward), p.a_to_b, carry);
+  CHECK_FALSE(carrying_send->on_announcement([](const Announcement&) {}));  // the wrong end
+  // a process's channel set carries them on activations and gradients, not on tied channels
+  UcxChannelPlan plan;
+  plan.rank_of_stage = {0, 1};
+  plan.tied = {TiedPair{0, 1}};
+  plan.rank = 0;
+  plan.worker = p.a;
+  plan.peers = {{1, p.a_to_b}};
+  plan.options.carry_announcements = true;
+  auto set = make_ucx_channels(plan);
+  REQUIRE(set.ok());
+  CHECK(set->forward(0).announces());
+  CHECK(set->backward(0).on_announcement([](const Announcement&) {}));
+  for (ChannelKind k : {ChannelKind::tied_to_owner, ChannelKind::tied_to_copy,
+                        ChannelKind::tied_weights, ChannelKind::tied_prediction}) {
+    TensorChannel& c = set->tied(0, k);
+    CHECK_FALSE(c.announces());
+    CHECK_FALSE(c.on_announcement([](const Announcement&) {}));
+  }
 }
 
 TEST_CASE("an announcement of another channel is refused before anything is posted") {
