@@ -19,6 +19,7 @@
 #include "engine/model/model.hpp"
 #include "engine/model/partition.hpp"
 #include "engine/model/placement.hpp"
+#include "engine/profiler/auto_partition.hpp"
 #include "engine/schedule/generators.hpp"
 #include "engine/schedule/lowering.hpp"
 #include "engine/schedule/simulator.hpp"
@@ -69,8 +70,18 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& config,
         "and a microbatch >= 0",
         f.stage, f.microbatch, config.pipeline.stages);
   }
+  if (config.pipeline.partition.automatic && group != nullptr && group->world() > 1) {
+    return make_error(
+        "pipeline.partition = \"auto\": not supported in a job of {} processes yet (each would "
+        "measure its own profile and could choose another partition); run actorpipe-plan and "
+        "put its partition in the config",
+        group->world());
+  }
+  // "auto": the planner's partition from the measured (or cached) profile
+  auto resolved = resolve_partition(config);
+  if (!resolved) return resolved.error();
   auto impl = std::make_unique<Impl>();
-  impl->config = config;
+  impl->config = *resolved;
   impl->options = options;
   auto mode = parse_mode(config.pipeline.mode);
   if (!mode) return mode.error();
@@ -78,7 +89,7 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& config,
   auto model = Model::build(config.model);
   if (!model) return model.error();
   impl->model = std::make_unique<Model>(std::move(*model));
-  auto part = Partition::from_options(config.pipeline, impl->model->num_layers());
+  auto part = Partition::from_options(impl->config.pipeline, impl->model->num_layers());
   if (!part) return part.error();
   impl->partition = std::make_unique<Partition>(std::move(*part));
   impl->B = config.pipeline.microbatch_size;

@@ -132,7 +132,10 @@ struct ActorRunResult {
 class ActorEngine {
  public:
   /// Builds the model, the partition and one StageWorker per stage from `config`, parameters at
-  /// their seeded initialisation. Errors name the config key and value at fault.
+  /// their seeded initialisation. Errors name the config key and value at fault. With
+  /// pipeline.partition = "auto" the partition is the planner's (resolve_partition,
+  /// engine/profiler/auto_partition.hpp: a measured or cached profile) and config() holds its
+  /// counts; not in a job of several processes (an error).
   /// With `group` (several ranks): only this rank's stages; the group must outlive the engine.
   /// Errors also name a placement that does not fit the job (cluster.placement).
   static Expected<std::unique_ptr<ActorEngine>> create(const Config& config,

@@ -59,7 +59,7 @@ Expected<PipelineRunResult> measure_pipeline(const PipelineRunSpec& spec) {
   c.pipeline.microbatches = spec.microbatches;
   c.pipeline.microbatch_size = spec.B;
   c.pipeline.seq_len = spec.T;
-  c.pipeline.partition = spec.partition;
+  c.pipeline.partition.counts = spec.partition;
   c.pipeline.threads_per_stage = spec.threads_per_stage;
   c.pipeline.split_backward = spec.split_backward;
   ActorEngineOptions o;

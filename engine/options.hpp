@@ -49,16 +49,28 @@ struct OptimizerOptions {
   float min_lr = 0.0f;     // lr from decay_steps on (with decay_steps > 0)
 };
 
+/// pipeline.partition: how the model's layers are cut into stages — "even", explicit layer
+/// counts, or "auto" (the planner chooses from a measured profile: engine/profiler/, resolved to
+/// counts before any stage is built).
+struct PartitionSpec {
+  bool automatic = false;   // "auto"
+  std::vector<int> counts;  // layers per stage; empty (and not automatic) = "even"
+
+  bool even() const { return !automatic && counts.empty(); }
+  friend bool operator==(const PartitionSpec&, const PartitionSpec&) = default;
+};
+
 /// [pipeline]
 struct PipelineOptions {
-  std::string mode = "1f1b";   // gpipe | 1f1b | 2bw | pipedream | xpipe
-  int stages = 1;              // d
-  int microbatches = 4;        // m per optimizer step
-  int microbatch_size = 8;     // B sequences per microbatch
-  int seq_len = 0;             // T; 0 = model.context
-  std::vector<int> partition;  // layers per stage; empty = "even"
+  std::string mode = "1f1b";  // gpipe | 1f1b | 2bw | pipedream | xpipe
+  int stages = 1;             // d
+  int microbatches = 4;       // m per optimizer step
+  int microbatch_size = 8;    // B sequences per microbatch
+  int seq_len = 0;            // T; 0 = model.context
+  PartitionSpec partition;    // "even", layer counts per stage, or "auto"
   int threads_per_stage = 1;
   bool split_backward = true;  // a B hands its input gradient on before its weight gradients
+  int memory_limit_mb = 0;     // per stage, for partition = "auto"; 0 = no limit
 };
 
 /// [train]

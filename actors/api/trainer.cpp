@@ -17,6 +17,7 @@
 #include "engine/execution/serial_executor.hpp"
 #include "engine/execution/stage_worker.hpp"
 #include "engine/mode.hpp"
+#include "engine/profiler/auto_partition.hpp"
 #include "kernels/check.hpp"
 
 namespace actorpipe {
@@ -191,8 +192,20 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
   if (options.scheduler_threads < 1) {
     return make_error("trainer: scheduler_threads = {}, expected >= 1", options.scheduler_threads);
   }
+  if (config.pipeline.partition.automatic && options.group != nullptr &&
+      options.group->world() > 1) {
+    return make_error(
+        "pipeline.partition = \"auto\": not supported in a job of {} processes yet (each would "
+        "measure its own profile and could choose another partition); run actorpipe-plan and "
+        "put its partition in the config",
+        options.group->world());
+  }
+  // "auto": the planner's partition from the measured (or cached) profile, for both backends
+  // and for the checkpoints' manifests
+  auto resolved = resolve_partition(config);
+  if (!resolved) return resolved.error();
   auto impl = std::make_unique<Impl>();
-  impl->config = config;
+  impl->config = *resolved;
   impl->options = options;
   impl->record_spans = options.record_trace || !config.train.trace.empty();
   if (impl->record_spans && options.backend == Backend::serial) {
@@ -217,11 +230,11 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
           std::max(eo.stall_timeout_seconds,
                    std::chrono::duration<double>(options.group->options().peer_timeout).count());
     }
-    auto engine = ActorEngine::create(config, eo, options.group);
+    auto engine = ActorEngine::create(impl->config, eo, options.group);
     if (!engine) return engine.error();
     impl->exec = std::make_unique<ActorsExecutor>(std::move(*engine));
   } else {
-    auto exec = SerialExecutor::create(config);
+    auto exec = SerialExecutor::create(impl->config);
     if (!exec) return exec.error();
     impl->exec = std::make_unique<SerialBackend>(std::move(*exec), int64_t{B} * T);
   }

@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -329,5 +330,31 @@ TEST_CASE("bad checkpoints and options are refused with a message saying what is
     auto b = parse_backend("gpu");
     REQUIRE_FALSE(b.ok());
     CHECK(b.error().message == "backend \"gpu\": unknown (allowed: actors, serial)");
+  }
+}
+
+TEST_CASE("partition = auto: both backends take the planner's partition and agree bitwise") {
+  // profiles go to a fresh cache directory, not the user's; both trainers read the same profile
+  TempDir dir;
+  const char* old = std::getenv("ACTORPIPE_CACHE_DIR");
+  const std::string saved = old != nullptr ? old : "";
+  ::setenv("ACTORPIPE_CACHE_DIR", dir.path.c_str(), 1);
+  Config c = tiny("1f1b", 2, 2);
+  c.pipeline.partition.automatic = true;
+  auto actors = make(c);
+  auto serial = make(c, Backend::serial);
+  CHECK_FALSE(actors->config().pipeline.partition.automatic);
+  CHECK(actors->config().pipeline.partition.counts == actors->partition());
+  CHECK(serial->partition() == actors->partition());
+  int layers = 0;
+  for (int n : actors->partition()) layers += n;
+  CHECK(layers == actors->num_layers());
+  train(*actors);
+  train(*serial);
+  CHECK(same_weights(*actors, *serial));
+  if (old != nullptr) {
+    ::setenv("ACTORPIPE_CACHE_DIR", saved.c_str(), 1);
+  } else {
+    ::unsetenv("ACTORPIPE_CACHE_DIR");
   }
 }

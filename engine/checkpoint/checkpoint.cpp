@@ -58,6 +58,7 @@ json option_to_json(OptKind kind, const OptValue& v) {
     case OptKind::arch:
       return std::get<std::string>(v);
     case OptKind::int_list:
+      if (const auto* s = std::get_if<std::string>(&v)) return *s;  // partition = "auto"
       return std::get<std::vector<int64_t>>(v);
   }
   return nullptr;

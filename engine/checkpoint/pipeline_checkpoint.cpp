@@ -135,7 +135,7 @@ CheckpointInfo pipeline_checkpoint_info(const Config& config, const RunPosition&
   info.rng_state = {config.train.seed, config.data.seed};
   info.mode = config.pipeline.mode;
   info.stages = config.pipeline.stages;
-  info.partition = config.pipeline.partition;
+  info.partition = config.pipeline.partition.counts;  // "auto" is resolved to counts by then
   info.model = config.model;
   info.optimizer = config.optimizer;
   info.extra["updates"] = std::to_string(updates);

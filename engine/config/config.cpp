@@ -145,10 +145,11 @@ Expected<OptValue> convert(const OptionSpec& spec, const toml::value& v) {
     case OptKind::int_list: {
       if (v.is_string()) {
         if (v.as_string().str == "even") return OptValue{std::vector<int64_t>{}};
-        return make_error("{} = {}: expected \"even\" or an array of integers", spec.name(),
-                          show(v));
+        if (v.as_string().str == "auto") return OptValue{std::string("auto")};
+        return make_error("{} = {}: expected \"even\", \"auto\" or an array of integers",
+                          spec.name(), show(v));
       }
-      if (!v.is_array()) return wrong("\"even\" or an array of integers");
+      if (!v.is_array()) return wrong("\"even\", \"auto\" or an array of integers");
       std::vector<int64_t> out;
       for (const auto& x : v.as_array()) {
         if (!x.is_integer() || x.as_integer() < INT_MIN || x.as_integer() > INT_MAX) {
@@ -321,8 +322,8 @@ Status apply_set(Config& config, std::string_view assignment) {
   const bool quoted = !rhs.empty() && (rhs.front() == '"' || rhs.front() == '\'');
   if ((spec->kind == OptKind::string || spec->kind == OptKind::arch) && !quoted) {
     value = toml::value(rhs);
-  } else if (spec->kind == OptKind::int_list && rhs == "even") {
-    value = toml::value("even");
+  } else if (spec->kind == OptKind::int_list && (rhs == "even" || rhs == "auto")) {
+    value = toml::value(rhs);
   } else {
     auto doc = parse_toml("v = " + rhs + "\n", arg);
     if (!doc) {
@@ -441,19 +442,20 @@ Status validate(const Config& c) {
   } else if (p.seq_len > m.context) {
     bad(fmt::format("pipeline.seq_len = {}: exceeds model.context = {}", p.seq_len, m.context));
   }
-  if (!p.partition.empty()) {
-    const std::string shown = fmt::format("[{}]", fmt::join(p.partition, ", "));
+  if (!p.partition.counts.empty()) {
+    const std::vector<int>& counts = p.partition.counts;
+    const std::string shown = fmt::format("[{}]", fmt::join(counts, ", "));
     int64_t sum = 0;
     bool positive = true;
-    for (int x : p.partition) {
+    for (int x : counts) {
       sum += x;
       positive = positive && x >= 1;
     }
-    if (static_cast<int>(p.partition.size()) != p.stages) {
+    if (static_cast<int>(counts.size()) != p.stages) {
       bad(
           fmt::format("pipeline.partition = {}: {} entries but pipeline.stages = {} (allowed: "
-                      "\"even\" or one entry per stage)",
-                      shown, p.partition.size(), p.stages));
+                      "\"even\", \"auto\" or one entry per stage)",
+                      shown, counts.size(), p.stages));
     }
     if (!positive) {
       bad(fmt::format("pipeline.partition = {}: every stage needs at least 1 layer", shown));
@@ -467,6 +469,10 @@ Status validate(const Config& c) {
   }
   if (p.threads_per_stage < 1) {
     bad(fmt::format("pipeline.threads_per_stage = {}: must be >= 1", p.threads_per_stage));
+  }
+  if (p.memory_limit_mb < 0) {
+    bad(fmt::format("pipeline.memory_limit_mb = {}: must be >= 0 (MiB per stage; 0 = no limit)",
+                    p.memory_limit_mb));
   }
   const ClusterOptions& cl = c.cluster;
   if (!cl.placement.empty()) {

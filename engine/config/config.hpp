@@ -23,7 +23,7 @@ Expected<Config> config_from_string(std::string_view toml,
 
 /// Applies one override "section.key=value" to `config` without validating the whole. The value
 /// is TOML (42, 1e-3, true, "text", [2, 2]); for string keys the quotes may be left out, and
-/// pipeline.partition also accepts even.
+/// pipeline.partition also accepts even and auto.
 Status apply_set(Config& config, std::string_view assignment);
 
 /// Collects the overrides of a command line: every `--set k=v` and `--set=k=v`. Other arguments

@@ -86,9 +86,10 @@ Config everything_changed() {
   c.pipeline.microbatches = 6;
   c.pipeline.microbatch_size = 2;
   c.pipeline.seq_len = 32;
-  c.pipeline.partition = {2, 3, 3};
+  c.pipeline.partition.counts = {2, 3, 3};
   c.pipeline.threads_per_stage = 2;
   c.pipeline.split_backward = false;
+  c.pipeline.memory_limit_mb = 64;
   c.optimizer.kind = "sgd";
   c.optimizer.lr = 3e-4f;
   c.optimizer.beta1 = 0.8f;
@@ -179,7 +180,7 @@ every = 2
   CHECK(r->data.mask_prob == 0.25);
   CHECK(r->pipeline.mode == "pipedream");
   CHECK(r->pipeline.stages == 2);
-  CHECK(r->pipeline.partition == std::vector<int>{1, 3});
+  CHECK(r->pipeline.partition.counts == std::vector<int>{1, 3});
   CHECK(r->pipeline.seq_len == 16);
   CHECK(r->optimizer.lr == 1.0f);
   CHECK(r->optimizer.beta2 == 0.99f);
@@ -245,7 +246,7 @@ TEST_CASE("--set overrides the file, later --set wins, values are TOML") {
              "train.trace='x.json'", "model.init_seed=12"});
   REQUIRE_MESSAGE(s.ok(), s.error().message);
   CHECK(s->pipeline.mode == "2bw");  // strings need no quotes
-  CHECK(s->pipeline.partition == std::vector<int>{3, 3});
+  CHECK(s->pipeline.partition.counts == std::vector<int>{3, 3});
   CHECK(s->data.path == "a b.txt");
   CHECK(s->model.tied == false);
   CHECK(s->optimizer.lr == 3e-4f);
@@ -257,7 +258,7 @@ TEST_CASE("--set overrides the file, later --set wins, values are TOML") {
   auto e = config_from_string("[pipeline]\nstages = 2\npartition = [3, 3]\n",
                               {"pipeline.partition=even"});
   REQUIRE(e.ok());
-  CHECK(e->pipeline.partition.empty());
+  CHECK(e->pipeline.partition.even());
 
   // apply_set alone does not validate: heads = 5 with width 128 is refused only by validate.
   Config c;
@@ -341,7 +342,7 @@ TEST_CASE("wrong types are refused naming the key, the value and the expected ty
   CHECK(contains(error_of("[pipeline]\npartition = [1, \"a\"]\n"),
                  "pipeline.partition = [1, \"a\"]: element \"a\" is not a 32-bit integer"));
   CHECK(contains(error_of("[pipeline]\npartition = \"uneven\"\n"),
-                 "expected \"even\" or an array of integers"));
+                 "expected \"even\", \"auto\" or an array of integers"));
   CHECK(contains(error_of("[model]\nwidth = 3000000000\n"),
                  "model.width = 3000000000: out of the 32-bit integer range"));
   CHECK(contains(error_of("[model]\ninit_seed = -1\n"), "model.init_seed = -1: negative"));
@@ -409,6 +410,44 @@ TEST_CASE("out-of-range values and impossible combinations are refused") {
   CHECK(config_from_string(
             "", {"optimizer.warmup_steps=5", "optimizer.decay_steps=6", "optimizer.min_lr=1e-3"})
             .ok());
+}
+
+TEST_CASE("pipeline.partition = \"auto\" and pipeline.memory_limit_mb parse, print and fail") {
+  // "auto" in a file and from --set, with or without quotes; it is not "even" and has no counts
+  auto f =
+      config_from_string("[pipeline]\nstages = 2\npartition = \"auto\"\nmemory_limit_mb = 12\n");
+  REQUIRE_MESSAGE(f.ok(), f.error().message);
+  CHECK(f->pipeline.partition.automatic);
+  CHECK(f->pipeline.partition.counts.empty());
+  CHECK_FALSE(f->pipeline.partition.even());
+  CHECK(f->pipeline.memory_limit_mb == 12);
+  for (const char* set : {"pipeline.partition=auto", "pipeline.partition=\"auto\""}) {
+    auto s = config_from_string("", {"pipeline.stages=3", set});
+    REQUIRE_MESSAGE(s.ok(), s.error().message);
+    CHECK(s->pipeline.partition.automatic);
+  }
+  // to_toml writes it back as "auto"; a later --set of counts or "even" replaces it
+  CHECK(contains(to_toml(*f), "partition = \"auto\"\n"));
+  CHECK(contains(to_toml(*f), "memory_limit_mb = 12\n"));
+  auto back = config_from_string(to_toml(*f));
+  REQUIRE(back.ok());
+  CHECK(back->pipeline.partition == f->pipeline.partition);
+  auto counts = config_from_string(to_toml(*f), {"pipeline.partition=[3,3]"});
+  REQUIRE(counts.ok());
+  CHECK_FALSE(counts->pipeline.partition.automatic);
+  CHECK(counts->pipeline.partition.counts == std::vector<int>{3, 3});
+  auto even = config_from_string(to_toml(*f), {"pipeline.partition=even"});
+  REQUIRE(even.ok());
+  CHECK(even->pipeline.partition.even());
+  // errors name the key and the value
+  CHECK(contains(error_of("[pipeline]\npartition = \"automatic\"\n"),
+                 "pipeline.partition = \"automatic\": expected \"even\", \"auto\" or an array"));
+  CHECK(contains(error_of("", {"pipeline.memory_limit_mb=-1"}),
+                 "pipeline.memory_limit_mb = -1: must be >= 0 (MiB per stage; 0 = no limit)"));
+  CHECK(contains(error_of("", {"pipeline.memory_limit_mb=1.5"}),
+                 "pipeline.memory_limit_mb = 1.5: expected an integer, got a float"));
+  CHECK(contains(error_of("", {"pipeline.memory_limit_mb=big"}),
+                 "--set pipeline.memory_limit_mb=big: big is not a TOML value"));
 }
 
 TEST_CASE("every problem is reported, one per line, with its location") {

@@ -26,7 +26,7 @@ constexpr OptKind kind_of() {
     return OptKind::boolean;
   else if constexpr (std::is_same_v<T, std::string>)
     return OptKind::string;
-  else if constexpr (std::is_same_v<T, std::vector<int>>)
+  else if constexpr (std::is_same_v<T, std::vector<int>> || std::is_same_v<T, PartitionSpec>)
     return OptKind::int_list;
   else {
     static_assert(std::is_same_v<T, Arch>, "unsupported option type");
@@ -48,7 +48,10 @@ OptValue to_value(const T& v) {
     return v;
   else if constexpr (std::is_same_v<T, std::vector<int>>)
     return std::vector<int64_t>(v.begin(), v.end());
-  else
+  else if constexpr (std::is_same_v<T, PartitionSpec>) {
+    if (v.automatic) return std::string("auto");
+    return std::vector<int64_t>(v.counts.begin(), v.counts.end());
+  } else
     return std::string(v == Arch::gpt ? "gpt" : "bert");
 }
 
@@ -71,6 +74,15 @@ T from_value(const OptValue& v) {
     std::vector<int> out;
     for (int64_t x : xs) out.push_back(static_cast<int>(x));
     return out;
+  } else if constexpr (std::is_same_v<T, PartitionSpec>) {
+    // the only string a partition holds is "auto" (the parser turns "even" into no counts)
+    PartitionSpec p;
+    if (std::holds_alternative<std::string>(v)) {
+      p.automatic = true;
+    } else {
+      p.counts = from_value<std::vector<int>>(v);
+    }
+    return p;
   } else
     return std::get<std::string>(v) == "bert" ? Arch::bert : Arch::gpt;
 }
@@ -144,9 +156,12 @@ std::vector<OptionSpec> build_table() {
   t.push_back(row("pipeline", "seq_len", &C::pipeline, &PipelineOptions::seq_len,
                   "0 .. model.context", "Sequence length T; 0 means model.context."));
   t.push_back(row("pipeline", "partition", &C::pipeline, &PipelineOptions::partition,
-                  "\"even\", [] or stages positive integers summing to model.depth + 2",
+                  "\"even\", [], \"auto\" or stages positive integers summing to "
+                  "model.depth + 2",
                   "Layers per stage, first stage first; \"even\" (or []) splits the layers as "
-                  "evenly as possible."));
+                  "evenly as possible; \"auto\" takes the planner's partition for the mode, "
+                  "stages and microbatches from a measured (or cached) per-layer profile "
+                  "(docs/planner.md)."));
   t.push_back(row("pipeline", "threads_per_stage", &C::pipeline,
                   &PipelineOptions::threads_per_stage, ">= 1", "Compute threads of each stage."));
   t.push_back(row("pipeline", "split_backward", &C::pipeline, &PipelineOptions::split_backward,
@@ -156,6 +171,12 @@ std::vector<OptionSpec> build_table() {
                   "previous stage starts its backward a weight pass earlier). Costs a copy of "
                   "the stage's linear-layer output gradients for one microbatch; false computes "
                   "both in one pass."));
+  t.push_back(row("pipeline", "memory_limit_mb", &C::pipeline, &PipelineOptions::memory_limit_mb,
+                  ">= 0",
+                  "Memory per stage in MiB (parameters, gradients, optimizer state, extra weight "
+                  "versions, stashed activations: the planner's memory model) that partition = "
+                  "\"auto\" must respect; a plan that cannot fit is an error naming the stage. "
+                  "0 = no limit."));
   // [optimizer]
   t.push_back(row("optimizer", "kind", &C::optimizer, &OptimizerOptions::kind, "adamw | sgd",
                   "AdamW (decoupled weight decay) or SGD with momentum."));
@@ -332,8 +353,10 @@ std::string to_toml_text(OptKind kind, const OptValue& value) {
     case OptKind::arch:
       return toml_string(std::get<std::string>(value));
     case OptKind::int_list: {
+      // the only list key is pipeline.partition: "auto", "even" or its counts
+      if (const auto* s = std::get_if<std::string>(&value)) return toml_string(*s);
       const auto& xs = std::get<std::vector<int64_t>>(value);
-      if (xs.empty()) return "\"even\"";  // the only list key is pipeline.partition
+      if (xs.empty()) return "\"even\"";
       return fmt::format("[{}]", fmt::join(xs, ", "));
     }
   }

@@ -21,7 +21,7 @@ enum class OptKind : uint8_t {
   real64,    // double: a TOML float or integer, finite
   boolean,   // bool
   string,    // std::string
-  int_list,  // std::vector<int>: a TOML array of integers ("even" = empty for partition)
+  int_list,  // pipeline.partition: a TOML array of integers, "even" (empty) or "auto" (a string)
   arch,      // Arch: "gpt" | "bert"
 };
 

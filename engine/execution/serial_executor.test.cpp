@@ -302,7 +302,7 @@ TEST_CASE("the executor refuses bad input with errors that name it") {
 
 TEST_CASE("create from a config and read the configured data") {
   Config c = tiny_config("2bw", 2, 2, tiny(Arch::gpt));
-  c.pipeline.partition = {3, 1};
+  c.pipeline.partition.counts = {3, 1};
   c.optimizer = clipped_adamw();
   c.data.seed = 7;
   auto e = SerialExecutor::create(c, true);
@@ -329,7 +329,7 @@ TEST_CASE("create from a config and read the configured data") {
   c.pipeline.mode = "zero-bubble";
   CHECK(SerialExecutor::create(c).error().message.find("pipeline.mode") != std::string::npos);
   c.pipeline.mode = "1f1b";
-  c.pipeline.partition = {2, 1};
+  c.pipeline.partition.counts = {2, 1};
   CHECK(SerialExecutor::create(c).error().message.find(
             "pipeline.partition = [2, 1]: sums to 3 but the model has 4 layers") !=
         std::string::npos);

@@ -39,8 +39,14 @@ Expected<Partition> Partition::from_counts(int num_layers, std::span<const int> 
 }
 
 Expected<Partition> Partition::from_options(const PipelineOptions& p, int num_layers) {
-  auto part =
-      p.partition.empty() ? even(num_layers, p.stages) : from_counts(num_layers, p.partition);
+  if (p.partition.automatic) {
+    return make_error(
+        "pipeline.partition = \"auto\": the planner chooses the partition before the stages are "
+        "built (resolve_partition, engine/profiler/auto_partition.hpp; the trainer and the actor "
+        "engine do it); here give \"even\" or layer counts");
+  }
+  auto part = p.partition.counts.empty() ? even(num_layers, p.stages)
+                                         : from_counts(num_layers, p.partition.counts);
   if (!part) return make_error("pipeline.{}", part.error().message);
   if (part->stages() != p.stages) {
     return make_error("pipeline.partition = {}: {} entries but pipeline.stages = {}",

@@ -24,8 +24,9 @@ class Partition {
   /// < 1, or counts that do not sum to num_layers.
   static Expected<Partition> from_counts(int num_layers, std::span<const int> counts);
 
-  /// pipeline.stages and pipeline.partition (empty = even) for a model of num_layers layers;
-  /// errors name the config keys.
+  /// pipeline.stages and pipeline.partition (no counts = even) for a model of num_layers
+  /// layers; errors name the config keys. "auto" is an error: resolve_partition
+  /// (engine/profiler/auto_partition.hpp) turns it into counts first.
   static Expected<Partition> from_options(const PipelineOptions& pipeline, int num_layers);
 
   int stages() const { return static_cast<int>(bounds_.size()) - 1; }

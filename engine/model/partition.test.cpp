@@ -64,14 +64,20 @@ TEST_CASE("errors name the value and what is allowed") {
 
   PipelineOptions o;
   o.stages = 2;
-  o.partition = {2, 2, 2};
+  o.partition.counts = {2, 2, 2};
   CHECK(contains(Partition::from_options(o, 6).error().message,
                  "pipeline.partition = [2, 2, 2]: 3 entries but pipeline.stages = 2"));
-  o.partition = {};
+  o.partition.counts = {};
   o.stages = 7;
   CHECK(contains(Partition::from_options(o, 6).error().message, "pipeline.stages = 7"));
   o.stages = 3;
   CHECK(Partition::from_options(o, 6)->counts() == std::vector<int>{2, 2, 2});
-  o.partition = {1, 1, 4};
+  o.partition.counts = {1, 1, 4};
   CHECK(Partition::from_options(o, 6)->counts() == std::vector<int>{1, 1, 4});
+  // "auto" is resolved before any stage is built (engine/profiler/auto_partition.hpp)
+  o.partition = PartitionSpec{};
+  o.partition.automatic = true;
+  CHECK(contains(Partition::from_options(o, 6).error().message,
+                 "pipeline.partition = \"auto\": the planner chooses the partition before the "
+                 "stages are built (resolve_partition"));
 }

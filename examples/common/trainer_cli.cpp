@@ -246,9 +246,10 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
              arch_name(c.model.arch), c.model.depth, c.model.width, c.model.heads,
              trainer->parameter_count());
   fmt::print(
-      "pipeline: {} mode, {} stages {}, {} microbatches of {}x{} tokens per step, {} "
+      "pipeline: {} mode, {} stages {}{}, {} microbatches of {}x{} tokens per step, {} "
       "backend\n",
       c.pipeline.mode, trainer->stages(), partition_text(trainer->partition()),
+      config->pipeline.partition.automatic ? " (auto: the planner's, see actorpipe-plan)" : "",
       c.pipeline.microbatches, c.pipeline.microbatch_size, T, to_string(options.backend));
   if (group) {
     fmt::print(

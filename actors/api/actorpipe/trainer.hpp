@@ -59,6 +59,8 @@ class Trainer {
   /// (parameters, optimizer state, update count, data position; the pipeline may have another
   /// number of stages). Opens train.metrics (appending when resuming). Errors name the key or
   /// file at fault, the value and what is allowed, or what does not match in a checkpoint.
+  /// pipeline.partition = "auto" is resolved first: the planner's partition from a measured (or
+  /// cached, docs/planner.md) layer profile; config() and partition() then hold its counts.
   static Expected<std::unique_ptr<Trainer>> create(const Config& config,
                                                    const TrainerOptions& options = {});
   ~Trainer();

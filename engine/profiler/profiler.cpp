@@ -1,6 +1,7 @@
-// Layer profile: each layer of a model timed alone for one microbatch, through the same Layer,
-// optimizer and prediction calls a StageWorker makes, on a Context of the stage's thread count.
-#include "bench/layer_profile.hpp"
+// Profiler: each layer of a model timed alone for one microbatch, through the same Layer,
+// optimizer and prediction calls a StageWorker makes, on a Context of the stage's thread count;
+// its bytes from the model's sizes.
+#include "engine/profiler/profiler.hpp"
 
 #include <fmt/format.h>
 
@@ -11,19 +12,56 @@
 #include <random>
 #include <thread>
 
-#include "bench/step_timing.hpp"
 #include "engine/batch.hpp"
 #include "engine/execution/layer_optimizer.hpp"
 #include "engine/execution/xpipe_prediction.hpp"
 #include "engine/model/deferred_grads.hpp"
 #include "engine/model/model.hpp"
 #include "kernels/context.hpp"
+#include "kernels/crossentropy.hpp"
 
-namespace actorpipe::bench {
+namespace actorpipe {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 == 1 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
+
+/// Random tokens of a microbatch of (B, T) for `model`: GPT predicts the next token everywhere;
+/// BERT has segment 0 everywhere and every seventh position masked ([MASK] = V - 1, its token
+/// the target), about the default 15%.
+Microbatch profile_microbatch(const ModelOptions& model, int B, int T, uint64_t seed) {
+  const int V = model.vocab_size;
+  Microbatch mb;
+  mb.B = B;
+  mb.T = T;
+  const size_t n = static_cast<size_t>(B) * T;
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> tok(0, model.arch == Arch::bert ? V - 2 : V - 1);
+  std::vector<int32_t> seq(n + static_cast<size_t>(B));
+  for (auto& t : seq) t = tok(rng);
+  mb.tokens.resize(n);
+  mb.targets.assign(n, kIgnoreIndex);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) {
+      const size_t src = static_cast<size_t>(b) * (T + 1) + t;
+      const size_t k = static_cast<size_t>(b) * T + t;
+      mb.tokens[k] = seq[src];
+      if (model.arch == Arch::gpt) {
+        mb.targets[k] = seq[src + 1];
+      } else if (k % 7 == 0) {
+        mb.targets[k] = mb.tokens[k];
+        mb.tokens[k] = V - 1;
+      }
+    }
+  if (model.arch == Arch::bert) mb.segments.assign(n, 0);
+  return mb;
+}
 
 /// Median seconds of `reps` calls of fn (after none: the caller warms up).
 template <class F>
@@ -109,7 +147,7 @@ class LayerBench {
       : model_(std::move(model)),
         opt_(optimizer),
         ctx_(threads),
-        mb_(random_microbatch(model_.options().vocab_size, B, T, 1234)),
+        mb_(profile_microbatch(model_.options(), B, T, 1234)),
         dloss_(loss_scale(count_targets(mb_), 1)) {
     const int n = model_.num_layers();
     const size_t bth = static_cast<size_t>(B) * T * model_.options().width;
@@ -180,19 +218,19 @@ Expected<LayerProfile> profile_layers(const ModelOptions& model_opts,
   // a warm-up chain: realistic inputs and gradients for every layer, memory touched
   lb.chain();
   for (int i = 0; i < n; ++i) {
-    LayerCost& c = p.layers[static_cast<size_t>(i)];
+    LayerTiming& c = p.layers[static_cast<size_t>(i)];
     c.name = fmt::format("{} {}", to_string(lb.model().layer(i).kind()), i);
     c.forward = time_median(reps, [&] { lb.forward(i); });
   }
   for (int i = n - 1; i >= 0; --i) {
-    LayerCost& c = p.layers[static_cast<size_t>(i)];
+    LayerTiming& c = p.layers[static_cast<size_t>(i)];
     c.backward = time_median(reps, [&] { lb.backward(i); });
     std::vector<double> w;
     for (int r = 0; r < reps; ++r) w.push_back(lb.backward_weight(i));
     c.backward_weight = median(std::move(w));
   }
   for (int i = 0; i < n; ++i) {
-    LayerCost& c = p.layers[static_cast<size_t>(i)];
+    LayerTiming& c = p.layers[static_cast<size_t>(i)];
     c.update = time_median(reps, [&] { lb.update(i); });
     c.copy = time_median(reps, [&] { lb.copy(i); });
     c.predict = time_median(reps, [&] { lb.predict(i); });
@@ -232,4 +270,57 @@ Expected<LayerProfile> profile_layers_loaded(const ModelOptions& model,
   return p;
 }
 
-}  // namespace actorpipe::bench
+namespace {
+
+constexpr std::int64_t kFloat = 4;  // bytes of an f32
+
+}  // namespace
+
+Expected<std::vector<LayerCosts>> layer_bytes(const ModelOptions& model_opts,
+                                              const OptimizerOptions& optimizer, int B, int T) {
+  if (B < 1 || T < 1 || T > model_opts.context)
+    return make_error("layer bytes: B = {}, T = {}: expected B >= 1 and 1 <= T <= context ({})", B,
+                      T, model_opts.context);
+  auto model = Model::build(model_opts);
+  if (!model) return model.error();
+  const std::int64_t hidden = std::int64_t{B} * T * model_opts.width * kFloat;  // (B, T, C)
+  std::vector<LayerCosts> out;
+  for (int i = 0; i < model->num_layers(); ++i) {
+    const Layer& layer = model->layer(i);
+    const auto params = static_cast<std::int64_t>(layer.param_floats()) * kFloat;
+    const std::int64_t input = layer.takes_input() ? hidden : 0;
+    LayerCosts c;
+    c.parameter_bytes = params;
+    c.gradient_bytes = params;
+    c.version_bytes = params;
+    c.optimizer_bytes =
+        static_cast<std::int64_t>(optimizer_state_floats(optimizer, layer.param_floats())) * kFloat;
+    c.activation_bytes = static_cast<std::int64_t>(layer.saved_floats(B, T)) * kFloat + input;
+    c.recompute_activation_bytes = input;
+    c.output_bytes = layer.is_loss() ? 0 : hidden;
+    out.push_back(c);
+  }
+  return out;
+}
+
+Expected<std::vector<LayerCosts>> layer_costs(const LayerProfile& profile,
+                                              const ModelOptions& model,
+                                              const OptimizerOptions& optimizer) {
+  auto costs = layer_bytes(model, optimizer, profile.B, profile.T);
+  if (!costs) return costs.error();
+  if (costs->size() != profile.layers.size())
+    return make_error("layer costs: the profile has {} layers but the model has {}",
+                      profile.layers.size(), costs->size());
+  for (size_t i = 0; i < costs->size(); ++i) {
+    const LayerTiming& t = profile.layers[i];
+    LayerCosts& c = (*costs)[i];
+    c.forward = t.forward;
+    c.backward = t.backward;
+    // a median of the weight half may exceed the median of the whole on a noisy machine
+    c.backward_weight = std::min(t.backward_weight, t.backward);
+    c.update = t.update;
+  }
+  return costs;
+}
+
+}  // namespace actorpipe

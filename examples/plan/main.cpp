@@ -1,0 +1,283 @@
+// actorpipe-plan: the partition pipeline.partition = "auto" would take for a config, and why —
+// the layer profile (measured or cached), a table per stage, the prediction and the runner-up.
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/config/config.hpp"
+#include "engine/profiler/auto_partition.hpp"
+#include "engine/profiler/profile_cache.hpp"
+
+using namespace actorpipe;
+
+namespace {
+
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+
+constexpr const char* kUsage =
+    R"(usage: actorpipe-plan [--config FILE] [--set section.key=value]... [--cache-dir DIR]
+                      [--reprofile | --no-cache] [--reps N]
+
+Prints the partition that pipeline.partition = "auto" takes for the config's model, mode, stages
+and microbatches (under pipeline.memory_limit_mb), and why: the per-layer profile, a table per
+stage (layers, forward and backward ms, bytes by kind, recomputed layers), the simulated step
+time and bubble, and the runner-up. Without --config the defaults are used; each --set
+overrides one key (docs/config.md). The profile is measured at pipeline.threads_per_stage
+threads and cached per model and machine (docs/planner.md).
+  --cache-dir DIR   the profile cache (default $ACTORPIPE_CACHE_DIR, $XDG_CACHE_HOME/actorpipe
+                    or ~/.cache/actorpipe)
+  --reprofile       measure again even when a cached profile matches, and cache the new one
+  --no-cache        neither read nor write a cached profile
+  --reps N          calls timed per layer and kind, medians (default 5)
+  --help            this text
+Exit codes: 0 planned, 1 config error or no plan the engine can run, 2 bad argument.
+)";
+
+// "actorpipe-plan: error: first line" and the following lines of the message indented.
+void print_error(const std::string& message) {
+  std::string text = message;
+  for (size_t p = text.find('\n'); p != std::string::npos; p = text.find('\n', p + 3))
+    text.replace(p, 1, "\n  ");
+  fmt::print(stderr, "actorpipe-plan: error: {}\n", text);
+}
+
+struct Args {
+  std::string config;
+  std::vector<std::string> sets;
+  AutoPartitionOptions auto_options;
+  bool help = false;
+};
+
+Expected<Args> parse_args(int argc, char** argv) {
+  Args a;
+  bool reprofile = false, no_cache = false, have_config = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    std::string value;
+    // --name VALUE or --name=VALUE
+    auto valued = [&](std::string_view flag) -> Expected<bool> {
+      if (arg == flag) {
+        if (i + 1 >= argc) return make_error("{} needs a value", flag);
+        value = argv[++i];
+        return true;
+      }
+      if (arg.size() > flag.size() && arg.substr(0, flag.size()) == flag &&
+          arg[flag.size()] == '=') {
+        value = std::string(arg.substr(flag.size() + 1));
+        return true;
+      }
+      return false;
+    };
+    if (arg == "--help" || arg == "-h") {
+      a.help = true;
+      continue;
+    }
+    if (arg == "--reprofile") {
+      reprofile = true;
+      continue;
+    }
+    if (arg == "--no-cache") {
+      no_cache = true;
+      continue;
+    }
+    bool handled = false;
+    for (std::string_view flag : {"--config", "--set", "--cache-dir", "--reps"}) {
+      auto v = valued(flag);
+      if (!v) return v.error();
+      if (!*v) continue;
+      handled = true;
+      if (flag == "--config") {
+        if (have_config) return make_error("--config given twice");
+        if (value.empty()) return make_error("--config needs a file name");
+        have_config = true;
+        a.config = value;
+      } else if (flag == "--set") {
+        const size_t eq = value.find('='), dot = value.find('.');
+        if (eq == std::string::npos || dot == std::string::npos || dot == 0 || dot + 1 >= eq)
+          return make_error(
+              "--set \"{}\": expected section.key=value, e.g. --set pipeline.stages=4", value);
+        a.sets.push_back(value);
+      } else if (flag == "--cache-dir") {
+        if (value.empty()) return make_error("--cache-dir needs a directory");
+        a.auto_options.cache_dir = value;
+      } else {
+        char* end = nullptr;
+        errno = 0;
+        const long n = std::strtol(value.c_str(), &end, 10);
+        if (value.empty() || *end != '\0' || errno != 0 || n < 1 || n > 10000)
+          return make_error("--reps: \"{}\" is not allowed: expected an integer from 1 to 10000",
+                            value);
+        a.auto_options.reps = static_cast<int>(n);
+      }
+      break;
+    }
+    if (handled) continue;
+    return make_error("unknown argument \"{}\" (see --help)", arg);
+  }
+  if (reprofile && no_cache) return make_error("--reprofile and --no-cache: choose one");
+  if (reprofile) a.auto_options.read_cache = false;
+  if (no_cache) {
+    a.auto_options.read_cache = false;
+    a.auto_options.write_cache = false;
+  }
+  return a;
+}
+
+// 1234 -> "1234 B", then KiB, MiB, GiB with one decimal.
+std::string bytes(std::int64_t n) {
+  if (n < 1024) return fmt::format("{} B", n);
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+  double x = static_cast<double>(n) / 1024.0;
+  int u = 0;
+  while (x >= 1024.0 && u < 3) {
+    x /= 1024.0;
+    ++u;
+  }
+  return fmt::format("{:.1f} {}", x, units[u]);
+}
+
+std::string counts(const std::vector<int>& v) {
+  return fmt::format("[{}]", fmt::join(v, ", "));
+}
+
+std::string recomputed(const PartitionPlan& p, const StagePlan& s) {
+  std::vector<int> r;
+  for (int i = s.first_layer; i < s.first_layer + s.layers; ++i)
+    if (static_cast<size_t>(i) < p.recompute.size() && p.recompute[static_cast<size_t>(i)])
+      r.push_back(i);
+  return r.empty() ? "none" : fmt::format("{{{}}}", fmt::join(r, ", "));
+}
+
+// The table of one plan's stages.
+void print_stages(const PartitionPlan& p, const std::vector<LayerCosts>& costs) {
+  fmt::print("  {:<5} {:<9} {:>8} {:>8} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>9} {:>10}\n",
+             "stage", "layers", "F ms", "B ms", "params", "grads", "optimizer", "versions",
+             "activations", "total", "step ms", "recompute");
+  for (size_t k = 0; k < p.stages.size(); ++k) {
+    const StagePlan& s = p.stages[k];
+    double f = 0, b = 0;
+    for (int i = s.first_layer; i < s.first_layer + s.layers; ++i) {
+      f += costs[static_cast<size_t>(i)].forward;
+      b += costs[static_cast<size_t>(i)].backward;
+    }
+    fmt::print(
+        "  {:<5} {:<9} {:>8.3f} {:>8.3f} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>9.3f} "
+        "{:>10}\n",
+        k, fmt::format("{} .. {}", s.first_layer, s.first_layer + s.layers - 1), 1e3 * f, 1e3 * b,
+        bytes(s.bytes.parameters), bytes(s.bytes.gradients), bytes(s.bytes.optimizer),
+        bytes(s.bytes.versions), bytes(s.bytes.activations), bytes(s.bytes.total()),
+        1e3 * s.step_seconds, recomputed(p, s));
+  }
+}
+
+// The stage whose step time is the plan's bottleneck (the first of equals).
+size_t slowest(const PartitionPlan& p) {
+  size_t k = 0;
+  for (size_t i = 1; i < p.stages.size(); ++i)
+    if (p.stages[i].step_seconds > p.stages[k].step_seconds) k = i;
+  return k;
+}
+
+int run(const Args& args) {
+  auto config = load_config(args.config, args.sets);
+  if (!config) {
+    print_error(config.error().message);
+    return kExitError;
+  }
+  const Config& c = *config;
+  const PipelineOptions& pl = c.pipeline;
+  const int T = pl.seq_len > 0 ? pl.seq_len : c.model.context;
+  fmt::print(
+      "actorpipe-plan: {} V{} C{} L{} ({} layers), B {} T {}, {} thread{} per stage, {} "
+      "optimizer\n",
+      c.model.arch == Arch::gpt ? "GPT" : "BERT", c.model.vocab_size, c.model.width, c.model.depth,
+      c.model.depth + 2, pl.microbatch_size, T, pl.threads_per_stage,
+      pl.threads_per_stage == 1 ? "" : "s", c.optimizer.kind);
+  fmt::print("pipeline: {}, {} stages, {} microbatches per step, memory limit {}\n", pl.mode,
+             pl.stages, pl.microbatches,
+             pl.memory_limit_mb > 0 ? fmt::format("{} MiB per stage", pl.memory_limit_mb)
+                                    : std::string("none"));
+  auto a = plan_auto_partition(c, args.auto_options);
+  if (!a) {
+    print_error(a.error().message);
+    return kExitError;
+  }
+  if (a->from_cache) {
+    fmt::print("profile: read from the cache {} (measured with {} reps)\n", a->cache_path,
+               a->profile.reps);
+  } else {
+    fmt::print(
+        "profile: measured, {} reps ({}){}\n", a->profile.reps, a->cache_note,
+        a->cache_path.empty() ? std::string() : fmt::format("; cached in {}", a->cache_path));
+  }
+
+  fmt::print("\nper layer, one microbatch (ms; bytes):\n");
+  fmt::print("  {:<17} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>11} {:>10} {:>10}\n", "layer", "F",
+             "B", "B weight", "update", "params", "optimizer", "activations", "recompute",
+             "output");
+  for (size_t i = 0; i < a->costs.size(); ++i) {
+    const LayerCosts& l = a->costs[i];
+    fmt::print("  {:<17} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>10} {:>10} {:>11} {:>10} {:>10}\n",
+               a->profile.layers[i].name, 1e3 * l.forward, 1e3 * l.backward,
+               1e3 * l.backward_weight, 1e3 * l.update, bytes(l.parameter_bytes),
+               bytes(l.optimizer_bytes), bytes(l.activation_bytes),
+               bytes(l.recompute_activation_bytes), bytes(l.output_bytes));
+  }
+
+  const PartitionPlan& plan = a->result.plan;
+  fmt::print(
+      "\nplan: {} (the smallest slowest stage{}; no recompute: the engine does not run it "
+      "yet)\n",
+      counts(plan.layers_per_stage),
+      pl.memory_limit_mb > 0 ? " whose every stage fits the limit" : "");
+  print_stages(plan, a->costs);
+  const size_t k = slowest(plan);
+  fmt::print(
+      "predicted step {:.3f} ms, bubble {:.3f} (the {} schedule simulated with these "
+      "costs); bottleneck stage {} at {:.3f} ms per step\n",
+      1e3 * plan.predicted_step_seconds, plan.predicted_bubble, pl.mode, k,
+      1e3 * plan.bottleneck_seconds);
+  if (a->result.runner_up) {
+    const PartitionPlan& r = *a->result.runner_up;
+    fmt::print(
+        "\nrunner-up: {}: bottleneck stage {} at {:.3f} ms per step ({:+.1f}%), predicted "
+        "step {:.3f} ms, bubble {:.3f}\n",
+        counts(r.layers_per_stage), slowest(r), 1e3 * r.bottleneck_seconds,
+        plan.bottleneck_seconds > 0 ? 100.0 * (r.bottleneck_seconds / plan.bottleneck_seconds - 1.0)
+                                    : 0.0,
+        1e3 * r.predicted_step_seconds, r.predicted_bubble);
+    print_stages(r, a->costs);
+    if (!a->result.ranked.empty() && a->result.ranked[0].layers_per_stage == r.layers_per_stage)
+      fmt::print(
+          "note: the simulator predicts the runner-up's step faster ({:.3f} ms against "
+          "{:.3f} ms): the plan minimises the slowest stage, not the simulated step\n",
+          1e3 * r.predicted_step_seconds, 1e3 * plan.predicted_step_seconds);
+  } else {
+    fmt::print("\nrunner-up: none (no other partition into {} stages{})\n", pl.stages,
+               pl.memory_limit_mb > 0 ? " fits" : "");
+  }
+  fmt::print("\nto use it: --set pipeline.partition={} or pipeline.partition = \"auto\"\n",
+             fmt::format("[{}]", fmt::join(plan.layers_per_stage, ",")));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto args = parse_args(argc, argv);
+  if (!args) {
+    print_error(args.error().message);
+    return kExitUsage;
+  }
+  if (args->help) {
+    fmt::print("{}", kUsage);
+    return 0;
+  }
+  return run(*args);
+}
