@@ -473,6 +473,10 @@ void StageWorker::install_tied_weights(size_t k, int version, std::span<const fl
   tied_.set_held(v, k, TiedVersion{version, 0});
 }
 
+TiedVersion StageWorker::tied_held(int version, size_t k) const {
+  return tied_.held(version, k);
+}
+
 void StageWorker::set_updates(long updates) {
   AP_CHECK(in_flight() == 0 && !job_.open(), "stage {}: set_updates while busy", stage_);
   AP_CHECK(updates >= 0, "updates = {}", updates);

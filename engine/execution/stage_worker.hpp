@@ -195,6 +195,9 @@ class StageWorker {
   /// A run starts only from equal copies. In 2bw also the owner's version updates() - 1 into the
   /// stored previous version (holds_previous()), which a continued run computes with.
   void install_tied_weights(size_t k, int version, std::span<const float> w);
+  /// follow_owner copy stage: which owner value stored version `version` holds for tied
+  /// parameter k (an invalid TiedVersion when none was installed there).
+  TiedVersion tied_held(int version, size_t k) const;
   /// Owner side: tied parameter k in stored version `version`.
   std::span<const float> tied_weights(size_t k, int version) const;
 
