@@ -3,7 +3,6 @@
 #include "bench/channel_bench.hpp"
 
 #include <fmt/format.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,13 +41,6 @@ constexpr double kIdleTarget = 0.05;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-double process_cpu_seconds() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
-  return sec(ru.ru_utime) + sec(ru.ru_stime);
 }
 
 std::string size_label(int64_t bytes) {

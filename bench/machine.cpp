@@ -44,6 +44,10 @@ double rusage_seconds(int who) {
 
 }  // namespace
 
+double process_cpu_seconds() {
+  return rusage_seconds(RUSAGE_SELF);
+}
+
 CpuSnapshot cpu_snapshot() {
   CpuSnapshot s;
   s.wall =

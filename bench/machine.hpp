@@ -26,6 +26,9 @@ struct CpuSnapshot {
 };
 CpuSnapshot cpu_snapshot();
 
+/// CPU time this process has used so far (every thread, user and system), in seconds.
+double process_cpu_seconds();
+
 /// What ran besides this process between two snapshots, in cores on average.
 struct Interference {
   bool known = false;  ///< both snapshots read /proc/stat and b is later than a

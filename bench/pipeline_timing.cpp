@@ -3,25 +3,16 @@
 #include "bench/pipeline_timing.hpp"
 
 #include <fmt/format.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 
 #include "actors/actor_engine.hpp"
+#include "bench/machine.hpp"
 #include "bench/step_timing.hpp"
 
 namespace actorpipe::bench {
 
-namespace {
-
-double process_cpu_seconds() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
-  return sec(ru.ru_utime) + sec(ru.ru_stime);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 ReplayLoader::ReplayLoader(DataLoader& source, int pool)
     : vocab_(source.vocab_size()), entropy_(source.entropy_rate()), source_(source.describe()) {
