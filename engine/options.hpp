@@ -101,6 +101,16 @@ struct ClusterOptions {
   std::string tls_ca;              // PEM CA certificates a peer's certificate must chain to
 };
 
+/// [migration]: moving layers between neighbouring stages while a run trains (docs/migration.md).
+struct MigrationOptions {
+  bool enabled = false;     // the automatic migration manager
+  std::string moves;        // forced moves "<step>: <counts>; ..." (parse_forced_moves); "" = none
+  int check_every = 10;     // optimizer steps between the manager's checks
+  double threshold = 0.15;  // imbalance (slowest stage's busy time / mean - 1) that counts
+  int patience = 2;         // consecutive checks above threshold before a move is considered
+  double min_gain = 0.05;   // the planner's predicted step time must drop by this fraction
+};
+
 struct Config {
   ModelOptions model;
   DataOptions data;
@@ -109,6 +119,7 @@ struct Config {
   TrainOptions train;
   CheckpointOptions checkpoint;
   ClusterOptions cluster;
+  MigrationOptions migration;
 };
 
 }  // namespace actorpipe

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <toml.hpp>
 
+#include "engine/config/forced_moves.hpp"
 #include "engine/config/option_table.hpp"
 #include "engine/internal/file_io.hpp"
 #include "engine/mode.hpp"
@@ -473,6 +474,35 @@ Status validate(const Config& c) {
   if (p.memory_limit_mb < 0) {
     bad(fmt::format("pipeline.memory_limit_mb = {}: must be >= 0 (MiB per stage; 0 = no limit)",
                     p.memory_limit_mb));
+  }
+  const MigrationOptions& mg = c.migration;
+  if (auto moves = parse_forced_moves(mg.moves); !moves) {
+    bad(moves.error().message);
+  } else {
+    for (const ForcedMove& mv : *moves) {
+      const std::string shown = fmt::format("\"{}: {}\"", mv.step, fmt::join(mv.counts, ", "));
+      int64_t sum = 0;
+      for (int x : mv.counts) sum += x;
+      if (static_cast<int>(mv.counts.size()) != p.stages) {
+        bad(fmt::format("migration.moves: {} has {} layer counts but pipeline.stages = {}", shown,
+                        mv.counts.size(), p.stages));
+      } else if (m.depth >= 1 && sum != layers) {
+        bad(
+            fmt::format("migration.moves: {} sums to {} but the model has {} layers "
+                        "(model.depth + 2 = {} + 2)",
+                        shown, sum, layers, m.depth));
+      }
+    }
+  }
+  if (mg.check_every < 1) {
+    bad(fmt::format("migration.check_every = {}: must be >= 1", mg.check_every));
+  }
+  if (!(mg.threshold > 0) || !std::isfinite(mg.threshold)) {
+    bad(fmt::format("migration.threshold = {}: must be > 0", mg.threshold));
+  }
+  if (mg.patience < 1) bad(fmt::format("migration.patience = {}: must be >= 1", mg.patience));
+  if (!(mg.min_gain >= 0 && mg.min_gain < 1)) {
+    bad(fmt::format("migration.min_gain = {}: must be in [0, 1)", mg.min_gain));
   }
   const ClusterOptions& cl = c.cluster;
   if (!cl.placement.empty()) {

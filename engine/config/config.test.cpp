@@ -116,6 +116,12 @@ Config everything_changed() {
   c.cluster.tls_certificate = "node.pem";
   c.cluster.tls_key = "node.key";
   c.cluster.tls_ca = "ca.pem";
+  c.migration.enabled = true;
+  c.migration.moves = "2: 3, 3, 2; 5: 2, 4, 2";
+  c.migration.check_every = 3;
+  c.migration.threshold = 0.25;
+  c.migration.patience = 4;
+  c.migration.min_gain = 0.125;
   return c;
 }
 
@@ -469,7 +475,7 @@ TEST_CASE("every key of options.hpp is parsed and documented in docs/config.md")
       {"ModelOptions", "model"},       {"DataOptions", "data"},
       {"PipelineOptions", "pipeline"}, {"OptimizerOptions", "optimizer"},
       {"TrainOptions", "train"},       {"CheckpointOptions", "checkpoint"},
-      {"ClusterOptions", "cluster"}};
+      {"ClusterOptions", "cluster"},   {"MigrationOptions", "migration"}};
   std::size_t members = 0;
   for (const auto& [name, section] : structs) {
     const auto begin = options.find("struct " + name + " {");

@@ -251,6 +251,27 @@ std::vector<OptionSpec> build_table() {
                   "a PEM file, or empty", "The private key of tls_certificate (unencrypted)."));
   t.push_back(row("cluster", "tls_ca", &C::cluster, &ClusterOptions::tls_ca, "a PEM file, or empty",
                   "The CA certificate(s) peers' certificates must chain to."));
+  // [migration]
+  t.push_back(row("migration", "enabled", &C::migration, &MigrationOptions::enabled, "",
+                  "The automatic migration manager: every check_every steps it compares the "
+                  "stages' busy time and moves layers to even them out (docs/migration.md). "
+                  "One process only."));
+  t.push_back(row("migration", "moves", &C::migration, &MigrationOptions::moves,
+                  "\"\" or \"<step>: <layers per stage>; ...\" with increasing steps",
+                  "Forced moves: after <step> optimizer steps the stages hold these layer "
+                  "counts, e.g. \"10: 3, 5; 20: 4, 4\" (the same path as the manager's moves)."));
+  t.push_back(row("migration", "check_every", &C::migration, &MigrationOptions::check_every, ">= 1",
+                  "Optimizer steps between the manager's checks (each check ends a segment of "
+                  "the run: in pipedream and xpipe a drain, see docs/migration.md)."));
+  t.push_back(row("migration", "threshold", &C::migration, &MigrationOptions::threshold, "> 0",
+                  "A check counts as imbalanced when the busiest stage's busy time exceeds the "
+                  "stages' mean by more than this fraction."));
+  t.push_back(row("migration", "patience", &C::migration, &MigrationOptions::patience, ">= 1",
+                  "Consecutive imbalanced checks before the manager asks the planner for a new "
+                  "partition."));
+  t.push_back(row("migration", "min_gain", &C::migration, &MigrationOptions::min_gain, ">= 0, < 1",
+                  "A move happens only when the planner predicts a step at least this fraction "
+                  "faster, and the time saved over check_every steps exceeds the move's cost."));
   return t;
 }
 
@@ -263,7 +284,7 @@ const std::vector<OptionSpec>& option_table() {
 
 const std::vector<std::string>& option_sections() {
   static const std::vector<std::string> sections = {"model", "data",       "pipeline", "optimizer",
-                                                    "train", "checkpoint", "cluster"};
+                                                    "train", "checkpoint", "cluster",  "migration"};
   return sections;
 }
 
