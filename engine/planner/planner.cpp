@@ -236,18 +236,19 @@ class Planner {
       st.first_layer = i;
       st.layers = j - i;
       st.recomputed = c.count;
-      st.compute_seconds = g.fb + c.extra;
-      st.recompute_seconds = c.extra;
+      const double k = speed(r);
+      st.compute_seconds = k * (g.fb + c.extra);
+      st.recompute_seconds = k * c.extra;
       st.transfer_seconds = g.transfer;
-      st.update_seconds = factors_[r].updates_per_step * g.update;
+      st.update_seconds = k * factors_[r].updates_per_step * g.update;
       st.step_seconds = seconds(i, j, r, c.extra);
       st.bytes = stage_bytes(layers_.subspan(i, j - i), c.flags, factors_[r]);
       p.stages.push_back(st);
-      costs.forward.push_back(g.forward);
-      costs.backward.push_back(g.backward + c.extra);
+      costs.forward.push_back(k * g.forward);
+      costs.backward.push_back(k * (g.backward + c.extra));
       costs.backward_weight.push_back(
-          r == 0 ? 0.0 : std::min(g.weight, costs.backward.back()));  // stage 0: one pass
-      costs.optimizer.push_back(g.update);
+          r == 0 ? 0.0 : std::min(k * g.weight, costs.backward.back()));  // stage 0: one pass
+      costs.optimizer.push_back(k * g.update);
       if (j < n_)
         costs.activation_bytes.push_back(static_cast<double>(layers_[j - 1].output_bytes));
       i = j;
@@ -274,7 +275,13 @@ class Planner {
   // m · (compute + transfer) + updates per step · update
   double seconds(int i, int j, int r, double extra) const {
     const Range& g = range(i, j);
-    return o_.microbatches * (g.fb + extra + g.transfer) + factors_[r].updates_per_step * g.update;
+    return speed(r) * (o_.microbatches * (g.fb + extra) + factors_[r].updates_per_step * g.update) +
+           o_.microbatches * g.transfer;
+  }
+
+  // PlannerOptions::stage_speed of stage r
+  double speed(int r) const {
+    return o_.stage_speed.empty() ? 1.0 : o_.stage_speed[static_cast<size_t>(r)];
   }
 
   std::int64_t bytes(int i, int j, int r, std::int64_t saved) const {
@@ -411,6 +418,18 @@ Status check_options(std::span<const LayerCosts> layers, const PlannerOptions& o
     return make_error("planner: latency = {} is not allowed: it must be finite and >= 0 seconds",
                       o.latency);
   }
+  if (!o.stage_speed.empty()) {
+    if (static_cast<int>(o.stage_speed.size()) != o.stages) {
+      return make_error("planner: {} stage speeds for {} stages", o.stage_speed.size(), o.stages);
+    }
+    for (size_t r = 0; r < o.stage_speed.size(); ++r) {
+      if (!std::isfinite(o.stage_speed[r]) || !(o.stage_speed[r] > 0)) {
+        return make_error(
+            "planner: stage {}'s speed factor {} is not allowed: it must be finite and > 0", r,
+            o.stage_speed[r]);
+      }
+    }
+  }
   if (auto st = check_layer_costs(layers); !st) {
     return make_error("planner: {}", st.error().message);
   }
@@ -455,6 +474,33 @@ Expected<PlannerResult> plan_partition(std::span<const LayerCosts> layers,
     }
   }
   return out;
+}
+
+Expected<PartitionPlan> plan_fixed_partition(std::span<const LayerCosts> layers,
+                                             const PlannerOptions& options,
+                                             std::span<const int> counts) {
+  if (auto st = check_options(layers, options); !st) return st.error();
+  int sum = 0;
+  bool positive = true;
+  for (int c : counts) {
+    sum += c;
+    positive = positive && c >= 1;
+  }
+  if (static_cast<int>(counts.size()) != options.stages || !positive ||
+      sum != static_cast<int>(layers.size())) {
+    return make_error(
+        "planner: [{}] is not a partition of {} layers over {} stages (one count >= 1 per stage)",
+        fmt::join(counts, ", "), layers.size(), options.stages);
+  }
+  auto factors = stage_factors(options.mode, options.stages, options.microbatches);
+  if (!factors) return make_error("planner: {}", factors.error().message);
+  const Planner planner(layers, options, std::move(*factors));
+  auto fixed = planner.solve([&](int r, int len) { return len == counts[static_cast<size_t>(r)]; });
+  if (!fixed) {
+    return make_error("planner: the partition [{}] does not fit memory_limit_bytes = {}",
+                      fmt::join(counts, ", "), options.memory_limit_bytes);
+  }
+  return planner.describe(*fixed);
 }
 
 }  // namespace actorpipe

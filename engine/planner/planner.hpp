@@ -30,6 +30,10 @@ struct PlannerOptions {
   /// Simulate with pipeline.split_backward: every stage but the first hands its input gradient
   /// on before the weight half of its backward (LayerCosts::backward_weight).
   bool split_backward = true;
+  /// Per stage, how much longer its compute and update take than the layer costs say (1 = as
+  /// measured; 2 = a stage on a core shared with another process). Transfers are not scaled.
+  /// Empty = 1 for every stage; otherwise one finite factor > 0 per stage.
+  std::vector<double> stage_speed;
 };
 
 /// One stage of a plan. Times per microbatch unless named per step.
@@ -98,5 +102,13 @@ struct PlannerResult {
 /// recomputed that saves memory, is smallest) that stage, its bytes by kind and the limit.
 Expected<PlannerResult> plan_partition(std::span<const LayerCosts> layers,
                                        const PlannerOptions& options);
+
+/// The plan of the fixed partition `counts` (one count per stage, summing to the layers): its
+/// recompute choice (the fewest recomputed layers that fit, as plan_partition's order), stage
+/// costs and the simulator's prediction. Errors: plan_partition's, counts that are not a
+/// partition of the layers over options.stages stages, and counts that do not fit the limit.
+Expected<PartitionPlan> plan_fixed_partition(std::span<const LayerCosts> layers,
+                                             const PlannerOptions& options,
+                                             std::span<const int> counts);
 
 }  // namespace actorpipe

@@ -108,7 +108,8 @@ BrutePlan evaluate(const std::vector<LayerCosts>& layers, const PlannerOptions& 
     if (a > 0) transfer += link(a - 1);
     if (b < n) transfer += link(b - 1);
     p.counts[r] = counts[r];
-    p.seconds[r] = o.microbatches * (compute + transfer) + updates * update;
+    const double k = o.stage_speed.empty() ? 1.0 : o.stage_speed[r];
+    p.seconds[r] = k * (o.microbatches * compute + updates * update) + o.microbatches * transfer;
     p.activations[r] = stash * act;
     p.bytes[r] = fixed + (versions - 1) * version + stash * act;
     p.bottleneck = std::max(p.bottleneck, p.seconds[r]);
@@ -148,6 +149,7 @@ bool same_counts(const BrutePlan& a, const BrutePlan& b) {
 // The best plan and the best with other counts under each limit (0: none).
 struct BruteResult {
   std::optional<BrutePlan> best, runner_up;
+  std::vector<std::optional<BrutePlan>> per_partition;  // all_partitions' order
 };
 
 std::vector<BruteResult> brute_force(const std::vector<LayerCosts>& layers, const PlannerOptions& o,
@@ -169,6 +171,7 @@ std::vector<BruteResult> brute_force(const std::vector<LayerCosts>& layers, cons
   }
   std::vector<BruteResult> out(limits.size());
   for (size_t x = 0; x < limits.size(); ++x) {
+    out[x].per_partition = best[x];
     for (const auto& p : best[x]) {
       if (p && (!out[x].best || brute_before(*p, *out[x].best))) out[x].best = p;
     }
@@ -262,6 +265,10 @@ TEST_CASE("planner equals brute force over every partition and recompute choice,
         o.microbatches = o.mode == Mode::twobw ? d + set % 2 : 1 + set;
         o.bandwidth = set == 1 ? 0.0 : 4.0;  // exact quarters
         o.latency = set == 2 ? 0.5 : 0.0;
+        // stages slower or faster than their layers' costs (powers of two: exact)
+        if (set == 3) o.stage_speed = {1.0, 2.0, 1.0, 2.0};
+        if (set == 4) o.stage_speed = {0.5, 1.0, 4.0, 1.0};
+        if (!o.stage_speed.empty()) o.stage_speed.resize(static_cast<size_t>(d));
         // limits: none, the least any plan needs without recompute (and one byte less), the
         // least with every saving recompute (and one byte less: nothing fits), one between
         std::int64_t plain = std::numeric_limits<std::int64_t>::max();
@@ -311,6 +318,17 @@ TEST_CASE("planner equals brute force over every partition and recompute choice,
                           got.error().message);
             CHECK(contains(got.error().message, fmt::format("> {}", limits[x])));
             continue;
+          }
+          // every fixed partition: its best recompute choice, or no fit
+          const auto partitions = all_partitions(n, d);
+          for (size_t k = 0; k < partitions.size(); ++k) {
+            auto fixed = plan_fixed_partition(layers, o, partitions[k]);
+            REQUIRE(fixed.ok() == want[x].per_partition[k].has_value());
+            if (fixed.ok()) {
+              check_same(*fixed, *want[x].per_partition[k], n);
+            } else {
+              CHECK(contains(fixed.error().message, "does not fit memory_limit_bytes"));
+            }
           }
           REQUIRE_MESSAGE(got.ok(), got.error().message);
           ++planned;
@@ -469,6 +487,33 @@ TEST_CASE("planner predicts the step with the simulator: gpipe's closed form, an
   CHECK(async->plan.predicted_step_seconds == doctest::Approx((3 * 4 + 1) * 6.0 / 3));
 }
 
+TEST_CASE("planner gives a slower stage fewer layers, and predicts with its speed") {
+  std::vector<LayerCosts> layers(8);
+  for (LayerCosts& l : layers) {
+    l.forward = 1;
+    l.backward = 2;
+  }
+  PlannerOptions o;
+  o.mode = Mode::gpipe;
+  o.stages = 2;
+  o.microbatches = 4;
+  auto even = plan_partition(layers, o);
+  REQUIRE(even.ok());
+  CHECK(even->plan.layers_per_stage == std::vector<int>{4, 4});
+  o.stage_speed = {1.0, 3.0};  // stage 1 three times slower: 6 and 2 layers take 6 units each
+  auto slow = plan_partition(layers, o);
+  REQUIRE(slow.ok());
+  CHECK(slow->plan.layers_per_stage == std::vector<int>{6, 2});
+  CHECK(slow->plan.stages[1].compute_seconds == 18.0);
+  CHECK(slow->plan.bottleneck_seconds == 72.0);
+  auto stay = plan_fixed_partition(layers, o, std::vector<int>{4, 4});
+  REQUIRE(stay.ok());
+  CHECK(stay->bottleneck_seconds == 144.0);
+  // gpipe's closed form with the slower stage as the bottleneck: (m + d - 1) of its F + B... at
+  // least m of them, more than the balanced plan's
+  CHECK(stay->predicted_step_seconds > slow->plan.predicted_step_seconds);
+}
+
 TEST_CASE("planner errors name the bad value") {
   std::vector<LayerCosts> layers(3);
   for (LayerCosts& l : layers) l.forward = 1;
@@ -503,6 +548,20 @@ TEST_CASE("planner errors name the bad value") {
   o.steps = 0;
   CHECK(contains(message(o, layers), "steps = 0 is not allowed"));
   o.steps = 4;
+  o.stages = 2;
+  o.stage_speed = {1.0};
+  CHECK(contains(message(o, layers), "planner: 1 stage speeds for 2 stages"));
+  o.stage_speed = {1.0, 0.0};
+  CHECK(contains(message(o, layers), "stage 1's speed factor 0 is not allowed"));
+  o.stage_speed = {};
+  for (const std::vector<int>& counts : {std::vector<int>{3}, {1, 1}, {0, 3}, {1, 1, 1}}) {
+    auto fixed = plan_fixed_partition(layers, o, counts);
+    REQUIRE_FALSE(fixed.ok());
+    CHECK(contains(fixed.error().message,
+                   fmt::format("[{}] is not a partition of 3 layers over 2 stages",
+                               fmt::join(counts, ", "))));
+  }
+  o.stages = 1;
   std::vector<LayerCosts> bad = layers;
   bad[2].backward = -0.5;
   CHECK(message(o, bad) ==
