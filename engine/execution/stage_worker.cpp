@@ -109,6 +109,16 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
   if (opts_.log_versions) log_.reserve(1024);
 }
 
+void StageWorker::repartition(const Partition& partition) {
+  AP_CHECK(partition.stages() == partition_.stages() &&
+               partition.begin(stage_) == partition_.begin(stage_) &&
+               partition.end(stage_) == partition_.end(stage_),
+           "stage {} holds layers [{}, {}): a partition that gives it [{}, {}) needs a new worker",
+           stage_, partition_.begin(stage_), partition_.end(stage_), partition.begin(stage_),
+           partition.end(stage_));
+  partition_ = partition;
+}
+
 StageWorker::~StageWorker() = default;
 
 void StageWorker::check_action(const Action& a, ActionKind kind) const {

@@ -224,6 +224,12 @@ class StageWorker {
   /// Microbatches whose F ran and B has not.
   int in_flight() const;
   const std::vector<VersionUse>& version_log() const { return log_; }
+  /// What the worker was built with (a migration builds a stage's new worker from them).
+  const StageWorkerOptions& options() const { return opts_; }
+  const OptimizerOptions& optimizer_options() const { return opt_; }
+  /// Takes `partition` as the pipeline's layout when this stage keeps exactly its layers in it
+  /// (a migration between other stages); AP_CHECK otherwise.
+  void repartition(const Partition& partition);
   Context& context() { return ctx_; }
 
  private:

@@ -557,9 +557,9 @@ TEST_CASE("planner errors name the bad value") {
   for (const std::vector<int>& counts : {std::vector<int>{3}, {1, 1}, {0, 3}, {1, 1, 1}}) {
     auto fixed = plan_fixed_partition(layers, o, counts);
     REQUIRE_FALSE(fixed.ok());
-    CHECK(contains(fixed.error().message,
-                   fmt::format("[{}] is not a partition of 3 layers over 2 stages",
-                               fmt::join(counts, ", "))));
+    CHECK(contains(
+        fixed.error().message,
+        fmt::format("[{}] is not a partition of 3 layers over 2 stages", fmt::join(counts, ", "))));
   }
   o.stages = 1;
   std::vector<LayerCosts> bad = layers;

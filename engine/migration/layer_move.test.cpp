@@ -1,0 +1,142 @@
+// Layer move: every layer's parameters, optimizer state, update count and 2bw previous version
+// arrive where the new partition puts them; stages that keep their layers keep their objects;
+// a bad move changes nothing. (The bitwise oracles of runs with moves are in actors/.)
+#include "engine/migration/layer_move.hpp"
+
+#include <doctest/doctest.h>
+
+#include "engine/execution/optimizer_shard.hpp"
+#include "engine/execution/stage_worker.hpp"
+#include "tests/support/bits.hpp"
+#include "tests/support/tiny_model.hpp"
+
+using namespace actorpipe;
+using namespace actorpipe::testing;
+
+namespace {
+
+struct Stages {
+  std::vector<std::unique_ptr<StageWorker>> workers;
+  std::vector<std::unique_ptr<OptimizerShard>> shards;
+};
+
+// Stages of `part` whose every value names its layer, slot position and kind, at 3 updates;
+// with `previous` (2bw) the previous version too.
+Stages patterned(const Model& model, const Partition& part, Mode mode) {
+  Stages s;
+  OptimizerOptions opt;
+  for (int r = 0; r < part.stages(); ++r) {
+    StageWorkerOptions wo;
+    wo.mode = mode;
+    wo.stage = r;
+    wo.microbatches = 4;
+    wo.B = kB;
+    wo.T = kT;
+    s.workers.push_back(std::make_unique<StageWorker>(model, part, opt, wo));
+    s.shards.push_back(std::make_unique<OptimizerShard>(model, part, r, opt));
+    StageWorker& w = *s.workers.back();
+    w.set_updates(3);
+    for (int i = 0; i < w.num_layers(); ++i) {
+      const float layer = static_cast<float>(w.first_layer() + i);
+      auto p = w.mutable_params(i);
+      for (size_t k = 0; k < p.size(); ++k) p[k] = layer * 1000.0f + static_cast<float>(k % 97);
+      auto st = s.shards.back()->state(i);
+      for (size_t k = 0; k < st.size(); ++k) st[k] = -layer - static_cast<float>(k % 89) / 128;
+      if (mode == Mode::twobw) {
+        auto prev = w.mutable_previous_params(i);
+        for (size_t k = 0; k < prev.size(); ++k) prev[k] = layer + static_cast<float>(k % 7) / 8;
+      }
+    }
+  }
+  return s;
+}
+
+// Every layer's values as patterned() wrote them, wherever it is now.
+void check_patterned(const Stages& s, Mode mode) {
+  for (size_t r = 0; r < s.workers.size(); ++r) {
+    const StageWorker& w = *s.workers[r];
+    CHECK(w.updates() == 3);
+    CHECK(w.holds_previous() == (mode == Mode::twobw));
+    for (int i = 0; i < w.num_layers(); ++i) {
+      const float layer = static_cast<float>(w.first_layer() + i);
+      auto p = w.params(i);
+      bool params_ok = true, state_ok = true, prev_ok = true;
+      for (size_t k = 0; k < p.size(); ++k)
+        params_ok = params_ok && p[k] == layer * 1000.0f + static_cast<float>(k % 97);
+      auto st = s.shards[r]->state(i);
+      for (size_t k = 0; k < st.size(); ++k)
+        state_ok = state_ok && st[k] == -layer - static_cast<float>(k % 89) / 128;
+      if (mode == Mode::twobw) {
+        auto prev = w.params(2, i);
+        for (size_t k = 0; k < prev.size(); ++k)
+          prev_ok = prev_ok && prev[k] == layer + static_cast<float>(k % 7) / 8;
+      }
+      CHECK_MESSAGE(params_ok, "layer " << layer);
+      CHECK_MESSAGE(state_ok, "layer " << layer);
+      CHECK_MESSAGE(prev_ok, "layer " << layer);
+    }
+  }
+}
+
+Partition counts(std::vector<int> c) {
+  auto p = Partition::from_counts(4, c);
+  REQUIRE(p.ok());
+  return *p;
+}
+
+}  // namespace
+
+TEST_CASE("a move puts every layer's state where the new partition says, in 1f1b and 2bw") {
+  const Model model = build_model(tiny_model(Arch::gpt, false, 5));
+  for (Mode mode : {Mode::onef1b, Mode::twobw}) {
+    CAPTURE(to_string(mode));
+    Stages s = patterned(model, counts({1, 2, 1}), mode);
+    const StageWorker* kept = s.workers[2].get();
+    auto report = move_layers(counts({1, 2, 1}), counts({2, 1, 1}), s.workers, s.shards);
+    REQUIRE_MESSAGE(report.ok(), (report.ok() ? "" : report.error().message));
+    CHECK(report->from == std::vector<int>{1, 2, 1});
+    CHECK(report->to == std::vector<int>{2, 1, 1});
+    CHECK(report->layers_moved == 1);
+    CHECK(report->stages_rebuilt == std::vector<int>{0, 1});
+    CHECK(s.workers[2].get() == kept);  // stage 2 keeps its layers and its objects
+    CHECK(s.workers[2]->partition().counts() == std::vector<int>{2, 1, 1});
+    CHECK(s.workers[0]->num_layers() == 2);
+    CHECK(s.workers[1]->first_layer() == 2);
+    // layer 1 moved: its parameters, AdamW m and v, and in 2bw the previous version
+    const int64_t p1 = static_cast<int64_t>(model.layer(1).param_floats()) * 4;
+    CHECK(report->bytes_moved == p1 * (mode == Mode::twobw ? 4 : 3));
+    CHECK(report->bytes_copied > report->bytes_moved);
+    check_patterned(s, mode);
+    // and back, over two boundaries at once
+    auto back = move_layers(counts({2, 1, 1}), counts({1, 1, 2}), s.workers, s.shards);
+    REQUIRE(back.ok());
+    CHECK(back->layers_moved == 2);
+    CHECK(back->stages_rebuilt == std::vector<int>{0, 1, 2});
+    check_patterned(s, mode);
+  }
+}
+
+TEST_CASE("a move that cannot be made changes nothing and says why") {
+  const Model model = build_model(tiny_model(Arch::gpt, false, 5));
+  Stages s = patterned(model, counts({2, 2}), Mode::onef1b);
+  const StageWorker* w0 = s.workers[0].get();
+  auto wrong = move_layers(counts({2, 2}), counts({1, 2, 1}), s.workers, s.shards);
+  REQUIRE_FALSE(wrong.ok());
+  CHECK(wrong.error().message.find("a move from 2 stages over 4 layers to 3 stages") !=
+        std::string::npos);
+  // stages at different update counts (one of them behind): refused by the state mapping
+  s.workers[1]->set_updates(2);
+  auto behind = move_layers(counts({2, 2}), counts({1, 3}), s.workers, s.shards);
+  REQUIRE_FALSE(behind.ok());
+  CHECK(behind.error().message.find("migration: ") == 0);
+  CHECK(s.workers[0].get() == w0);
+  CHECK(s.workers[0]->num_layers() == 2);
+  s.workers[1]->set_updates(3);
+  check_patterned(s, Mode::onef1b);
+  // no change: nothing rebuilt
+  auto same = move_layers(counts({2, 2}), counts({2, 2}), s.workers, s.shards);
+  REQUIRE(same.ok());
+  CHECK(same->stages_rebuilt.empty());
+  CHECK(same->bytes_moved == 0);
+  CHECK(s.workers[0].get() == w0);
+}
