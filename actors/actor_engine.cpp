@@ -4,18 +4,23 @@
 
 #include <algorithm>
 #include <caf/all.hpp>
+#include <optional>
 
 #include "actors/driver.hpp"
 #include "actors/internal/messages.hpp"
 #include "actors/internal/microbatch_feed.hpp"
 #include "actors/internal/run_state.hpp"
+#include "actors/migration_manager.hpp"
 #include "actors/optimizer_actor.hpp"
 #include "actors/process_group.hpp"
 #include "actors/stage_actor.hpp"
 #include "engine/config/config.hpp"
+#include "engine/config/forced_moves.hpp"
 #include "engine/data/loader.hpp"
 #include "engine/execution/optimizer_shard.hpp"
 #include "engine/execution/stage_worker.hpp"
+#include "engine/migration/layer_move.hpp"
+#include "engine/migration/migration_policy.hpp"
 #include "engine/model/model.hpp"
 #include "engine/model/partition.hpp"
 #include "engine/model/placement.hpp"
@@ -44,10 +49,29 @@ struct ActorEngine::Impl {
   int rank = 0;
   int64_t mb_done = 0;  // microbatches consumed by earlier runs
   bool multi() const { return group != nullptr && placement.world() > 1; }
+
+  // migration (one process): the manager's own actor system, alive as long as the engine
+  std::shared_ptr<MigrationManagerSetup> migration;
+  std::unique_ptr<caf::actor_system_config> migration_config;  // the system refers to it
+  std::unique_ptr<caf::actor_system> migration_system;
+  caf::actor manager;
+  bool first_run = true;
+
+  Expected<ActorRunResult> run_segment(int steps, DataLoader& data,
+                                       const ActorCallbacks& callbacks);
+  Expected<MoveReport> move_to(const std::vector<int>& counts);
+  Expected<std::optional<MigrationEvent>> boundary(long step);
+  long updates() const;
 };
 
 ActorEngine::ActorEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-ActorEngine::~ActorEngine() = default;
+ActorEngine::~ActorEngine() {
+  if (impl_ && impl_->manager) {
+    caf::anon_send_exit(impl_->manager, caf::exit_reason::user_shutdown);
+    impl_->manager = nullptr;
+    impl_->migration_system.reset();  // waits for the manager to stop
+  }
+}
 
 Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& config,
                                                            const ActorEngineOptions& options,
@@ -122,6 +146,38 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& config,
     impl->shards.push_back(
         std::make_unique<OptimizerShard>(*impl->model, *impl->partition, r, config.optimizer));
     impl->workers.back()->predict_from(*impl->shards.back());
+  }
+  // the migration manager, when a move is forced or the automatic one is on
+  auto forced = parse_forced_moves(config.migration.moves);
+  if (!forced) return forced.error();
+  if (!forced->empty() || config.migration.enabled) {
+    if (world > 1) {
+      return make_error(
+          "migration.moves / migration.enabled: layers move between the stages of one process "
+          "only, not yet in a job of {} processes",
+          world);
+    }
+    auto setup = std::make_shared<MigrationManagerSetup>();
+    setup->forced = std::move(*forced);
+    setup->check_every = config.migration.check_every;
+    if (config.migration.enabled) {
+      // the profile (measured once, or cached) and the planner's options for this pipeline
+      auto profiled = plan_auto_partition(impl->config);
+      if (!profiled) return make_error("migration.enabled: {}", profiled.error().message);
+      setup->policy =
+          std::make_unique<MigrationPolicy>(config.migration, profiled->costs, profiled->planner,
+                                            layer_move_bytes(profiled->costs, impl->mode));
+    }
+    Impl* im = impl.get();
+    setup->move = [im](const std::vector<int>& counts) { return im->move_to(counts); };
+    impl->migration_config = std::make_unique<caf::actor_system_config>();
+    caf::actor_system_config& cfg = *impl->migration_config;
+    internal::add_message_types(cfg);
+    cfg.set("scheduler.max-threads", 1);
+    cfg.set("work-stealing.moderate-poll-attempts", size_t{0});
+    impl->migration_system = std::make_unique<caf::actor_system>(cfg);
+    impl->migration = setup;
+    impl->manager = spawn_migration_manager(*impl->migration_system, std::move(setup));
   }
   return std::unique_ptr<ActorEngine>(new ActorEngine(std::move(impl)));
 }
@@ -351,12 +407,11 @@ Expected<RunOutcome> run_ranks(ProcessGroup& group, const std::shared_ptr<RunSta
 
 }  // namespace
 
-Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
-                                          const ActorCallbacks& callbacks) {
+Expected<ActorRunResult> ActorEngine::Impl::run_segment(int steps, DataLoader& data,
+                                                        const ActorCallbacks& callbacks) {
   using namespace internal;
-  if (steps < 1) return make_error("actor engine: steps = {}, expected >= 1", steps);
-  const Impl& im = *impl_;
-  const int d = stages();
+  const Impl& im = *this;
+  const int d = static_cast<int>(workers.size());
   const int m = im.config.pipeline.microbatches;
 
   auto st = std::make_shared<RunState>();
@@ -400,8 +455,8 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
   st->credits = std::max(1, peak_stash(st->schedule)[0]);
   st->group = st->schedule.microbatches;
   st->total_mbs = static_cast<int64_t>(st->repeats) * st->schedule.total_microbatches();
-  for (auto& w : impl_->workers) st->workers.push_back(w.get());
-  for (auto& o : impl_->shards) st->shards.push_back(o.get());
+  for (auto& w : workers) st->workers.push_back(w.get());
+  for (auto& o : shards) st->shards.push_back(o.get());
   std::vector<TiedPair> tied;
   for (const TiedParam& tp : im.model->tied())
     tied.push_back({im.partition->stage_of(tp.owner_layer), im.partition->stage_of(tp.copy_layer)});
@@ -438,7 +493,7 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
     return outcome.error();
   }
   channels->clear();
-  impl_->mb_done += st->total_mbs;
+  mb_done += st->total_mbs;
   if (!outcome->ok) return make_error("{} pipeline: {}", to_string(im.mode), outcome->error);
   ActorRunResult result;
   result.losses = std::move(outcome->losses);
@@ -453,6 +508,148 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
       result.update_spans.insert(result.update_spans.end(), spans.begin(), spans.end());
   }
   return result;
+}
+
+long ActorEngine::Impl::updates() const {
+  for (const auto& w : workers)
+    if (w) return w->updates();
+  return 0;
+}
+
+Expected<MoveReport> ActorEngine::Impl::move_to(const std::vector<int>& counts) {
+  auto to = Partition::from_counts(model->num_layers(), counts);
+  if (!to) return make_error("migration: {}", to.error().message);
+  auto report = move_layers(*partition, *to, workers, shards);
+  if (!report) return report.error();
+  *partition = std::move(*to);
+  config.pipeline.partition.automatic = false;
+  config.pipeline.partition.counts = counts;
+  return report;
+}
+
+Expected<std::optional<MigrationEvent>> ActorEngine::Impl::boundary(long step) {
+  std::vector<int32_t> counts;
+  for (int c : partition->counts()) counts.push_back(c);
+  std::optional<MigrationEvent> out;
+  std::string failure;
+  caf::scoped_actor self{*migration_system};
+  self->request(manager, caf::infinite, internal::boundary_atom::value, static_cast<int64_t>(step),
+                counts)
+      .receive(
+          [&](bool due, MigrationEvent& e) {
+            if (due) out = std::move(e);
+          },
+          [&](caf::error& err) { failure = migration_system->render(err); });
+  if (!failure.empty()) return make_error("migration manager: {}", failure);
+  return out;
+}
+
+Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
+                                          const ActorCallbacks& callbacks) {
+  if (steps < 1) return make_error("actor engine: steps = {}, expected >= 1", steps);
+  Impl& im = *impl_;
+  if (!im.migration) return im.run_segment(steps, data, callbacks);
+
+  // Segments: the run stops at every step the manager has a say in (a forced move, a check);
+  // after each the manager decides and moves while every stage is idle.
+  const auto started = std::chrono::steady_clock::now();
+  auto since_start = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  };
+  ActorRunResult total;
+  auto record = [&](MigrationEvent e) -> Status {
+    if (callbacks.on_migration) callbacks.on_migration(e);
+    total.migrations.push_back(e);
+    if (!e.error.empty())
+      return make_error("{} pipeline: migration after step {}: {}", to_string(im.mode), e.step,
+                        e.error);
+    return {};
+  };
+  long u = im.updates();
+  if (im.first_run) {
+    // a run that starts past forced moves (a resume) takes the layout they had reached
+    const ForcedMove* last = nullptr;
+    for (const ForcedMove& m : im.migration->forced)
+      if (m.step <= u) last = &m;
+    if (last != nullptr && last->counts != im.partition->counts()) {
+      MigrationEvent e;
+      e.step = u;
+      e.forced = true;
+      e.from = im.partition->counts();
+      e.reason = fmt::format(
+          "forced by migration.moves: the layout of step {}, which this run starts past",
+          last->step);
+      auto report = im.move_to(last->counts);
+      if (report) {
+        e.moved = true;
+        e.to = last->counts;
+        e.layers_moved = report->layers_moved;
+        e.bytes_moved = report->bytes_moved;
+        e.move_seconds = report->seconds;
+      } else {
+        e.error = report.error().message;
+      }
+      if (Status ok = record(std::move(e)); !ok) return ok.error();
+    }
+  }
+  im.first_run = false;
+  const long end = u + steps;
+  int done = 0;
+  while (u < end) {
+    const long next = next_migration_boundary(*im.migration, u, end);
+    const int seg = static_cast<int>(next - u);
+    const double offset = since_start();
+    const std::vector<StageTimes> before = total.stages;
+    const int64_t tokens_before = total.tokens;
+    ActorCallbacks cb;
+    cb.on_step = [&](const StepProgress& p) {
+      caf::anon_send(im.manager, internal::steptimes_atom::value, p.stages);
+      if (!callbacks.on_step) return;
+      StepProgress q = p;
+      q.step += done;
+      q.steps = steps;
+      q.tokens += tokens_before;
+      q.seconds += offset;
+      for (size_t r = 0; r < q.stages.size() && r < before.size(); ++r) {
+        q.stages[r].busy_seconds += before[r].busy_seconds;
+        q.stages[r].idle_seconds += before[r].idle_seconds;
+        q.stages[r].actions += before[r].actions;
+      }
+      callbacks.on_step(q);
+    };
+    caf::anon_send(im.manager, internal::segment_atom::value);
+    auto r = im.run_segment(seg, data, cb);
+    if (!r) return r.error();
+    total.losses.insert(total.losses.end(), r->losses.begin(), r->losses.end());
+    total.stages.resize(r->stages.size());
+    for (size_t k = 0; k < r->stages.size(); ++k) {
+      total.stages[k].busy_seconds += r->stages[k].busy_seconds;
+      total.stages[k].idle_seconds += r->stages[k].idle_seconds;
+      total.stages[k].actions += r->stages[k].actions;
+    }
+    for (ActionSpan a : r->spans) {
+      a.start += offset;
+      a.end += offset;
+      total.spans.push_back(a);
+    }
+    for (ActionSpan a : r->update_spans) {
+      a.start += offset;
+      a.end += offset;
+      total.update_spans.push_back(a);
+    }
+    total.peak_microbatches_ahead =
+        std::max(total.peak_microbatches_ahead, r->peak_microbatches_ahead);
+    total.tokens += r->tokens;
+    done += seg;
+    u = next;
+    auto event = im.boundary(u);
+    if (!event) return event.error();
+    if (*event) {
+      if (Status ok = record(std::move(**event)); !ok) return ok.error();
+    }
+  }
+  total.seconds = since_start();
+  return total;
 }
 
 Expected<ActorTrainResult> run_actor_pipeline(const Config& config,

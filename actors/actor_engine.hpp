@@ -97,9 +97,35 @@ struct ActorEngineOptions {
   std::function<void(int stage, long version)> before_update;
 };
 
-/// Called by the engine while it runs (from the driver's thread, one call at a time).
+/// The migration manager's verdict at a boundary (docs/migration.md), with the numbers behind
+/// it, and what its move did.
+struct MigrationEvent {
+  long step = 0;               ///< optimizer updates done (the stages' update count)
+  bool forced = false;         ///< a move of migration.moves (else the automatic rule's check)
+  bool moved = false;          ///< the stages now hold `to`
+  std::vector<int> from;       ///< layers per stage before
+  std::vector<int> to;         ///< after a move; the proposal (or empty) otherwise
+  std::string reason;          ///< one line: why (not)
+  double imbalance = 0.0;      ///< checks: slowest stage's busy / mean busy - 1 over the window
+  std::vector<double> busy;    ///< checks: per stage, busy seconds per step over the window
+  std::vector<double> speed;   ///< checks that planned: the stage speed factors
+  double predicted_now = 0.0;  ///< checks that planned: predicted step seconds of `from`
+  double predicted_new = 0.0;  ///< ... and of the proposal
+  int layers_moved = 0;
+  int64_t bytes_moved = 0;    ///< the moved layers' state (parameters, optimizer, versions)
+  double move_seconds = 0.0;  ///< the move's wall time (the pause it adds)
+  /// Non-empty when the move failed: the stages are unchanged and the run stops with it.
+  std::string error;
+  friend bool operator==(const MigrationEvent&, const MigrationEvent&) = default;
+};
+
+/// Called by the engine while it runs (on_step from the driver's thread, on_migration from the
+/// caller's between segments; one call at a time).
 struct ActorCallbacks {
   std::function<void(const StepProgress&)> on_step;
+  /// Every verdict of the migration manager: forced moves, and every check of the automatic
+  /// rule (moved or not).
+  std::function<void(const MigrationEvent&)> on_migration;
 };
 
 /// What one run produced.
@@ -114,6 +140,8 @@ struct ActorRunResult {
   /// Credits: the most microbatches that were handed to the stages and not yet through stage 0's
   /// backward at once (the activation-stash bound of stage 0 in the mode's schedule).
   int peak_microbatches_ahead = 0;
+  /// The migration manager's verdicts in this run, in order (as on_migration saw them).
+  std::vector<MigrationEvent> migrations;
   int64_t tokens = 0;
   double seconds = 0.0;
 };

@@ -12,6 +12,8 @@ void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<Commit>("actorpipe::Commit");
   cfg.add_message_type<Failure>("actorpipe::Failure");
   cfg.add_message_type<RunOutcome>("actorpipe::RunOutcome");
+  cfg.add_message_type<MigrationEvent>("actorpipe::MigrationEvent");
+  cfg.add_message_type<std::vector<StageTimes>>("std::vector<actorpipe::StageTimes>");
 }
 
 }  // namespace actorpipe::internal

@@ -41,6 +41,11 @@ using tweight_atom = caf::atom_constant<caf::atom("tweight")>;  // (TiedAnnounce
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 // driver -> stages, request: what the stage waits for (-> std::string)
 using status_atom = caf::atom_constant<caf::atom("status")>;
+// engine -> migration manager
+using segment_atom = caf::atom_constant<caf::atom("segment")>;      // (): a segment starts
+using steptimes_atom = caf::atom_constant<caf::atom("steptimes")>;  // (vector<StageTimes>)
+// (int64 step, vector<int32> counts) -> (bool due, MigrationEvent)
+using boundary_atom = caf::atom_constant<caf::atom("boundary")>;
 
 /// An update a stage hands to its optimizer shard (`update`) and gets back applied
 /// (`published`). The update itself is the stage worker's open UpdateJob, which the shard (in
@@ -145,6 +150,13 @@ typename Inspector::result_type inspect(Inspector& f, Announcement& a) {
   static_assert(Tensor::kMaxDims == 4, "inspect lists every dimension");
   return f(caf::meta::type_name("Announcement"), a.tag, a.sequence, a.microbatch, a.version,
            a.dtype, a.ndim, a.dims[0], a.dims[1], a.dims[2], a.dims[3]);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, MigrationEvent& x) {
+  return f(caf::meta::type_name("MigrationEvent"), x.step, x.forced, x.moved, x.from, x.to,
+           x.reason, x.imbalance, x.busy, x.speed, x.predicted_now, x.predicted_new, x.layers_moved,
+           x.bytes_moved, x.move_seconds, x.error);
 }
 
 template <class Inspector>

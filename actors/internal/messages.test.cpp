@@ -62,6 +62,21 @@ TEST_CASE("messages: every type round-trips through the binary serializer") {
   CHECK(f.round_trip(failure) == failure);
   const RunOutcome outcome{true, "", {2.5, 2.25}, 3, {times, times}};
   CHECK(f.round_trip(outcome) == outcome);
+  MigrationEvent event;
+  event.step = 20;
+  event.moved = true;
+  event.from = {1, 7};
+  event.to = {4, 4};
+  event.reason = "imbalance 1.3 > 0.15";
+  event.imbalance = 1.3;
+  event.busy = {0.25, 1.75};
+  event.speed = {1.0, 1.0};
+  event.predicted_now = 2.5;
+  event.predicted_new = 1.25;
+  event.layers_moved = 3;
+  event.bytes_moved = 1 << 20;
+  event.move_seconds = 0.004;
+  CHECK(f.round_trip(event) == event);
 }
 
 TEST_CASE("messages: a message holding them crosses as it would between processes") {
