@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <iterator>
+#include <string_view>
+#include <type_traits>
 
 namespace actorpipe {
 namespace {
@@ -28,7 +30,67 @@ void append_seconds(std::string& out, double x) {
   }
 }
 
+void append_text(std::string& out, std::string_view s) {
+  out += '"';
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned>(c));
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+}
+
+template <class T>
+void append_list(std::string& out, const std::vector<T>& xs) {
+  out += '[';
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (i > 0) out += ',';
+    if constexpr (std::is_floating_point_v<T>) {
+      append_number(out, xs[i]);
+    } else {
+      fmt::format_to(std::back_inserter(out), "{}", xs[i]);
+    }
+  }
+  out += ']';
+}
+
 }  // namespace
+
+std::string migration_json(const MigrationEvent& e) {
+  std::string out;
+  fmt::format_to(std::back_inserter(out),
+                 "{{\"migration\":{{\"step\":{},\"forced\":{},\"moved\":{},", e.step, e.forced,
+                 e.moved);
+  out += "\"from\":";
+  append_list(out, e.from);
+  out += ",\"to\":";
+  append_list(out, e.to);
+  out += ",\"imbalance\":";
+  append_number(out, e.imbalance);
+  out += ",\"busy\":";
+  append_list(out, e.busy);
+  out += ",\"speed\":";
+  append_list(out, e.speed);
+  out += ",\"predicted_now\":";
+  append_number(out, e.predicted_now);
+  out += ",\"predicted_new\":";
+  append_number(out, e.predicted_new);
+  fmt::format_to(std::back_inserter(out),
+                 ",\"layers_moved\":{},\"bytes_moved\":{},\"move_seconds\":", e.layers_moved,
+                 e.bytes_moved);
+  append_seconds(out, e.move_seconds);
+  out += ",\"reason\":";
+  append_text(out, e.reason);
+  out += ",\"error\":";
+  append_text(out, e.error);
+  out += "}}";
+  return out;
+}
 
 double StepMetrics::tokens_per_second() const {
   return seconds > 0.0 ? static_cast<double>(tokens) / seconds : 0.0;

@@ -68,3 +68,38 @@ TEST_CASE("tokens per second and ETA") {
   m.seconds = 0.0;
   CHECK(m.tokens_per_second() == 0.0);
 }
+
+TEST_CASE("a migration line names the verdict, its numbers and its reason, escaped") {
+  MigrationEvent e;
+  e.step = 20;
+  e.moved = true;
+  e.from = {1, 7};
+  e.to = {4, 4};
+  e.imbalance = 0.5;
+  e.busy = {0.25, 1.75};
+  e.speed = {1.0, 1.5};
+  e.predicted_now = 2.5;
+  e.predicted_new = 1.25;
+  e.layers_moved = 3;
+  e.bytes_moved = 1 << 20;
+  e.move_seconds = 0.004;
+  e.reason = "imbalance \"high\"\n";
+  const std::string line = migration_json(e);
+  CHECK(line.find('\n') == std::string::npos);
+  const auto j = nlohmann::json::parse(line).at("migration");
+  CHECK(j.at("step") == 20);
+  CHECK(j.at("forced") == false);
+  CHECK(j.at("moved") == true);
+  CHECK(j.at("from") == nlohmann::json::array({1, 7}));
+  CHECK(j.at("to") == nlohmann::json::array({4, 4}));
+  CHECK(j.at("imbalance").get<double>() == 0.5);
+  CHECK(j.at("busy") == nlohmann::json::array({0.25, 1.75}));
+  CHECK(j.at("speed") == nlohmann::json::array({1.0, 1.5}));
+  CHECK(j.at("predicted_now").get<double>() == 2.5);
+  CHECK(j.at("predicted_new").get<double>() == 1.25);
+  CHECK(j.at("layers_moved") == 3);
+  CHECK(j.at("bytes_moved") == 1 << 20);
+  CHECK(j.at("move_seconds").get<double>() == 0.004);
+  CHECK(j.at("reason") == "imbalance \"high\"\n");
+  CHECK(j.at("error") == "");
+}

@@ -70,4 +70,10 @@ void ProgressPrinter::finish() {
   line_open_ = false;
 }
 
+void ProgressPrinter::note(const std::string& line) {
+  finish();
+  fmt::print(out_, "{}\n", line);
+  std::fflush(out_);
+}
+
 }  // namespace actorpipe

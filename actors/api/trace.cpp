@@ -53,7 +53,8 @@ void append_micros(std::string& out, int64_t ns) {
 
 }  // namespace
 
-std::string chrome_trace_json(std::span<const TraceSpan> spans, int stages) {
+std::string chrome_trace_json(std::span<const TraceSpan> spans, int stages,
+                              std::span<const TraceMark> marks) {
   std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
   out += R"({"ph":"M","pid":1,"tid":0,"name":"process_name","args":{"name":"actorpipe"}})";
   auto track = [&](int tid, const std::string& name, int sort) {
@@ -85,12 +86,22 @@ std::string chrome_trace_json(std::span<const TraceSpan> spans, int stages) {
     fmt::format_to(std::back_inserter(out), ",\"args\":{{\"microbatch\":{},\"version\":{}}}}}",
                    s.action.microbatch, s.action.version);
   }
+  for (const TraceMark& m : marks) {
+    out += ",\n{\"ph\":\"i\",\"s\":\"g\",\"pid\":1,\"tid\":0,\"name\":";
+    append_string(out, m.name);
+    out += ",\"cat\":\"migration\",\"ts\":";
+    append_micros(out, nanos(m.at));
+    out += ",\"args\":{\"detail\":";
+    append_string(out, m.detail);
+    out += "}}";
+  }
   out += "\n]}\n";
   return out;
 }
 
-Status write_chrome_trace(const std::string& path, std::span<const TraceSpan> spans, int stages) {
-  const std::string json = chrome_trace_json(spans, stages);
+Status write_chrome_trace(const std::string& path, std::span<const TraceSpan> spans, int stages,
+                          std::span<const TraceMark> marks) {
+  const std::string json = chrome_trace_json(spans, stages, marks);
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   if (!f) return make_error("train.trace: cannot write {}: {}", path, std::strerror(errno));
   f.write(json.data(), static_cast<std::streamsize>(json.size()));

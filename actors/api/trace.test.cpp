@@ -113,6 +113,22 @@ TEST_CASE("a trace without spans still names every stage's track") {
   CHECK(threads == 4);  // two stages, two optimizer shards
 }
 
+TEST_CASE("a mark is a global instant event with its name and detail") {
+  const TraceMark mark{1.5, "migration [1, 7] -> [4, 4]", "imbalance \"0.99\""};
+  const auto j = nlohmann::json::parse(chrome_trace_json({}, 2, std::span(&mark, 1)));
+  int marks = 0;
+  for (const auto& e : j.at("traceEvents")) {
+    if (e.at("ph") != "i") continue;
+    ++marks;
+    CHECK(e.at("s") == "g");
+    CHECK(e.at("cat") == "migration");
+    CHECK(e.at("name") == "migration [1, 7] -> [4, 4]");
+    CHECK(e.at("ts").get<double>() == 1500000.0);
+    CHECK(e.at("args").at("detail") == "imbalance \"0.99\"");
+  }
+  CHECK(marks == 1);
+}
+
 TEST_CASE("write_chrome_trace writes the file; an unwritable path is an error naming it") {
   const auto spans = schedule_spans(2, 2, 1);
   const auto path = std::filesystem::temp_directory_path() /

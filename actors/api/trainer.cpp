@@ -47,6 +47,7 @@ struct RunOutput {
 };
 
 using RunStepFn = std::function<void(const RunStep&)>;
+using MigrationFn = std::function<void(const MigrationEvent&, double seconds)>;
 
 // The two ways to run the pipeline, behind one small interface.
 class Executor {
@@ -60,7 +61,9 @@ class Executor {
   virtual StageWorker& worker(int stage) = 0;
   virtual const StageWorker& worker(int stage) const = 0;
   virtual OptimizerShard& optimizer(int stage) = 0;
-  virtual Expected<RunOutput> run(int steps, DataLoader& data, const RunStepFn& on_step) = 0;
+  /// on_migration: every verdict of the migration manager, with seconds since the run started.
+  virtual Expected<RunOutput> run(int steps, DataLoader& data, const RunStepFn& on_step,
+                                  const MigrationFn& on_migration) = 0;
 };
 
 class ActorsExecutor final : public Executor {
@@ -73,10 +76,15 @@ class ActorsExecutor final : public Executor {
   const StageWorker& worker(int r) const override { return engine_->worker(r); }
   OptimizerShard& optimizer(int r) override { return engine_->optimizer(r); }
 
-  Expected<RunOutput> run(int steps, DataLoader& data, const RunStepFn& on_step) override {
+  Expected<RunOutput> run(int steps, DataLoader& data, const RunStepFn& on_step,
+                          const MigrationFn& on_migration) override {
+    const auto t0 = Clock::now();
     ActorCallbacks callbacks;
     callbacks.on_step = [&](const StepProgress& p) {
       on_step(RunStep{p.step, p.loss, p.tokens, p.seconds, p.stages});
+    };
+    callbacks.on_migration = [&](const MigrationEvent& e) {
+      on_migration(e, std::chrono::duration<double>(Clock::now() - t0).count());
     };
     auto r = engine_->run(steps, data, callbacks);
     if (!r) return r.error();
@@ -102,7 +110,8 @@ class SerialBackend final : public Executor {
   const StageWorker& worker(int r) const override { return exec_->worker(r); }
   OptimizerShard& optimizer(int r) override { return exec_->optimizer(r); }
 
-  Expected<RunOutput> run(int steps, DataLoader& data, const RunStepFn& on_step) override {
+  Expected<RunOutput> run(int steps, DataLoader& data, const RunStepFn& on_step,
+                          const MigrationFn&) override {
     const auto t0 = Clock::now();
     auto since = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
     RunOutput out;
@@ -147,6 +156,7 @@ struct Trainer::Impl {
   std::unique_ptr<DataLoader> data;
   std::unique_ptr<std::FILE, FileCloser> metrics;
   std::function<void(const StepMetrics&)> callback;
+  std::function<void(const MigrationEvent&)> migration_callback;
   bool record_spans = false;
   std::string resumed_from;
 
@@ -156,6 +166,7 @@ struct Trainer::Impl {
   std::optional<Clock::time_point> train_start;
   std::vector<StageMetrics> stage_totals;  // of finished runs
   std::vector<TraceSpan> spans;
+  std::vector<TraceMark> marks;  // the moves, for the trace
   StepMetrics last;
   Status callback_status;  // the first failure inside a step report (a metrics write)
 
@@ -208,6 +219,12 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
   impl->config = *resolved;
   impl->options = options;
   impl->record_spans = options.record_trace || !config.train.trace.empty();
+  if ((config.migration.enabled || !config.migration.moves.empty()) &&
+      options.backend == Backend::serial) {
+    return make_error(
+        "migration.{}: the serial backend has no migration manager (use the actors backend)",
+        config.migration.enabled ? "enabled = true" : "moves");
+  }
   if (impl->record_spans && options.backend == Backend::serial) {
     const std::string what = config.train.trace.empty()
                                  ? std::string("TrainerOptions::record_trace")
@@ -286,6 +303,10 @@ void Trainer::on_step(std::function<void(const StepMetrics&)> callback) {
   impl_->callback = std::move(callback);
 }
 
+void Trainer::on_migration(std::function<void(const MigrationEvent&)> callback) {
+  impl_->migration_callback = std::move(callback);
+}
+
 Expected<StepMetrics> Trainer::run(int steps) {
   Impl& im = *impl_;
   if (steps < 1) return make_error("trainer: run({}) steps, expected >= 1", steps);
@@ -321,7 +342,27 @@ Expected<StepMetrics> Trainer::run(int steps) {
     if (im.callback) im.callback(m);
   };
 
-  auto out = im.exec->run(steps, *im.data, report);
+  auto migrated = [&](const MigrationEvent& e, double seconds) {
+    if (im.metrics && im.callback_status.ok()) {
+      const std::string line = migration_json(e) + "\n";
+      if (std::fwrite(line.data(), 1, line.size(), im.metrics.get()) != line.size() ||
+          std::fflush(im.metrics.get()) != 0) {
+        im.callback_status = make_error("train.metrics = \"{}\": write failed: {}",
+                                        im.config.train.metrics, std::strerror(errno));
+      }
+    }
+    if (e.moved) {
+      im.marks.push_back(TraceMark{
+          offset + seconds,
+          fmt::format("migration [{}] -> [{}]", fmt::join(e.from, ", "), fmt::join(e.to, ", ")),
+          e.reason});
+      // checkpoints record the layout the stages hold
+      im.config.pipeline.partition.automatic = false;
+      im.config.pipeline.partition.counts = e.to;
+    }
+    if (im.migration_callback) im.migration_callback(e);
+  };
+  auto out = im.exec->run(steps, *im.data, report, migrated);
   if (!out) return out.error();
   if (im.multi() && im.options.group->rank() != 0) {
     // the driver (rank 0) reported the steps; the other ranks know the losses at the end
@@ -425,7 +466,7 @@ std::span<const TraceSpan> Trainer::trace() const {
 }
 
 Status Trainer::write_trace(const std::string& path) const {
-  return write_chrome_trace(path, impl_->spans, impl_->exec->stages());
+  return write_chrome_trace(path, impl_->spans, impl_->exec->stages(), impl_->marks);
 }
 
 const Config& Trainer::config() const {

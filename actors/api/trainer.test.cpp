@@ -240,6 +240,48 @@ TEST_CASE("metrics: one JSON line per step with step, loss, tokens, time, busy a
   CHECK(last_busy[1] > 0.0);
 }
 
+TEST_CASE("forced moves: reported, in the metrics, the trace and the checkpoint; equal bits") {
+  TempDir tmp;
+  Config c = tiny("1f1b", 2, 6);
+  c.train.metrics = tmp.file("m.jsonl");
+  c.train.trace = tmp.file("t.json");
+  c.checkpoint.dir = tmp.file("ckpt");
+  c.checkpoint.every = 3;
+  c.migration.moves = "2: 1, 3; 4: 3, 1";
+  auto t = make(c);
+  std::vector<MigrationEvent> seen;
+  t->on_migration([&](const MigrationEvent& e) { seen.push_back(e); });
+  const auto losses = record_losses(*t);
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[1].to == std::vector<int>{3, 1});
+  CHECK(t->partition() == std::vector<int>{3, 1});
+  // the metrics: 6 steps and 2 migrations, in order
+  const auto lines = read_lines(c.train.metrics);
+  REQUIRE(lines.size() == 8);
+  CHECK(lines[2].at("migration").at("step") == 2);
+  CHECK(lines[2].at("migration").at("to") == nlohmann::json::array({1, 3}));
+  CHECK(lines[5].at("migration").at("step") == 4);
+  CHECK(lines[7].at("step") == 6);
+  // the trace: one instant event per move
+  std::ifstream f(c.train.trace);
+  const auto trace = nlohmann::json::parse(f);
+  int marks = 0;
+  for (const auto& e : trace.at("traceEvents")) marks += e.at("ph") == "i" ? 1 : 0;
+  CHECK(marks == 2);
+  // the checkpoints name the layout their stages held
+  std::ifstream m3(fs::path(c.checkpoint.dir) / "step-3" / "manifest.json");
+  CHECK(nlohmann::json::parse(m3).at("partition") == nlohmann::json::array({1, 3}));
+  // the same run without moves: the same bits (1f1b clips globally)
+  Config plain = tiny("1f1b", 2, 6);
+  auto u = make(plain);
+  CHECK(same_bits(record_losses(*u), losses));
+  CHECK(same_weights(*t, *u));
+  // the serial backend has no migration manager
+  auto serial = Trainer::create(c, TrainerOptions{Backend::serial});
+  REQUIRE_FALSE(serial.ok());
+  CHECK(serial.error().message.find("migration.moves: the serial backend") != std::string::npos);
+}
+
 TEST_CASE("the trace of a run: one track per stage and per shard, one span per action and update") {
   TempDir tmp;
   Config c = tiny("1f1b", 3, 2);

@@ -269,6 +269,16 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
 
   ProgressPrinter printer(stdout, isatty(fileno(stdout)) != 0, c.train.log_every, floor);
   trainer->on_step([&](const StepMetrics& m) { printer.step(m); });
+  trainer->on_migration([&](const MigrationEvent& e) {
+    if (e.moved) {
+      printer.note(fmt::format(
+          "migration after step {}: {} -> {}, {} layer(s), {:.1f} MiB moved in {:.1f} ms ({})",
+          e.step, partition_text(e.from), partition_text(e.to), e.layers_moved,
+          static_cast<double>(e.bytes_moved) / (1 << 20), e.move_seconds * 1e3, e.reason));
+    } else if (e.reason.rfind("balanced", 0) != 0) {
+      printer.note(fmt::format("migration check after step {}: {}", e.step, e.reason));
+    }
+  });
   Status done;
   try {
     done = trainer->train();

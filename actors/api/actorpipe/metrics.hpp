@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "actors/actor_engine.hpp"
+
 namespace actorpipe {
 
 /// Where one stage's wall time went, cumulative since the trainer started training.
@@ -36,5 +38,11 @@ struct StepMetrics {
 ///    "idle":[0.300000,0.200000]}
 /// busy and idle hold seconds per stage, cumulative like StepMetrics::stages.
 std::string metrics_json(const StepMetrics& metrics);
+
+/// A migration manager's verdict as one JSON line of train.metrics (no newline):
+/// {"migration":{"step":20,"forced":false,"moved":true,"from":[1,7],"to":[4,4],
+/// "imbalance":0.99,"busy":[..],"speed":[..],"predicted_now":..,"predicted_new":..,
+/// "layers_moved":3,"bytes_moved":..,"move_seconds":..,"reason":"...","error":""}}
+std::string migration_json(const MigrationEvent& event);
 
 }  // namespace actorpipe

@@ -35,6 +35,8 @@ class ProgressPrinter {
   void step(const StepMetrics& metrics);
   /// Ends a rewritten line with a newline (nothing to do otherwise). Safe to call twice.
   void finish();
+  /// Prints `line` on a line of its own between the step reports (after finish()).
+  void note(const std::string& line);
 
  private:
   std::FILE* out_;

@@ -21,16 +21,27 @@ struct TraceSpan {
   bool update = false;
 };
 
+/// A moment of the whole pipeline (a migration): an instant event across every track.
+struct TraceMark {
+  double at = 0.0;     ///< seconds since the trainer started training
+  std::string name;    ///< "migration [1, 7] -> [4, 4]"
+  std::string detail;  ///< one line (the manager's reason)
+};
+
 /// The trace as JSON: {"displayTimeUnit":"ms","traceEvents":[...]} with, for each stage r of
 /// `stages`, metadata naming thread r "stage r" and thread stages + r "stage r optimizer"
 /// (sorted stage 0, its optimizer, stage 1, ...) in process 1 "actorpipe", then one complete
 /// event ("ph":"X") per span: name = to_string(action), cat = its kind ("F", "B", "OPT_STEP",
 /// ...) or "update" for an update span, tid = stage (update spans: stages + stage), ts and dur in
 /// microseconds, args = microbatch and version.
-std::string chrome_trace_json(std::span<const TraceSpan> spans, int stages);
+/// Each mark is a global instant event ("ph":"i","s":"g") named by its name, cat "migration",
+/// args = detail.
+std::string chrome_trace_json(std::span<const TraceSpan> spans, int stages,
+                              std::span<const TraceMark> marks = {});
 
 /// Writes chrome_trace_json to `path` (load it in ui.perfetto.dev or chrome://tracing). Errors
 /// name the path and the system's reason.
-Status write_chrome_trace(const std::string& path, std::span<const TraceSpan> spans, int stages);
+Status write_chrome_trace(const std::string& path, std::span<const TraceSpan> spans, int stages,
+                          std::span<const TraceMark> marks = {});
 
 }  // namespace actorpipe

@@ -69,6 +69,11 @@ class Trainer {
 
   /// Called after every optimizer step, in order, with that step's metrics.
   void on_step(std::function<void(const StepMetrics&)> callback);
+  /// Called for every verdict of the migration manager (docs/migration.md): each forced move
+  /// and each check of the automatic rule, moved or not, between two steps of a run. Each is
+  /// also a line {"migration": ...} of train.metrics, and each move an instant event of the
+  /// trace; after a move, partition() and the checkpoints' manifests name the new layout.
+  void on_migration(std::function<void(const MigrationEvent&)> callback);
 
   /// Trains until train.steps steps are done (counting those before a resume). With
   /// checkpoint.dir set, the steps run in pipeline runs that end at multiples of
