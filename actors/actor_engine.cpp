@@ -3,6 +3,7 @@
 #include "actors/actor_engine.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <caf/all.hpp>
 #include <optional>
 
@@ -83,6 +84,12 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& config,
   if (options.spin_before_wait_us < 0)
     return make_error("actor engine: spin_before_wait_us = {}, expected >= 0",
                       options.spin_before_wait_us);
+  if (options.slow_stage < -1 || options.slow_stage >= config.pipeline.stages ||
+      !(options.slowdown >= 1.0) || !std::isfinite(options.slowdown)) {
+    return make_error("actor engine: slowdown of stage {} by {}: expected a stage in [-1, {}) and "
+                      "a finite factor >= 1",
+                      options.slow_stage, options.slowdown, config.pipeline.stages);
+  }
   if (!(options.stall_timeout_seconds > 0))
     return make_error("actor engine: stall_timeout_seconds = {}, expected > 0",
                       options.stall_timeout_seconds);
@@ -224,6 +231,17 @@ const OptimizerShard& ActorEngine::optimizer(int stage) const {
   AP_CHECK(local(stage), "stage {} of {} runs on rank {}, not here (rank {})", stage, stages(),
            impl_->placement.rank_of(stage), impl_->rank);
   return *impl_->shards[static_cast<size_t>(stage)];
+}
+
+Status ActorEngine::set_slowdown(int stage, double factor) {
+  if (stage < -1 || stage >= stages() || !(factor >= 1.0) || !std::isfinite(factor)) {
+    return make_error("actor engine: slowdown of stage {} by {}: expected a stage in [-1, {}) and "
+                      "a finite factor >= 1",
+                      stage, factor, stages());
+  }
+  impl_->options.slow_stage = stage;
+  impl_->options.slowdown = factor;
+  return {};
 }
 
 std::span<const float> ActorEngine::params(int layer) const {

@@ -95,6 +95,12 @@ struct ActorEngineOptions {
   /// stage and the version the update produces (e.g. to slow an update down). Its time counts as
   /// the shard's compute.
   std::function<void(int stage, long version)> before_update;
+  /// Benchmark hook: stage `slow_stage`'s forwards and backwards take `slowdown` times as long
+  /// (the stage spins for the rest, counted as busy), as if it shared its core with another
+  /// process. Results are unchanged. -1 / 1.0: off. ActorEngine::set_slowdown changes it
+  /// between runs.
+  int slow_stage = -1;
+  double slowdown = 1.0;
 };
 
 /// The migration manager's verdict at a boundary (docs/migration.md), with the numbers behind
@@ -197,6 +203,9 @@ class ActorEngine {
   /// Stage r's optimizer shard (optimizer state), for checkpoints; not during run().
   OptimizerShard& optimizer(int stage);
   const OptimizerShard& optimizer(int stage) const;
+  /// Benchmark hook (ActorEngineOptions::slowdown) for the next runs: stage `stage` computes
+  /// `factor` times slower (-1 or 1.0: none). Errors: a stage out of range, a factor < 1.
+  Status set_slowdown(int stage, double factor);
   /// Current parameters of global layer `layer` (from the stage that holds it).
   std::span<const float> params(int layer) const;
 

@@ -184,7 +184,18 @@ class StageActor : public caf::event_based_actor {
 
   // Book-keeping after an action: time, span, counters, next pc.
   void finish_action() {
-    const auto end = Clock::now();
+    auto end = Clock::now();
+    if (r_ == st_->options.slow_stage && st_->options.slowdown > 1.0 &&
+        (cur_.action.kind == ActionKind::F || cur_.action.kind == ActionKind::B)) {
+      // the benchmark's slower stage: the action takes `slowdown` times its time
+      const auto until =
+          start_ + std::chrono::duration_cast<Clock::duration>((end - start_) *
+                                                               (st_->options.slowdown - 1.0)) +
+          (end - start_);
+      while (Clock::now() < until) {
+      }
+      end = Clock::now();
+    }
     counters_.busy_ns.fetch_add(ns_between(start_, end), std::memory_order_relaxed);
     if (st_->options.record_spans) {
       const auto t0 = std::chrono::duration<double>(start_ - st_->start).count();

@@ -10,6 +10,7 @@
 #include "bench/bench_options.hpp"
 #include "bench/bench_report.hpp"
 #include "bench/channel_bench.hpp"
+#include "bench/migration_bench.hpp"
 #include "bench/machine.hpp"
 #include "bench/pipeline_bench.hpp"
 #include "bench/process_bench.hpp"
@@ -84,6 +85,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args[0] == "pipeline")
     return run_pipeline_bench(std::span<const std::string>(args).subspan(1));
+  if (!args.empty() && args[0] == "migration")
+    return run_migration_bench(std::span<const std::string>(args).subspan(1));
   if (!args.empty() && args[0] == "channel")
     return run_channel_bench(std::span<const std::string>(args).subspan(1));
   if (!args.empty() && args[0] == "processes")

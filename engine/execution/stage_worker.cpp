@@ -77,7 +77,9 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
   // weight versions, initialised from the model's seeded init
   store_ = std::make_unique<WeightStore>(version_policy(options.mode), versions,
                                          std::move(layer_floats), stash_slots());
-  for (int i = 0; i < L; ++i) model.init_layer(first_ + i, store_->mutable_params(0, i).data());
+  if (options.init_params) {
+    for (int i = 0; i < L; ++i) model.init_layer(first_ + i, store_->mutable_params(0, i).data());
+  }
 
   // the update job's layout: per-slot update rules, tied parameters
   job_.model_ = &model_;

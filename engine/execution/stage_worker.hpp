@@ -61,6 +61,9 @@ struct StageWorkerOptions {
   /// Activation stash slots; 0 = the mode's bound (peak_stash of its schedule at this stage).
   int stash_slots = 0;
   bool log_versions = false;  ///< keep a VersionUse per F/B (tests, traces)
+  /// Parameters start at the model's seeded initialisation; false leaves them zero, for a
+  /// caller that loads every layer right away (a migration's new stage: no wasted init).
+  bool init_params = true;
 };
 
 /// One stage: global layers [partition.begin(r), partition.end(r)) of the model. Owns every

@@ -102,8 +102,10 @@ Expected<MoveReport> move_layers(const Partition& from, const Partition& to,
   std::vector<OptimizerShard*> new_s;
   for (int r : rebuilt) {
     const StageWorker& old = *workers[static_cast<size_t>(r)];
+    StageWorkerOptions wo = old.options();
+    wo.init_params = false;  // every parameter is loaded below
     new_workers.push_back(
-        std::make_unique<StageWorker>(old.model(), to, old.optimizer_options(), old.options()));
+        std::make_unique<StageWorker>(old.model(), to, old.optimizer_options(), wo));
     new_shards.push_back(
         std::make_unique<OptimizerShard>(old.model(), to, r, old.optimizer_options()));
     new_workers.back()->predict_from(*new_shards.back());
