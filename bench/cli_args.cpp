@@ -98,4 +98,11 @@ Expected<std::vector<Mode>> parse_mode_list(const std::string& option, const std
   return modes;
 }
 
+Expected<std::vector<Mode>> modes_option(std::span<const std::string> args, size_t& i) {
+  const std::string option = args[i];
+  auto v = option_value(args, i);
+  if (!v) return v.error();
+  return parse_mode_list(option, *v);
+}
+
 }  // namespace actorpipe::bench

@@ -94,20 +94,18 @@ RunTrace run_once(const Config& c, int steps, double slowdown, int slow_from) {
   return t;
 }
 
+double median(std::vector<double> xs) {
+  if (xs.empty()) return 0.0;
+  std::sort(xs.begin(), xs.end());
+  return xs.size() % 2 ? xs[xs.size() / 2] : 0.5 * (xs[xs.size() / 2 - 1] + xs[xs.size() / 2]);
+}
+
 // Median duration of steps [first, last) (0-based; step i ends at step_end[i]).
 double median_step(const RunTrace& t, int first, int last) {
   std::vector<double> d;
   for (int i = std::max(first, 1); i < last && i < static_cast<int>(t.step_end.size()); ++i)
     d.push_back(t.step_end[static_cast<size_t>(i)] - t.step_end[static_cast<size_t>(i - 1)]);
-  if (d.empty()) return 0.0;
-  std::sort(d.begin(), d.end());
-  return d.size() % 2 ? d[d.size() / 2] : 0.5 * (d[d.size() / 2 - 1] + d[d.size() / 2]);
-}
-
-double median(std::vector<double> xs) {
-  if (xs.empty()) return 0.0;
-  std::sort(xs.begin(), xs.end());
-  return xs.size() % 2 ? xs[xs.size() / 2] : 0.5 * (xs[xs.size() / 2 - 1] + xs[xs.size() / 2]);
+  return median(std::move(d));
 }
 
 std::string counts_text(const std::vector<int>& c) {
@@ -126,9 +124,7 @@ Expected<MigrationBenchOptions> parse_migration_options(std::span<const std::str
       if (auto s = find_bench_shape(*v); !s) return make_error("--shape: {}", s.error().message);
       o.shape = *v;
     } else if (a == "--modes") {
-      auto v = option_value(args, i);
-      if (!v) return v.error();
-      auto modes = parse_mode_list("--modes", *v);
+      auto modes = modes_option(args, i);
       if (!modes) return modes.error();
       o.modes = std::move(*modes);
     } else if (a == "--scenarios") {

@@ -50,9 +50,7 @@ Expected<PipelineBenchOptions> parse_pipeline_options(std::span<const std::strin
       }
       o.shape = *v;
     } else if (a == "--modes") {
-      auto v = option_value(args, i);
-      if (!v) return v.error();
-      auto modes = parse_mode_list("--modes", *v);
+      auto modes = modes_option(args, i);
       if (!modes) return modes.error();
       o.modes = std::move(*modes);
     } else if (a == "--partition") {

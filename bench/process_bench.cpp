@@ -230,9 +230,7 @@ Expected<ProcessBenchOptions> parse_process_options(std::span<const std::string>
       if (auto s = find_bench_shape(*v); !s) return make_error("--shape: {}", s.error().message);
       o.shape = *v;
     } else if (a == "--modes") {
-      auto v = option_value(args, i);
-      if (!v) return v.error();
-      auto modes = parse_mode_list("--modes", *v);
+      auto modes = modes_option(args, i);
       if (!modes) return modes.error();
       o.modes = std::move(*modes);
     } else if (a == "--mode") {

@@ -171,6 +171,17 @@ struct Trainer::Impl {
   Status callback_status;  // the first failure inside a step report (a metrics write)
 
   bool multi() const { return options.group != nullptr && options.group->world() > 1; }
+  // Appends `line` to train.metrics (when open and nothing failed before); the first failure
+  // is kept in callback_status.
+  void write_metrics(const std::string& line) {
+    if (!metrics || !callback_status.ok()) return;
+    const std::string text = line + "\n";
+    if (std::fwrite(text.data(), 1, text.size(), metrics.get()) != text.size() ||
+        std::fflush(metrics.get()) != 0) {
+      callback_status = make_error("train.metrics = \"{}\": write failed: {}", config.train.metrics,
+                                   std::strerror(errno));
+    }
+  }
   // this process's stages' workers and shards, in stage order
   std::vector<StageWorker*> workers() {
     std::vector<StageWorker*> w;
@@ -330,27 +341,13 @@ Expected<StepMetrics> Trainer::run(int steps) {
       m.stages[r].busy_seconds += rs.stages[r].busy_seconds;
       m.stages[r].idle_seconds += rs.stages[r].idle_seconds;
     }
-    if (im.metrics && im.callback_status.ok()) {
-      const std::string line = metrics_json(m) + "\n";
-      if (std::fwrite(line.data(), 1, line.size(), im.metrics.get()) != line.size() ||
-          std::fflush(im.metrics.get()) != 0) {
-        im.callback_status = make_error("train.metrics = \"{}\": write failed: {}",
-                                        im.config.train.metrics, std::strerror(errno));
-      }
-    }
+    im.write_metrics(metrics_json(m));
     im.last = m;
     if (im.callback) im.callback(m);
   };
 
   auto migrated = [&](const MigrationEvent& e, double seconds) {
-    if (im.metrics && im.callback_status.ok()) {
-      const std::string line = migration_json(e) + "\n";
-      if (std::fwrite(line.data(), 1, line.size(), im.metrics.get()) != line.size() ||
-          std::fflush(im.metrics.get()) != 0) {
-        im.callback_status = make_error("train.metrics = \"{}\": write failed: {}",
-                                        im.config.train.metrics, std::strerror(errno));
-      }
-    }
+    im.write_metrics(migration_json(e));
     if (e.moved) {
       im.marks.push_back(TraceMark{
           offset + seconds,

@@ -250,6 +250,16 @@ void check_same(const PartitionPlan& got, const BrutePlan& want, int n) {
   }
 }
 
+// n layers of F = 1, B = 2 and nothing else.
+std::vector<LayerCosts> uniform_layers(int n) {
+  std::vector<LayerCosts> layers(static_cast<size_t>(n));
+  for (LayerCosts& l : layers) {
+    l.forward = 1;
+    l.backward = 2;
+  }
+  return layers;
+}
+
 }  // namespace
 
 TEST_CASE("planner equals brute force over every partition and recompute choice, n <= 12, d <= 4") {
@@ -453,11 +463,7 @@ TEST_CASE("planner counts transfers: a cut after a large output costs both stage
 }
 
 TEST_CASE("planner predicts the step with the simulator: gpipe's closed form, and ranks") {
-  std::vector<LayerCosts> layers(4);
-  for (LayerCosts& l : layers) {
-    l.forward = 1;
-    l.backward = 2;
-  }
+  const std::vector<LayerCosts> layers = uniform_layers(4);
   PlannerOptions o;
   o.mode = Mode::gpipe;
   o.stages = 2;
@@ -488,11 +494,7 @@ TEST_CASE("planner predicts the step with the simulator: gpipe's closed form, an
 }
 
 TEST_CASE("planner gives a slower stage fewer layers, and predicts with its speed") {
-  std::vector<LayerCosts> layers(8);
-  for (LayerCosts& l : layers) {
-    l.forward = 1;
-    l.backward = 2;
-  }
+  const std::vector<LayerCosts> layers = uniform_layers(8);
   PlannerOptions o;
   o.mode = Mode::gpipe;
   o.stages = 2;
