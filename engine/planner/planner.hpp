@@ -30,6 +30,9 @@ struct PlannerOptions {
   /// Simulate with pipeline.split_backward: every stage but the first hands its input gradient
   /// on before the weight half of its backward (LayerCosts::backward_weight).
   bool split_backward = true;
+  /// A fixed partition (layers per stage, one per stage): only the recompute flags are planned
+  /// (pipeline.recompute = "auto" with an explicit partition); empty = plan the partition too.
+  std::vector<int> layers_per_stage;
 };
 
 /// One stage of a plan. Times per microbatch unless named per step.
@@ -96,6 +99,10 @@ struct PlannerResult {
 /// (check_layer_costs); the mode's schedule (2bw with microbatches < stages); and a limit no
 /// plan fits, naming for the best attempt (the partition whose largest stage, every layer
 /// recomputed that saves memory, is smallest) that stage, its bytes by kind and the limit.
+/// With options.layers_per_stage the partition is that one (no runner-up): the plan is its
+/// fastest recompute choice per stage in the same order; errors also name counts that are not
+/// one positive count per stage summing to the layers, and a limit the partition cannot fit
+/// (its largest stage, every layer recomputed that saves memory, its bytes and the limit).
 Expected<PlannerResult> plan_partition(std::span<const LayerCosts> layers,
                                        const PlannerOptions& options);
 
