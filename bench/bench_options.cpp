@@ -29,6 +29,7 @@ Other commands (each with --help):
   actorpipe-bench pipeline    every mode on one and two stages, the engine's overhead, PyTorch Pipe
   actorpipe-bench channel     the UCX channel between two processes beside ucx_perftest
   actorpipe-bench processes   two stages as two processes against two stages in one process
+  actorpipe-bench recompute   pipeline.recompute none / auto / all: peak memory and step time
 )";
 }
 
