@@ -269,12 +269,15 @@ int run(const Args& args) {
           "note: the simulator predicts the runner-up's step faster ({:.3f} ms against "
           "{:.3f} ms): the plan minimises the slowest stage, not the simulated step\n",
           1e3 * r.predicted_step_seconds, 1e3 * plan.predicted_step_seconds);
+  } else if (fixed) {
+    fmt::print("\nrunner-up: none (the partition is the configured one)\n");
   } else {
     fmt::print("\nrunner-up: none (no other partition into {} stages{})\n", pl.stages,
                pl.memory_limit_mb > 0 ? " fits" : "");
   }
-  fmt::print("\nto use it: --set pipeline.partition={} or pipeline.partition = \"auto\"\n",
-             fmt::format("[{}]", fmt::join(plan.layers_per_stage, ",")));
+  fmt::print("\nto use it: --set pipeline.partition={} --set pipeline.recompute={} or \"auto\"\n",
+             fmt::format("[{}]", fmt::join(plan.layers_per_stage, ",")),
+             rc.empty() ? std::string("none") : fmt::format("[{}]", fmt::join(rc, ",")));
   return 0;
 }
 
