@@ -364,7 +364,7 @@ int run_recompute_bench(std::span<const std::string> args) {
     rows.push_back(row);
   }
   if (!o.json) {
-    out(fmt::format("{:<6} {:<20} {:>9} {:>8} {:>13} {:>9} {:>10} {:>9}\n", "", "layers", "step ms",
+    out(fmt::format("{:<6} {:<26} {:>9} {:>8} {:>13} {:>9} {:>10} {:>9}\n", "", "layers", "step ms",
                     "vs none", "peak RSS MiB", "vs none", "stash MiB", "vs none"));
   }
   for (size_t k = 0; k < configs.size(); ++k) {
@@ -387,7 +387,7 @@ int run_recompute_bench(std::span<const std::string> args) {
     } else {
       const std::string shown =
           layers.empty() ? std::string("none") : fmt::format("{{{}}}", fmt::join(layers, ", "));
-      out(fmt::format("{:<6} {:<20} {:>9.1f} {:>8} {:>13.1f} {:>9} {:>10.1f} {:>9}\n", cfg.name,
+      out(fmt::format("{:<6} {:<26} {:>9.1f} {:>8} {:>13.1f} {:>9} {:>10.1f} {:>9}\n", cfg.name,
                       shown, 1e3 * r.step, k == 0 ? "peer" : relative(r.step, rows[0].step),
                       mib(r.rss), k == 0 ? "peer" : relative(r.rss, rows[0].rss), mib(r.stash),
                       k == 0 ? "peer" : relative(r.stash, rows[0].stash)));
