@@ -68,7 +68,7 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
     // (updated in place): the recompute needs the forward's weights, kept per microbatch
     if (rc && predicted_policy) weights += layer.param_floats();
   }
-  if (scratch > 0 || std::find(recompute_.begin(), recompute_.end(), true) != recompute_.end()) {
+  if (std::find(recompute_.begin(), recompute_.end(), true) != recompute_.end()) {
     recompute_saved_.assign(scratch, 0.0f);
     recompute_out_.assign(bth, 0.0f);
   }
