@@ -101,9 +101,10 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& config,
         "and a microbatch >= 0",
         f.stage, f.microbatch, config.pipeline.stages);
   }
-  if (config.pipeline.partition.automatic && group != nullptr && group->world() > 1) {
+  if (plans_automatically(config.pipeline) && group != nullptr && group->world() > 1) {
     return make_error(
-        "pipeline.partition = \"auto\": not supported in a job of {} processes yet (each would "
+        "pipeline.partition or pipeline.recompute = \"auto\": not supported in a job of {} "
+        "processes yet (each would "
         "measure its own profile and could choose another partition); run actorpipe-plan and "
         "put its partition in the config",
         group->world());
@@ -123,6 +124,8 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& config,
   auto part = Partition::from_options(impl->config.pipeline, impl->model->num_layers());
   if (!part) return part.error();
   impl->partition = std::make_unique<Partition>(std::move(*part));
+  auto recompute = recompute_flags(impl->config.pipeline.recompute, impl->model->num_layers());
+  if (!recompute) return recompute.error();
   impl->B = config.pipeline.microbatch_size;
   impl->T = config.pipeline.seq_len > 0 ? config.pipeline.seq_len : config.model.context;
   impl->group = group;
@@ -148,6 +151,7 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& config,
     wo.T = impl->T;
     wo.threads = config.pipeline.threads_per_stage;
     wo.log_versions = options.log_versions;
+    wo.recompute = *recompute;
     impl->workers.push_back(
         std::make_unique<StageWorker>(*impl->model, *impl->partition, config.optimizer, wo));
     impl->shards.push_back(

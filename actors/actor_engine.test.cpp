@@ -300,3 +300,32 @@ TEST_CASE("partition = auto: the planner's partition, trained bitwise as the ser
     ::unsetenv("ACTORPIPE_CACHE_DIR");
   }
 }
+
+TEST_CASE("recompute: the actors compute the bits of no recompute, split backward or not") {
+  struct Case {
+    const char* mode;
+    int d, m;
+    std::vector<int> runs;
+  };
+  for (Arch arch : {Arch::gpt, Arch::bert}) {
+    for (const Case& c :
+         {Case{"gpipe", 2, 3, {2, 1}}, Case{"1f1b", 3, 4, {2, 1}}, Case{"2bw", 3, 3, {3, 2}},
+          Case{"pipedream", 4, 1, {5, 3}}, Case{"xpipe", 3, 2, {3, 2}}}) {
+      for (bool split : {true, false}) {
+        for (const RecomputeSpec& r : {RecomputeSpec{RecomputeSpec::Kind::all, {}},
+                                       RecomputeSpec{RecomputeSpec::Kind::layers, {0, 2}}}) {
+          CAPTURE((arch == Arch::gpt ? "gpt" : "bert"));
+          CAPTURE(c.mode);
+          CAPTURE(split);
+          CAPTURE(r.layers.size());
+          // the serial executor without recompute, the actors with it
+          Config plain = tiny(arch, c.mode, c.d, c.m);
+          plain.pipeline.split_backward = split;
+          Config recomputed = plain;
+          recomputed.pipeline.recompute = r;
+          check_against_serial(plain, c.runs, {}, &recomputed);
+        }
+      }
+    }
+  }
+}

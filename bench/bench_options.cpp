@@ -30,6 +30,7 @@ Other commands (each with --help):
   actorpipe-bench channel     the UCX channel between two processes beside ucx_perftest
   actorpipe-bench processes   two stages as two processes against two stages in one process
   actorpipe-bench migration   the migration manager rebalancing, beside the static optimum
+  actorpipe-bench recompute   pipeline.recompute none / auto / all: peak memory and step time
 )";
 }
 

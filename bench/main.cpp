@@ -14,6 +14,7 @@
 #include "bench/migration_bench.hpp"
 #include "bench/pipeline_bench.hpp"
 #include "bench/process_bench.hpp"
+#include "bench/recompute_bench.hpp"
 #include "bench/step_timing.hpp"
 #include "bench/subprocess.hpp"
 #include "bench/torch_peer.hpp"
@@ -91,6 +92,8 @@ int main(int argc, char** argv) {
     return run_channel_bench(std::span<const std::string>(args).subspan(1));
   if (!args.empty() && args[0] == "processes")
     return run_process_bench(std::span<const std::string>(args).subspan(1));
+  if (!args.empty() && args[0] == "recompute")
+    return run_recompute_bench(std::span<const std::string>(args).subspan(1));
   auto parsed = parse_bench_options(args);
   if (!parsed) {
     fmt::print(stderr, "actorpipe-bench: {}\n", parsed.error().message);

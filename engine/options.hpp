@@ -60,6 +60,18 @@ struct PartitionSpec {
   friend bool operator==(const PartitionSpec&, const PartitionSpec&) = default;
 };
 
+/// pipeline.recompute: which layers' backward runs their forward again instead of stashing its
+/// activations (only the layer's input is kept) — none, all, "auto" (the planner's choice under
+/// pipeline.memory_limit_mb, resolved to layers before any stage is built) or a list of global
+/// layer indices.
+struct RecomputeSpec {
+  enum class Kind : uint8_t { none, all, automatic, layers };
+  Kind kind = Kind::none;
+  std::vector<int> layers;  // Kind::layers: global layer indices, as given
+
+  friend bool operator==(const RecomputeSpec&, const RecomputeSpec&) = default;
+};
+
 /// [pipeline]
 struct PipelineOptions {
   std::string mode = "1f1b";  // gpipe | 1f1b | 2bw | pipedream | xpipe
@@ -70,7 +82,8 @@ struct PipelineOptions {
   PartitionSpec partition;    // "even", layer counts per stage, or "auto"
   int threads_per_stage = 1;
   bool split_backward = true;  // a B hands its input gradient on before its weight gradients
-  int memory_limit_mb = 0;     // per stage, for partition = "auto"; 0 = no limit
+  int memory_limit_mb = 0;     // per stage, for partition / recompute = "auto"; 0 = no limit
+  RecomputeSpec recompute;     // "none", "all", "auto" or global layer indices
 };
 
 /// [train]

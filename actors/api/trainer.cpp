@@ -214,10 +214,11 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
   if (options.scheduler_threads < 1) {
     return make_error("trainer: scheduler_threads = {}, expected >= 1", options.scheduler_threads);
   }
-  if (config.pipeline.partition.automatic && options.group != nullptr &&
+  if (plans_automatically(config.pipeline) && options.group != nullptr &&
       options.group->world() > 1) {
     return make_error(
-        "pipeline.partition = \"auto\": not supported in a job of {} processes yet (each would "
+        "pipeline.partition or pipeline.recompute = \"auto\": not supported in a job of {} "
+        "processes yet (each would "
         "measure its own profile and could choose another partition); run actorpipe-plan and "
         "put its partition in the config",
         options.group->world());

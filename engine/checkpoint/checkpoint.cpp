@@ -58,7 +58,9 @@ json option_to_json(OptKind kind, const OptValue& v) {
     case OptKind::arch:
       return std::get<std::string>(v);
     case OptKind::int_list:
-      if (const auto* s = std::get_if<std::string>(&v)) return *s;  // partition = "auto"
+    case OptKind::layer_set:
+      // partition = "auto"; recompute = "none" | "all" | "auto"
+      if (const auto* s = std::get_if<std::string>(&v)) return *s;
       return std::get<std::vector<int64_t>>(v);
   }
   return nullptr;
@@ -104,6 +106,15 @@ Expected<OptValue> option_from_json(const internal::OptionSpec& spec, const json
         return wrong("\"gpt\" or \"bert\"");
       }
       return OptValue{j.get<std::string>()};
+    case OptKind::layer_set:
+      if (j.is_string()) {
+        const std::string w = j.get<std::string>();
+        if (w != "none" && w != "all" && w != "auto") {
+          return wrong("\"none\", \"all\", \"auto\" or an array of integers");
+        }
+        return OptValue{w};
+      }
+      [[fallthrough]];
     case OptKind::int_list: {
       if (!j.is_array()) return wrong("an array of integers");
       std::vector<int64_t> xs;

@@ -161,6 +161,25 @@ Expected<OptValue> convert(const OptionSpec& spec, const toml::value& v) {
       }
       return OptValue{std::move(out)};
     }
+    case OptKind::layer_set: {
+      constexpr std::string_view allowed =
+          "\"none\", \"all\", \"auto\" or an array of layer indices";
+      if (v.is_string()) {
+        const std::string& w = v.as_string().str;
+        if (w == "none" || w == "all" || w == "auto") return OptValue{w};
+        return make_error("{} = {}: expected {}", spec.name(), show(v), allowed);
+      }
+      if (!v.is_array()) return wrong(allowed);
+      std::vector<int64_t> out;
+      for (const auto& x : v.as_array()) {
+        if (!x.is_integer() || x.as_integer() < INT_MIN || x.as_integer() > INT_MAX) {
+          return make_error("{} = {}: element {} is not a 32-bit integer", spec.name(), show(v),
+                            show(x));
+        }
+        out.push_back(x.as_integer());
+      }
+      return OptValue{std::move(out)};
+    }
   }
   return make_error("{}: unhandled type", spec.name());
 }
@@ -325,6 +344,8 @@ Status apply_set(Config& config, std::string_view assignment) {
     value = toml::value(rhs);
   } else if (spec->kind == OptKind::int_list && (rhs == "even" || rhs == "auto")) {
     value = toml::value(rhs);
+  } else if (spec->kind == OptKind::layer_set && !rhs.empty() && rhs.front() != '[' && !quoted) {
+    value = toml::value(rhs);  // --set pipeline.recompute=all
   } else {
     auto doc = parse_toml("v = " + rhs + "\n", arg);
     if (!doc) {
@@ -503,6 +524,22 @@ Status validate(const Config& c) {
   if (mg.patience < 1) bad(fmt::format("migration.patience = {}: must be >= 1", mg.patience));
   if (!(mg.min_gain >= 0 && mg.min_gain < 1)) {
     bad(fmt::format("migration.min_gain = {}: must be in [0, 1)", mg.min_gain));
+  }
+  if (p.recompute.kind == RecomputeSpec::Kind::layers) {
+    const std::vector<int>& xs = p.recompute.layers;
+    const std::string shown = fmt::format("[{}]", fmt::join(xs, ", "));
+    for (size_t i = 0; i < xs.size(); ++i) {
+      if (m.depth >= 1 && (xs[i] < 0 || xs[i] >= layers)) {
+        bad(
+            fmt::format("pipeline.recompute = {}: layer {} is outside the model's layers 0 .. {} "
+                        "(model.depth + 2 = {} layers)",
+                        shown, xs[i], layers - 1, layers));
+      }
+      if (std::find(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(i), xs[i]) !=
+          xs.begin() + static_cast<std::ptrdiff_t>(i)) {
+        bad(fmt::format("pipeline.recompute = {}: layer {} is listed twice", shown, xs[i]));
+      }
+    }
   }
   const ClusterOptions& cl = c.cluster;
   if (!cl.placement.empty()) {

@@ -90,6 +90,7 @@ Config everything_changed() {
   c.pipeline.threads_per_stage = 2;
   c.pipeline.split_backward = false;
   c.pipeline.memory_limit_mb = 64;
+  c.pipeline.recompute = {RecomputeSpec::Kind::layers, {7, 1}};
   c.optimizer.kind = "sgd";
   c.optimizer.lr = 3e-4f;
   c.optimizer.beta1 = 0.8f;
@@ -531,4 +532,52 @@ TEST_CASE("cluster keys: placement per stage, addresses and timeouts are checked
   auto ok = config_from_string("[pipeline]\nstages = 3\n[cluster]\nplacement = [0, 0, 1]\n");
   REQUIRE(ok.ok());
   CHECK(ok->cluster.placement == std::vector<int>{0, 0, 1});
+}
+
+TEST_CASE("pipeline.recompute: none, all, auto or distinct layers in range") {
+  auto parsed = [](const std::string& text, const std::vector<std::string>& sets = {}) {
+    auto c = config_from_string(text, sets);
+    REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().message));
+    return c->pipeline.recompute;
+  };
+  using K = RecomputeSpec::Kind;
+  CHECK(parsed("").kind == K::none);
+  CHECK(parsed("[pipeline]\nrecompute = \"all\"\n").kind == K::all);
+  CHECK(parsed("[pipeline]\nrecompute = \"auto\"\n").kind == K::automatic);
+  CHECK(parsed("[pipeline]\nrecompute = \"none\"\n").kind == K::none);
+  const RecomputeSpec listed = parsed("[pipeline]\nrecompute = [5, 0, 2]\n");
+  CHECK(listed.kind == K::layers);
+  CHECK(listed.layers == std::vector<int>{5, 0, 2});
+  CHECK(parsed("", {"pipeline.recompute=all"}).kind == K::all);
+  CHECK(parsed("", {"pipeline.recompute=\"auto\""}).kind == K::automatic);
+  CHECK(parsed("", {"pipeline.recompute=[1,2]"}).layers == std::vector<int>{1, 2});
+  CHECK(parsed("[pipeline]\nrecompute = \"all\"\n", {"pipeline.recompute=none"}).kind == K::none);
+  // to_toml writes what was read
+  Config c;
+  c.pipeline.recompute = {K::automatic, {}};
+  CHECK(contains(to_toml(c), "recompute = \"auto\"\n"));
+  c.pipeline.recompute = {K::layers, {4, 1}};
+  CHECK(contains(to_toml(c), "recompute = [4, 1]\n"));
+  CHECK(contains(to_toml(Config{}), "recompute = \"none\"\n"));
+  // errors name the key and the bad value
+  CHECK(contains(error_of("[pipeline]\nrecompute = \"some\"\n"),
+                 "pipeline.recompute = \"some\": expected \"none\", \"all\", \"auto\" or an "
+                 "array of layer indices"));
+  CHECK(contains(error_of("[pipeline]\nrecompute = true\n"),
+                 "pipeline.recompute = true: expected \"none\", \"all\", \"auto\" or an array "
+                 "of layer indices, got a boolean"));
+  CHECK(contains(error_of("[pipeline]\nrecompute = [1, \"a\"]\n"),
+                 "pipeline.recompute = [1, \"a\"]: element \"a\" is not a 32-bit integer"));
+  CHECK(contains(error_of("", {"pipeline.recompute=sometimes"}),
+                 "--set pipeline.recompute=sometimes: pipeline.recompute = \"sometimes\": "
+                 "expected"));
+  // the default model has 6 layers: 0 .. 5
+  CHECK(contains(error_of("[pipeline]\nrecompute = [1, 6]\n"),
+                 "pipeline.recompute = [1, 6]: layer 6 is outside the model's layers 0 .. 5 "
+                 "(model.depth + 2 = 6 layers)"));
+  CHECK(contains(error_of("[pipeline]\nrecompute = [-1]\n"),
+                 "pipeline.recompute = [-1]: layer -1 is outside the model's layers 0 .. 5"));
+  CHECK(contains(error_of("[pipeline]\nrecompute = [2, 3, 2]\n"),
+                 "pipeline.recompute = [2, 3, 2]: layer 2 is listed twice"));
+  CHECK(config_from_string("[model]\ndepth = 6\n[pipeline]\nrecompute = [7, 6]\n").ok());
 }

@@ -28,6 +28,8 @@ constexpr OptKind kind_of() {
     return OptKind::string;
   else if constexpr (std::is_same_v<T, std::vector<int>> || std::is_same_v<T, PartitionSpec>)
     return OptKind::int_list;
+  else if constexpr (std::is_same_v<T, RecomputeSpec>)
+    return OptKind::layer_set;
   else {
     static_assert(std::is_same_v<T, Arch>, "unsupported option type");
     return OptKind::arch;
@@ -51,6 +53,18 @@ OptValue to_value(const T& v) {
   else if constexpr (std::is_same_v<T, PartitionSpec>) {
     if (v.automatic) return std::string("auto");
     return std::vector<int64_t>(v.counts.begin(), v.counts.end());
+  } else if constexpr (std::is_same_v<T, RecomputeSpec>) {
+    switch (v.kind) {
+      case RecomputeSpec::Kind::none:
+        return std::string("none");
+      case RecomputeSpec::Kind::all:
+        return std::string("all");
+      case RecomputeSpec::Kind::automatic:
+        return std::string("auto");
+      case RecomputeSpec::Kind::layers:
+        break;
+    }
+    return std::vector<int64_t>(v.layers.begin(), v.layers.end());
   } else
     return std::string(v == Arch::gpt ? "gpt" : "bert");
 }
@@ -83,6 +97,18 @@ T from_value(const OptValue& v) {
       p.counts = from_value<std::vector<int>>(v);
     }
     return p;
+  } else if constexpr (std::is_same_v<T, RecomputeSpec>) {
+    // strings are "none", "all" or "auto" (the parser checks); an array lists layers
+    RecomputeSpec r;
+    if (const auto* word = std::get_if<std::string>(&v)) {
+      r.kind = *word == "all"    ? RecomputeSpec::Kind::all
+               : *word == "auto" ? RecomputeSpec::Kind::automatic
+                                 : RecomputeSpec::Kind::none;
+    } else {
+      r.kind = RecomputeSpec::Kind::layers;
+      r.layers = from_value<std::vector<int>>(v);
+    }
+    return r;
   } else
     return std::get<std::string>(v) == "bert" ? Arch::bert : Arch::gpt;
 }
@@ -175,8 +201,16 @@ std::vector<OptionSpec> build_table() {
                   ">= 0",
                   "Memory per stage in MiB (parameters, gradients, optimizer state, extra weight "
                   "versions, stashed activations: the planner's memory model) that partition = "
-                  "\"auto\" must respect; a plan that cannot fit is an error naming the stage. "
-                  "0 = no limit."));
+                  "\"auto\" and recompute = \"auto\" must respect; a plan that cannot fit is "
+                  "an error naming the stage. 0 = no limit."));
+  t.push_back(row("pipeline", "recompute", &C::pipeline, &PipelineOptions::recompute,
+                  "\"none\", \"all\", \"auto\" or an array of distinct global layer indices "
+                  "0 .. model.depth + 1",
+                  "Layers whose activations are recomputed: the forward stashes only the layer's "
+                  "input and the backward runs the layer's forward again first (the same bits, "
+                  "less stash memory, one more forward per microbatch). \"auto\" takes the "
+                  "planner's choice under memory_limit_mb for the partition in use (none without "
+                  "a limit); docs/planner.md."));
   // [optimizer]
   t.push_back(row("optimizer", "kind", &C::optimizer, &OptimizerOptions::kind, "adamw | sgd",
                   "AdamW (decoupled weight decay) or SGD with momentum."));
@@ -311,6 +345,8 @@ std::string_view kind_name(OptKind kind) {
       return "string";
     case OptKind::int_list:
       return "array of integers";
+    case OptKind::layer_set:
+      return "string or array of integers";
     case OptKind::arch:
       return "string";
   }
@@ -379,6 +415,10 @@ std::string to_toml_text(OptKind kind, const OptValue& value) {
       const auto& xs = std::get<std::vector<int64_t>>(value);
       if (xs.empty()) return "\"even\"";
       return fmt::format("[{}]", fmt::join(xs, ", "));
+    }
+    case OptKind::layer_set: {
+      if (const auto* s = std::get_if<std::string>(&value)) return toml_string(*s);
+      return fmt::format("[{}]", fmt::join(std::get<std::vector<int64_t>>(value), ", "));
     }
   }
   return "";

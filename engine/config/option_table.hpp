@@ -15,14 +15,15 @@ namespace actorpipe::internal {
 
 /// The value types a key can have.
 enum class OptKind : uint8_t {
-  integer,   // int: a TOML integer in the 32-bit range
-  uinteger,  // uint64_t: a TOML integer >= 0 (TOML integers stop at 2^63 - 1)
-  real32,    // float: a TOML float or integer, finite
-  real64,    // double: a TOML float or integer, finite
-  boolean,   // bool
-  string,    // std::string
-  int_list,  // pipeline.partition: a TOML array of integers, "even" (empty) or "auto" (a string)
-  arch,      // Arch: "gpt" | "bert"
+  integer,    // int: a TOML integer in the 32-bit range
+  uinteger,   // uint64_t: a TOML integer >= 0 (TOML integers stop at 2^63 - 1)
+  real32,     // float: a TOML float or integer, finite
+  real64,     // double: a TOML float or integer, finite
+  boolean,    // bool
+  string,     // std::string
+  int_list,   // pipeline.partition: a TOML array of integers, "even" (empty) or "auto" (a string)
+  arch,       // Arch: "gpt" | "bert"
+  layer_set,  // pipeline.recompute: "none" | "all" | "auto" (strings) or an array of integers
 };
 
 /// A key's value in a type-neutral form: integer and uinteger as int64_t, reals as double,

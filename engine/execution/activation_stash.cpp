@@ -1,5 +1,6 @@
 // Activation stash: the per-microbatch slots a stage keeps between a forward and its backward
-// (input, hidden outputs, every layer's saved activations, the loss), preallocated up front.
+// (input, hidden outputs, the saved activations of the layers not recomputed, the loss),
+// preallocated up front.
 #include "engine/execution/activation_stash.hpp"
 
 #include <algorithm>
@@ -18,13 +19,22 @@ int default_stash_slots(Mode mode, int d, int r, int m) {
   return peak_stash(*s)[static_cast<size_t>(r)];
 }
 
-ActivationStash::ActivationStash(int stage, int slots, size_t hidden_floats, size_t saved_floats)
+ActivationStash::ActivationStash(int stage, int slots, size_t hidden_floats, size_t saved_floats,
+                                 size_t weight_floats)
     : stage_(stage) {
   slots_.resize(static_cast<size_t>(std::max(slots, 1)));
   for (Slot& s : slots_) {
     s.hidden.assign(hidden_floats, 0.0f);
     s.saved.assign(saved_floats, 0.0f);
+    s.weights.assign(weight_floats, 0.0f);
   }
+}
+
+size_t ActivationStash::bytes() const {
+  size_t floats = 0;
+  for (const Slot& s : slots_)
+    floats += s.hidden.capacity() + s.saved.capacity() + s.weights.capacity();
+  return floats * sizeof(float);
 }
 
 ActivationStash::Slot& ActivationStash::acquire(int microbatch) {

@@ -1,5 +1,6 @@
 // Activation stash: the per-microbatch slots a stage keeps between a forward and its backward
-// (input, hidden outputs, every layer's saved activations, the loss), preallocated up front.
+// (input, hidden outputs, the saved activations of the layers not recomputed, the loss),
+// preallocated up front.
 #pragma once
 
 #include <vector>
@@ -25,13 +26,18 @@ class ActivationStash {
     int version = 0;            ///< absolute version of its F
     Tensor input;               ///< the previous stage's output, held until the B
     std::vector<float> hidden;  ///< outputs of the stage's layers but the last, (B,T,C) each
-    std::vector<float> saved;   ///< every layer's saved activations
+    std::vector<float> saved;   ///< saved activations of the layers not recomputed
+    /// xpipe: the weights the forward computed with of the recomputed layers (a prediction, or
+    /// a version updated in place before the backward); empty in the other modes
+    std::vector<float> weights;
     LossStats loss;
   };
 
   ActivationStash() = default;
-  /// `slots` slots of `hidden_floats` and `saved_floats` each, for stage `stage` (messages).
-  ActivationStash(int stage, int slots, size_t hidden_floats, size_t saved_floats);
+  /// `slots` slots of `hidden_floats`, `saved_floats` and `weight_floats` each, for stage
+  /// `stage` (messages).
+  ActivationStash(int stage, int slots, size_t hidden_floats, size_t saved_floats,
+                  size_t weight_floats = 0);
 
   /// The free slot that microbatch `microbatch`'s forward fills.
   Slot& acquire(int microbatch);
@@ -42,6 +48,9 @@ class ActivationStash {
   /// Slots taken: microbatches whose F ran and B has not.
   int in_flight() const;
   int size() const { return static_cast<int>(slots_.size()); }
+  /// Bytes the slots' buffers hold (their capacity: what was allocated), inputs not counted
+  /// (they are the previous stage's output tensors).
+  size_t bytes() const;
 
  private:
   int stage_ = 0;

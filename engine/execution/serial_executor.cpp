@@ -106,6 +106,7 @@ SerialExecutor::SerialExecutor(const Model& model, const Partition& partition,
     w.T = options.T;
     w.threads = options.threads.empty() ? 1 : options.threads[static_cast<size_t>(r)];
     w.log_versions = options.log_versions;
+    w.recompute = options.recompute;
     workers_.push_back(std::make_unique<StageWorker>(model, partition, optimizer, w));
     shards_.push_back(std::make_unique<OptimizerShard>(model, partition, r, optimizer));
     workers_.back()->predict_from(*shards_.back());
@@ -131,6 +132,10 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Model& mo
   }
   for (int t : o.threads)
     if (t < 1) return make_error("threads = {}: every stage needs at least 1", t);
+  if (!o.recompute.empty() && static_cast<int>(o.recompute.size()) != model.num_layers()) {
+    return make_error("recompute: {} flags for a model of {} layers", o.recompute.size(),
+                      model.num_layers());
+  }
   if (optimizer.kind != "adamw" && optimizer.kind != "sgd") {
     return make_error("optimizer.kind = \"{}\": expected adamw | sgd", optimizer.kind);
   }
@@ -154,6 +159,9 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Config& c
   o.T = config.pipeline.seq_len > 0 ? config.pipeline.seq_len : config.model.context;
   o.threads.assign(static_cast<size_t>(partition->stages()), config.pipeline.threads_per_stage);
   o.log_versions = log_versions;
+  auto recompute = recompute_flags(config.pipeline.recompute, model->num_layers());
+  if (!recompute) return recompute.error();
+  o.recompute = std::move(*recompute);
   return create(*model, *partition, config.optimizer, o);
 }
 

@@ -23,11 +23,13 @@ class DataLoader;
 
 struct SerialExecutorOptions {
   Mode mode = Mode::onef1b;
-  int microbatches = 1;       ///< m per optimizer step (pipedream: each microbatch is a step)
-  int B = 1;                  ///< sequences per microbatch
-  int T = 1;                  ///< tokens per sequence
-  std::vector<int> threads;   ///< Context threads per stage; empty = 1 each
-  bool lowered = true;        ///< run the schedules with their SEND/RECV actions
+  int microbatches = 1;      ///< m per optimizer step (pipedream: each microbatch is a step)
+  int B = 1;                 ///< sequences per microbatch
+  int T = 1;                 ///< tokens per sequence
+  std::vector<int> threads;  ///< Context threads per stage; empty = 1 each
+  bool lowered = true;       ///< run the schedules with their SEND/RECV actions
+  /// pipeline.recompute: one flag per global layer (empty = none), StageWorkerOptions::recompute
+  std::vector<bool> recompute;
   bool log_versions = false;  ///< keep every F/B's VersionUse (version_log())
 };
 
@@ -55,7 +57,7 @@ class SerialExecutor {
                                                           const OptimizerOptions& optimizer,
                                                           const SerialExecutorOptions& options);
   /// From a whole config: model, partition, mode, m, B, T (pipeline.seq_len or model.context),
-  /// threads_per_stage.
+  /// threads_per_stage, recompute ("auto" resolved first: resolve_partition).
   static Expected<std::unique_ptr<SerialExecutor>> create(const Config& config,
                                                           bool log_versions = false);
 

@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/data/loader.hpp"
@@ -333,4 +334,73 @@ TEST_CASE("create from a config and read the configured data") {
   CHECK(SerialExecutor::create(c).error().message.find(
             "pipeline.partition = [2, 1]: sums to 3 but the model has 4 layers") !=
         std::string::npos);
+}
+
+TEST_CASE("recompute none, all and a list give the same bits in every mode (tied, clipped)") {
+  struct Case {
+    const char* mode;
+    int d, m, steps;
+  };
+  for (Arch arch : {Arch::gpt, Arch::bert}) {
+    for (const Case c : {Case{"gpipe", 2, 3, 2}, Case{"1f1b", 3, 4, 2}, Case{"2bw", 3, 3, 4},
+                         Case{"pipedream", 4, 2, 5}, Case{"xpipe", 3, 2, 3}}) {
+      CAPTURE(c.mode);
+      CAPTURE((arch == Arch::gpt ? "gpt" : "bert"));
+      Config base = tiny_config(c.mode, c.d, c.m, tiny(arch));
+      base.optimizer = clipped_adamw();
+      base.data.seed = 5;
+      auto run = [&](const RecomputeSpec& spec) {
+        Config cfg = base;
+        cfg.pipeline.recompute = spec;
+        auto e = SerialExecutor::create(cfg, true);
+        REQUIRE_MESSAGE(e.ok(), (e.ok() ? "" : e.error().message));
+        auto data = config_loader(cfg);
+        auto losses = (*e)->run(c.steps, *data);
+        REQUIRE_MESSAGE(losses.ok(), (losses.ok() ? "" : losses.error().message));
+        std::vector<std::vector<float>> params;
+        for (int i = 0; i < (*e)->model().num_layers(); ++i)
+          params.emplace_back((*e)->params(i).begin(), (*e)->params(i).end());
+        size_t stash = 0;
+        for (int r = 0; r < (*e)->stages(); ++r) stash += (*e)->worker(r).stash_bytes();
+        return std::make_tuple(*losses, params, stash);
+      };
+      const auto [losses, params, stash] = run({});
+      for (const RecomputeSpec& r : {RecomputeSpec{RecomputeSpec::Kind::all, {}},
+                                     RecomputeSpec{RecomputeSpec::Kind::layers, {3, 1}},
+                                     RecomputeSpec{RecomputeSpec::Kind::layers, {}}}) {
+        CAPTURE(r.layers.size());
+        const auto [l2, p2, s2] = run(r);
+        CHECK(same_bits(l2, losses));
+        REQUIRE(p2.size() == params.size());
+        for (size_t i = 0; i < params.size(); ++i) CHECK(same_bits(p2[i], params[i]));
+        if (r.kind == RecomputeSpec::Kind::layers && r.layers.empty()) {
+          CHECK(s2 == stash);
+        } else if (std::string(c.mode) != "xpipe") {
+          CHECK(s2 < stash);  // (xpipe keeps the weights of its forwards instead)
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("recompute flags from a config: bad layers and an unresolved auto are errors") {
+  Config c = tiny_config("1f1b", 2, 2, tiny(Arch::gpt));
+  c.pipeline.recompute = {RecomputeSpec::Kind::layers, {1, 4}};
+  auto e = SerialExecutor::create(c);
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.error().message ==
+        "pipeline.recompute = [1, 4]: layer 4 is outside the model's layers 0 .. 3");
+  c.pipeline.recompute = {RecomputeSpec::Kind::layers, {2, 2}};
+  CHECK(SerialExecutor::create(c).error().message ==
+        "pipeline.recompute = [2, 2]: layer 2 is listed twice");
+  c.pipeline.recompute = {RecomputeSpec::Kind::automatic, {}};
+  CHECK(SerialExecutor::create(c).error().message.find(
+            "pipeline.recompute = \"auto\": the planner chooses the layers") != std::string::npos);
+  // flags of a model of another size
+  const Model model = build_model(tiny(Arch::gpt));
+  SerialExecutorOptions o;
+  o.recompute = {true, false};
+  auto bad = SerialExecutor::create(model, *Partition::even(4, 2), c.optimizer, o);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message == "recompute: 2 flags for a model of 4 layers");
 }

@@ -41,33 +41,49 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
   const int L = partition.size(stage_);
   const size_t bth = static_cast<size_t>(options.B) * options.T * model.options().width;
 
-  // layers, parameter / gradient layout
+  AP_CHECK(options.recompute.empty() ||
+               options.recompute.size() == static_cast<size_t>(model.num_layers()),
+           "recompute flags for {} layers, the model has {}", options.recompute.size(),
+           model.num_layers());
+  const bool predicted_policy = version_policy(options.mode) == VersionPolicy::predicted;
+
+  // layers, parameter / gradient layout; saved activations in the stash (kept) or in the
+  // recompute scratch (recomputed)
   std::vector<size_t> layer_floats;
-  size_t params = 0, saved = 0;
-  std::vector<size_t> saved_off;
+  size_t params = 0, saved = 0, scratch = 0, weights = 0;
   for (int i = 0; i < L; ++i) {
     layers_.push_back(model.layer_ptr(first_ + i));
     const Layer& layer = *layers_.back();
+    const bool rc =
+        !options.recompute.empty() && options.recompute[static_cast<size_t>(first_ + i)];
+    recompute_.push_back(rc);
     layer_floats.push_back(layer.param_floats());
     param_off_.push_back(params);
-    saved_off.push_back(saved);
     params += layer.param_floats();
-    saved += layer.saved_floats(options.B, options.T);
+    const size_t n = layer.saved_floats(options.B, options.T);
+    saved_off_.push_back(rc ? scratch : saved);
+    (rc ? scratch : saved) += n;
+    weight_off_.push_back(weights);
+    // xpipe's forward may compute with a prediction, and its backward with a later version
+    // (updated in place): the recompute needs the forward's weights, kept per microbatch
+    if (rc && predicted_policy) weights += layer.param_floats();
   }
-  saved_off.push_back(saved);
-  saved_off_ = std::move(saved_off);
+  if (std::find(recompute_.begin(), recompute_.end(), true) != recompute_.end()) {
+    recompute_saved_.assign(scratch, 0.0f);
+    recompute_out_.assign(bth, 0.0f);
+  }
   // a second gradient buffer only when backwards can run while an update is open
   const int versions = version_capacity(options.mode, d, stage_);
   grad_buf_[0].assign(params, 0.0f);
   if (versions > 1) grad_buf_[1].assign(params, 0.0f);
   grads_ = grad_buf_[0].data();
-  if (version_policy(options.mode) == VersionPolicy::predicted) predicted_.assign(params, 0.0f);
+  if (predicted_policy) predicted_.assign(params, 0.0f);
 
   // activation stash
   const int slots = options.stash_slots > 0
                         ? options.stash_slots
                         : default_stash_slots(options.mode, d, stage_, options.microbatches);
-  stash_ = ActivationStash(stage_, slots, static_cast<size_t>(L - 1) * bth, saved);
+  stash_ = ActivationStash(stage_, slots, static_cast<size_t>(L - 1) * bth, saved, weights);
   dh_a_.assign(bth, 0.0f);
   dh_b_.assign(bth, 0.0f);
   const std::vector<int64_t> hidden_shape{options.B, options.T, model.options().width};
@@ -254,12 +270,16 @@ ForwardOutput StageWorker::exec_forward(const Action& a, const Microbatch& mb, c
       predict_weights(ctx_, opt_, layer, P, moments_->state(i).data(), updates_, a.lookahead, y);
       P = y;
     }
+    if (recompute_[k] && predicted) {
+      std::copy_n(P, layer.param_floats(), slot.weights.data() + weight_off_[k]);
+    }
     ctx_.arena().reset();
     const float* x = i > 0 ? slot.hidden.data() + (k - 1) * bth
                            : (layer.takes_input() ? slot.input.f32() : nullptr);
     float* y =
         i + 1 < L ? slot.hidden.data() + k * bth : (layer.is_loss() ? nullptr : result.out.f32());
-    const LossStats st = layer.forward(ctx_, P, mb, x, y, slot.saved.data() + saved_off_[k]);
+    // a recomputed layer's saved activations go to the scratch, dead once the forward is done
+    const LossStats st = layer.forward(ctx_, P, mb, x, y, saved_of(slot, i));
     if (layer.is_loss()) result.loss = st;
   }
   slot.loss = result.loss;
@@ -326,9 +346,18 @@ Tensor StageWorker::backward_layers(const Action& a, const Microbatch& mb, const
                          : (layer.takes_input() ? din.f32() : nullptr);
     const float* x = i > 0 ? slot.hidden.data() + (k - 1) * bth
                            : (layer.takes_input() ? slot.input.f32() : nullptr);
+    const float* P = store_->params(v, i).data();
+    if (recompute_[k]) {
+      // the forward again, from the stashed input with the forward's weights, into the scratch
+      // (every recomputed layer has its own part: a deferred weight half may still read it)
+      const float* Pf = predicted ? slot.weights.data() + weight_off_[k] : P;
+      ctx_.arena().reset();
+      layer.forward(ctx_, Pf, mb, x, layer.is_loss() ? nullptr : recompute_out_.data(),
+                    saved_of(slot, i));
+    }
     ctx_.arena().reset();
-    layer.backward(ctx_, store_->params(v, i).data(), grads_ + param_off_[k], mb, x,
-                   slot.saved.data() + saved_off_[k], dcur, dnext, dloss, later);
+    layer.backward(ctx_, P, grads_ + param_off_[k], mb, x, saved_of(slot, i), dcur, dnext, dloss,
+                   later);
     dcur = dnext;
   }
   pending_ = &slot;
@@ -426,6 +455,20 @@ size_t StageWorker::num_tied() const {
 
 int StageWorker::stash_slots() const {
   return stash_.size();
+}
+
+bool StageWorker::recomputes(int i) const {
+  AP_CHECK(i >= 0 && i < num_layers(), "layer {} of {}", i, num_layers());
+  return recompute_[static_cast<size_t>(i)];
+}
+
+size_t StageWorker::recompute_scratch_bytes() const {
+  return (recompute_saved_.capacity() + recompute_out_.capacity()) * sizeof(float);
+}
+
+float* StageWorker::saved_of(Slot& slot, int i) {
+  const size_t k = static_cast<size_t>(i);
+  return (recompute_[k] ? recompute_saved_.data() : slot.saved.data()) + saved_off_[k];
 }
 
 TiedRole StageWorker::tied_role(size_t k) const {

@@ -60,6 +60,9 @@ struct StageWorkerOptions {
   int threads = 1;       ///< the stage Context's thread budget
   /// Activation stash slots; 0 = the mode's bound (peak_stash of its schedule at this stage).
   int stash_slots = 0;
+  /// pipeline.recompute, one flag per global layer of the model (empty = none): a recomputed
+  /// layer stashes only its input; its backward runs its forward again into scratch first.
+  std::vector<bool> recompute;
   bool log_versions = false;  ///< keep a VersionUse per F/B (tests, traces)
   /// Parameters start at the model's seeded initialisation; false leaves them zero, for a
   /// caller that loads every layer right away (a migration's new stage: no wasted init).
@@ -224,6 +227,14 @@ class StageWorker {
   /// Gradients accumulated so far for the next update (not the open update's: its job has them).
   std::span<const float> grads(int i) const;
   int stash_slots() const;
+  /// Local layer i is recomputed (StageWorkerOptions::recompute).
+  bool recomputes(int i) const;
+  /// Bytes allocated for the activation stash (every slot; ActivationStash::bytes()).
+  size_t stash_bytes() const { return stash_.bytes(); }
+  /// Bytes allocated once for recompute: the recomputed layers' saved activations of one
+  /// microbatch (all of them, so a split backward's deferred weight half can read them) and
+  /// one (B,T,C) output; 0 without recompute.
+  size_t recompute_scratch_bytes() const;
   /// Microbatches whose F ran and B has not.
   int in_flight() const;
   const std::vector<VersionUse>& version_log() const { return log_; }
@@ -243,6 +254,8 @@ class StageWorker {
   Tensor backward_layers(const Action& a, const Microbatch& mb, const Tensor& dout,
                          DeferredGrads* later);
   void finish_backward();
+  // where local layer i's saved activations live for `slot`'s microbatch
+  float* saved_of(Slot& slot, int i);
   void check_action(const Action& a, ActionKind kind) const;
 
   Model model_;
@@ -261,7 +274,14 @@ class StageWorker {
   std::vector<float> grad_buf_[2];
   float* grads_ = nullptr;
   std::vector<float> predicted_;
-  std::vector<size_t> param_off_, saved_off_;  // per local layer
+  std::vector<size_t> param_off_;  // per local layer
+  // per local layer: its saved activations' offset in a stash slot's `saved` (not recomputed)
+  // or in recompute_saved_ (recomputed); xpipe: a recomputed layer's weights in a slot's
+  // `weights`
+  std::vector<size_t> saved_off_, weight_off_;
+  std::vector<bool> recompute_;         // per local layer
+  std::vector<float> recompute_saved_;  // the recomputed layers' saved activations (scratch)
+  std::vector<float> recompute_out_;    // (B,T,C): a recomputed forward's output, unused
   TiedParams tied_;
   UpdateJob job_;                            // the update handed out (layout fixed at build)
   const OptimizerShard* moments_ = nullptr;  // xpipe prediction

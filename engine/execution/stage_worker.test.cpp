@@ -1,7 +1,8 @@
 // StageWorker tests: the steady state allocates nothing in any mode, workers share no mutable
 // state (concurrent workers compute what sequential ones do), updates applied on another thread
 // while the worker computes equal updates applied at once, output tensors move without copies,
-// the tied-parameter and gradient-norm hooks, and refusals of actions out of order.
+// the tied-parameter and gradient-norm hooks, and refusals of actions out of order; recompute
+// computes the bits of no recompute in every mode with a smaller stash.
 #include "engine/execution/stage_worker.hpp"
 
 #include <doctest/doctest.h>
@@ -80,7 +81,8 @@ struct Workers {
   size_t size() const { return w.size(); }
 };
 
-Workers make_workers(const Model& model, int d, Mode mode, int m, int threads = 1) {
+Workers make_workers(const Model& model, int d, Mode mode, int m, int threads = 1,
+                     const std::vector<bool>& recompute = {}) {
   const Partition p = *Partition::even(model.num_layers(), d);
   Workers ws;
   for (int r = 0; r < d; ++r) {
@@ -91,6 +93,7 @@ Workers make_workers(const Model& model, int d, Mode mode, int m, int threads = 
     o.B = kB;
     o.T = kT;
     o.threads = threads;
+    o.recompute = recompute;
     ws.w.push_back(std::make_unique<StageWorker>(model, p, adamw(), o));
     ws.o.push_back(std::make_unique<OptimizerShard>(model, p, r, adamw()));
     ws.w.back()->predict_from(*ws.o.back());
@@ -521,4 +524,110 @@ TEST_CASE("output tensors go to the next stage without copies and are reused onc
   REQUIRE_FALSE(st.ok());
   CHECK(st.error().message.find("stashes up to 2 microbatches but the stage has 1") !=
         std::string::npos);
+}
+
+// ---- recompute ------------------------------------------------------------------------------
+
+namespace {
+
+// Every stage's parameters and optimizer state, and its gradients.
+std::vector<std::vector<float>> state_of(Workers& ws) {
+  std::vector<std::vector<float>> out;
+  for (size_t r = 0; r < ws.size(); ++r) {
+    for (int i = 0; i < ws[r]->num_layers(); ++i) {
+      out.emplace_back(ws[r]->params(i).begin(), ws[r]->params(i).end());
+      out.emplace_back(ws.o[r]->state(i).begin(), ws.o[r]->state(i).end());
+      out.emplace_back(ws[r]->grads(i).begin(), ws[r]->grads(i).end());
+    }
+  }
+  return out;
+}
+
+bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t k = 0; k < a.size(); ++k) {
+    if (a[k].size() != b[k].size() ||
+        std::memcmp(a[k].data(), b[k].data(), a[k].size() * sizeof(float)) != 0)
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("recompute: every mode computes the bits of no recompute, one pass or split") {
+  struct Case {
+    Mode mode;
+    int d, m, steps;
+  };
+  for (Arch arch : {Arch::gpt, Arch::bert}) {
+    const Model model = build_model(tiny(arch, false));
+    const int n = model.num_layers();
+    const std::vector<bool> none(static_cast<size_t>(n), false), all(static_cast<size_t>(n), true);
+    // blocks and head only; the first stage's first layer and a middle one
+    const std::vector<bool> some{false, true, false, true}, first{true, false, true, false};
+    for (const Case c :
+         {Case{Mode::gpipe, 2, 3, 1}, Case{Mode::onef1b, 3, 4, 1}, Case{Mode::twobw, 3, 3, 3},
+          Case{Mode::pipedream, 3, 1, 7}, Case{Mode::xpipe, 3, 2, 3}}) {
+      CAPTURE(to_string(c.mode));
+      CAPTURE((arch == Arch::gpt ? "gpt" : "bert"));
+      const Schedule s = c.mode == Mode::pipedream ? *make_pipedream(c.d, c.steps)
+                                                   : *make_schedule(c.mode, c.d, c.m, c.steps);
+      const auto mbs = batches(arch, model.options().vocab_size, 2 * s.total_microbatches());
+      Workers base = make_workers(model, c.d, c.mode, c.m, 1, none);
+      drive(base, s, mbs, 0);
+      drive(base, s, mbs, s.total_microbatches());
+      const auto want = state_of(base);
+      for (const auto* flags : {&all, &some, &first}) {
+        for (Backward backward : {Backward::one_pass, Backward::split}) {
+          CAPTURE((flags == &all ? "all" : flags == &some ? "{1, 3}" : "{0, 2}"));
+          CAPTURE((backward == Backward::split ? "split" : "one pass"));
+          Workers ws = make_workers(model, c.d, c.mode, c.m, 1, *flags);
+          drive(ws, s, mbs, 0, Apply::at_once, nullptr, backward);
+          // the second run allocates nothing: the scratch is allocated once
+          CHECK(drive(ws, s, mbs, s.total_microbatches(), Apply::at_once, nullptr, backward) == 0);
+          CHECK(same_bits(state_of(ws), want));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("recompute: the stash holds only the recomputed layers' inputs (bytes allocated)") {
+  const Model model = build_model(tiny(Arch::gpt, false));
+  const int n = model.num_layers();
+  const size_t bth = static_cast<size_t>(kB) * kT * model.options().width;
+  for (Mode mode : {Mode::gpipe, Mode::xpipe}) {
+    CAPTURE(to_string(mode));
+    const int d = 2, m = 4;
+    Workers none = make_workers(model, d, mode, m, 1, std::vector<bool>(static_cast<size_t>(n)));
+    Workers all =
+        make_workers(model, d, mode, m, 1, std::vector<bool>(static_cast<size_t>(n), true));
+    for (size_t r = 0; r < static_cast<size_t>(d); ++r) {
+      CAPTURE(r);
+      const StageWorker& a = *none[r];
+      const StageWorker& b = *all[r];
+      REQUIRE(a.stash_slots() == b.stash_slots());
+      const size_t slots = static_cast<size_t>(a.stash_slots());
+      size_t saved = 0, params = 0;
+      for (int i = 0; i < a.num_layers(); ++i) {
+        saved += model.layer(a.first_layer() + i).saved_floats(kB, kT);
+        params += model.layer(a.first_layer() + i).param_floats();
+        CHECK_FALSE(a.recomputes(i));
+        CHECK(b.recomputes(i));
+      }
+      const size_t hidden = static_cast<size_t>(a.num_layers() - 1) * bth;
+      // no recompute: every slot holds the hidden outputs and every layer's saved activations
+      CHECK(a.stash_bytes() == slots * (hidden + saved) * sizeof(float));
+      CHECK(a.recompute_scratch_bytes() == 0);
+      // all recomputed: the slots keep the inputs (hidden outputs) only, plus in xpipe the
+      // weights the forward used; one microbatch's saved activations live in the scratch
+      const size_t weights = mode == Mode::xpipe ? params : 0;
+      CHECK(b.stash_bytes() == slots * (hidden + weights) * sizeof(float));
+      CHECK(b.recompute_scratch_bytes() == (saved + bth) * sizeof(float));
+      if (mode == Mode::gpipe) {
+        CHECK(b.stash_bytes() + b.recompute_scratch_bytes() < a.stash_bytes());
+      }
+    }
+  }
 }

@@ -35,6 +35,7 @@ MigrationPolicy::MigrationPolicy(const MigrationOptions& options, std::vector<La
       planner_(std::move(planner)),
       bytes_per_layer_(std::move(bytes_per_layer)) {
   planner_.stage_speed.clear();
+  planner_.layers_per_stage.clear();  // the manager plans the partition
 }
 
 void MigrationPolicy::moved(int64_t bytes, double seconds) {

@@ -3,6 +3,9 @@
 #include "engine/model/partition.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include "kernels/check.hpp"
 
@@ -80,6 +83,43 @@ std::vector<int> Partition::counts() const {
 
 std::string Partition::to_string() const {
   return fmt::format("[{}]", fmt::join(counts(), ", "));
+}
+
+Expected<std::vector<bool>> recompute_flags(const RecomputeSpec& r, int num_layers) {
+  std::vector<bool> flags(static_cast<size_t>(std::max(num_layers, 0)), false);
+  switch (r.kind) {
+    case RecomputeSpec::Kind::none:
+      return flags;
+    case RecomputeSpec::Kind::all:
+      flags.assign(flags.size(), true);
+      return flags;
+    case RecomputeSpec::Kind::automatic:
+      return make_error(
+          "pipeline.recompute = \"auto\": the planner chooses the layers before the stages are "
+          "built (resolve_partition, engine/profiler/auto_partition.hpp; the trainer and the actor "
+          "engine do it); here give \"none\", \"all\" or layer indices");
+    case RecomputeSpec::Kind::layers:
+      break;
+  }
+  const std::string shown = fmt::format("[{}]", fmt::join(r.layers, ", "));
+  for (int layer : r.layers) {
+    if (layer < 0 || layer >= num_layers) {
+      return make_error("pipeline.recompute = {}: layer {} is outside the model's layers 0 .. {}",
+                        shown, layer, num_layers - 1);
+    }
+    if (flags[static_cast<size_t>(layer)]) {
+      return make_error("pipeline.recompute = {}: layer {} is listed twice", shown, layer);
+    }
+    flags[static_cast<size_t>(layer)] = true;
+  }
+  return flags;
+}
+
+std::vector<int> recomputed_layers(const std::vector<bool>& flags) {
+  std::vector<int> out;
+  for (size_t i = 0; i < flags.size(); ++i)
+    if (flags[i]) out.push_back(static_cast<int>(i));
+  return out;
 }
 
 }  // namespace actorpipe

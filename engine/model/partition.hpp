@@ -51,4 +51,13 @@ class Partition {
   std::vector<int> bounds_;  // d+1 entries: 0 = bounds_[0] < bounds_[1] < ... = num_layers
 };
 
+/// pipeline.recompute as one flag per global layer of a model of num_layers layers: none, all,
+/// or the listed layers. Errors name the key: a layer outside [0, num_layers), a layer listed
+/// twice, and "auto" (resolve_partition, engine/profiler/auto_partition.hpp, turns it into the
+/// planner's layers first).
+Expected<std::vector<bool>> recompute_flags(const RecomputeSpec& recompute, int num_layers);
+
+/// The global layers recomputed: the indices of the true flags, ascending.
+std::vector<int> recomputed_layers(const std::vector<bool>& flags);
+
 }  // namespace actorpipe

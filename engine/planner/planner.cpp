@@ -202,6 +202,12 @@ class Planner {
 
   // The best plan, or the error naming the best attempt at the memory limit.
   Expected<Solution> best() const {
+    if (!o_.layers_per_stage.empty()) {
+      const std::vector<int>& counts = o_.layers_per_stage;
+      auto s = solve([&](int r, int len) { return len == counts[static_cast<size_t>(r)]; });
+      if (s) return *s;
+      return fixed_memory_error();
+    }
     auto s = solve([](int, int) { return true; });
     if (s) return *s;
     return memory_error();
@@ -380,6 +386,33 @@ class Planner {
         sb.total(), sb.to_string(), o_.memory_limit_bytes);
   }
 
+  // The fixed partition does not fit: its stage holding the most bytes when every layer that
+  // saves memory is recomputed.
+  Error fixed_memory_error() const {
+    int i = 0, stage = 0, first = 0;
+    std::int64_t most = -1;
+    for (int r = 0; r < d_; ++r) {
+      const int j = i + o_.layers_per_stage[static_cast<size_t>(r)];
+      const std::int64_t b = bytes(i, j, r, range(i, j).max_saved);
+      if (b > most) {
+        most = b;
+        stage = r;
+        first = i;
+      }
+      i = j;
+    }
+    const int size = o_.layers_per_stage[static_cast<size_t>(stage)];
+    std::vector<bool> flags;
+    for (int k = first; k < first + size; ++k) flags.push_back(layers_[k].recompute_saving() > 0);
+    const StageBytes sb = stage_bytes(layers_.subspan(first, size), flags, factors_[stage]);
+    return make_error(
+        "planner: the partition [{}] does not fit the memory limit of {} bytes per stage, even "
+        "recomputing every layer that saves memory: stage {} (layers {} .. {}) at {} bytes ({}) "
+        "> {}",
+        fmt::join(o_.layers_per_stage, ", "), o_.memory_limit_bytes, stage, first, first + size - 1,
+        sb.total(), sb.to_string(), o_.memory_limit_bytes);
+  }
+
   std::span<const LayerCosts> layers_;
   PlannerOptions o_;
   std::vector<StageFactors> factors_;
@@ -433,6 +466,21 @@ Status check_options(std::span<const LayerCosts> layers, const PlannerOptions& o
   if (auto st = check_layer_costs(layers); !st) {
     return make_error("planner: {}", st.error().message);
   }
+  if (!o.layers_per_stage.empty()) {
+    const std::vector<int>& c = o.layers_per_stage;
+    int sum = 0;
+    bool positive = true;
+    for (int x : c) {
+      sum += x;
+      positive = positive && x >= 1;
+    }
+    if (static_cast<int>(c.size()) != o.stages || !positive || sum != n) {
+      return make_error(
+          "planner: layers_per_stage = [{}] is not allowed: expected {} counts >= 1 summing to "
+          "the {} layers",
+          fmt::join(c, ", "), o.stages, n);
+    }
+  }
   return {};
 }
 
@@ -462,6 +510,7 @@ Expected<PlannerResult> plan_partition(std::span<const LayerCosts> layers,
   if (!plan) return plan.error();
   out.plan = std::move(*plan);
   out.ranked.push_back(out.plan);
+  if (!options.layers_per_stage.empty()) return out;  // a fixed partition has no runner-up
   if (auto other = planner.runner_up(*best)) {
     auto second = planner.describe(*other);
     if (!second) return second.error();
@@ -479,28 +528,11 @@ Expected<PlannerResult> plan_partition(std::span<const LayerCosts> layers,
 Expected<PartitionPlan> plan_fixed_partition(std::span<const LayerCosts> layers,
                                              const PlannerOptions& options,
                                              std::span<const int> counts) {
-  if (auto st = check_options(layers, options); !st) return st.error();
-  int sum = 0;
-  bool positive = true;
-  for (int c : counts) {
-    sum += c;
-    positive = positive && c >= 1;
-  }
-  if (static_cast<int>(counts.size()) != options.stages || !positive ||
-      sum != static_cast<int>(layers.size())) {
-    return make_error(
-        "planner: [{}] is not a partition of {} layers over {} stages (one count >= 1 per stage)",
-        fmt::join(counts, ", "), layers.size(), options.stages);
-  }
-  auto factors = stage_factors(options.mode, options.stages, options.microbatches);
-  if (!factors) return make_error("planner: {}", factors.error().message);
-  const Planner planner(layers, options, std::move(*factors));
-  auto fixed = planner.solve([&](int r, int len) { return len == counts[static_cast<size_t>(r)]; });
-  if (!fixed) {
-    return make_error("planner: the partition [{}] does not fit memory_limit_bytes = {}",
-                      fmt::join(counts, ", "), options.memory_limit_bytes);
-  }
-  return planner.describe(*fixed);
+  PlannerOptions fixed = options;
+  fixed.layers_per_stage.assign(counts.begin(), counts.end());
+  auto planned = plan_partition(layers, fixed);
+  if (!planned) return planned.error();
+  return std::move(planned->plan);
 }
 
 }  // namespace actorpipe

@@ -34,6 +34,9 @@ struct PlannerOptions {
   /// measured; 2 = a stage on a core shared with another process). Transfers are not scaled.
   /// Empty = 1 for every stage; otherwise one finite factor > 0 per stage.
   std::vector<double> stage_speed;
+  /// A fixed partition (layers per stage, one per stage): only the recompute flags are planned
+  /// (pipeline.recompute = "auto" with an explicit partition); empty = plan the partition too.
+  std::vector<int> layers_per_stage;
 };
 
 /// One stage of a plan. Times per microbatch unless named per step.
@@ -100,13 +103,17 @@ struct PlannerResult {
 /// (check_layer_costs); the mode's schedule (2bw with microbatches < stages); and a limit no
 /// plan fits, naming for the best attempt (the partition whose largest stage, every layer
 /// recomputed that saves memory, is smallest) that stage, its bytes by kind and the limit.
+/// With options.layers_per_stage the partition is that one (no runner-up): the plan is its
+/// fastest recompute choice per stage in the same order; errors also name counts that are not
+/// one positive count per stage summing to the layers, and a limit the partition cannot fit
+/// (its largest stage, every layer recomputed that saves memory, its bytes and the limit).
 Expected<PlannerResult> plan_partition(std::span<const LayerCosts> layers,
                                        const PlannerOptions& options);
 
-/// The plan of the fixed partition `counts` (one count per stage, summing to the layers): its
-/// recompute choice (the fewest recomputed layers that fit, as plan_partition's order), stage
-/// costs and the simulator's prediction. Errors: plan_partition's, counts that are not a
-/// partition of the layers over options.stages stages, and counts that do not fit the limit.
+/// The plan of the fixed partition `counts`: plan_partition with PlannerOptions::layers_per_stage
+/// = counts, its plan (recompute choice, stage costs, the simulator's prediction). Errors are
+/// plan_partition's: counts that are not a partition of the layers over options.stages stages,
+/// a partition that does not fit the memory limit.
 Expected<PartitionPlan> plan_fixed_partition(std::span<const LayerCosts> layers,
                                              const PlannerOptions& options,
                                              std::span<const int> counts);

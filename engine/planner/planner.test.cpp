@@ -337,7 +337,7 @@ TEST_CASE("planner equals brute force over every partition and recompute choice,
             if (fixed.ok()) {
               check_same(*fixed, *want[x].per_partition[k], n);
             } else {
-              CHECK(contains(fixed.error().message, "does not fit memory_limit_bytes"));
+              CHECK(contains(fixed.error().message, "does not fit the memory limit"));
             }
           }
           REQUIRE_MESSAGE(got.ok(), got.error().message);
@@ -559,9 +559,10 @@ TEST_CASE("planner errors name the bad value") {
   for (const std::vector<int>& counts : {std::vector<int>{3}, {1, 1}, {0, 3}, {1, 1, 1}}) {
     auto fixed = plan_fixed_partition(layers, o, counts);
     REQUIRE_FALSE(fixed.ok());
-    CHECK(contains(
-        fixed.error().message,
-        fmt::format("[{}] is not a partition of 3 layers over 2 stages", fmt::join(counts, ", "))));
+    CHECK(contains(fixed.error().message,
+                   fmt::format("layers_per_stage = [{}] is not allowed: expected 2 counts >= 1 "
+                               "summing to the 3 layers",
+                               fmt::join(counts, ", "))));
   }
   o.stages = 1;
   std::vector<LayerCosts> bad = layers;
@@ -604,4 +605,74 @@ TEST_CASE("planner: a limit no plan fits names the best attempt's stage, bytes a
   REQUIRE(fits.ok());
   CHECK(fits->plan.layers_per_stage == std::vector<int>{2, 1});
   CHECK(fits->plan.recompute == std::vector<bool>{true, true, false});
+}
+
+TEST_CASE("planner with a fixed partition equals brute force over its recompute choices") {
+  std::mt19937 rng(99);
+  int planned = 0, recomputing = 0, unfit = 0;
+  for (int n = 1; n <= 8; ++n) {
+    for (int d = 1; d <= std::min(n, kMaxStages); ++d) {
+      const std::vector<LayerCosts> layers = random_layers(rng, n);
+      PlannerOptions o;
+      o.mode = all_modes[static_cast<size_t>(n + d) % all_modes.size()];
+      o.stages = d;
+      o.microbatches = o.mode == Mode::twobw ? d : 2;
+      for (const std::vector<int>& counts : all_partitions(n, d)) {
+        const std::int64_t plain = largest_stage_bytes(layers, o, counts, true);
+        const std::int64_t least = largest_stage_bytes(layers, o, counts, false);
+        for (std::int64_t limit : {std::int64_t{0}, plain, (plain + least) / 2, least, least - 1}) {
+          CAPTURE(n);
+          CAPTURE(d);
+          CAPTURE(fmt::format("[{}]", fmt::join(counts, ", ")));
+          CAPTURE(limit);
+          o.memory_limit_bytes = limit;
+          o.layers_per_stage = counts;
+          std::optional<BrutePlan> want;
+          for (std::uint32_t mask = 0; mask < (1U << n); ++mask) {
+            const BrutePlan p = evaluate(layers, o, counts, mask);
+            bool fits = true;
+            for (int r = 0; r < p.d; ++r) fits = fits && (limit == 0 || p.bytes[r] <= limit);
+            // without a limit the planner recomputes nothing (it would only cost time)
+            if (limit == 0 && mask != 0) fits = false;
+            if (fits && (!want || brute_before(p, *want))) want = p;
+          }
+          auto got = plan_partition(layers, o);
+          if (!want) {
+            REQUIRE_FALSE(got.ok());
+            ++unfit;
+            CHECK_MESSAGE(contains(got.error().message,
+                                   fmt::format("planner: the partition [{}] does not fit the "
+                                               "memory limit of {} bytes per stage",
+                                               fmt::join(counts, ", "), limit)),
+                          got.error().message);
+            CHECK(contains(got.error().message, fmt::format("at {} bytes", least)));
+            continue;
+          }
+          REQUIRE_MESSAGE(got.ok(), got.error().message);
+          ++planned;
+          if (want->recomputed > 0) ++recomputing;
+          check_same(got->plan, *want, n);
+          CHECK_FALSE(got->runner_up.has_value());
+          CHECK(got->ranked.size() == 1);
+        }
+      }
+    }
+  }
+  MESSAGE("plans ", planned, ", with recompute ", recomputing, ", unfit ", unfit);
+  CHECK(recomputing > 20);
+  CHECK(unfit > 20);
+  // counts that are not a partition of the layers
+  std::vector<LayerCosts> four(4);
+  PlannerOptions o;
+  o.stages = 2;
+  for (const std::vector<int>& bad :
+       {std::vector<int>{1, 2}, std::vector<int>{4, 0}, std::vector<int>{1, 1, 2}}) {
+    o.layers_per_stage = bad;
+    auto r = plan_partition(four, o);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message ==
+          fmt::format("planner: layers_per_stage = [{}] is not allowed: expected 2 counts >= 1 "
+                      "summing to the 4 layers",
+                      fmt::join(bad, ", ")));
+  }
 }

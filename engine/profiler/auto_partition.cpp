@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "engine/mode.hpp"
+#include "engine/model/partition.hpp"
 #include "engine/profiler/profile_cache.hpp"
 
 namespace actorpipe {
@@ -68,37 +69,98 @@ Expected<AutoPartition> plan_auto_partition(const Config& config,
   if (!costs) return costs.error();
   out.costs = std::move(*costs);
 
-  // The engine recomputes nothing yet: plan with recompute saving nothing, so the planner never
-  // chooses it. Only when that cannot fit, ask the planner what recompute would do, to say so.
-  std::vector<LayerCosts> kept = out.costs;
-  for (LayerCosts& c : kept) c.recompute_activation_bytes = c.activation_bytes;
-  auto plan = plan_partition(kept, out.planner);
+  const int n = static_cast<int>(out.costs.size());
+  const RecomputeSpec& spec = config.pipeline.recompute;
+  const bool automatic = spec.kind == RecomputeSpec::Kind::automatic;
+  std::vector<bool> forced(static_cast<size_t>(n), false);
+  if (!automatic) {
+    auto flags = recompute_flags(spec, n);
+    if (!flags) return flags.error();
+    forced = std::move(*flags);
+  }
+  // recompute = "auto" with a partition given: plan the recompute flags of that partition
+  if (automatic && !config.pipeline.partition.automatic) {
+    auto part = Partition::from_options(config.pipeline, n);
+    if (!part) return part.error();
+    out.planner.layers_per_stage = part->counts();
+  }
+  // The planner chooses recompute only for "auto". Otherwise no layer may save anything by it,
+  // and a layer the config recomputes costs what it costs recomputed: its input stashed, its
+  // forward once more in the backward.
+  std::vector<LayerCosts> planned = out.costs;
+  if (!automatic) {
+    for (size_t k = 0; k < planned.size(); ++k) {
+      LayerCosts& c = planned[k];
+      if (forced[k]) {
+        c.activation_bytes = c.recompute_activation_bytes;
+        c.backward += c.forward;
+      }
+      c.recompute_activation_bytes = c.activation_bytes;
+    }
+  }
+  auto plan = plan_partition(planned, out.planner);
   if (plan) {
     out.result = std::move(*plan);
+    if (!automatic) {
+      // the plans' flags and times say what the stages will recompute
+      auto mark = [&](PartitionPlan& p) {
+        p.recompute = forced;
+        p.recomputed_layers = 0;
+        for (StagePlan& st : p.stages) {
+          st.recomputed = 0;
+          st.recompute_seconds = 0.0;
+          for (int k = st.first_layer; k < st.first_layer + st.layers; ++k) {
+            if (!forced[static_cast<size_t>(k)]) continue;
+            ++st.recomputed;
+            st.recompute_seconds += out.costs[static_cast<size_t>(k)].forward;
+          }
+          p.recomputed_layers += st.recomputed;
+        }
+      };
+      mark(out.result.plan);
+      if (out.result.runner_up) mark(*out.result.runner_up);
+      for (PartitionPlan& p : out.result.ranked) mark(p);
+    }
+    out.recompute = out.result.plan.recompute;
     return out;
   }
+  if (spec.kind != RecomputeSpec::Kind::none) return plan.error();
+  // without recompute nothing fits: say what "auto" would recompute
   auto with_recompute = plan_partition(out.costs, out.planner);
   if (!with_recompute) return with_recompute.error();
   const PartitionPlan& r = with_recompute->plan;
   if (r.recomputed_layers == 0) return plan.error();
-  std::vector<int> layers;
-  for (size_t i = 0; i < r.recompute.size(); ++i)
-    if (r.recompute[i]) layers.push_back(static_cast<int>(i));
   return make_error(
       "the plan {} needs recompute of layers {{{}}} to fit pipeline.memory_limit_mb = {} MiB per "
-      "stage, which the engine does not support yet (there is no pipeline.recompute); raise the "
-      "limit, or use more stages or fewer microbatches",
-      fmt::format("[{}]", fmt::join(r.layers_per_stage, ", ")), fmt::join(layers, ", "),
-      config.pipeline.memory_limit_mb);
+      "stage, but pipeline.recompute = \"none\": set pipeline.recompute = \"auto\" (or those "
+      "layers), raise the limit, or use more stages or fewer microbatches",
+      fmt::format("[{}]", fmt::join(r.layers_per_stage, ", ")),
+      fmt::join(recomputed_layers(r.recompute), ", "), config.pipeline.memory_limit_mb);
+}
+
+bool plans_automatically(const PipelineOptions& p) {
+  return p.partition.automatic || p.recompute.kind == RecomputeSpec::Kind::automatic;
 }
 
 Expected<Config> resolve_partition(const Config& config, const AutoPartitionOptions& options) {
-  if (!config.pipeline.partition.automatic) return config;
+  if (!plans_automatically(config.pipeline)) return config;
   auto a = plan_auto_partition(config, options);
-  if (!a) return make_error("pipeline.partition = \"auto\": {}", a.error().message);
+  if (!a) {
+    return make_error("pipeline.{} = \"auto\": {}",
+                      config.pipeline.partition.automatic ? "partition" : "recompute",
+                      a.error().message);
+  }
   Config out = config;
-  out.pipeline.partition.automatic = false;
-  out.pipeline.partition.counts = a->result.plan.layers_per_stage;
+  if (config.pipeline.partition.automatic) {
+    out.pipeline.partition.automatic = false;
+    out.pipeline.partition.counts = a->result.plan.layers_per_stage;
+  }
+  if (config.pipeline.recompute.kind == RecomputeSpec::Kind::automatic) {
+    const std::vector<int> layers = recomputed_layers(a->recompute);
+    out.pipeline.recompute.kind =
+        layers.empty() ? RecomputeSpec::Kind::none : RecomputeSpec::Kind::layers;
+    out.pipeline.recompute.layers = layers;
+  }
   return out;
 }
 

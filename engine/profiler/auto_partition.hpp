@@ -28,8 +28,11 @@ struct AutoPartition {
   std::vector<LayerCosts> costs;  ///< the planner's input, one per layer
   PlannerOptions planner;         ///< what the plan is for
   PlannerResult result;           ///< the plan, its runner-up and their ranking
-  bool from_cache = false;        ///< the profile was read from cache_path
-  std::string cache_path;         ///< the cache file read or written; empty = none
+  /// The recompute flags the stages will use, one per global layer: the plan's (its
+  /// PartitionPlan::recompute; the configured ones unless pipeline.recompute = "auto").
+  std::vector<bool> recompute;
+  bool from_cache = false;  ///< the profile was read from cache_path
+  std::string cache_path;   ///< the cache file read or written; empty = none
   /// Why no cached profile was used ("no cached profile", "ignored: ...", "re-profiling as
   /// asked", "the cache is not used, as asked"), and why none was written ("; not cached:
   /// ..."); empty when the cache was used.
@@ -42,18 +45,27 @@ Expected<PlannerOptions> planner_options(const Config& config);
 
 /// Profiles the model of `config` (pipeline.microbatch_size, the sequence length,
 /// pipeline.threads_per_stage, the optimizer), or reads that profile from the cache, and plans
-/// the partition for the configured mode, stages and microbatches under
-/// pipeline.memory_limit_mb. The engine does not recompute layers yet, so the plan is made
-/// without recompute; when only recompute would fit the limit, the error says which layers the
-/// planner would recompute and that pipeline.recompute does not exist yet; when nothing fits,
-/// it is the planner's error naming the stage, its bytes and the limit. Whatever
-/// pipeline.partition holds is ignored (actorpipe-plan plans any config).
+/// for the configured mode, stages and microbatches under pipeline.memory_limit_mb:
+///  - pipeline.recompute = "auto": the planner chooses the recompute flags, and the partition
+///    too when pipeline.partition = "auto"; with a partition given ("even" or counts) only the
+///    flags of that partition (PlannerOptions::layers_per_stage). Without a limit nothing is
+///    recomputed (recompute only costs time).
+///  - otherwise the configured layers are recomputed (none, all, a list): the planner sees
+///    their costs recomputed (input stashed, forward added to the backward) and chooses the
+///    partition alone; pipeline.partition is then ignored (actorpipe-plan plans any config).
+/// When recompute = "none" and only recompute would fit the limit, the error names the layers
+/// "auto" would recompute; when nothing fits, it is the planner's error naming the stage, its
+/// bytes and the limit.
 Expected<AutoPartition> plan_auto_partition(const Config& config,
                                             const AutoPartitionOptions& options = {});
 
+/// pipeline.partition or pipeline.recompute is "auto": the stages need the planner first.
+bool plans_automatically(const PipelineOptions& pipeline);
+
 /// `config` with pipeline.partition = "auto" replaced by the counts of plan_auto_partition's
-/// plan; any other config unchanged (nothing is measured). Errors are plan_auto_partition's,
-/// prefixed `pipeline.partition = "auto": `.
+/// plan and pipeline.recompute = "auto" by its recomputed layers (a list, or "none"); any other
+/// config unchanged (nothing is measured). Errors are plan_auto_partition's, prefixed
+/// `pipeline.partition = "auto": ` (or `pipeline.recompute = "auto": `).
 Expected<Config> resolve_partition(const Config& config, const AutoPartitionOptions& options = {});
 
 }  // namespace actorpipe

@@ -1,14 +1,20 @@
 // Tests of pipeline.partition = "auto": the plan comes from a cached profile when one of the
 // same key is there (else a measured one, then cached), resolve_partition puts its counts in the
-// config, and a memory limit that only recompute (or nothing) fits is an error naming why.
+// config, and a memory limit that only recompute (or nothing) fits is an error naming why;
+// pipeline.recompute = "auto" takes the planner's layers (for the partition given, if one is),
+// a configured recompute is planned as such, and "auto" trains the bits of no recompute.
 #include "engine/profiler/auto_partition.hpp"
 
 #include <doctest/doctest.h>
 
 #include <string>
+#include <vector>
 
 #include "engine/config/config.hpp"
+#include "engine/execution/serial_executor.hpp"
+#include "engine/model/partition.hpp"
 #include "engine/profiler/profile_cache.hpp"
+#include "tests/support/bits.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/tiny_model.hpp"
 
@@ -89,7 +95,7 @@ TEST_CASE("auto partition: the planner's plan for the mode from a cached profile
   CHECK(same->pipeline.partition.even());
 }
 
-TEST_CASE("auto partition: a limit only recompute fits is an error naming the layers") {
+TEST_CASE("auto partition: a limit only recompute fits is an error naming the layers (none)") {
   testing::TempDir dir;
   AutoPartitionOptions o;
   o.cache_dir = dir.path.string();
@@ -102,8 +108,8 @@ TEST_CASE("auto partition: a limit only recompute fits is an error naming the la
   REQUIRE_FALSE(a.ok());
   CHECK_MESSAGE(contains(a.error().message, "needs recompute of layers {"), a.error().message);
   CHECK(contains(a.error().message,
-                 "to fit pipeline.memory_limit_mb = 30 MiB per stage, which the engine does not "
-                 "support yet (there is no pipeline.recompute)"));
+                 "to fit pipeline.memory_limit_mb = 30 MiB per stage, but pipeline.recompute = "
+                 "\"none\": set pipeline.recompute = \"auto\" (or those layers)"));
   auto r = resolve_partition(c, o);
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().message.rfind("pipeline.partition = \"auto\": the plan [", 0) == 0);
@@ -157,4 +163,160 @@ TEST_CASE("auto partition: measures once, then reads the cache; re-profiles when
   auto bad = plan_auto_partition(c, o);
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().message == "auto partition: reps = 0, expected >= 1");
+}
+
+TEST_CASE("recompute = auto: the planner's layers under the limit, for the partition in use") {
+  testing::TempDir dir;
+  AutoPartitionOptions o;
+  o.cache_dir = dir.path.string();
+  Config c = default_gpt("gpipe", 4);
+  cache_fake_profile(o.cache_dir, c);
+  c.pipeline.recompute.kind = RecomputeSpec::Kind::automatic;
+  // no limit: recompute only costs time, nothing is recomputed
+  auto a = plan_auto_partition(c, o);
+  REQUIRE_MESSAGE(a.ok(), (a.ok() ? "" : a.error().message));
+  CHECK(recomputed_layers(a->recompute).empty());
+  auto r = resolve_partition(c, o);
+  REQUIRE(r.ok());
+  CHECK(r->pipeline.recompute.kind == RecomputeSpec::Kind::none);
+  // 30 MiB binds: the planner recomputes blocks; the flags reach the config as a list
+  c.pipeline.memory_limit_mb = 30;
+  a = plan_auto_partition(c, o);
+  REQUIRE_MESSAGE(a.ok(), (a.ok() ? "" : a.error().message));
+  const std::vector<int> layers = recomputed_layers(a->recompute);
+  CHECK_FALSE(layers.empty());
+  CHECK(a->recompute == a->result.plan.recompute);
+  CHECK(a->result.plan.recomputed_layers == static_cast<int>(layers.size()));
+  for (const StagePlan& st : a->result.plan.stages) CHECK(st.bytes.total() <= 30LL << 20);
+  r = resolve_partition(c, o);
+  REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message));
+  CHECK_FALSE(r->pipeline.partition.automatic);
+  CHECK(r->pipeline.partition.counts == a->result.plan.layers_per_stage);
+  CHECK(r->pipeline.recompute.kind == RecomputeSpec::Kind::layers);
+  CHECK(r->pipeline.recompute.layers == layers);
+  CHECK(validate(*r).ok());
+  // a partition given: only its recompute flags are planned, the partition stays
+  c.pipeline.partition = PartitionSpec{false, {5, 1}};
+  a = plan_auto_partition(c, o);
+  REQUIRE_MESSAGE(a.ok(), (a.ok() ? "" : a.error().message));
+  CHECK(a->planner.layers_per_stage == std::vector<int>{5, 1});
+  CHECK(a->result.plan.layers_per_stage == std::vector<int>{5, 1});
+  CHECK_FALSE(a->result.runner_up.has_value());
+  CHECK_FALSE(recomputed_layers(a->recompute).empty());
+  r = resolve_partition(c, o);
+  REQUIRE(r.ok());
+  CHECK(r->pipeline.partition.counts == std::vector<int>{5, 1});
+  CHECK(r->pipeline.recompute.layers == recomputed_layers(a->recompute));
+  // "even" is a partition given too
+  c.pipeline.partition = PartitionSpec{};
+  a = plan_auto_partition(c, o);
+  REQUIRE(a.ok());
+  CHECK(a->result.plan.layers_per_stage == std::vector<int>{3, 3});
+  // a limit that partition cannot fit even recomputing: the stage, its bytes and the limit
+  c.pipeline.memory_limit_mb = 1;
+  a = plan_auto_partition(c, o);
+  REQUIRE_FALSE(a.ok());
+  CHECK_MESSAGE(contains(a.error().message,
+                         "planner: the partition [3, 3] does not fit the memory limit of 1048576 "
+                         "bytes per stage, even recomputing every layer that saves memory: stage "),
+                a.error().message);
+  r = resolve_partition(c, o);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.rfind("pipeline.recompute = \"auto\": planner: the partition", 0) == 0);
+}
+
+TEST_CASE("auto partition with a configured recompute plans those layers as recomputed") {
+  testing::TempDir dir;
+  AutoPartitionOptions o;
+  o.cache_dir = dir.path.string();
+  Config c = default_gpt("gpipe", 4);
+  cache_fake_profile(o.cache_dir, c);
+  auto none = plan_auto_partition(c, o);
+  REQUIRE(none.ok());
+  c.pipeline.recompute = {RecomputeSpec::Kind::all, {}};
+  auto all = plan_auto_partition(c, o);
+  REQUIRE_MESSAGE(all.ok(), (all.ok() ? "" : all.error().message));
+  CHECK(all->recompute == std::vector<bool>(6, true));
+  CHECK(all->result.plan.recomputed_layers == 6);
+  // the stages stash less and compute a forward more
+  std::int64_t none_act = 0, all_act = 0;
+  double none_time = 0, all_time = 0, recompute_time = 0;
+  for (const StagePlan& st : none->result.plan.stages) {
+    none_act += st.bytes.activations;
+    none_time += st.compute_seconds;
+  }
+  for (const StagePlan& st : all->result.plan.stages) {
+    all_act += st.bytes.activations;
+    all_time += st.compute_seconds;
+    recompute_time += st.recompute_seconds;
+  }
+  CHECK(all_act < none_act);
+  CHECK(all_time > none_time);
+  CHECK(recompute_time > 0);
+  // 30 MiB: without recompute an error, with the blocks recomputed a plan
+  c.pipeline.memory_limit_mb = 30;
+  c.pipeline.recompute = {RecomputeSpec::Kind::layers, {1, 2, 3, 4}};
+  auto listed = plan_auto_partition(c, o);
+  REQUIRE_MESSAGE(listed.ok(), (listed.ok() ? "" : listed.error().message));
+  CHECK(recomputed_layers(listed->recompute) == std::vector<int>{1, 2, 3, 4});
+  auto r = resolve_partition(c, o);
+  REQUIRE(r.ok());
+  CHECK(r->pipeline.recompute.layers == std::vector<int>{1, 2, 3, 4});  // unchanged
+}
+
+TEST_CASE("recompute = auto trains the bits of no recompute (measured profile, every mode)") {
+  testing::TempDir dir;
+  AutoPartitionOptions o;
+  o.cache_dir = dir.path.string();
+  o.reps = 1;
+  for (const char* mode : {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"}) {
+    CAPTURE(mode);
+    // GPT V64 C64 L2, B 4 T 64: a block stashes about 1.3 MB per microbatch
+    Config c;
+    c.model.vocab_size = 64;
+    c.model.context = 64;
+    c.model.width = 64;
+    c.model.heads = 2;
+    c.model.depth = 2;
+    c.pipeline.mode = mode;
+    c.pipeline.stages = 2;
+    c.pipeline.microbatches = 4;
+    c.pipeline.microbatch_size = 4;
+    c.pipeline.seq_len = 64;
+    c.optimizer = testing::clipped_adamw();
+    c.pipeline.recompute.kind = RecomputeSpec::Kind::automatic;
+    // the largest stage without recompute, in whole MiB below it: a limit that binds
+    auto free = plan_auto_partition(c, o);
+    REQUIRE_MESSAGE(free.ok(), (free.ok() ? "" : free.error().message));
+    std::int64_t most = 0;
+    for (const StagePlan& st : free->result.plan.stages) most = std::max(most, st.bytes.total());
+    c.pipeline.memory_limit_mb = static_cast<int>(most >> 20);
+    REQUIRE(c.pipeline.memory_limit_mb >= 1);
+    auto resolved = resolve_partition(c, o);
+    REQUIRE_MESSAGE(resolved.ok(), (resolved.ok() ? "" : resolved.error().message));
+    REQUIRE(resolved->pipeline.recompute.kind == RecomputeSpec::Kind::layers);
+    CHECK_FALSE(resolved->pipeline.recompute.layers.empty());
+    Config plain = *resolved;
+    plain.pipeline.recompute = {};
+    auto run = [&](const Config& cfg, std::vector<std::vector<float>>& params, size_t& stash) {
+      auto e = SerialExecutor::create(cfg);
+      REQUIRE_MESSAGE(e.ok(), (e.ok() ? "" : e.error().message));
+      auto data = testing::config_loader(cfg);
+      auto losses = (*e)->run(3, *data);
+      REQUIRE_MESSAGE(losses.ok(), (losses.ok() ? "" : losses.error().message));
+      for (int i = 0; i < (*e)->model().num_layers(); ++i)
+        params.emplace_back((*e)->params(i).begin(), (*e)->params(i).end());
+      stash = 0;
+      for (int r = 0; r < (*e)->stages(); ++r) stash += (*e)->worker(r).stash_bytes();
+      return *losses;
+    };
+    std::vector<std::vector<float>> p_auto, p_plain;
+    size_t s_auto = 0, s_plain = 0;
+    const auto l_auto = run(*resolved, p_auto, s_auto);
+    const auto l_plain = run(plain, p_plain, s_plain);
+    CHECK(testing::same_bits(l_auto, l_plain));
+    REQUIRE(p_auto.size() == p_plain.size());
+    for (size_t i = 0; i < p_auto.size(); ++i) CHECK(testing::same_bits(p_auto[i], p_plain[i]));
+    if (std::string(mode) != "xpipe") CHECK(s_auto < s_plain);
+  }
 }

@@ -3,6 +3,7 @@
 #include "examples/common/trainer_cli.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -14,6 +15,7 @@
 #include "actors/api/actorpipe/trainer.hpp"
 #include "actors/process_group.hpp"
 #include "engine/config/config.hpp"
+#include "engine/model/partition.hpp"
 #include "engine/model/placement.hpp"
 #include "kernels/device.hpp"
 
@@ -251,6 +253,20 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
       c.pipeline.mode, trainer->stages(), partition_text(trainer->partition()),
       config->pipeline.partition.automatic ? " (auto: the planner's, see actorpipe-plan)" : "",
       c.pipeline.microbatches, c.pipeline.microbatch_size, T, to_string(options.backend));
+  // the resolved layers ("auto" became the planner's list, or none)
+  if (auto flags = recompute_flags(c.pipeline.recompute, c.model.depth + 2); flags) {
+    const std::vector<int> layers = recomputed_layers(*flags);
+    const bool automatic = config->pipeline.recompute.kind == RecomputeSpec::Kind::automatic;
+    if (!layers.empty() || automatic) {
+      fmt::print("recompute: {}{}\n",
+                 layers.empty() ? std::string("none")
+                                : fmt::format("layers {{{}}}", fmt::join(layers, ", ")),
+                 automatic ? fmt::format(" (auto: the planner's under pipeline.memory_limit_mb = "
+                                         "{}, see actorpipe-plan)",
+                                         c.pipeline.memory_limit_mb)
+                           : "");
+    }
+  }
   if (group) {
     fmt::print(
         "cluster: {}, stages on ranks {}\n", cluster->describe(),

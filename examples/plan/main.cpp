@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/config/config.hpp"
+#include "engine/model/partition.hpp"
 #include "engine/profiler/auto_partition.hpp"
 #include "engine/profiler/profile_cache.hpp"
 
@@ -25,7 +26,9 @@ constexpr const char* kUsage =
                       [--reprofile | --no-cache] [--reps N]
 
 Prints the partition that pipeline.partition = "auto" takes for the config's model, mode, stages
-and microbatches (under pipeline.memory_limit_mb), and why: the per-layer profile, a table per
+and microbatches (under pipeline.memory_limit_mb) with the layers the stages will recompute
+(pipeline.recompute; "auto": the planner's, for the configured partition unless that is "auto"
+too), and why: the per-layer profile, a table per
 stage (layers, forward and backward ms, bytes by kind, recomputed layers), the simulated step
 time and bubble, and the runner-up. Without --config the defaults are used; each --set
 overrides one key (docs/config.md). The profile is measured at pipeline.threads_per_stage
@@ -231,11 +234,19 @@ int run(const Args& args) {
   }
 
   const PartitionPlan& plan = a->result.plan;
-  fmt::print(
-      "\nplan: {} (the smallest slowest stage{}; no recompute: the engine does not run it "
-      "yet)\n",
-      counts(plan.layers_per_stage),
-      pl.memory_limit_mb > 0 ? " whose every stage fits the limit" : "");
+  const bool auto_recompute = pl.recompute.kind == RecomputeSpec::Kind::automatic;
+  const bool fixed = !a->planner.layers_per_stage.empty();
+  const std::vector<int> rc = recomputed_layers(a->recompute);
+  fmt::print("\nplan: {} (the {}{}), recompute {} ({})\n", counts(plan.layers_per_stage),
+             fixed ? "configured partition: the fastest recompute of each stage"
+                   : "smallest slowest stage",
+             pl.memory_limit_mb > 0 ? " whose every stage fits the limit" : "",
+             rc.empty() ? std::string("none") : fmt::format("{{{}}}", fmt::join(rc, ", ")),
+             auto_recompute
+                 ? (pl.memory_limit_mb > 0 ? "pipeline.recompute = \"auto\": the planner's"
+                                           : "pipeline.recompute = \"auto\" without a "
+                                             "limit: none")
+                 : "as pipeline.recompute says");
   print_stages(plan, a->costs);
   const size_t k = slowest(plan);
   fmt::print(
@@ -258,12 +269,15 @@ int run(const Args& args) {
           "note: the simulator predicts the runner-up's step faster ({:.3f} ms against "
           "{:.3f} ms): the plan minimises the slowest stage, not the simulated step\n",
           1e3 * r.predicted_step_seconds, 1e3 * plan.predicted_step_seconds);
+  } else if (fixed) {
+    fmt::print("\nrunner-up: none (the partition is the configured one)\n");
   } else {
     fmt::print("\nrunner-up: none (no other partition into {} stages{})\n", pl.stages,
                pl.memory_limit_mb > 0 ? " fits" : "");
   }
-  fmt::print("\nto use it: --set pipeline.partition={} or pipeline.partition = \"auto\"\n",
-             fmt::format("[{}]", fmt::join(plan.layers_per_stage, ",")));
+  fmt::print("\nto use it: --set pipeline.partition={} --set pipeline.recompute={} or \"auto\"\n",
+             fmt::format("[{}]", fmt::join(plan.layers_per_stage, ",")),
+             rc.empty() ? std::string("none") : fmt::format("[{}]", fmt::join(rc, ",")));
   return 0;
 }
 
