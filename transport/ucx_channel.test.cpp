@@ -618,16 +618,33 @@ TEST_CASE("caller progress: a waiting receive takes its payload on its own threa
     o.caller_progress = caller;
     Pair p = connected_pair(o, o);
     UcxChannelOptions co;
-    co.spin_before_wait = 20ms;  // long enough for the payload to land within the spin
+    co.spin_before_wait = 50ms;  // long enough for the payload to land within the spin
     auto send = UcxChannel::sender(p.a, channel_ends(0, Direction::forward), p.a_to_b, co);
     auto recv = UcxChannel::receiver(p.b, channel_ends(0, Direction::forward), co);
-    for (int i = 0; i < 20; ++i) {
+    for (int i = 0; i < 10; ++i) {
       const Tensor t = patterned({i % 2 == 0 ? 2 : 262144}, static_cast<uint64_t>(i));
-      auto a = send->post(t, i, 0);
-      REQUIRE(a.ok());
-      auto got = recv->receive(*a);
+      Announcement a;
+      bool posted_ok = false;
+      // the receive waits first: the payload is posted 2 ms later from another thread
+      std::thread sender([&] {
+        std::this_thread::sleep_for(2ms);
+        auto posted = send->post(t, i, 0);
+        posted_ok = posted.ok();
+        if (posted_ok) a = *posted;
+      });
+      Announcement expect;
+      expect.tag = send->ends().tag;
+      expect.sequence = static_cast<uint64_t>(i);
+      expect.microbatch = i;
+      expect.dtype = t.dtype();
+      expect.ndim = t.dim();
+      for (int d = 0; d < t.dim(); ++d) expect.dims[static_cast<size_t>(d)] = t.size(d);
+      auto got = recv->receive(expect);
+      sender.join();
+      REQUIRE(posted_ok);
       REQUIRE_MESSAGE(got.ok(), why(got));
       CHECK(same_bytes(*got, t));
+      CHECK(a == expect);
     }
     REQUIRE(send->wait_sent(5000ms).ok());
     if (caller) {
