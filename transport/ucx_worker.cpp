@@ -187,6 +187,8 @@ struct UcxWorker::Impl {
       if (pollers.load() == 0 && sleeping.load() == Sleep::armed &&
           (!arm_works || ucp_worker_arm(worker) != UCS_OK))
         wake();
+      else if (has_commands())
+        wake();  // completions queued more than service() ran: the progress thread runs them
       return;
     }
     {
@@ -219,7 +221,9 @@ struct UcxWorker::Impl {
     Driving d(this);
     caller_active_ns.store(now_ns(), std::memory_order_relaxed);
     polled.fetch_add(1, std::memory_order_relaxed);
-    return service();
+    const bool any = service();
+    if (pollers.load() == 0 && has_commands()) wake();  // a poll outside begin_wait .. end_wait
+    return any;
   }
 
   void begin_wait() {
