@@ -90,6 +90,9 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& config,
                       "a finite factor >= 1",
                       options.slow_stage, options.slowdown, config.pipeline.stages);
   }
+  if (options.poll_before_wait_us < 0)
+    return make_error("actor engine: poll_before_wait_us = {}, expected >= 0",
+                      options.poll_before_wait_us);
   if (!(options.stall_timeout_seconds > 0))
     return make_error("actor engine: stall_timeout_seconds = {}, expected > 0",
                       options.stall_timeout_seconds);

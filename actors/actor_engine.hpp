@@ -80,6 +80,15 @@ struct ActorEngineOptions {
   /// polls its mailbox for up to this many microseconds, so a prompt message costs no wake-up.
   /// Bounds the CPU a waiting actor burns; 0 sleeps at once.
   int spin_before_wait_us = 50;
+  /// Stages in other processes than the driver's get each microbatch's release up to `credits`
+  /// microbatches ahead of the first stage, so the release's middleman hop is off the path of
+  /// their inputs (UCX is faster). Off: every stage gets it with the first (to compare).
+  bool release_ahead_remote = true;
+  /// A stage whose channels lead to other processes drives their transport (UCX) itself while
+  /// it waits for a message, for up to this many microseconds (instead of spin_before_wait_us)
+  /// before its thread sleeps and the transport's progress thread takes over: an input that
+  /// lands meanwhile costs no thread wake-up. Bounds the CPU a waiting stage burns per wait.
+  int poll_before_wait_us = 1000;
   /// A run in which no action completes for this long fails with an error naming the stages
   /// and what each one waits for (a bug or a lost message; never a hang).
   double stall_timeout_seconds = 300.0;

@@ -146,6 +146,11 @@ TEST_CASE("engine options are checked before anything runs") {
   auto spin = ActorEngine::create(tiny("1f1b", 3, 2, 1), o);
   REQUIRE(!spin.ok());
   CHECK(contains(spin.error().message, "spin_before_wait_us = -1, expected >= 0"));
+  o = {};
+  o.poll_before_wait_us = -1;
+  auto poll = ActorEngine::create(tiny("1f1b", 3, 2, 1), o);
+  REQUIRE(!poll.ok());
+  CHECK(contains(poll.error().message, "poll_before_wait_us = -1, expected >= 0"));
   auto e = ActorEngine::create(tiny("1f1b", 3, 2, 1));
   REQUIRE(e.ok());
   auto data = DataLoader::open({}, Arch::gpt, 24, 2, 6);

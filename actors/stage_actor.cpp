@@ -117,7 +117,8 @@ class StageActor : public caf::event_based_actor {
   // a bounded spin on the mailbox before the thread sleeps.
   void advance_or_spin() {
     advance();
-    if (!failed_ && (pc_ < n_ || update_pending_)) spin_for_mail(*this, st_->spin_budget());
+    if (!failed_ && (pc_ < n_ || update_pending_))
+      spin_for_mail(*this, st_->stage_spin_budget(), st_->channels->poller());
   }
 
   // What the stage is at: "stage 2 waits at 2RECV_F2 (action 5 of 20, microbatch 2)", "... for

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "actors/actor_engine.hpp"
 #include "bench/machine.hpp"
@@ -56,6 +58,12 @@ Expected<PipelineRunResult> measure_pipeline(const PipelineRunSpec& spec) {
   ActorEngineOptions o;
   o.skip_compute = spec.skip_compute;
   o.stall_timeout_seconds = 900.0;  // a busy machine slows a step, it does not stall it
+  // ACTORPIPE_BENCH_RELEASE_AHEAD=0: stages in other processes get releases with the first, to
+  // compare (rank_job.cpp: ACTORPIPE_BENCH_CALLER_PROGRESS)
+  if (const char* v = std::getenv("ACTORPIPE_BENCH_RELEASE_AHEAD"); v != nullptr)
+    o.release_ahead_remote = std::string_view(v) != "0";
+  if (const char* v = std::getenv("ACTORPIPE_BENCH_POLL_US"); v != nullptr)
+    o.poll_before_wait_us = std::atoi(v);
   auto engine = ActorEngine::create(c, o, spec.group);
   if (!engine) return engine.error();
 

@@ -5,8 +5,10 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "bench/subprocess.hpp"
 #include "examples/launch/launcher.hpp"
@@ -61,6 +63,9 @@ Expected<std::unique_ptr<ProcessGroup>> join_rank_job(const ProcessGroupOptions&
   auto secret = load_job_secret(*cluster, process_environment());
   if (!secret) return secret.error();
   ProcessGroupOptions o = base;
+  // ACTORPIPE_BENCH_CALLER_PROGRESS=0: every UCX call through the progress thread, to compare
+  if (const char* v = std::getenv("ACTORPIPE_BENCH_CALLER_PROGRESS"); v != nullptr)
+    o.ucx.caller_progress = std::string_view(v) != "0";
   o.rank = cluster->rank;
   o.world = cluster->world;
   o.coordinator_host = cluster->coordinator_host;

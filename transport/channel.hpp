@@ -104,6 +104,22 @@ class TensorChannel {
   ChannelEnds ends_;
 };
 
+/// What a thread that waits for a tensor from another process may do while it waits (a bounded
+/// spin): drive the transport itself, so a payload or announcement that lands meanwhile reaches
+/// it without waking the transport's own progress thread and then the waiting one. Between
+/// begin_wait() and end_wait() the thread calls poll(); completions (announcement handlers
+/// included) may then run on it. The UCX channels of a process share one (their worker).
+class ChannelPoller {
+ public:
+  virtual ~ChannelPoller() = default;
+  virtual void begin_wait() = 0;
+  /// Progresses the transport once; whether anything happened.
+  virtual bool poll() = 0;
+  /// `idle`: the thread goes to sleep without what it waited for (the transport's own progress
+  /// thread must take over now); otherwise it works on.
+  virtual void end_wait(bool idle) = 0;
+};
+
 /// Every channel of a pipeline, created up front in the order of channel_layout(), so every
 /// participant agrees on them without negotiation.
 class ChannelSet {
@@ -136,11 +152,17 @@ class ChannelSet {
   /// clear() on every channel held.
   void clear();
 
+  /// The transport a waiting stage drives itself (make_ucx_channels sets the UCX worker's);
+  /// null where every channel is in-process.
+  ChannelPoller* poller() const { return poller_.get(); }
+  void set_poller(std::shared_ptr<ChannelPoller> poller) { poller_ = std::move(poller); }
+
  private:
   ChannelSet(int stages, std::vector<std::unique_ptr<TensorChannel>> channels, bool allow_missing);
 
   int stages_ = 1;
   std::vector<std::unique_ptr<TensorChannel>> channels_;  // index = tag; null: not held
+  std::shared_ptr<ChannelPoller> poller_;
 };
 
 }  // namespace actorpipe

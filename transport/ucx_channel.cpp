@@ -297,12 +297,17 @@ Expected<Tensor> UcxChannel::receive(const Announcement& a) {
         st->cv.notify_all();
       });
 
-  // Poll a little before sleeping (yielding the core): a payload that lands meanwhile then
-  // costs no wake-up of this thread.
-  const auto spin_end = std::chrono::steady_clock::now() + opts_.spin_before_wait;
-  while (!wait->arrived.load(std::memory_order_acquire) &&
-         std::chrono::steady_clock::now() < spin_end)
-    std::this_thread::yield();
+  // Progress UCX on this thread a little before sleeping: a payload that lands meanwhile then
+  // costs no wake-up of this thread nor of the progress thread.
+  if (opts_.spin_before_wait.count() > 0 && !wait->arrived.load(std::memory_order_acquire)) {
+    const auto spin_end = std::chrono::steady_clock::now() + opts_.spin_before_wait;
+    worker_->begin_wait();
+    while (!wait->arrived.load(std::memory_order_acquire) &&
+           std::chrono::steady_clock::now() < spin_end) {
+      if (!worker_->poll()) std::this_thread::yield();
+    }
+    worker_->end_wait(!wait->arrived.load(std::memory_order_acquire));
+  }
   std::unique_lock<std::mutex> lock(state_->mu);
   wait->op = op;
   if (!state_->cv.wait_for(lock, opts_.receive_timeout, [&] { return wait->done; })) {
@@ -361,6 +366,22 @@ Status UcxChannel::wait_sent(std::chrono::milliseconds timeout) {
   return {};
 }
 
+namespace {
+
+/// A process's UCX worker as the transport its waiting stages drive.
+class UcxPoller final : public ChannelPoller {
+ public:
+  explicit UcxPoller(std::shared_ptr<UcxWorker> worker) : worker_(std::move(worker)) {}
+  void begin_wait() override { worker_->begin_wait(); }
+  bool poll() override { return worker_->poll(); }
+  void end_wait(bool idle) override { worker_->end_wait(idle); }
+
+ private:
+  std::shared_ptr<UcxWorker> worker_;
+};
+
+}  // namespace
+
 Expected<ChannelSet> make_ucx_channels(const UcxChannelPlan& plan) {
   const int stages = static_cast<int>(plan.rank_of_stage.size());
   if (stages < 1) return make_error("UCX channels: no stages in the placement");
@@ -405,7 +426,10 @@ Expected<ChannelSet> make_ucx_channels(const UcxChannelPlan& plan) {
       channels.push_back(UcxChannel::receiver(plan.worker, ends, options));
     }
   }
-  return ChannelSet::partial(static_cast<int>(plan.rank_of_stage.size()), std::move(channels));
+  ChannelSet set =
+      ChannelSet::partial(static_cast<int>(plan.rank_of_stage.size()), std::move(channels));
+  if (plan.worker != nullptr) set.set_poller(std::make_shared<UcxPoller>(plan.worker));
+  return set;
 }
 
 }  // namespace actorpipe

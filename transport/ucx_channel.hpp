@@ -49,7 +49,8 @@ struct UcxChannelOptions {
 /// One end of a channel between processes. The sender end's post() starts a tag send of the
 /// tensor's bytes and keeps the tensor (its storage) until the send completes; it never blocks.
 /// The receiver end's receive() posts a tag receive for exactly that channel and sequence into a
-/// pooled buffer (reused once every Tensor handed out on it is gone), waits without spinning,
+/// pooled buffer (reused once every Tensor handed out on it is gone), polls for spin_before_wait
+/// and then sleeps,
 /// checks the length and returns the buffer as a Tensor of the announced dtype and shape.
 /// Receives may come in any order: UCX matches each by its tag. post() on a receiver end and
 /// receive() on a sender end are programmer errors (AP_CHECK).

@@ -611,6 +611,105 @@ TEST_CASE("a sender thread and a receiver thread move 300 tensors of mixed sizes
       small_us, static_cast<double>(big.nbytes()) * big_iters / big_s / 1e9);
 }
 
+TEST_CASE("caller progress: a waiting receive takes its payload on its own thread") {
+  for (const bool caller : {true, false}) {
+    CAPTURE(caller);
+    UcxWorkerOptions o;
+    o.caller_progress = caller;
+    Pair p = connected_pair(o, o);
+    UcxChannelOptions co;
+    co.spin_before_wait = 50ms;  // long enough for the payload to land within the spin
+    auto send = UcxChannel::sender(p.a, channel_ends(0, Direction::forward), p.a_to_b, co);
+    auto recv = UcxChannel::receiver(p.b, channel_ends(0, Direction::forward), co);
+    for (int i = 0; i < 10; ++i) {
+      const Tensor t = patterned({i % 2 == 0 ? 2 : 262144}, static_cast<uint64_t>(i));
+      Announcement a;
+      bool posted_ok = false;
+      // the receive waits first: the payload is posted 2 ms later from another thread
+      std::thread sender([&] {
+        std::this_thread::sleep_for(2ms);
+        auto posted = send->post(t, i, 0);
+        posted_ok = posted.ok();
+        if (posted_ok) a = *posted;
+      });
+      Announcement expect;
+      expect.tag = send->ends().tag;
+      expect.sequence = static_cast<uint64_t>(i);
+      expect.microbatch = i;
+      expect.dtype = t.dtype();
+      expect.ndim = t.dim();
+      for (int d = 0; d < t.dim(); ++d) expect.dims[static_cast<size_t>(d)] = t.size(d);
+      auto got = recv->receive(expect);
+      sender.join();
+      REQUIRE(posted_ok);
+      REQUIRE_MESSAGE(got.ok(), why(got));
+      CHECK(same_bytes(*got, t));
+      CHECK(a == expect);
+    }
+    REQUIRE(send->wait_sent(5000ms).ok());
+    if (caller) {
+      CHECK(p.b->polls() > 0);  // the receiving thread progressed the worker itself
+    } else {
+      CHECK(p.a->polls() + p.b->polls() == 0);
+    }
+  }
+}
+
+TEST_CASE("caller progress: a poller between begin_wait and end_wait, then the progress thread") {
+  Pair p = connected_pair();
+  auto send = UcxChannel::sender(p.a, channel_ends(0, Direction::forward), p.a_to_b);
+  auto recv = UcxChannel::receiver(p.b, channel_ends(0, Direction::forward));
+  // a thread polls worker b for a while and stops; sends made meanwhile and afterwards arrive
+  std::atomic<bool> stop{false};
+  std::thread poller([&] {
+    const auto until = Clock::now() + 2s;
+    while (!stop.load() && Clock::now() < until) {
+      p.b->begin_wait();
+      for (int i = 0; i < 100; ++i) p.b->poll();
+      p.b->end_wait(true);
+      std::this_thread::sleep_for(200us);
+    }
+  });
+  for (int i = 0; i < 50; ++i) {
+    const Tensor t = patterned({i % 3 == 0 ? 300000 : 7}, static_cast<uint64_t>(i));
+    auto a = send->post(t, i, 0);
+    REQUIRE(a.ok());
+    auto got = recv->receive(*a);
+    REQUIRE_MESSAGE(got.ok(), why(got));
+    CHECK(same_bytes(*got, t));
+  }
+  stop = true;
+  poller.join();
+  // nobody polls now: the progress threads carry on alone
+  for (int i = 50; i < 60; ++i) {
+    const Tensor t = patterned({100000}, static_cast<uint64_t>(i));
+    auto a = send->post(t, i, 0);
+    REQUIRE(a.ok());
+    auto got = recv->receive(*a);
+    REQUIRE_MESSAGE(got.ok(), why(got));
+    CHECK(same_bytes(*got, t));
+  }
+  CHECK(send->wait_sent(5000ms).ok());
+}
+
+TEST_CASE("make_ucx_channels hands out the worker as the set's poller") {
+  Pair p = connected_pair();
+  UcxChannelPlan plan;
+  plan.rank_of_stage = {0, 1};
+  plan.rank = 0;
+  plan.worker = p.a;
+  plan.peers = {{1, p.a_to_b}};
+  auto set = make_ucx_channels(plan);
+  REQUIRE_MESSAGE(set.ok(), why(set));
+  REQUIRE(set->poller() != nullptr);
+  set->poller()->begin_wait();
+  set->poller()->poll();
+  set->poller()->end_wait(true);
+  const auto local = make_local_channels(2);
+  REQUIRE(local.ok());
+  CHECK(local->poller() == nullptr);
+}
+
 TEST_CASE("idle workers sleep: under 5% of a core over 0.5 s") {
   Pair p = connected_pair();
   auto send = UcxChannel::sender(p.a, channel_ends(0, Direction::forward), p.a_to_b);

@@ -1,5 +1,7 @@
-// UCX worker: only the progress thread calls UCX (UCS_THREAD_MODE_SINGLE); other threads queue
-// commands and wake it by eventfd; when idle it sleeps in poll() on the armed worker's event fd.
+// UCX worker: one thread at a time calls UCX (UCS_THREAD_MODE_SERIALIZED, under ucx_mu): the
+// progress thread, a thread that polls while it waits (begin_wait .. end_wait), or a caller that
+// finds the worker free and runs its command itself; otherwise commands queue and wake the
+// progress thread by eventfd. When idle it sleeps in poll() on the armed worker's event fd.
 #include "transport/ucx_worker.hpp"
 
 #include <poll.h>
@@ -75,14 +77,35 @@ struct UcxWorker::Impl {
   std::thread thread;
   std::atomic<std::thread::id> thread_id{};
 
-  std::mutex mu;  // guards commands and stop
+  std::mutex ucx_mu;  // held by the one thread that calls UCX (progress thread or a poller)
+  std::mutex mu;      // guards commands and stop
   std::deque<std::function<void()>> commands;
   bool stop = false;
+  // caller progress (opts.caller_progress): how long after the callers' last UCX call the
+  // progress thread takes over again
+  static constexpr std::chrono::nanoseconds kCallerGrace = std::chrono::milliseconds(1);
+  enum class Sleep : uint8_t { awake, armed, deferred };
+  std::atomic<int> pollers{0};                // threads between begin_wait() and end_wait()
+  std::atomic<Sleep> sleeping{Sleep::awake};  // how the progress thread sleeps, if it does
+  std::atomic<int64_t> caller_active_ns{0};   // when a caller last called UCX (steady clock)
+  std::atomic<uint64_t> polled{0};
   std::atomic<uint64_t> next_op{1};
   std::atomic<size_t> outstanding{0};
   std::atomic<uint64_t> wakeups{0};
 
-  // progress thread only
+  /// The worker whose ucx_mu this thread holds (completions run inside it), else null.
+  static thread_local const Impl* driving;
+
+  /// Marks the calling thread as the one calling UCX while it holds ucx_mu.
+  struct Driving {
+    explicit Driving(const Impl* m) : prev(driving) { driving = m; }
+    ~Driving() { driving = prev; }
+    Driving(const Driving&) = delete;
+    Driving& operator=(const Driving&) = delete;
+    const Impl* prev;
+  };
+
+  // whoever holds ucx_mu
   std::unordered_map<uint64_t, std::unique_ptr<Op>> ops;
   std::vector<Ep> eps;
   bool shutting_down = false;
@@ -127,6 +150,98 @@ struct UcxWorker::Impl {
     wake();
   }
 
+  bool has_commands() {
+    std::lock_guard<std::mutex> lock(mu);
+    return !commands.empty();
+  }
+
+  static int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+        .count();
+  }
+
+  /// How long callers have left UCX to the progress thread.
+  std::chrono::nanoseconds callers_quiet() const {
+    return std::chrono::nanoseconds(now_ns() - caller_active_ns.load());
+  }
+
+  /// Runs `command` on the calling thread when the worker is free (after the commands queued
+  /// before it), else queues it: inside a completion it runs once the completion returns; while
+  /// a thread polls, that thread runs it; otherwise the progress thread, woken.
+  void submit(std::function<void()> command) {
+    if (driving == this) {
+      std::lock_guard<std::mutex> lock(mu);
+      commands.push_back(std::move(command));
+      return;
+    }
+    if (!opts.caller_progress) return enqueue(std::move(command));
+    std::unique_lock<std::mutex> ucx(ucx_mu, std::try_to_lock);
+    if (ucx.owns_lock()) {
+      Driving d(this);
+      caller_active_ns.store(now_ns(), std::memory_order_relaxed);
+      drain_commands();
+      command();
+      service();  // what the command started, and the commands its completions queued
+      // the progress thread sleeps on the armed worker: arm it again after this thread's calls
+      // (what they started may raise no event of its own; UCS_ERR_BUSY wakes it)
+      if (pollers.load() == 0 && sleeping.load() == Sleep::armed &&
+          (!arm_works || ucp_worker_arm(worker) != UCS_OK))
+        wake();
+      else if (has_commands())
+        wake();  // completions queued more than service() ran: the progress thread runs them
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      commands.push_back(std::move(command));
+    }
+    // a polling thread runs it at its next poll(); end_wait() wakes the progress thread for
+    // what is left when the last one stops
+    if (pollers.load() == 0) wake();
+  }
+
+  /// Drains commands and progresses until neither finds anything (bounded); whether anything
+  /// happened. ucx_mu held.
+  bool service() {
+    bool any = false;
+    for (int i = 0; i < 64; ++i) {
+      const bool c = drain_commands();
+      const bool p = progress();
+      if (!c && !p) break;
+      any = true;
+    }
+    return any;
+  }
+
+  bool poll_here() {
+    // inside a completion the caller progresses already
+    if (driving == this || !opts.caller_progress) return false;
+    std::unique_lock<std::mutex> ucx(ucx_mu, std::try_to_lock);
+    if (!ucx.owns_lock()) return false;
+    Driving d(this);
+    caller_active_ns.store(now_ns(), std::memory_order_relaxed);
+    polled.fetch_add(1, std::memory_order_relaxed);
+    const bool any = service();
+    if (pollers.load() == 0 && has_commands()) wake();  // a poll outside begin_wait .. end_wait
+    return any;
+  }
+
+  void begin_wait() {
+    if (!opts.caller_progress) return;
+    caller_active_ns.store(now_ns(), std::memory_order_relaxed);
+    pollers.fetch_add(1);
+  }
+
+  void end_wait(bool idle) {
+    if (!opts.caller_progress) return;
+    // the thread goes to sleep: the progress thread takes UCX back now, not after the grace
+    if (idle) caller_active_ns.store(0);
+    if (pollers.fetch_sub(1) != 1) return;
+    // the last poller: commands it did not run, or a deferred progress thread that must watch
+    // UCX again, need the progress thread now
+    if ((idle && sleeping.load() == Sleep::deferred) || has_commands()) wake();
+  }
+
   void wake() const {
     const uint64_t one = 1;
     // An eventfd write fails only when the counter would overflow; it is then readable anyway.
@@ -146,18 +261,49 @@ struct UcxWorker::Impl {
     return !batch.empty();
   }
 
-  /// Progresses the worker until it has nothing left to do; whether it did anything.
+  /// Progresses the worker until it has nothing left to do (bounded); whether it did anything.
   bool progress() {
     bool any = false;
-    while (ucp_worker_progress(worker) != 0) any = true;
+    for (int i = 0; i < 4096 && ucp_worker_progress(worker) != 0; ++i) any = true;
     return any;
   }
 
+  /// Whether callers drive UCX at the moment: a thread polls, or one called UCX less than
+  /// kCallerGrace ago. The progress thread then stays out of their way.
+  bool callers_drive() const {
+    return opts.caller_progress && (pollers.load() > 0 || callers_quiet() < kCallerGrace);
+  }
+
+  /// While callers drive UCX, the progress thread sleeps on its own eventfd only, so UCX events
+  /// do not wake it: until a command, the last poller going to sleep (end_wait(idle)), or
+  /// kCallerGrace after the callers' last call, when it takes over again.
+  void sleep_deferred() {
+    sleeping.store(Sleep::deferred);
+    if (callers_drive() && !has_commands()) {
+      const auto left = pollers.load() > 0 ? kCallerGrace : kCallerGrace - callers_quiet();
+      const auto ns = std::clamp<int64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(left).count(), 1000, 1000000000);
+      const timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+      pollfd fd{wake_fd, POLLIN, 0};
+      const int n = ::ppoll(&fd, 1, &ts, nullptr);
+      wakeups.fetch_add(1, std::memory_order_relaxed);
+      if (n > 0) {
+        uint64_t v = 0;
+        [[maybe_unused]] const ssize_t r = ::read(wake_fd, &v, sizeof v);
+      }
+    }
+    sleeping.store(Sleep::awake);
+  }
+
   /// Arms the worker and sleeps until a UCX event, a command or `timeout_ms` (-1: no limit).
-  void wait_for_events(int timeout_ms) {
+  /// `locked`: the caller holds ucx_mu (else the arming takes it).
+  void wait_for_events(int timeout_ms, bool locked) {
     if (arm_works) {
+      std::unique_lock<std::mutex> ucx(ucx_mu, std::defer_lock);
+      if (!locked) ucx.lock();
       const ucs_status_t st = ucp_worker_arm(worker);
-      if (st == UCS_ERR_BUSY) return;  // events arrived meanwhile: progress again
+      if (st == UCS_ERR_BUSY) return;                  // events arrived meanwhile: progress again
+      if (st == UCS_OK) sleeping.store(Sleep::armed);  // a caller arms it again after its calls
       if (st != UCS_OK) {
         // Cannot sleep on the event fd: fall back to polling at 1 ms (bounded CPU, not zero).
         std::fprintf(stderr, "%s: ucp_worker_arm failed: %s; progress falls back to 1 ms polls\n",
@@ -168,6 +314,7 @@ struct UcxWorker::Impl {
     if (!arm_works) timeout_ms = timeout_ms < 0 ? 1 : std::min(timeout_ms, 1);
     pollfd fds[2] = {{ucx_fd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
     const int n = ::poll(fds, 2, timeout_ms);
+    sleeping.store(Sleep::awake);
     wakeups.fetch_add(1, std::memory_order_relaxed);
     if (n > 0 && (fds[1].revents & POLLIN) != 0) {
       uint64_t v = 0;
@@ -180,22 +327,34 @@ struct UcxWorker::Impl {
     const auto spin = std::chrono::microseconds(std::max(opts.spin_before_sleep_us, 0));
     Clock::time_point spin_until{};
     for (;;) {
-      const bool commanded = drain_commands();
-      const bool progressed = progress();
       {
         std::lock_guard<std::mutex> lock(mu);
         if (stop && commands.empty()) break;
       }
+      // threads that wait for messages drive UCX themselves: stay out of their way
+      if (callers_drive() && !has_commands()) {
+        sleep_deferred();
+        spin_until = {};
+        continue;
+      }
+      bool worked = false;
+      {
+        std::lock_guard<std::mutex> ucx(ucx_mu);
+        Driving d(this);
+        worked = service();
+      }
       // After work, poll a little longer (yielding the core) before sleeping: the next
       // message of a burst then costs no wake-up. An idle worker sleeps in poll().
       const auto now = Clock::now();
-      if (commanded || progressed) spin_until = now + spin;
+      if (worked) spin_until = now + spin;
       if (now < spin_until) {
         std::this_thread::yield();
         continue;
       }
-      wait_for_events(-1);
+      wait_for_events(-1, false);
     }
+    std::lock_guard<std::mutex> ucx(ucx_mu);
+    Driving d(this);
     shutdown();
   }
 
@@ -210,7 +369,7 @@ struct UcxWorker::Impl {
       if (now >= deadline) return false;
       const auto left =
           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
-      wait_for_events(static_cast<int>(std::min<int64_t>(left, 1000)));
+      wait_for_events(static_cast<int>(std::min<int64_t>(left, 1000)), true);
     }
   }
 
@@ -446,6 +605,8 @@ struct UcxWorker::Impl {
   }
 };
 
+thread_local const UcxWorker::Impl* UcxWorker::Impl::driving = nullptr;
+
 Expected<std::shared_ptr<UcxWorker>> UcxWorker::create(UcxWorkerOptions options) {
   auto impl = std::make_unique<Impl>();
   impl->opts = std::move(options);
@@ -473,7 +634,8 @@ Expected<std::shared_ptr<UcxWorker>> UcxWorker::create(UcxWorkerOptions options)
 
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  // one thread at a time, under ucx_mu: the progress thread or a thread that polls as it waits
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
   st = ucp_worker_create(m.context, &wp, &m.worker);
   if (st != UCS_OK) {
     m.worker = nullptr;
@@ -523,7 +685,7 @@ const UcxWorkerOptions& UcxWorker::options() const {
 Expected<UcxEndpoint> UcxWorker::connect(std::span<const std::byte> peer_address) {
   if (peer_address.empty())
     return make_error("{}: connect: the peer address is empty", impl_->opts.name);
-  AP_CHECK(std::this_thread::get_id() != impl_->thread_id.load(),
+  AP_CHECK(std::this_thread::get_id() != impl_->thread_id.load() && Impl::driving != impl_.get(),
            "{}: connect() called from a completion", impl_->opts.name);
   std::vector<std::byte> peer(peer_address.begin(), peer_address.end());
   std::promise<Expected<UcxEndpoint>> result;
@@ -533,7 +695,7 @@ Expected<UcxEndpoint> UcxWorker::connect(std::span<const std::byte> peer_address
 }
 
 Expected<std::string> UcxWorker::endpoint_info(UcxEndpoint ep) {
-  AP_CHECK(std::this_thread::get_id() != impl_->thread_id.load(),
+  AP_CHECK(std::this_thread::get_id() != impl_->thread_id.load() && Impl::driving != impl_.get(),
            "{}: endpoint_info() called from a completion", impl_->opts.name);
   std::promise<Expected<std::string>> result;
   auto future = result.get_future();
@@ -553,7 +715,7 @@ uint64_t UcxWorker::tag_send(UcxEndpoint ep, const void* data, size_t bytes, uin
   op->done = std::move(done);
   const uint64_t id = op->id;
   impl_->outstanding.fetch_add(1);
-  impl_->enqueue([m = impl_.get(), o = op.release(), data]() mutable {
+  impl_->submit([m = impl_.get(), o = op.release(), data]() mutable {
     m->start_send(std::unique_ptr<Impl::Op>(o), data);
   });
   return id;
@@ -569,7 +731,7 @@ uint64_t UcxWorker::tag_recv(void* data, size_t bytes, uint64_t tag, UcxCompleti
   op->done = std::move(done);
   const uint64_t id = op->id;
   impl_->outstanding.fetch_add(1);
-  impl_->enqueue([m = impl_.get(), o = op.release(), data]() mutable {
+  impl_->submit([m = impl_.get(), o = op.release(), data]() mutable {
     m->start_recv(std::unique_ptr<Impl::Op>(o), data);
   });
   return id;
@@ -583,7 +745,7 @@ void UcxWorker::abandon(UcxEndpoint ep) {
 }
 
 void UcxWorker::cancel(uint64_t op) {
-  impl_->enqueue([m = impl_.get(), op] { m->cancel_op(op); });
+  impl_->submit([m = impl_.get(), op] { m->cancel_op(op); });
 }
 
 size_t UcxWorker::outstanding() const {
@@ -592,6 +754,22 @@ size_t UcxWorker::outstanding() const {
 
 uint64_t UcxWorker::wakeups() const {
   return impl_->wakeups.load(std::memory_order_relaxed);
+}
+
+bool UcxWorker::poll() {
+  return impl_->poll_here();
+}
+
+void UcxWorker::begin_wait() {
+  impl_->begin_wait();
+}
+
+void UcxWorker::end_wait(bool idle) {
+  impl_->end_wait(idle);
+}
+
+uint64_t UcxWorker::polls() const {
+  return impl_->polled.load(std::memory_order_relaxed);
 }
 
 }  // namespace actorpipe

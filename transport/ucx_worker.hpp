@@ -1,5 +1,5 @@
 // UCX worker: one UCX context and worker per process, its packed address for peers, endpoints to
-// peer workers, and an event-driven progress thread that owns every UCX call.
+// peer workers, and an event-driven progress thread that a waiting thread may stand in for.
 #pragma once
 
 #include <chrono>
@@ -35,6 +35,10 @@ struct UcxWorkerOptions {
   /// then costs no wake-up. Bounds the CPU an active worker burns per burst; an idle worker
   /// sleeps. 0 sleeps at once.
   int spin_before_sleep_us = 50;
+  /// Threads other than the progress thread call UCX themselves: tag_send, tag_recv and cancel
+  /// when the worker is free, poll() while they wait (begin_wait). Off: every call goes through
+  /// the progress thread, poll() does nothing (the engine before caller progress; to compare).
+  bool caller_progress = true;
   /// Names the worker in error messages.
   std::string name = "ucx";
 };
@@ -46,14 +50,19 @@ struct UcxEndpoint {
 };
 
 /// Completion of a tag operation: its status and, for a receive, the bytes received. Runs on the
-/// progress thread: it must be short, must not block and must not wait for another completion.
+/// thread that calls UCX at the time (the progress thread, a thread in poll(), or one whose
+/// tag_send/tag_recv/cancel found the worker free): it must be short, must not block, must not
+/// wait for another completion and must not take a lock its caller may hold.
 using UcxCompletion = std::function<void(Status status, size_t length)>;
 
 /// One UCX context and worker (tag matching, wake-up events). A progress thread drains
 /// ucp_worker_progress, polls on for spin_before_sleep_us after any work, then arms the worker
 /// and sleeps in poll() on the worker's event fd and an eventfd of its own, so an idle worker
-/// costs no CPU. Only that thread calls UCX (the worker is
-/// UCS_THREAD_MODE_SINGLE): the public functions queue a command and wake it. Callable from any
+/// costs no CPU. One thread at a time calls UCX (UCS_THREAD_MODE_SERIALIZED, under a mutex):
+/// tag_send, tag_recv and cancel run on the caller's thread when the worker is free, else they
+/// queue a command; a thread that waits for a message may progress the worker itself between
+/// begin_wait() and end_wait() (poll()), and the progress thread then sleeps without watching
+/// UCX, so the message reaches the waiting thread with no wake-up of another. Callable from any
 /// thread except from inside a completion (connect() and endpoint_info() wait for the thread).
 /// Shutdown (the destructor): close each endpoint with its sends flushed (bounded by
 /// close_timeout), cancel outstanding receives, join the thread, destroy worker and context.
@@ -103,6 +112,22 @@ class UcxWorker {
 
   /// Times the progress thread returned from poll() (a measure of wake-ups, for tests).
   uint64_t wakeups() const;
+
+  /// The calling thread waits for a message and will call poll() until end_wait(): meanwhile
+  /// the progress thread leaves UCX to the callers (it sleeps without watching UCX until a
+  /// command, an end_wait(true), or 1 ms after the callers' last UCX call). Pairs must nest
+  /// per thread; keep the window short (a bounded spin).
+  void begin_wait();
+  /// Ends begin_wait(). `idle`: the thread stops waiting without its message and goes to sleep,
+  /// so the progress thread takes UCX back at once; otherwise it works on (and is likely to
+  /// call UCX again soon), and the progress thread takes over 1 ms after the callers' last call.
+  void end_wait(bool idle);
+  /// Progresses the worker on the calling thread (completions run here) unless another thread
+  /// is calling UCX at the moment; whether anything happened. Call it between begin_wait() and
+  /// end_wait(); inside a completion it does nothing.
+  bool poll();
+  /// Calls of poll() that progressed the worker (for tests).
+  uint64_t polls() const;
 
   const UcxWorkerOptions& options() const;
 

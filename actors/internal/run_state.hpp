@@ -86,6 +86,13 @@ struct RunState {
   std::chrono::microseconds spin_budget() const {
     return std::chrono::microseconds(options.spin_before_wait_us);
   }
+  /// How long a stage waits for a message before its thread sleeps: polling the transport of
+  /// its channels from other processes when they have one (spin_for_mail with a poller).
+  std::chrono::microseconds stage_spin_budget() const {
+    return channels != nullptr && channels->poller() != nullptr
+               ? std::chrono::microseconds(options.poll_before_wait_us)
+               : spin_budget();
+  }
   /// Actions stage r runs in the run.
   size_t actions(int r) const {
     return schedule.per_stage[static_cast<size_t>(r)].size() * static_cast<size_t>(repeats);
