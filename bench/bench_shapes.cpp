@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "bench/cli_args.hpp"
+
 namespace actorpipe::bench {
 
 namespace {
@@ -57,6 +59,14 @@ double step_model_flops(const Model& model, int B, int T) {
   const double tokens = static_cast<double>(B) * T;
   const double n = static_cast<double>(matmul_parameters(model));
   return 6.0 * n * tokens + 12.0 * o.depth * static_cast<double>(T) * o.width * tokens;
+}
+
+Expected<std::string> shape_option(std::span<const std::string> args, size_t& i) {
+  const std::string option = args[i];
+  auto v = option_value(args, i);
+  if (!v) return v.error();
+  if (auto s = find_bench_shape(*v); !s) return make_error("{}: {}", option, s.error().message);
+  return *v;
 }
 
 }  // namespace actorpipe::bench

@@ -2,6 +2,8 @@
 // and the model-FLOP count of one training step, the numerator of every GFLOP/s figure.
 #pragma once
 
+#include <cstddef>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,6 +30,10 @@ const std::vector<BenchShape>& bench_shapes();
 
 /// The shape called `name`; the error lists the known names.
 Expected<BenchShape> find_bench_shape(const std::string& name);
+
+/// The value of the option args[i] (--shape) as the name of a known shape; i moves onto it. The
+/// error names the option and lists the known names.
+Expected<std::string> shape_option(std::span<const std::string> args, size_t& i);
 
 /// Parameters whose use in a step is a matrix product: every trainable parameter (the tied
 /// embedding counted once, as the LM head's weight) except the position table (maxT·C),

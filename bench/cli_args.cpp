@@ -105,4 +105,13 @@ Expected<std::vector<Mode>> modes_option(std::span<const std::string> args, size
   return parse_mode_list(option, *v);
 }
 
+Expected<Mode> mode_option(std::span<const std::string> args, size_t& i) {
+  const std::string option = args[i];
+  auto v = option_value(args, i);
+  if (!v) return v.error();
+  auto mode = parse_mode(*v);
+  if (!mode) return make_error("{}: {}", option, mode.error().message);
+  return *mode;
+}
+
 }  // namespace actorpipe::bench

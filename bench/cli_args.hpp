@@ -54,6 +54,9 @@ Expected<int> int_option(std::span<const std::string> args, size_t& i, int lo, i
 /// error names `option` and the bad or repeated entry.
 Expected<std::vector<Mode>> parse_mode_list(const std::string& option, const std::string& text);
 
+/// The value of the option args[i] (e.g. --mode) as one mode; the error names the option.
+Expected<Mode> mode_option(std::span<const std::string> args, size_t& i);
+
 /// The value of the option args[i] (e.g. --modes) as a comma list of modes (parse_mode_list).
 Expected<std::vector<Mode>> modes_option(std::span<const std::string> args, size_t& i);
 

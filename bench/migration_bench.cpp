@@ -119,9 +119,8 @@ Expected<MigrationBenchOptions> parse_migration_options(std::span<const std::str
   const Status parsed = parse_options(args, o, [&](size_t& i) -> Status {
     const std::string& a = args[i];
     if (a == "--shape") {
-      auto v = option_value(args, i);
+      auto v = shape_option(args, i);
       if (!v) return v.error();
-      if (auto s = find_bench_shape(*v); !s) return make_error("--shape: {}", s.error().message);
       o.shape = *v;
     } else if (a == "--modes") {
       auto modes = modes_option(args, i);

@@ -162,15 +162,12 @@ Expected<RecomputeBenchOptions> parse_recompute_options(std::span<const std::str
   const Status parsed = parse_options(args, o, [&](size_t& i) -> Status {
     const std::string& a = args[i];
     if (a == "--shape") {
-      auto v = option_value(args, i);
+      auto v = shape_option(args, i);
       if (!v) return v.error();
-      if (auto s = find_bench_shape(*v); !s) return make_error("--shape: {}", s.error().message);
       o.shape = *v;
     } else if (a == "--mode") {
-      auto v = option_value(args, i);
-      if (!v) return v.error();
-      auto mode = parse_mode(*v);
-      if (!mode) return make_error("--mode: {}", mode.error().message);
+      auto mode = mode_option(args, i);
+      if (!mode) return mode.error();
       o.mode = *mode;
     } else if (a == "--stages" || a == "--microbatches" || a == "--threads" || a == "--reps" ||
                a == "--warmup" || a == "--rounds" || a == "--profile-reps") {
