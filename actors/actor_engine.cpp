@@ -3,8 +3,8 @@
 #include "actors/actor_engine.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <caf/all.hpp>
+#include <cmath>
 #include <optional>
 
 #include "actors/driver.hpp"
@@ -65,6 +65,21 @@ struct ActorEngine::Impl {
   long updates() const;
 };
 
+namespace {
+
+// ActorEngineOptions::slow_stage and slowdown: off (-1, 1.0) or a stage and a factor >= 1.
+Status check_slowdown(int stage, double factor, int stages) {
+  if (stage < -1 || stage >= stages || !(factor >= 1.0) || !std::isfinite(factor)) {
+    return make_error(
+        "actor engine: slowdown of stage {} by {}: expected a stage in [-1, {}) and "
+        "a finite factor >= 1",
+        stage, factor, stages);
+  }
+  return {};
+}
+
+}  // namespace
+
 ActorEngine::ActorEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ActorEngine::~ActorEngine() {
   if (impl_ && impl_->manager) {
@@ -84,12 +99,8 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& config,
   if (options.spin_before_wait_us < 0)
     return make_error("actor engine: spin_before_wait_us = {}, expected >= 0",
                       options.spin_before_wait_us);
-  if (options.slow_stage < -1 || options.slow_stage >= config.pipeline.stages ||
-      !(options.slowdown >= 1.0) || !std::isfinite(options.slowdown)) {
-    return make_error("actor engine: slowdown of stage {} by {}: expected a stage in [-1, {}) and "
-                      "a finite factor >= 1",
-                      options.slow_stage, options.slowdown, config.pipeline.stages);
-  }
+  if (Status ok = check_slowdown(options.slow_stage, options.slowdown, config.pipeline.stages); !ok)
+    return ok.error();
   if (options.poll_before_wait_us < 0)
     return make_error("actor engine: poll_before_wait_us = {}, expected >= 0",
                       options.poll_before_wait_us);
@@ -241,11 +252,7 @@ const OptimizerShard& ActorEngine::optimizer(int stage) const {
 }
 
 Status ActorEngine::set_slowdown(int stage, double factor) {
-  if (stage < -1 || stage >= stages() || !(factor >= 1.0) || !std::isfinite(factor)) {
-    return make_error("actor engine: slowdown of stage {} by {}: expected a stage in [-1, {}) and "
-                      "a finite factor >= 1",
-                      stage, factor, stages());
-  }
+  if (Status ok = check_slowdown(stage, factor, stages()); !ok) return ok;
   impl_->options.slow_stage = stage;
   impl_->options.slowdown = factor;
   return {};
@@ -604,16 +611,7 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
       e.reason = fmt::format(
           "forced by migration.moves: the layout of step {}, which this run starts past",
           last->step);
-      auto report = im.move_to(last->counts);
-      if (report) {
-        e.moved = true;
-        e.to = last->counts;
-        e.layers_moved = report->layers_moved;
-        e.bytes_moved = report->bytes_moved;
-        e.move_seconds = report->seconds;
-      } else {
-        e.error = report.error().message;
-      }
+      move_and_report(*im.migration, last->counts, e);  // the manager is idle between runs
       if (Status ok = record(std::move(e)); !ok) return ok.error();
     }
   }
@@ -635,11 +633,7 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
       q.steps = steps;
       q.tokens += tokens_before;
       q.seconds += offset;
-      for (size_t r = 0; r < q.stages.size() && r < before.size(); ++r) {
-        q.stages[r].busy_seconds += before[r].busy_seconds;
-        q.stages[r].idle_seconds += before[r].idle_seconds;
-        q.stages[r].actions += before[r].actions;
-      }
+      for (size_t r = 0; r < q.stages.size() && r < before.size(); ++r) q.stages[r] += before[r];
       callbacks.on_step(q);
     };
     caf::anon_send(im.manager, internal::segment_atom::value);
@@ -647,21 +641,17 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
     if (!r) return r.error();
     total.losses.insert(total.losses.end(), r->losses.begin(), r->losses.end());
     total.stages.resize(r->stages.size());
-    for (size_t k = 0; k < r->stages.size(); ++k) {
-      total.stages[k].busy_seconds += r->stages[k].busy_seconds;
-      total.stages[k].idle_seconds += r->stages[k].idle_seconds;
-      total.stages[k].actions += r->stages[k].actions;
-    }
-    for (ActionSpan a : r->spans) {
-      a.start += offset;
-      a.end += offset;
-      total.spans.push_back(a);
-    }
-    for (ActionSpan a : r->update_spans) {
-      a.start += offset;
-      a.end += offset;
-      total.update_spans.push_back(a);
-    }
+    for (size_t k = 0; k < r->stages.size(); ++k) total.stages[k] += r->stages[k];
+    // spans count from the run's start, not the segment's
+    auto shifted = [offset](std::vector<ActionSpan>& from, std::vector<ActionSpan>& into) {
+      for (ActionSpan a : from) {
+        a.start += offset;
+        a.end += offset;
+        into.push_back(a);
+      }
+    };
+    shifted(r->spans, total.spans);
+    shifted(r->update_spans, total.update_spans);
     total.peak_microbatches_ahead =
         std::max(total.peak_microbatches_ahead, r->peak_microbatches_ahead);
     total.tokens += r->tokens;

@@ -29,6 +29,13 @@ struct StageTimes {
   double idle_seconds = 0.0;
   int64_t actions = 0;  ///< actions executed
   friend bool operator==(const StageTimes&, const StageTimes&) = default;
+  /// Adds another span of time's figures (consecutive runs or segments).
+  StageTimes& operator+=(const StageTimes& o) {
+    busy_seconds += o.busy_seconds;
+    idle_seconds += o.idle_seconds;
+    actions += o.actions;
+    return *this;
+  }
 };
 
 /// Progress after every optimizer step, in step order. A step is complete when every stage has

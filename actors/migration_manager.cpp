@@ -27,21 +27,6 @@ const ForcedMove* forced_at(const MigrationManagerSetup& s, long step) {
   return nullptr;
 }
 
-// Runs the move to `to` and fills in what it did (or why it failed).
-void run_move(MigrationManagerSetup& s, const std::vector<int>& to, MigrationEvent& e) {
-  auto report = s.move(to);
-  if (!report) {
-    e.error = report.error().message;
-    return;
-  }
-  e.moved = true;
-  e.to = to;
-  e.layers_moved = report->layers_moved;
-  e.bytes_moved = report->bytes_moved;
-  e.move_seconds = report->seconds;
-  if (s.policy) s.policy->moved(report->bytes_copied, report->seconds);
-}
-
 caf::behavior manager(caf::stateful_actor<ManagerState>* self,
                       std::shared_ptr<MigrationManagerSetup> setup) {
   self->state.setup = std::move(setup);
@@ -73,7 +58,7 @@ caf::behavior manager(caf::stateful_actor<ManagerState>* self,
             e.reason = "forced by migration.moves: the stages hold these counts already";
           } else {
             e.reason = "forced by migration.moves";
-            run_move(s, f->counts, e);
+            move_and_report(s, f->counts, e);
           }
           return caf::make_message(true, std::move(e));
         }
@@ -94,13 +79,27 @@ caf::behavior manager(caf::stateful_actor<ManagerState>* self,
         e.predicted_now = decision->predicted_now;
         e.predicted_new = decision->predicted_new;
         e.to = decision->proposed;
-        if (decision->move) run_move(s, decision->proposed, e);
+        if (decision->move) move_and_report(s, decision->proposed, e);
         return caf::make_message(true, std::move(e));
       },
   };
 }
 
 }  // namespace
+
+void move_and_report(MigrationManagerSetup& s, const std::vector<int>& to, MigrationEvent& e) {
+  auto report = s.move(to);
+  if (!report) {
+    e.error = report.error().message;
+    return;
+  }
+  e.moved = true;
+  e.to = to;
+  e.layers_moved = report->layers_moved;
+  e.bytes_moved = report->bytes_moved;
+  e.move_seconds = report->seconds;
+  if (s.policy) s.policy->moved(report->bytes_copied, report->seconds);
+}
 
 long next_migration_boundary(const MigrationManagerSetup& setup, long step, long limit) {
   long next = limit;

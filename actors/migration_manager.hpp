@@ -27,6 +27,12 @@ struct MigrationManagerSetup {
   std::function<Expected<MoveReport>(const std::vector<int>& counts)> move;
 };
 
+/// Runs setup.move to `to` and fills in `event` with what it did (moved, to, layers and bytes
+/// moved, its seconds) or why it failed (error); a policy learns the move's copy rate. Only
+/// while the stages are idle and the manager handles no message.
+void move_and_report(MigrationManagerSetup& setup, const std::vector<int>& to,
+                     MigrationEvent& event);
+
 /// The manager's part at a boundary: after `step` updates with `counts` layers per stage, the
 /// step at which the engine stops next for the manager (a forced move's step or the next check),
 /// at most `limit`.

@@ -13,6 +13,7 @@
 #include "actors/actor_engine.hpp"
 #include "bench/bench_shapes.hpp"
 #include "bench/machine.hpp"
+#include "bench/step_timing.hpp"
 #include "engine/data/loader.hpp"
 #include "engine/model/model.hpp"
 #include "engine/planner/planner.hpp"
@@ -94,10 +95,9 @@ RunTrace run_once(const Config& c, int steps, double slowdown, int slow_from) {
   return t;
 }
 
-double median(std::vector<double> xs) {
-  if (xs.empty()) return 0.0;
-  std::sort(xs.begin(), xs.end());
-  return xs.size() % 2 ? xs[xs.size() / 2] : 0.5 * (xs[xs.size() / 2 - 1] + xs[xs.size() / 2]);
+// step_timing's median, 0 for no values (a window without steps, a run without a move).
+double median_or_zero(std::vector<double> xs) {
+  return xs.empty() ? 0.0 : median(std::move(xs));
 }
 
 // Median duration of steps [first, last) (0-based; step i ends at step_end[i]).
@@ -105,7 +105,7 @@ double median_step(const RunTrace& t, int first, int last) {
   std::vector<double> d;
   for (int i = std::max(first, 1); i < last && i < static_cast<int>(t.step_end.size()); ++i)
     d.push_back(t.step_end[static_cast<size_t>(i)] - t.step_end[static_cast<size_t>(i - 1)]);
-  return median(std::move(d));
+  return median_or_zero(std::move(d));
 }
 
 std::string counts_text(const std::vector<int>& c) {
@@ -295,9 +295,9 @@ int run_migration_bench(std::span<const std::string> args) {
       }
       const double tokens = static_cast<double>(o.microbatches) * shape.B * shape.T;
       const bool moved = !after.empty();
-      const double ratio = median(ratios);
-      const double pause = median(pauses);
-      const double after_step = median(after);
+      const double ratio = median_or_zero(ratios);
+      const double pause = median_or_zero(pauses);
+      const double after_step = median_or_zero(after);
       const bool met_after = moved && ratio >= kAfterTarget;
       const bool met_pause = moved && pause < after_step;
       std::string final_text;
@@ -314,13 +314,13 @@ int run_migration_bench(std::span<const std::string> args) {
         j["peer"] = peer;
         j["finals"] = finals;
         j["moved"] = moved;
-        j["step_seconds_before"] = median(before);
-        j["step_seconds_during"] = median(during);
+        j["step_seconds_before"] = median_or_zero(before);
+        j["step_seconds_during"] = median_or_zero(during);
         j["step_seconds_after"] = after_step;
-        j["peer_step_seconds_after"] = median(peer_after);
+        j["peer_step_seconds_after"] = median_or_zero(peer_after);
         j["after_vs_peer"] = ratio;
         j["pause_seconds"] = pause;
-        j["bytes_moved"] = median(bytes);
+        j["bytes_moved"] = median_or_zero(bytes);
         j["predicted_step_from"] = predicted_from;
         j["predicted_step_peer"] = predicted_peer;
         j["met_after"] = met_after;
@@ -336,9 +336,10 @@ int run_migration_bench(std::span<const std::string> args) {
             "  move: pause {:.1f} ms vs a step of {:.0f} ms ({}), {:.1f} MiB moved\n"
             "  simulator: {} {:.3f} s per step, {} {:.3f} s per step\n",
             to_string(mode), scenario, counts_text(from), final_text, counts_text(peer),
-            median(before), tokens / std::max(median(before), 1e-12), median(during), after_step,
-            tokens / std::max(after_step, 1e-12), median(peer_after),
-            tokens / std::max(median(peer_after), 1e-12), ratio * 100,
+            median_or_zero(before), tokens / std::max(median_or_zero(before), 1e-12),
+            median_or_zero(during), after_step, tokens / std::max(after_step, 1e-12),
+            median_or_zero(peer_after), tokens / std::max(median_or_zero(peer_after), 1e-12),
+            ratio * 100,
             !moved      ? "no move"
             : met_after ? "met"
                         : "missed",
@@ -346,7 +347,7 @@ int run_migration_bench(std::span<const std::string> args) {
             !moved      ? "no move"
             : met_pause ? "met"
                         : "missed",
-            median(bytes) / (1 << 20), counts_text(from), predicted_from, counts_text(peer),
+            median_or_zero(bytes) / (1 << 20), counts_text(from), predicted_from, counts_text(peer),
             predicted_peer));
       }
     }
