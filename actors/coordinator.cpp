@@ -583,7 +583,11 @@ Expected<JobTable> join_coordinator(caf::actor_system& sys, const JoinOptions& o
                 last_error = "no actor is published at that port";
               }
             },
-            [&](caf::error& e) { last_error = sys.render(e); });
+            [&](caf::error& e) {
+              // an attempt the deadline cut short says less than the refusal before it
+              if (e != caf::sec::request_timeout || last_error == "none")
+                last_error = sys.render(e);
+            });
     if (coord) break;
     const auto pause = std::min<Clock::duration>(backoff, deadline - Clock::now());
     if (pause > Clock::duration::zero()) std::this_thread::sleep_for(pause);

@@ -35,10 +35,13 @@
 #include <vector>
 
 #include "actors/internal/cluster_messages.hpp"
+#include "tests/support/forked_child.hpp"
 #include "tests/support/temp_dir.hpp"
 
 using namespace actorpipe;
 using namespace actorpipe::internal;
+using actorpipe::testing::Child;
+using actorpipe::testing::Pipe;
 using actorpipe::testing::TempDir;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
@@ -208,123 +211,6 @@ class RawClient {
 
  private:
   int fd_;
-};
-
-// A pipe carrying lines between a test and its child processes.
-class Pipe {
- public:
-  Pipe() { REQUIRE(::pipe(fd_) == 0); }
-  ~Pipe() {
-    ::close(fd_[0]);
-    ::close(fd_[1]);
-  }
-  Pipe(const Pipe&) = delete;
-  Pipe& operator=(const Pipe&) = delete;
-
-  void write_line(const std::string& s) {
-    const std::string line = s + "\n";
-    size_t off = 0;
-    while (off < line.size()) {
-      const ssize_t n = ::write(fd_[1], line.data() + off, line.size() - off);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return;
-      off += static_cast<size_t>(n);
-    }
-  }
-  std::optional<std::string> read_line(Clock::duration limit) {
-    const auto deadline = Clock::now() + limit;
-    for (;;) {
-      if (auto nl = buf_.find('\n'); nl != std::string::npos) {
-        std::string line = buf_.substr(0, nl);
-        buf_.erase(0, nl + 1);
-        return line;
-      }
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) return std::nullopt;
-      pollfd p{fd_[0], POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 100))) <= 0) continue;
-      char b[4096];
-      const ssize_t n = ::read(fd_[0], b, sizeof b);
-      if (n <= 0) return std::nullopt;
-      buf_.append(b, static_cast<size_t>(n));
-    }
-  }
-  // The first line that starts with `prefix` within `limit` (others are dropped).
-  std::optional<std::string> read_until(const std::string& prefix, Clock::duration limit) {
-    const auto deadline = Clock::now() + limit;
-    while (Clock::now() < deadline) {
-      auto l = read_line(deadline - Clock::now());
-      if (!l) return std::nullopt;
-      if (l->rfind(prefix, 0) == 0) return l;
-    }
-    return std::nullopt;
-  }
-
- private:
-  int fd_[2] = {-1, -1};
-  std::string buf_;
-};
-
-// A forked child process running `body`; killed (if still running) and reaped when destroyed.
-class Child {
- public:
-  explicit Child(const std::function<int()>& body) {
-    std::fflush(nullptr);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      int rc = 97;
-      try {
-        rc = body();
-      } catch (...) {
-        rc = 98;
-      }
-      std::fflush(nullptr);
-      ::_exit(rc);
-    }
-    REQUIRE(pid_ > 0);
-  }
-  ~Child() {
-    if (pid_ > 0 && !reaped_) {
-      ::kill(pid_, SIGKILL);
-      static_cast<void>(wait(10s));
-    }
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-
-  void kill9() { ::kill(pid_, SIGKILL); }
-  // Its exit code (128 + signal when killed) if it ends within `limit`.
-  std::optional<int> wait(Clock::duration limit) {
-    const auto deadline = Clock::now() + limit;
-    for (;;) {
-      int st = 0;
-      const pid_t r = ::waitpid(pid_, &st, WNOHANG);
-      if (r == pid_) {
-        reaped_ = true;
-        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      }
-      if (r < 0) {
-        reaped_ = true;
-        return -1;
-      }
-      if (Clock::now() >= deadline) return std::nullopt;
-      std::this_thread::sleep_for(10ms);
-    }
-  }
-  // Peak resident memory in KiB (VmHWM), 0 when unknown.
-  long peak_rss_kib() const {
-    std::ifstream f("/proc/" + std::to_string(pid_) + "/status");
-    std::string line;
-    while (std::getline(f, line)) {
-      if (line.rfind("VmHWM:", 0) == 0) return std::atol(line.c_str() + 6);
-    }
-    return 0;
-  }
-
- private:
-  pid_t pid_ = -1;
-  bool reaped_ = false;
 };
 
 // What a rank in a child process does: join, report the table, ping every other rank, watch

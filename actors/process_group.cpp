@@ -25,6 +25,7 @@ namespace {
 
 using gather_atom = caf::atom_constant<caf::atom("gather")>;  // (int64 round, RankPart)
 using lost_atom = caf::atom_constant<caf::atom("lost")>;      // (int32 rank, string reason)
+using relay_atom = caf::atom_constant<caf::atom("relay")>;    // (actor root, int64 round, RankPart)
 
 std::string host_name() {
   char buf[256] = {};
@@ -32,16 +33,19 @@ std::string host_name() {
   return buf;
 }
 
-// The gathering agent: every rank runs one; rank 0's collects each round's parts and answers
-// every contributor once all `world` are in. A lost rank fails the rounds in progress and every
-// later one.
+// The gathering agent: every rank runs one. Rank 0's collects each round's parts and answers
+// every contributor once all `world` are in. Every rank's agent relays its own rank's part to
+// rank 0's (for rank 0 that is itself), so a rank that learns of a loss fails its gather in
+// progress at once, even when rank 0 is the one lost and can answer no more. A lost rank fails
+// the rounds in progress and every later one.
 struct AgentState {
   struct Round {
     std::map<int, RankPart> parts;
     std::vector<caf::typed_response_promise<std::vector<RankPart>>> waiting;
   };
   int world = 1;
-  std::map<int64_t, Round> rounds;
+  std::map<int64_t, Round> rounds;                                                // rank 0
+  std::map<int64_t, caf::typed_response_promise<std::vector<RankPart>>> relayed;  // own rank
   std::string lost;  // why the job is broken, empty while it is whole
   static inline const char* name = "actorpipe.agent";
 };
@@ -67,12 +71,32 @@ caf::behavior agent(caf::stateful_actor<AgentState>* self, int world) {
         }
         return rp;
       },
+      [=](relay_atom, const caf::actor& root, int64_t round,
+          RankPart& part) -> caf::result<std::vector<RankPart>> {
+        auto& st = self->state;
+        if (!st.lost.empty()) return caf::make_error(caf::sec::runtime_error, st.lost);
+        auto rp = self->make_response_promise<std::vector<RankPart>>();
+        st.relayed.emplace(round, rp);
+        auto settle = [=](auto&& answer) {
+          auto i = self->state.relayed.find(round);
+          if (i == self->state.relayed.end()) return;  // failed by a loss already
+          i->second.deliver(std::forward<decltype(answer)>(answer));
+          self->state.relayed.erase(i);
+        };
+        self->request(root, caf::infinite, gather_atom::value, round, std::move(part))
+            .then([=](std::vector<RankPart>& all) { settle(std::move(all)); },
+                  [=](caf::error& err) { settle(std::move(err)); });
+        return rp;
+      },
       [=](lost_atom, int32_t rank, const std::string& reason) {
         auto& st = self->state;
         if (st.lost.empty()) st.lost = fmt::format("rank {} was lost: {}", rank, reason);
         for (auto& [k, r] : st.rounds)
           for (auto& w : r.waiting) w.deliver(caf::make_error(caf::sec::runtime_error, st.lost));
         st.rounds.clear();
+        for (auto& [k, rp] : st.relayed)
+          rp.deliver(caf::make_error(caf::sec::runtime_error, st.lost));
+        st.relayed.clear();
       },
   };
 }
@@ -203,9 +227,11 @@ Expected<std::unique_ptr<ProcessGroup>> ProcessGroup::create(const ProcessGroupO
     }
     // leaving the job must not wait for a flush the lost rank never answers
     if (auto p = raw->peers.find(rank); p != raw->peers.end()) raw->ucx->abandon(p->second);
-    // rank 0's agent fails the gathers in progress; ours too, should we be rank 0
-    caf::anon_send(raw->table.ranks[0].actors[0], lost_atom::value, static_cast<int32_t>(rank),
-                   reason);
+    // our agent fails our gather in progress; rank 0's (when it is another) those of every rank
+    caf::anon_send(raw->agent, lost_atom::value, static_cast<int32_t>(rank), reason);
+    if (raw->table.ranks[0].actors[0] != raw->agent)
+      caf::anon_send(raw->table.ranks[0].actors[0], lost_atom::value, static_cast<int32_t>(rank),
+                     reason);
     if (h) h(rank, reason);
   });
   if (!watch) return make_error("rank {}: {}", o.rank, watch.error().message);
@@ -247,8 +273,8 @@ Expected<std::vector<RankPart>> ProcessGroup::all_gather(RankPart mine) {
   const int64_t round = impl_->rounds++;
   Expected<std::vector<RankPart>> out = make_error("rank {}: no answer", rank());
   caf::scoped_actor self{*impl_->sys};
-  self->request(impl_->table.ranks[0].actors[0], impl_->options.connect_timeout, gather_atom::value,
-                round, std::move(mine))
+  self->request(impl_->agent, impl_->options.connect_timeout, relay_atom::value,
+                impl_->table.ranks[0].actors[0], round, std::move(mine))
       .receive(
           [&](std::vector<RankPart>& all) {
             if (static_cast<int>(all.size()) != world()) {
@@ -262,6 +288,10 @@ Expected<std::vector<RankPart>> ProcessGroup::all_gather(RankPart mine) {
             out = make_error("rank {}: agreeing with the other ranks (round {}) failed: {}", rank(),
                              round, impl_->sys->render(err));
           });
+  // a gather that timed out while the job broke names the lost rank
+  if (!out)
+    if (auto l = lost(); l && out.error().message.find(*l) == std::string::npos)
+      return make_error("{} ({})", out.error().message, *l);
   return out;
 }
 

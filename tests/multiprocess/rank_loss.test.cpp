@@ -4,10 +4,8 @@
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +17,7 @@
 #include <vector>
 
 #include "tests/support/files.hpp"
+#include "tests/support/free_port.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #ifndef ACTORPIPE_GPT
@@ -89,18 +88,6 @@ class Child {
  private:
   pid_t pid_ = -1;
 };
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 std::vector<std::string> rank_args(int rank, int port, const fs::path& dir) {
   std::vector<std::string> a = kSmall;
