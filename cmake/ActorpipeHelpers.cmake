@@ -9,8 +9,11 @@ target_compile_options(actorpipe_build_flags INTERFACE
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${ACTORPIPE_WERROR}>>:-Werror>
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${ACTORPIPE_NATIVE}>>:-march=native>)
 if(ACTORPIPE_SANITIZE)
+  # -O1 and line tables only (they follow, so they win over the build type's -O2 -g): halves the
+  # sanitized build on 2 cores (toml11 and nlohmann-json units: 106 s -> 53 s each) and still
+  # gives every report file:line
   target_compile_options(actorpipe_build_flags INTERFACE
-    -fsanitize=${ACTORPIPE_SANITIZE} -fno-omit-frame-pointer -g)
+    -fsanitize=${ACTORPIPE_SANITIZE} -fno-omit-frame-pointer -O1 -g1)
   # GCC's flow analysis sees through the sanitizer instrumentation and reports
   # -Wmaybe-uninitialized inside libstdc++ (std::function in <regex>, std::optional);
   # keep the warning visible but do not fail the sanitized build on it.

@@ -4,8 +4,15 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iterator>
+#include <optional>
 #include <string_view>
 #include <type_traits>
 
@@ -59,7 +66,75 @@ void append_list(std::string& out, const std::vector<T>& xs) {
   out += ']';
 }
 
+// The step a line of train.metrics is about, or nothing for a line this code did not write whole.
+std::optional<int64_t> step_of_line(std::string_view line) {
+  if (line.empty() || line.back() != '}') return std::nullopt;
+  for (std::string_view prefix :
+       {std::string_view(R"({"step":)"), std::string_view(R"({"migration":{"step":)"),
+        std::string_view(R"({"resumed":{"step":)")}) {
+    if (line.substr(0, prefix.size()) != prefix) continue;
+    int64_t step = 0;
+    const char* first = line.data() + prefix.size();
+    const auto [end, ec] = std::from_chars(first, line.data() + line.size(), step);
+    if (ec != std::errc() || end == first || (*end != ',' && *end != '}')) return std::nullopt;
+    return step;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+std::string resumed_json(int64_t step, const std::string& checkpoint, int64_t dropped) {
+  std::string out;
+  fmt::format_to(std::back_inserter(out), "{{\"resumed\":{{\"step\":{},\"checkpoint\":", step);
+  append_text(out, checkpoint);
+  fmt::format_to(std::back_inserter(out), ",\"dropped\":{}}}}}", dropped);
+  return out;
+}
+
+Expected<int64_t> resume_metrics_file(const std::string& path, int64_t step,
+                                      const std::string& checkpoint) {
+  std::string kept;
+  int64_t dropped = 0;
+  if (std::ifstream in{path, std::ios::binary}) {
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto s = step_of_line(line);
+      if (s && *s <= step) {
+        kept += line;
+        kept += '\n';
+      } else {
+        ++dropped;
+      }
+    }
+    if (in.bad()) return make_error("train.metrics = \"{}\": read failed", path);
+  } else if (std::filesystem::exists(path)) {
+    return make_error("train.metrics = \"{}\": cannot open for reading: {}", path,
+                      std::strerror(errno));
+  }
+  kept += resumed_json(step, checkpoint, dropped);
+  kept += '\n';
+  const std::string tmp = path + ".resume-tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) {
+    return make_error("train.metrics = \"{}\": cannot write {}: {}", path, tmp,
+                      std::strerror(errno));
+  }
+  const bool written = std::fwrite(kept.data(), 1, kept.size(), f) == kept.size();
+  const bool closed = std::fclose(f) == 0;
+  if (!written || !closed) {
+    const int e = errno;
+    std::remove(tmp.c_str());
+    return make_error("train.metrics = \"{}\": writing {} failed: {}", path, tmp, std::strerror(e));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    std::remove(tmp.c_str());
+    return make_error("train.metrics = \"{}\": renaming {} over it failed: {}", path, tmp,
+                      std::strerror(e));
+  }
+  return dropped;
+}
 
 std::string migration_json(const MigrationEvent& e) {
   std::string out;

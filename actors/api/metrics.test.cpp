@@ -5,8 +5,13 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tests/support/temp_dir.hpp"
 
 using namespace actorpipe;
 
@@ -102,4 +107,57 @@ TEST_CASE("a migration line names the verdict, its numbers and its reason, escap
   CHECK(j.at("move_seconds").get<double>() == 0.004);
   CHECK(j.at("reason") == "imbalance \"high\"\n");
   CHECK(j.at("error") == "");
+}
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("a resumed run's metrics file keeps the steps up to the checkpoint, once each") {
+  actorpipe::testing::TempDir tmp;
+  const std::string path = (tmp.path / "m.jsonl").string();
+  const std::string step = R"({"step":)";
+  const std::string tail = R"(,"loss":1,"tokens":1,"time":1.000000,"busy":[],"idle":[]})";
+  {
+    std::ofstream out(path);
+    out << step << 1 << tail << '\n'
+        << R"({"migration":{"step":1,"forced":true}})" << '\n'
+        << step << 2 << tail << '\n'
+        << R"({"resumed":{"step":2,"checkpoint":"c","dropped":0}})" << '\n'
+        << step << 3 << tail << '\n'
+        << R"({"migration":{"step":3,"forced":true}})" << '\n'
+        << step << 4 << tail << '\n'
+        << R"({"step":5,"loss":1,"tok)";  // a write cut short by the kill
+  }
+  auto dropped = resume_metrics_file(path, 2, "ckpt/step-2");
+  REQUIRE_MESSAGE(dropped, dropped.error().message);
+  CHECK(*dropped == 4);
+  CHECK(slurp(path) ==
+        step + "1" + tail + "\n" + R"({"migration":{"step":1,"forced":true}})" + "\n" + step + "2" +
+            tail + "\n" + R"({"resumed":{"step":2,"checkpoint":"c","dropped":0}})" + "\n" +
+            R"({"resumed":{"step":2,"checkpoint":"ckpt/step-2","dropped":4}})" + "\n");
+  CHECK(!std::filesystem::exists(path + ".resume-tmp"));
+  // the resumed line is JSON, the checkpoint escaped
+  const auto j = nlohmann::json::parse(resumed_json(7, "a\"b", 0));
+  CHECK(j.at("resumed").at("checkpoint") == "a\"b");
+  // a file that is not there yet is created with the resumed line alone
+  const std::string fresh = (tmp.path / "new.jsonl").string();
+  auto none = resume_metrics_file(fresh, 5, "c");
+  REQUIRE(none);
+  CHECK(*none == 0);
+  CHECK(slurp(fresh) == R"({"resumed":{"step":5,"checkpoint":"c","dropped":0}})"
+                        "\n");
+  // a directory that cannot be written: an error naming the path, the file unchanged
+  const std::string before = slurp(path);
+  auto bad = resume_metrics_file((tmp.path / "no-such-dir" / "m.jsonl").string(), 2, "c");
+  REQUIRE(!bad);
+  CHECK(bad.error().message.find("no-such-dir/m.jsonl") != std::string::npos);
+  CHECK(slurp(path) == before);
 }

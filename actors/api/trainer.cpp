@@ -299,7 +299,11 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
 
   const bool reports = options.group == nullptr || options.group->rank() == 0;
   if (!config.train.metrics.empty() && reports) {
-    // a resumed run continues the file it most likely wrote before
+    // a resumed run continues the file it most likely wrote before, without the steps it replays
+    if (!impl->resumed_from.empty()) {
+      auto dropped = resume_metrics_file(config.train.metrics, impl->step, impl->resumed_from);
+      if (!dropped) return dropped.error();
+    }
     const char* mode = impl->resumed_from.empty() ? "w" : "a";
     std::FILE* f = std::fopen(config.train.metrics.c_str(), mode);
     if (!f) {

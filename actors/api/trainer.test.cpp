@@ -120,6 +120,14 @@ TEST_CASE(
     first.checkpoint.dir = tmp.file("run");
     first.train.metrics = tmp.file("run.jsonl");
     train(*make(first));
+    {
+      // as if the run had gone on past its checkpoint and been killed mid-write: two steps
+      // the resumed run replays, then half a line
+      std::ofstream more(tmp.file("run.jsonl"), std::ios::app);
+      more << R"({"step":4,"loss":1.0,"tokens":1,"time":9.000000,"busy":[],"idle":[]})" << '\n'
+           << R"({"migration":{"step":4,"forced":true})" << '}' << '\n'
+           << R"({"step":5,"loss":1.0,"tok)";
+    }
     Config second = tiny(mode, 2, 2 * N);
     second.checkpoint.dir = tmp.file("run");
     second.checkpoint.resume = tmp.file("run");
@@ -131,11 +139,17 @@ TEST_CASE(
     CHECK(b->step_count() == 2 * N);
     CHECK(same_weights(*a, *b));
 
-    // the metrics file continued: the same 2N lines with the same losses
+    // the metrics file continued: the same 2N lines with the same losses, each step once, the
+    // lost run's lines past the checkpoint dropped and the resume said where it happened
     const auto la = read_lines(tmp.file("whole.jsonl"));
-    const auto lb = read_lines(tmp.file("run.jsonl"));
+    auto lb = read_lines(tmp.file("run.jsonl"));
     REQUIRE(la.size() == 2 * N);
-    REQUIRE(lb.size() == 2 * N);
+    REQUIRE(lb.size() == 2 * N + 1);
+    const auto resumed = lb[N].at("resumed");
+    CHECK(resumed.at("step") == N);
+    CHECK(resumed.at("checkpoint") == tmp.file("run/final"));
+    CHECK(resumed.at("dropped") == 3);
+    lb.erase(lb.begin() + N);
     for (size_t i = 0; i < la.size(); ++i) {
       CHECK(lb[i].at("step") == static_cast<int>(i) + 1);
       CHECK(la[i].at("loss").get<double>() == lb[i].at("loss").get<double>());

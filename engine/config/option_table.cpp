@@ -247,7 +247,8 @@ std::vector<OptionSpec> build_table() {
   t.push_back(row("train", "log_every", &C::train, &TrainOptions::log_every, ">= 0",
                   "Print progress every this many steps; 0 = never."));
   t.push_back(row("train", "metrics", &C::train, &TrainOptions::metrics, "a file path, or empty",
-                  "JSON-lines metrics file; empty = none."));
+                  "JSON-lines metrics file; empty = none. A resumed run keeps its lines up to the "
+                  "checkpoint's step, drops the rest and writes a \"resumed\" line."));
   t.push_back(row("train", "trace", &C::train, &TrainOptions::trace, "a file path, or empty",
                   "Chrome/Perfetto trace file; empty = none."));
   // [checkpoint]

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "actors/actor_engine.hpp"
+#include "engine/expected.hpp"
 
 namespace actorpipe {
 
@@ -44,5 +45,20 @@ std::string metrics_json(const StepMetrics& metrics);
 /// "imbalance":0.99,"busy":[..],"speed":[..],"predicted_now":..,"predicted_new":..,
 /// "layers_moved":3,"bytes_moved":..,"move_seconds":..,"reason":"...","error":""}}
 std::string migration_json(const MigrationEvent& event);
+
+/// The line a resumed run writes before its first step:
+/// {"resumed":{"step":50,"checkpoint":"ckpt/step-50","dropped":7}}
+/// dropped: the lines of steps after the checkpoint (and a line cut short) that the run before
+/// wrote and this one replays.
+std::string resumed_json(int64_t step, const std::string& checkpoint, int64_t dropped);
+
+/// Prepares train.metrics for a run resumed at `step`: keeps every line about a step at or
+/// before it (steps, migrations, earlier resumes), drops the rest and any line that is not one
+/// of these (a write the lost run had not finished), then appends resumed_json. The file is
+/// rewritten through a temporary file in its directory and renamed over, so a failure leaves it
+/// as it was; a file that does not exist is created. Returns the number of lines dropped.
+/// Errors name the path and the failing call.
+Expected<int64_t> resume_metrics_file(const std::string& path, int64_t step,
+                                      const std::string& checkpoint);
 
 }  // namespace actorpipe
