@@ -100,6 +100,7 @@ struct CheckpointOptions {
   std::string dir;     // empty = no checkpoints
   int every = 0;       // steps between periodic checkpoints; 0 = only the final one
   std::string resume;  // checkpoint directory to continue from; empty = fresh start
+  bool overwrite = false;  // a fresh run may remove checkpoints of another run found in dir
 };
 
 /// [cluster]: how a run's stages are placed on the processes of a multi-process job (rank,

@@ -2,15 +2,20 @@
 // bookkeeping (step count, tokens, time, stage times, spans); checkpoints between runs.
 #include "actors/api/actorpipe/trainer.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "actors/actor_engine.hpp"
 #include "actors/process_group.hpp"
 #include "engine/checkpoint/checkpoint.hpp"
+#include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/checkpoint/pipeline_checkpoint.hpp"
 #include "engine/data/loader.hpp"
 #include "engine/execution/optimizer_shard.hpp"
@@ -22,6 +27,19 @@
 
 namespace actorpipe {
 namespace {
+
+// Whether `path` can be written, found out without changing it: opened for appending (nothing
+// is written), and removed again when the probe created it.
+Status probe_writable(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return make_error("is a directory");
+  const bool existed = std::filesystem::exists(path, ec);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return make_error("cannot open for writing: {}", std::strerror(errno));
+  ::close(fd);
+  if (!existed) ::unlink(path.c_str());
+  return {};
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -159,6 +177,7 @@ struct Trainer::Impl {
   std::function<void(const MigrationEvent&)> migration_callback;
   bool record_spans = false;
   std::string resumed_from;
+  CheckpointDirLock checkpoint_lock;  // held while this trainer may write checkpoint.dir
 
   int64_t step = 0;        // optimizer steps done, counting those before a resume
   int64_t first_step = 0;  // step when this trainer started
@@ -298,6 +317,29 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
   impl->last.stages = impl->stage_totals;
 
   const bool reports = options.group == nullptr || options.group->rank() == 0;
+  // preflight: what would fail at the first checkpoint or at the end fails now
+  if (!config.checkpoint.dir.empty() && reports) {
+    CheckpointDirPlan plan;
+    plan.dir = config.checkpoint.dir;
+    plan.overwrite = config.checkpoint.overwrite;
+    std::error_code ec;
+    plan.resuming_here =
+        !impl->resumed_from.empty() &&
+        std::filesystem::equivalent(std::filesystem::path(impl->resumed_from).parent_path(),
+                                    config.checkpoint.dir, ec);
+    auto workers = impl->workers();
+    auto optimizers = impl->optimizers();
+    // this process's stages (the whole checkpoint unless the job has several processes)
+    if (auto refs = pipeline_checkpoint_refs(workers, optimizers))
+      plan.checkpoint_bytes = tensor_bytes(*refs);
+    auto lock = prepare_checkpoint_dir(plan);
+    if (!lock) return lock.error();
+    impl->checkpoint_lock = std::move(*lock);
+  }
+  if (!config.train.trace.empty() && reports) {
+    if (Status ok = probe_writable(config.train.trace); !ok)
+      return make_error("train.trace = \"{}\": {}", config.train.trace, ok.error().message);
+  }
   if (!config.train.metrics.empty() && reports) {
     // a resumed run continues the file it most likely wrote before, without the steps it replays
     if (!impl->resumed_from.empty()) {

@@ -389,6 +389,61 @@ TEST_CASE("bad checkpoints and options are refused with a message saying what is
   }
 }
 
+TEST_CASE("preflight: what would fail at a checkpoint or at the end fails before training") {
+  TempDir tmp;
+  Config c = tiny("1f1b", 2, 1);
+  c.checkpoint.dir = tmp.file("ckpt");
+  auto steps = std::make_shared<int>(0);
+  auto refused = [&](const Config& next, const std::string& part) {
+    auto t = Trainer::create(next);
+    REQUIRE_FALSE(t.ok());
+    MESSAGE(t.error().message);
+    CHECK(t.error().message.find(part) != std::string::npos);
+  };
+  {
+    auto first = make(c);
+    // a second run into the directory the first holds, even one resuming from it
+    refused(c, "checkpoint.dir = \"" + c.checkpoint.dir + "\" is in use by another run (pid");
+    first->on_step([steps](const StepMetrics&) { ++*steps; });
+    train(*first);
+  }
+  CHECK(*steps == 1);
+  // a fresh run where the first one's checkpoints lie
+  refused(c, "holds checkpoints of another run (final)");
+  // ... resuming from them, or overwriting them, may
+  Config resumed = tiny("1f1b", 2, 2);
+  resumed.checkpoint.dir = c.checkpoint.dir;
+  resumed.checkpoint.resume = c.checkpoint.dir;
+  train(*make(resumed));
+  Config over = c;
+  over.checkpoint.overwrite = true;
+  {
+    auto t = make(over);
+    CHECK(!fs::exists(tmp.file("ckpt/final")));  // removed before training
+    train(*t);
+  }
+  CHECK(fs::exists(tmp.file("ckpt/final/manifest.json")));
+  // a checkpoint directory or a trace that cannot be written: refused by create(), not after
+  // the training
+  std::ofstream(tmp.file("file")) << "x";
+  Config bad_dir = tiny("1f1b", 2, 1);
+  bad_dir.checkpoint.dir = tmp.file("file/ckpt");
+  refused(bad_dir, "checkpoint.dir = \"" + bad_dir.checkpoint.dir + "\": cannot create it");
+  Config bad_trace = tiny("1f1b", 2, 1);
+  bad_trace.train.trace = tmp.file("no-such-dir/trace.json");
+  refused(bad_trace, "train.trace = \"" + bad_trace.train.trace + "\": cannot open for writing");
+  Config trace_dir = tiny("1f1b", 2, 1);
+  trace_dir.train.trace = tmp.path.string();
+  refused(trace_dir, "is a directory");
+  // the probe leaves nothing behind
+  Config fine = tiny("1f1b", 2, 1);
+  fine.train.trace = tmp.file("t.json");
+  {
+    auto t = make(fine);
+    CHECK(!fs::exists(tmp.file("t.json")));
+  }
+}
+
 TEST_CASE("partition = auto: both backends take the planner's partition and agree bitwise") {
   // profiles go to a fresh cache directory, not the user's; both trainers read the same profile
   TempDir dir;

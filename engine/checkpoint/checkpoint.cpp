@@ -331,6 +331,18 @@ bool is_dir(const std::string& p) {
 
 }  // namespace
 
+uint64_t tensor_bytes(const CheckpointRefs& refs) {
+  uint64_t total = 0;
+  for (const auto* list : {&refs.model, &refs.optimizer, &refs.versions}) {
+    for (const TensorRef& t : *list) {
+      uint64_t n = 4;  // F32 and I32
+      for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+      total += n;
+    }
+  }
+  return total;
+}
+
 std::string checkpoint_name(const CheckpointInfo& info) {
   return info.final ? "final" : fmt::format("step-{}", info.step);
 }

@@ -92,6 +92,9 @@ Expected<std::string> save_checkpoint_shared(const std::string& dir, const Check
                                              const std::vector<StageRefs>& mine, int rank,
                                              const GatherTexts& gather);
 
+/// The bytes of every tensor in `refs` (what the safetensors files hold besides their headers).
+uint64_t tensor_bytes(const CheckpointRefs& refs);
+
 /// Views of loaded tensors, for save_checkpoint.
 std::vector<TensorRef> tensor_refs(const std::vector<NamedTensor>& tensors);
 

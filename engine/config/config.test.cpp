@@ -110,6 +110,7 @@ Config everything_changed() {
   c.checkpoint.dir = "ckpt";
   c.checkpoint.every = 4;
   c.checkpoint.resume = "ckpt/final";
+  c.checkpoint.overwrite = true;
   c.cluster.placement = {0, 0, 1};
   c.cluster.bind = "0.0.0.0";
   c.cluster.connect_timeout = 12.5;

@@ -262,6 +262,10 @@ std::vector<OptionSpec> build_table() {
                   "a checkpoint path, or empty",
                   "Continue from <dir>/step-<N>, <dir>/final, or <dir> (its latest complete "
                   "checkpoint); empty = fresh start."));
+  t.push_back(row("checkpoint", "overwrite", &C::checkpoint, &CheckpointOptions::overwrite,
+                  "true | false",
+                  "A run that does not resume from checkpoint.dir refuses to start when the "
+                  "directory holds checkpoints (another run's); true removes them first."));
   // [cluster]
   t.push_back(row("cluster", "placement", &C::cluster, &ClusterOptions::placement,
                   "[] or pipeline.stages ranks in [0, world), each rank holding >= 1 stage",

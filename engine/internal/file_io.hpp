@@ -23,6 +23,12 @@ class Fd {
   ~Fd();
   int get() const { return fd_; }
   bool valid() const { return fd_ >= 0; }
+  /// Gives up ownership: the descriptor is returned and no longer closed by this object.
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
   /// Closes now and reports a failure of close(2) (which can report delayed write errors).
   Status close(const std::string& path);
 

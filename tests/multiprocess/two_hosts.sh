@@ -62,8 +62,8 @@ fi
 grep -q "cluster: rank 0 of 2" "$work/multi/rank0.log"
 
 cd "$work"
-one=$(cd one/ckpt && find . -type f | sort)
-multi=$(cd multi/ckpt && find . -type f | sort)
+one=$(cd one/ckpt && find . -type f ! -name lock | sort)
+multi=$(cd multi/ckpt && find . -type f ! -name lock | sort)
 [[ -n $one && "$one" == "$multi" ]] || { echo "checkpoint files differ: $one / $multi"; exit 1; }
 for f in $one; do
   cmp -s "one/ckpt/$f" "multi/ckpt/$f" || { echo "$f differs"; exit 1; }
