@@ -97,9 +97,9 @@ struct TrainOptions {
 
 /// [checkpoint]
 struct CheckpointOptions {
-  std::string dir;     // empty = no checkpoints
-  int every = 0;       // steps between periodic checkpoints; 0 = only the final one
-  std::string resume;  // checkpoint directory to continue from; empty = fresh start
+  std::string dir;         // empty = no checkpoints
+  int every = 0;           // steps between periodic checkpoints; 0 = only the final one
+  std::string resume;      // checkpoint directory to continue from; empty = fresh start
   bool overwrite = false;  // a fresh run may remove checkpoints of another run found in dir
 };
 
