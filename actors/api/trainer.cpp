@@ -177,7 +177,8 @@ struct Trainer::Impl {
   std::function<void(const MigrationEvent&)> migration_callback;
   bool record_spans = false;
   std::string resumed_from;
-  CheckpointDirLock checkpoint_lock;  // held while this trainer may write checkpoint.dir
+  std::vector<std::string> skipped_checkpoints;  // newer ones the resume passed over, and why
+  CheckpointDirLock checkpoint_lock;             // held while this trainer may write checkpoint.dir
 
   int64_t step = 0;        // optimizer steps done, counting those before a resume
   int64_t first_step = 0;  // step when this trainer started
@@ -307,6 +308,7 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
     impl->step = ckpt->info.step;
     impl->first_step = ckpt->info.step;
     impl->resumed_from = ckpt->path;
+    impl->skipped_checkpoints = ckpt->skipped;
   }
   impl->last.step = impl->step;
   impl->last.steps = config.train.steps;
@@ -586,6 +588,10 @@ std::optional<double> Trainer::loss_floor() const {
 
 const std::string& Trainer::resumed_from() const {
   return impl_->resumed_from;
+}
+
+const std::vector<std::string>& Trainer::skipped_checkpoints() const {
+  return impl_->skipped_checkpoints;
 }
 
 }  // namespace actorpipe

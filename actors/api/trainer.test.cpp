@@ -359,6 +359,31 @@ TEST_CASE("bad checkpoints and options are refused with a message saying what is
     CHECK(t.error().message.find("checkpoint.resume") != std::string::npos);
     CHECK(t.error().message.find("model.safetensors") != std::string::npos);
   }
+  SUBCASE("a damaged newest checkpoint in a directory of them: reported, an older one used") {
+    Config three = tiny("1f1b", 2, 3);
+    three.checkpoint.dir = tmp.file("three");
+    three.checkpoint.every = 1;
+    train(*make(three));
+    for (const char* name :
+         {"three/final/model.safetensors", "three/step-3/optimizer.safetensors"}) {
+      std::fstream f(tmp.file(name), std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(-3, std::ios::end);
+      f.put('\x7f');
+    }
+    Config next = tiny("1f1b", 2, 4);
+    next.checkpoint.resume = tmp.file("three");
+    auto t = make(next);
+    CHECK(t->resumed_from() == tmp.file("three/step-2"));
+    CHECK(t->step_count() == 2);
+    REQUIRE(t->skipped_checkpoints().size() == 2);
+    CHECK(t->skipped_checkpoints()[0].find("three/final/model.safetensors: checksum mismatch") !=
+          std::string::npos);
+    CHECK(t->skipped_checkpoints()[1].find("three/step-3/optimizer.safetensors: checksum") !=
+          std::string::npos);
+    // naming the damaged one refuses
+    next.checkpoint.resume = tmp.file("three/final");
+    CHECK_FALSE(Trainer::create(next).ok());
+  }
   SUBCASE("another model") {
     Config next = tiny("1f1b", 2, 2);
     next.model.depth = 3;

@@ -6,12 +6,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -690,22 +692,86 @@ Expected<std::string> resolve_checkpoint(const std::string& path) {
   return best;
 }
 
-Expected<CheckpointContents> load_checkpoint(const std::string& path) {
-  auto dir = resolve_checkpoint(path);
-  if (!dir) return dir.error();
-  auto m = parse_manifest(join_path(*dir, kManifestFile));
+namespace {
+
+// One checkpoint directory, every file verified.
+Expected<CheckpointContents> load_one(const std::string& dir) {
+  if (!exists(join_path(dir, kManifestFile))) {
+    return make_error("checkpoint {}: {} is missing (an incomplete checkpoint)", dir,
+                      kManifestFile);
+  }
+  auto m = parse_manifest(join_path(dir, kManifestFile));
   if (!m) return m.error();
-  if (auto s = check_files(*dir, *m, /*checksums=*/true); !s) return s.error();
+  if (auto s = check_files(dir, *m, /*checksums=*/true); !s) return s.error();
   CheckpointContents c;
   c.info = std::move(m->info);
-  c.path = *dir;
+  c.path = dir;
   std::vector<NamedTensor>* parts[] = {&c.model, &c.optimizer, &c.versions};
   for (int i = 0; i < 3; ++i) {
-    auto t = read_safetensors(join_path(*dir, kDataFiles[i]));
+    auto t = read_safetensors(join_path(dir, kDataFiles[i]));
     if (!t) return t.error();
     *parts[i] = std::move(*t);
   }
   return c;
+}
+
+// The checkpoints of a directory of checkpoints, newest first: by step (from the name; final's
+// from its manifest, or newest of all when that is unreadable), final before step-<N> at a tie.
+std::vector<std::string> checkpoints_newest_first(const std::string& path) {
+  struct Candidate {
+    std::string dir;
+    int64_t step;
+    bool final;
+  };
+  std::vector<Candidate> found;
+  std::error_code ec;
+  for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const std::string dir = it->path().string();
+    int64_t step = 0;
+    if (name == "final") {
+      auto m = parse_manifest(join_path(dir, kManifestFile));
+      step = m ? m->info.step : std::numeric_limits<int64_t>::max();
+    } else if (!parse_step_name(name, step)) {
+      continue;  // temporaries and other files
+    }
+    if (is_dir(dir)) found.push_back({dir, step, name == "final"});
+  }
+  std::sort(found.begin(), found.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.step != b.step) return a.step > b.step;
+    return a.final && !b.final;
+  });
+  std::vector<std::string> out;
+  for (auto& c : found) out.push_back(std::move(c.dir));
+  return out;
+}
+
+}  // namespace
+
+Expected<CheckpointContents> load_checkpoint(const std::string& path) {
+  if (!exists(path)) return make_error("checkpoint {}: does not exist", path);
+  if (!is_dir(path)) return make_error("checkpoint {}: not a directory", path);
+  int64_t step = 0;
+  const std::string base = base_name(path);
+  if (exists(join_path(path, kManifestFile)) || base == "final" || parse_step_name(base, step)) {
+    auto dir = resolve_checkpoint(path);  // one checkpoint, named: no other is tried
+    if (!dir) return dir.error();
+    return load_one(*dir);
+  }
+  // a directory of checkpoints: the newest that loads; the newer ones that do not are reported
+  std::vector<std::string> skipped;
+  for (const std::string& dir : checkpoints_newest_first(path)) {
+    auto c = load_one(dir);
+    if (c) {
+      c->skipped = std::move(skipped);
+      return c;
+    }
+    skipped.push_back(c.error().message);  // names the file
+  }
+  std::string msg =
+      fmt::format("checkpoint {}: no complete checkpoint (step-<N> or final) in it", path);
+  for (const auto& s : skipped) msg += "\n  skipped " + s;
+  return Error{msg};
 }
 
 Status check_compatible(const CheckpointInfo& info, const ModelOptions& model) {

@@ -39,6 +39,9 @@ struct CheckpointContents {
   std::vector<NamedTensor> optimizer;  // optimizer state: "layers.3.attn.qkv.weight.adam_m"
   std::vector<NamedTensor> versions;   // extra live weight versions: "layers.3.attn.qkv.weight@v7"
   std::string path;                    // the directory it was loaded from (set by load)
+  /// Loaded from a directory of checkpoints: why each newer one did not load, newest first,
+  /// each naming its file (set by load).
+  std::vector<std::string> skipped;
 };
 
 /// Tensors to save, as views of caller-owned memory (no copy is made).
@@ -107,9 +110,13 @@ Expected<std::string> resolve_checkpoint(const std::string& path);
 /// Reads and checks only manifest.json of a checkpoint directory (no file checksums).
 Expected<CheckpointInfo> read_checkpoint_info(const std::string& checkpoint_dir);
 
-/// Loads the checkpoint resolve_checkpoint(path) finds, verifying the manifest (format and
-/// version), that every file it lists exists with its recorded size and CRC-32, and every
-/// safetensors file. Errors name the file and what does not match.
+/// Loads a checkpoint, verifying the manifest (format and version), that every file it lists
+/// exists with its recorded size and CRC-32, and every safetensors file. `path` names one
+/// checkpoint (a directory with a manifest, or named final or step-<N>): it loads or the error
+/// names the file and what does not match. Or `path` is a directory of checkpoints: the newest
+/// that loads whole is taken (by step; final first at a tie), and every newer one that did not
+/// (damaged, incomplete, a checksum that does not match) is listed in `skipped` with the reason;
+/// none loading is an error listing each.
 Expected<CheckpointContents> load_checkpoint(const std::string& path);
 
 /// Refuses a checkpoint whose model differs from `model` in a key that changes the parameters

@@ -215,6 +215,32 @@ TEST_CASE("final checkpoints and resolving the latest complete one") {
   auto c = load_checkpoint(dir.str());
   REQUIRE(c.ok());
   CHECK(c->info.step == 10);
+  // ... and names each newer one it passed over, newest first, with the reason
+  REQUIRE(c->skipped.size() == 3);
+  CHECK(contains(c->skipped[0], "step-70/manifest.json: not valid JSON"));
+  CHECK(contains(c->skipped[1], "step-60/optimizer.safetensors: size is 20 bytes"));
+  CHECK(contains(c->skipped[2], "step-50: manifest.json is missing"));
+  // a newer checkpoint whose sizes look right but whose bytes do not (a checksum mismatch)
+  // is passed over too, where resolve_checkpoint (sizes only) would take it
+  fs::copy(dir.path / "step-10", dir.path / "step-80", fs::copy_options::recursive);
+  {
+    std::string manifest = slurp(dir.path / "step-80" / "manifest.json");
+    const std::string from = "\"step\": 10", to = "\"step\": 80";
+    manifest.replace(manifest.find(from), from.size(), to);
+    dump(dir.path / "step-80" / "manifest.json", manifest);
+    std::string model = slurp(dir.path / "step-80" / "model.safetensors");
+    model[model.size() - 2] ^= 0x01;
+    dump(dir.path / "step-80" / "model.safetensors", model);
+  }
+  CHECK(*resolve_checkpoint(dir.str()) == (dir.path / "step-80").string());
+  auto past_crc = load_checkpoint(dir.str());
+  REQUIRE(past_crc.ok());
+  CHECK(past_crc->info.step == 10);
+  REQUIRE(past_crc->skipped.size() == 4);
+  CHECK(contains(past_crc->skipped[0], "step-80/model.safetensors: checksum mismatch"));
+  fs::remove_all(dir.path / "step-80");
+  // a checkpoint named directly is never replaced by another
+  CHECK(load_checkpoint((dir.path / "step-10").string())->skipped.empty());
 
   // The final checkpoint wins over a periodic one of the same step.
   Sample fin(10);

@@ -278,6 +278,9 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
              probe_devices().status);
   const std::optional<double> floor = trainer->loss_floor();
   if (floor) fmt::print("loss floor (entropy rate of the data): {:.4f} nats/token\n", *floor);
+  for (const std::string& s : trainer->skipped_checkpoints())
+    fmt::print(stderr, "{}: warning: skipped a newer checkpoint that does not load: {}\n",
+               program.name, s);
   if (!trainer->resumed_from().empty()) {
     fmt::print("resumed from {} at step {}\n", trainer->resumed_from(), trainer->step_count());
   }

@@ -125,6 +125,10 @@ class Trainer {
   std::optional<double> loss_floor() const;
   /// The checkpoint this trainer resumed from, or empty.
   const std::string& resumed_from() const;
+  /// Resumed from a directory of checkpoints: the newer ones that did not load (damaged or
+  /// incomplete), newest first, each naming the file and why; the run continues from
+  /// resumed_from().
+  const std::vector<std::string>& skipped_checkpoints() const;
 
  private:
   struct Impl;
