@@ -409,7 +409,10 @@ Expected<StepMetrics> Trainer::run(int steps) {
     if (im.migration_callback) im.migration_callback(e);
   };
   auto out = im.exec->run(steps, *im.data, report, migrated);
-  if (!out) return out.error();
+  if (!out) {
+    return make_error("the run of steps {} to {}: {}", base_step + 1, base_step + steps,
+                      out.error().message);
+  }
   if (im.multi() && im.options.group->rank() != 0) {
     // the driver (rank 0) reported the steps; the other ranks know the losses at the end
     StepMetrics m;

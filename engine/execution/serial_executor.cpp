@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "engine/data/loader.hpp"
@@ -311,6 +312,7 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
     return false;
   };
 
+  Status failure;  // the first error of an action: the run stops after it
   auto execute = [&](int r, const Action& a) {
     StageWorker& w = *workers_[static_cast<size_t>(r)];
     const size_t ru = static_cast<size_t>(r);
@@ -335,6 +337,12 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
         }
         if (r == d - 1) {
           run.mb_loss[static_cast<size_t>(a.microbatch)] = out.loss.mean();
+          // a non-finite loss stops the run, as on the actors (stage_actor.cpp)
+          if (!std::isfinite(out.loss.sum) && failure.ok()) {
+            failure =
+                make_error("stage {}, microbatch {} ({}): non-finite loss {} over {} targets", r,
+                           mb_done_ + a.microbatch, to_string(a), out.loss.sum, out.loss.count);
+          }
         } else if (lowered) {
           run.f_out[ru][a.microbatch] = std::move(out.out);
         } else {
@@ -442,6 +450,8 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
       }
       if (!ready(r, a)) continue;
       execute(r, a);
+      if (!failure.ok())
+        return make_error("{} pipeline: {}", to_string(opts_.mode), failure.error().message);
       at_flush[ru] = false;
       ++run.pc[ru];
       progress = true;
