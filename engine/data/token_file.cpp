@@ -1,16 +1,19 @@
-// TokenCorpus and MappedFile: memory-mapped token files (UTF-8 text, raw uint16, llm.c uint16),
+// TokenCorpus and DataFile: token files read at offsets (UTF-8 text, raw uint16, llm.c uint16),
 // with every format error reported as a value naming the file and the problem.
 #include "engine/data/token_file.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <utility>
+#include <vector>
 
 #include "kernels/check.hpp"
 
@@ -53,9 +56,19 @@ const char* other_llmc_file(int32_t magic) {
 
 }  // namespace
 
-// ---- MappedFile ----
+// ---- DataFile ----
 
-Expected<MappedFile> MappedFile::open(const std::string& path) {
+namespace {
+
+int64_t mtime_ns(const struct stat& st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+constexpr size_t kScanChunk = size_t{1} << 20;  // validation reads the file in 1 MiB pieces
+
+}  // namespace
+
+Expected<DataFile> DataFile::open(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return make_error("{}: cannot open: {}", path, std::strerror(errno));
   struct stat st {};
@@ -68,39 +81,67 @@ Expected<MappedFile> MappedFile::open(const std::string& path) {
     ::close(fd);
     return make_error("{}: not a regular file", path);
   }
-  MappedFile f;
+  DataFile f;
   f.path_ = path;
-  f.size_ = static_cast<size_t>(st.st_size);
-  if (f.size_ > 0) {
-    void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      return make_error("{}: cannot map {} bytes: {}", path, f.size_, std::strerror(err));
-    }
-    f.data_ = static_cast<const uint8_t*>(p);
-  }
-  ::close(fd);
+  f.fd_ = fd;
+  f.size_ = static_cast<uint64_t>(st.st_size);
+  f.mtime_ns_ = mtime_ns(st);
+  f.inode_ = static_cast<uint64_t>(st.st_ino);
   return f;
 }
 
-MappedFile::MappedFile(MappedFile&& other) noexcept
+DataFile::DataFile(DataFile&& other) noexcept
     : path_(std::move(other.path_)),
-      data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {}
+      fd_(std::exchange(other.fd_, -1)),
+      size_(other.size_),
+      mtime_ns_(other.mtime_ns_),
+      inode_(other.inode_) {}
 
-MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+DataFile& DataFile::operator=(DataFile&& other) noexcept {
   if (this != &other) {
-    if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+    if (fd_ >= 0) ::close(fd_);
     path_ = std::move(other.path_);
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
+    fd_ = std::exchange(other.fd_, -1);
+    size_ = other.size_;
+    mtime_ns_ = other.mtime_ns_;
+    inode_ = other.inode_;
   }
   return *this;
 }
 
-MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+DataFile::~DataFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status DataFile::read(uint64_t offset, std::span<uint8_t> out) const {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) return make_error("{}: cannot stat: {}", path_, std::strerror(errno));
+  const uint64_t now_size = static_cast<uint64_t>(st.st_size);
+  if (now_size != size_ || mtime_ns(st) != mtime_ns_ ||
+      static_cast<uint64_t>(st.st_ino) != inode_) {
+    return make_error(
+        "{}: changed while in use ({} bytes when opened, {} now{}): the data must stay as it was "
+        "when the run opened it (write a new file and start or resume a run on it)",
+        path_, size_, now_size, now_size == size_ ? ", modified since" : "");
+  }
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n =
+        ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return make_error("{}: read at byte offset {} failed: {}", path_, offset + done,
+                        std::strerror(errno));
+    }
+    if (n == 0) {
+      return make_error(
+          "{}: short read at byte offset {}: the file ends there (it was {} bytes "
+          "when opened)",
+          path_, offset + done, size_);
+    }
+    done += static_cast<size_t>(n);
+  }
+  return {};
 }
 
 // ---- UTF-8 ----
@@ -142,51 +183,66 @@ std::optional<size_t> find_invalid_utf8(std::span<const uint8_t> b) {
 // ---- TokenCorpus ----
 
 Expected<TokenCorpus> TokenCorpus::open_text(const std::string& path, size_t min_tokens) {
-  auto file = MappedFile::open(path);
+  auto file = DataFile::open(path);
   if (!file) return file.error();
-  const auto bytes = file->bytes();
-  if (bytes.empty()) return make_error("{}: empty file (0 bytes)", path);
-  if (const auto bad = find_invalid_utf8(bytes)) {
-    return make_error(
-        "{}: invalid UTF-8 at byte offset {} (byte {:#04x}): a text source must be UTF-8 (for a "
-        "binary uint16 token file use data.kind = \"tokens\")",
-        path, *bad, bytes[*bad]);
+  const uint64_t size = file->size();
+  if (size == 0) return make_error("{}: empty file (0 bytes)", path);
+  // validated piece by piece; a sequence cut by the end of a piece starts the next one
+  std::vector<uint8_t> buf(static_cast<size_t>(std::min<uint64_t>(size, kScanChunk)));
+  for (uint64_t pos = 0; pos < size;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - pos));
+    if (Status ok = file->read(pos, std::span(buf.data(), n)); !ok) return ok.error();
+    const auto bad = find_invalid_utf8(std::span<const uint8_t>(buf.data(), n));
+    if (!bad) {
+      pos += n;
+    } else if (pos + n<size&& * bad + 4> n && *bad > 0) {
+      pos += *bad;
+    } else {
+      return make_error(
+          "{}: invalid UTF-8 at byte offset {} (byte {:#04x}): a text source must be UTF-8 (for a "
+          "binary uint16 token file use data.kind = \"tokens\")",
+          path, pos + *bad, buf[*bad]);
+    }
   }
-  if (bytes.size() < min_tokens) {
+  if (size < min_tokens) {
     return make_error("{}: truncated: {} bytes (tokens), fewer than the {} one sequence needs",
-                      path, bytes.size(), min_tokens);
+                      path, size, min_tokens);
   }
   TokenCorpus c(std::move(*file));
-  c.base_ = c.file_.bytes().data();
-  c.count_ = c.file_.bytes().size();
+  c.header_ = 0;
+  c.count_ = static_cast<size_t>(size);
   c.width_ = 1;
+  c.id_limit_ = 256;
   c.format_ = "utf-8 text";
   return c;
 }
 
 Expected<TokenCorpus> TokenCorpus::open_tokens(const std::string& path, int64_t id_limit,
                                                size_t min_tokens, std::string_view limit_note) {
-  auto file = MappedFile::open(path);
+  auto file = DataFile::open(path);
   if (!file) return file.error();
-  const auto bytes = file->bytes();
-  const size_t size = bytes.size();
+  const size_t size = static_cast<size_t>(file->size());
   if (size == 0) return make_error("{}: empty file (0 bytes)", path);
+  // the first bytes: an llm.c header, when there is one
+  std::vector<uint8_t> head(std::min(size, kLlmcHeaderBytes));
+  if (Status ok = file->read(0, head); !ok) return ok.error();
+  const uint8_t* first = head.data();
 
   size_t header = 0;
   size_t count = 0;
-  const int32_t magic = size >= 4 ? load_le32(bytes.data()) : 0;
+  const int32_t magic = size >= 4 ? load_le32(first) : 0;
   if (magic == kLlmcTokenMagic) {
     if (size < kLlmcHeaderBytes) {
       return make_error("{}: truncated llm.c header: {} bytes, the header needs {}", path, size,
                         kLlmcHeaderBytes);
     }
-    const int32_t version = load_le32(bytes.data() + 4);
+    const int32_t version = load_le32(first + 4);
     if (version != kLlmcTokenVersion) {
       return make_error(
           "{}: unsupported llm.c token file version {} (supported: {} = uint16 tokens)", path,
           version, kLlmcTokenVersion);
     }
-    const int32_t declared = load_le32(bytes.data() + 8);
+    const int32_t declared = load_le32(first + 8);
     if (declared < 0) {
       return make_error("{}: llm.c header declares a negative token count {}", path, declared);
     }
@@ -214,8 +270,8 @@ Expected<TokenCorpus> TokenCorpus::open_tokens(const std::string& path, int64_t 
     }
     // The exact layout of an llm.c token file (version 1, matching count) with another magic is
     // a damaged header, not raw tokens.
-    if (size >= kLlmcHeaderBytes && load_le32(bytes.data() + 4) == kLlmcTokenVersion) {
-      const int32_t declared = load_le32(bytes.data() + 8);
+    if (size >= kLlmcHeaderBytes && load_le32(first + 4) == kLlmcTokenVersion) {
+      const int32_t declared = load_le32(first + 8);
       if (declared > 0 && size == kLlmcHeaderBytes + 2 * static_cast<size_t>(declared)) {
         return make_error(
             "{}: bad magic {}: the file has the layout of an llm.c token file (version 1, {} "
@@ -234,17 +290,25 @@ Expected<TokenCorpus> TokenCorpus::open_tokens(const std::string& path, int64_t 
     return make_error("{}: truncated: {} tokens, fewer than the {} one sequence needs", path, count,
                       min_tokens);
   }
-  const uint8_t* base = bytes.data() + header;
-  for (size_t i = 0; i < count; ++i) {
-    const uint16_t v = load_le16(base + 2 * i);
-    if (v >= id_limit) {
-      return make_error(
-          "{}: token {} at index {} (byte offset {}) is out of range: ids must be < {}{}", path, v,
-          i, header + 2 * i, id_limit, limit_note);
+  std::vector<uint8_t> buf(std::min<size_t>(2 * count, kScanChunk));
+  for (size_t i0 = 0; i0 < count;) {
+    const size_t n = std::min(count - i0, buf.size() / 2);
+    if (Status ok = file->read(header + 2 * i0, std::span(buf.data(), 2 * n)); !ok)
+      return ok.error();
+    for (size_t k = 0; k < n; ++k) {
+      const uint16_t v = load_le16(buf.data() + 2 * k);
+      if (v >= id_limit) {
+        const size_t i = i0 + k;
+        return make_error(
+            "{}: token {} at index {} (byte offset {}) is out of range: ids must be < {}{}", path,
+            v, i, header + 2 * i, id_limit, limit_note);
+      }
     }
+    i0 += n;
   }
   TokenCorpus c(std::move(*file));
-  c.base_ = c.file_.bytes().data() + header;
+  c.header_ = header;
+  c.id_limit_ = id_limit;
   c.count_ = count;
   c.width_ = 2;
   c.layout_ = header == 0 ? TokenFileLayout::raw : TokenFileLayout::llmc;
@@ -253,17 +317,26 @@ Expected<TokenCorpus> TokenCorpus::open_tokens(const std::string& path, int64_t 
 }
 
 int32_t TokenCorpus::operator[](size_t i) const {
-  AP_CHECK(i < count_, "token {} of {}", i, count_);
-  return width_ == 1 ? base_[i] : load_le16(base_ + 2 * i);
+  int32_t v = 0;
+  copy(i, std::span(&v, 1));
+  return v;
 }
 
 void TokenCorpus::copy(size_t offset, std::span<int32_t> out) const {
   AP_CHECK(offset + out.size() <= count_, "tokens [{}, {}) of {}", offset, offset + out.size(),
            count_);
-  if (width_ == 1) {
-    for (size_t i = 0; i < out.size(); ++i) out[i] = base_[offset + i];
-  } else {
-    for (size_t i = 0; i < out.size(); ++i) out[i] = load_le16(base_ + 2 * (offset + i));
+  thread_local std::vector<uint8_t> buf;
+  buf.resize(out.size() * static_cast<size_t>(width_));
+  Status ok = file_.read(header_ + offset * static_cast<uint64_t>(width_), buf);
+  if (!ok) throw std::runtime_error(ok.error().message);
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = width_ == 1 ? buf[i] : load_le16(buf.data() + 2 * i);
+    if (out[i] >= id_limit_) {
+      throw std::runtime_error(fmt::format(
+          "{}: token {} at index {} is out of range (ids must be < {}): the file changed since "
+          "it was validated",
+          file_.path(), out[i], offset + i, id_limit_));
+    }
   }
 }
 

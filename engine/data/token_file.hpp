@@ -24,31 +24,41 @@ enum class TokenFileLayout : uint8_t {
   llmc,  // llm.c: kLlmcHeaderBytes header, then the uint16 tokens
 };
 
-/// A read-only memory map of a whole regular file. Move-only.
-class MappedFile {
+/// An open regular file read at offsets (pread), never mapped: a file that shrinks under a
+/// reader gives an error naming it, not SIGBUS. It remembers the file's size, modification time
+/// and inode at open and notices when any of them changes. Move-only.
+class DataFile {
  public:
   /// Errors: "<path>: cannot open: <reason>", not a regular file.
-  static Expected<MappedFile> open(const std::string& path);
-  MappedFile(MappedFile&& other) noexcept;
-  MappedFile& operator=(MappedFile&& other) noexcept;
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  ~MappedFile();
-  std::span<const uint8_t> bytes() const { return {data_, size_}; }
+  static Expected<DataFile> open(const std::string& path);
+  DataFile(DataFile&& other) noexcept;
+  DataFile& operator=(DataFile&& other) noexcept;
+  DataFile(const DataFile&) = delete;
+  DataFile& operator=(const DataFile&) = delete;
+  ~DataFile();
+  /// The size at open.
+  uint64_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  /// Reads out.size() bytes at `offset`. Errors: the file changed since open (size,
+  /// modification time or inode: "<path>: changed while in use ..."), a short or failed read
+  /// (naming the offset).
+  Status read(uint64_t offset, std::span<uint8_t> out) const;
 
  private:
-  MappedFile() = default;
+  DataFile() = default;
   std::string path_;
-  const uint8_t* data_ = nullptr;
-  size_t size_ = 0;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  int64_t mtime_ns_ = 0;
+  uint64_t inode_ = 0;
 };
 
 /// Byte offset where the first invalid UTF-8 sequence starts (stray continuation bytes, overlong
 /// forms, surrogates, code points above U+10FFFF and cut sequences are invalid); nullopt if valid.
 std::optional<size_t> find_invalid_utf8(std::span<const uint8_t> bytes);
 
-/// The tokens of one file, read in place from its memory map.
+/// The tokens of one file, validated once at open and read from the file as they are needed
+/// (the file is not kept in memory).
 class TokenCorpus {
  public:
   /// A UTF-8 text file; token i = byte i (0..255). Errors: missing, empty, invalid UTF-8 (with
@@ -62,8 +72,11 @@ class TokenCorpus {
                                            size_t min_tokens, std::string_view limit_note = {});
 
   size_t size() const { return count_; }
+  /// Token i. Throws std::runtime_error as copy() does.
   int32_t operator[](size_t i) const;
-  /// Copies tokens [offset, offset + out.size()) into out.
+  /// Copies tokens [offset, offset + out.size()) into out. Throws std::runtime_error naming the
+  /// file when it changed since open (it was validated as it was then) or cannot be read, and
+  /// when a token read is out of range.
   void copy(size_t offset, std::span<int32_t> out) const;
   const std::string& path() const { return file_.path(); }
   /// "utf-8 text", "uint16 raw" or "uint16 llm.c v1".
@@ -71,9 +84,10 @@ class TokenCorpus {
   std::optional<TokenFileLayout> layout() const { return layout_; }
 
  private:
-  explicit TokenCorpus(MappedFile file) : file_(std::move(file)) {}
-  MappedFile file_;
-  const uint8_t* base_ = nullptr;  // first token
+  explicit TokenCorpus(DataFile file) : file_(std::move(file)) {}
+  DataFile file_;
+  uint64_t header_ = 0;   // byte offset of the first token
+  int64_t id_limit_ = 0;  // every token is < id_limit_
   size_t count_ = 0;
   int width_ = 1;  // bytes per token
   std::string_view format_;

@@ -4,6 +4,10 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
+#include <filesystem>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -211,4 +215,77 @@ TEST_CASE("bad token files are errors naming the path and the problem") {
   CHECK(TokenCorpus::open_tokens(edge, 50257, 65).ok());
   check_error(TokenCorpus::open_tokens(edge, 50256, 65), edge,
               {"token 50256 at index " + std::to_string(tokens.size() - 1)});
+}
+
+TEST_CASE("a file that shrinks, grows or changes after open is an error naming it, not SIGBUS") {
+  TempDir dir;
+  const auto tokens = sample_tokens();
+  const std::string raw = dir.file("raw.bin"), text = dir.file("t.txt");
+  std::vector<int32_t> some(50);
+  auto fails = [](const TokenCorpus& c, size_t offset, std::span<int32_t> out,
+                  const std::string& part) {
+    try {
+      c.copy(offset, out);
+      FAIL("copy succeeded");
+    } catch (const std::runtime_error& e) {
+      MESSAGE(std::string(e.what()));
+      CHECK(std::string(e.what()).find(c.path() + ": " + part) != std::string::npos);
+    }
+  };
+  SUBCASE("shrinks: reading past the new end (a memory map would raise SIGBUS)") {
+    dump(raw, le16s(tokens));
+    auto c = TokenCorpus::open_tokens(raw, 50257, 10);
+    REQUIRE(c.ok());
+    std::filesystem::resize_file(raw, 100);
+    fails(*c, 250, some, "changed while in use (604 bytes when opened, 100 now)");
+  }
+  SUBCASE("grows") {
+    dump(text, std::string(400, 'a'));
+    auto c = TokenCorpus::open_text(text, 10);
+    REQUIRE(c.ok());
+    dump(text, std::string(500, 'a'));
+    fails(*c, 0, some, "changed while in use (400 bytes when opened, 500 now)");
+  }
+  SUBCASE("rewritten in place with the same size") {
+    dump(raw, le16s(tokens));
+    auto c = TokenCorpus::open_tokens(raw, 50257, 10);
+    REQUIRE(c.ok());
+    std::vector<uint16_t> other(tokens.size(), 60000);  // ids the file was not validated with
+    dump(raw, le16s(other));
+    // the write's time may fall in the clock tick of the first one: make it later
+    std::filesystem::last_write_time(
+        raw, std::filesystem::last_write_time(raw) + std::chrono::seconds(1));
+    fails(*c, 0, some, "changed while in use (604 bytes when opened, 604 now, modified since)");
+  }
+  SUBCASE("a file as it was opened reads on") {
+    dump(raw, le16s(tokens));
+    auto c = TokenCorpus::open_tokens(raw, 50257, 10);
+    REQUIRE(c.ok());
+    c->copy(250, some);
+    CHECK(some[0] == tokens[250]);
+  }
+}
+
+TEST_CASE("validation reads a large file in pieces: an error deep in it names its offset") {
+  TempDir dir;
+  // 3 MiB of text, one bad byte past the second piece; a 3-byte character cut by the first
+  // piece's end is valid
+  std::string t((3u << 20) + 10, 'x');
+  const size_t cut = (1u << 20) - 1;
+  t.replace(cut, 3, "\xe2\x82\xac");  // U+20AC, bytes 1048575..1048577
+  t[(2u << 20) + 5] = '\xff';
+  dump(dir.file("big.txt"), t);
+  check_error(TokenCorpus::open_text(dir.file("big.txt"), 10), dir.file("big.txt"),
+              {"invalid UTF-8 at byte offset 2097157 (byte 0xff)"});
+  t[(2u << 20) + 5] = 'y';
+  dump(dir.file("big.txt"), t);
+  auto ok = TokenCorpus::open_text(dir.file("big.txt"), 10);
+  REQUIRE_MESSAGE(ok.ok(), (ok.ok() ? "" : ok.error().message));
+  CHECK(ok->size() == t.size());
+  // a token file: an id out of range in the third piece
+  std::vector<uint16_t> many((3u << 20) / 2 + 7, 5);
+  many[(2u << 20) / 2 + 3] = 60000;
+  dump(dir.file("big.bin"), le16s(many));
+  check_error(TokenCorpus::open_tokens(dir.file("big.bin"), 50257, 10), dir.file("big.bin"),
+              {"token 60000 at index 1048579 (byte offset 2097158) is out of range"});
 }
