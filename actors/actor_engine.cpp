@@ -18,6 +18,7 @@
 #include "engine/config/config.hpp"
 #include "engine/config/forced_moves.hpp"
 #include "engine/data/loader.hpp"
+#include "engine/execution/memory_check.hpp"
 #include "engine/execution/optimizer_shard.hpp"
 #include "engine/execution/stage_worker.hpp"
 #include "engine/migration/layer_move.hpp"
@@ -151,6 +152,11 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& config,
     if (!placement) return placement.error();
     impl->placement = *placement;
   }
+  // a model whose stages here cannot fit is an error naming its size, not std::bad_alloc
+  if (Status ok = check_memory_fits(*impl->model, *impl->partition, impl->mode,
+                                    config.optimizer.kind, impl->placement.stages_of(impl->rank));
+      !ok)
+    return world > 1 ? make_error("rank {}: {}", impl->rank, ok.error().message) : ok.error();
   for (int r = 0; r < impl->partition->stages(); ++r) {
     if (impl->placement.rank_of(r) != impl->rank) {
       impl->workers.push_back(nullptr);

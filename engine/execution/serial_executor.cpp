@@ -9,6 +9,7 @@
 #include <map>
 
 #include "engine/data/loader.hpp"
+#include "engine/execution/memory_check.hpp"
 #include "engine/schedule/generators.hpp"
 #include "engine/schedule/lowering.hpp"
 #include "engine/schedule/validate.hpp"
@@ -153,6 +154,10 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Config& c
   if (!partition) return partition.error();
   auto mode = parse_mode(config.pipeline.mode);
   if (!mode) return make_error("pipeline.mode: {}", mode.error().message);
+  std::vector<int> all(static_cast<size_t>(partition->stages()));
+  for (int r = 0; r < partition->stages(); ++r) all[static_cast<size_t>(r)] = r;
+  if (Status ok = check_memory_fits(*model, *partition, *mode, config.optimizer.kind, all); !ok)
+    return ok.error();
   SerialExecutorOptions o;
   o.mode = *mode;
   o.microbatches = config.pipeline.microbatches;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <new>
 
 #include "actors/api/actorpipe/progress.hpp"
 #include "actors/api/actorpipe/trainer.hpp"
@@ -301,6 +302,11 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
   Status done;
   try {
     done = trainer->train();
+  } catch (const std::bad_alloc&) {
+    done = Error{
+        "out of memory (std::bad_alloc) while training: the activations, stashes and buffers of "
+        "this config do not fit beside the weights; lower pipeline.microbatch_size or "
+        "pipeline.microbatches, set pipeline.recompute, or use more stages"};
   } catch (const std::exception& e) {
     done = Error{e.what()};
   }

@@ -1,0 +1,67 @@
+// Memory check: the least bytes of a run's stages against MemAvailable.
+#include "engine/execution/memory_check.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace actorpipe {
+namespace {
+
+std::string bytes_text(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 6) {
+    b /= 1024.0;
+    ++u;
+  }
+  return fmt::format("{:.1f} {}", b, units[u]);
+}
+
+}  // namespace
+
+uint64_t least_stage_bytes(const Model& model, const Partition& partition, Mode mode,
+                           const std::string& optimizer_kind, std::span<const int> stages) {
+  const uint64_t per_float =
+      4 * (1 /* weights */ + 1 /* gradients */ + (optimizer_kind == "sgd" ? 1 : 2) +
+           (mode == Mode::twobw || mode == Mode::pipedream || mode == Mode::xpipe ? 1 : 0));
+  uint64_t floats = 0;
+  for (int r : stages)
+    for (int i = partition.begin(r); i < partition.end(r); ++i)
+      floats += model.layer(i).param_floats();
+  return floats * per_float;
+}
+
+std::optional<uint64_t> available_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream in(line.substr(13));
+    uint64_t kib = 0;
+    if (in >> kib) return kib * 1024;
+  }
+  return std::nullopt;
+}
+
+Status check_memory_fits(const Model& model, const Partition& partition, Mode mode,
+                         const std::string& optimizer_kind, std::span<const int> stages,
+                         std::optional<uint64_t> available) {
+  if (!available) return {};
+  const uint64_t need = least_stage_bytes(model, partition, mode, optimizer_kind, stages);
+  if (need <= *available) return {};
+  uint64_t floats = 0;
+  for (int r : stages)
+    for (int i = partition.begin(r); i < partition.end(r); ++i)
+      floats += model.layer(i).param_floats();
+  const ModelOptions& o = model.options();
+  return make_error(
+      "model.width = {}, model.depth = {}, model.vocab_size = {}: the stages here need at least "
+      "{} (weights, gradients, {} state and weight versions of {:.3g} parameter floats), "
+      "{} of memory is available",
+      o.width, o.depth, o.vocab_size, bytes_text(static_cast<double>(need)), optimizer_kind,
+      static_cast<double>(floats), bytes_text(static_cast<double>(*available)));
+}
+
+}  // namespace actorpipe

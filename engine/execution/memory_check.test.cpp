@@ -1,0 +1,55 @@
+// Memory check tests: the least bytes of a run's stages are the parameter floats times the
+// copies the mode and optimizer keep; more than is available is an error naming the size keys.
+#include "engine/execution/memory_check.hpp"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/support/tiny_model.hpp"
+
+using namespace actorpipe;
+using namespace actorpipe::testing;
+
+TEST_CASE("the least bytes count weights, gradients, optimizer state and weight versions") {
+  auto model = Model::build(tiny_model(Arch::gpt, true, 3));
+  REQUIRE(model.ok());
+  const std::vector<int> counts{2, model->num_layers() - 2};
+  auto part = Partition::from_counts(model->num_layers(), counts);
+  REQUIRE(part.ok());
+  uint64_t floats0 = 0, floats1 = 0;
+  for (int i = 0; i < 2; ++i) floats0 += model->layer(i).param_floats();
+  for (int i = 2; i < model->num_layers(); ++i) floats1 += model->layer(i).param_floats();
+  const std::vector<int> both{0, 1}, second{1};
+  CHECK(least_stage_bytes(*model, *part, Mode::onef1b, "adamw", both) == 16 * (floats0 + floats1));
+  CHECK(least_stage_bytes(*model, *part, Mode::gpipe, "sgd", both) == 12 * (floats0 + floats1));
+  CHECK(least_stage_bytes(*model, *part, Mode::twobw, "adamw", both) == 20 * (floats0 + floats1));
+  CHECK(least_stage_bytes(*model, *part, Mode::xpipe, "adamw", second) == 20 * floats1);
+  CHECK(least_stage_bytes(*model, *part, Mode::pipedream, "sgd", second) == 16 * floats1);
+}
+
+TEST_CASE("stages that cannot fit are an error naming the keys that size the model") {
+  auto model = Model::build(tiny_model(Arch::gpt, true, 3));
+  REQUIRE(model.ok());
+  const std::vector<int> counts{2, model->num_layers() - 2};
+  auto part = Partition::from_counts(model->num_layers(), counts);
+  REQUIRE(part.ok());
+  const std::vector<int> both{0, 1};
+  const uint64_t need = least_stage_bytes(*model, *part, Mode::onef1b, "adamw", both);
+  CHECK(check_memory_fits(*model, *part, Mode::onef1b, "adamw", both, need).ok());
+  CHECK(check_memory_fits(*model, *part, Mode::onef1b, "adamw", both, std::nullopt).ok());
+  const Status bad = check_memory_fits(*model, *part, Mode::onef1b, "adamw", both, need - 1);
+  REQUIRE(!bad.ok());
+  MESSAGE(bad.error().message);
+  const ModelOptions& o = model->options();
+  CHECK(bad.error().message.find(fmt::format("model.width = {}, model.depth = {}, "
+                                             "model.vocab_size = {}: the stages here need at least",
+                                             o.width, o.depth, o.vocab_size)) != std::string::npos);
+  CHECK(bad.error().message.find("of memory is available") != std::string::npos);
+  // this machine reports what it has
+  const auto here = available_memory_bytes();
+  REQUIRE(here.has_value());
+  CHECK(*here > 0);
+}
