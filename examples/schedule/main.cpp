@@ -26,12 +26,15 @@ using namespace actorpipe;
 
 namespace {
 
+constexpr double kMaxWork = 1e5;  // stages x microbatches x steps of a generated schedule
+
 constexpr const char* usage = R"(usage: actorpipe-schedule [options]
   --mode M            gpipe | 1f1b | 2bw | pipedream | xpipe (default 1f1b)
   --stages D          pipeline stages, >= 1 (default 4)
   --microbatches M    microbatches per optimizer step, >= 1 (default 8; 2bw needs M >= D)
   --steps N           optimizer steps, >= 1 (default 1; gpipe and 1f1b cover exactly one);
                       pipedream runs M*N microbatches, each its own step
+                      (D*M*N at most 100000: about 2 s to generate, validate and simulate)
   --versions          print the weight version (@v) and xpipe lookahead (+s) in the grid
   --lowered           print the grid with SEND/RECV actions
   --csv FILE          write the compute-only torch.distributed.pipelining CSV ("-": stdout only)
@@ -146,6 +149,16 @@ Options parse(int argc, char** argv) {
   o.simulate = o.given.count("--simulate") > 0;
   o.json = o.given.count("--json") > 0;
   if (o.json && o.csv == "-") bad("--json and --csv - both write stdout: choose one");
+  // a schedule is generated, validated and printed whole: its size is bounded up front
+  if (o.import.empty() && o.stages >= 1 && o.microbatches >= 1 && o.steps >= 1) {
+    const double work = static_cast<double>(o.stages) * o.microbatches * o.steps;
+    if (work > kMaxWork) {
+      bad(
+          fmt::format("--stages {} x --microbatches {} x --steps {} = {:.0f} microbatch-stages, "
+                      "more than this tool handles ({:.0f}, about 2 s): choose smaller sizes",
+                      o.stages, o.microbatches, o.steps, work, kMaxWork));
+    }
+  }
   if (!o.import.empty()) {
     for (const char* f : {"--stages", "--microbatches", "--steps"}) {
       if (o.given.count(f))
