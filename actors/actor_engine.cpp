@@ -153,8 +153,9 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& config,
     impl->placement = *placement;
   }
   // a model whose stages here cannot fit is an error naming its size, not std::bad_alloc
-  if (Status ok = check_memory_fits(*impl->model, *impl->partition, impl->mode,
-                                    config.optimizer.kind, impl->placement.stages_of(impl->rank));
+  if (Status ok =
+          check_memory_fits(*impl->model, *impl->partition, impl->mode, config.optimizer.kind,
+                            impl->placement.stages_of(impl->rank), impl->B, impl->T);
       !ok)
     return world > 1 ? make_error("rank {}: {}", impl->rank, ok.error().message) : ok.error();
   for (int r = 0; r < impl->partition->stages(); ++r) {

@@ -450,6 +450,11 @@ Status validate(const Config& c) {
   }
   if (p.microbatches < 1) {
     bad(fmt::format("pipeline.microbatches = {}: must be >= 1", p.microbatches));
+  } else if (p.microbatches > kMaxMicrobatches) {
+    bad(
+        fmt::format("pipeline.microbatches = {}: at most {} per step (a step's schedule and its "
+                    "bookkeeping grow with it)",
+                    p.microbatches, kMaxMicrobatches));
   } else if (p.mode == "2bw" && p.stages >= 1 && p.microbatches < p.stages) {
     bad(
         fmt::format("pipeline.microbatches = {}: mode 2bw needs at least as many microbatches as "

@@ -11,6 +11,9 @@
 
 namespace actorpipe {
 
+/// The most microbatches a step may have (pipeline.microbatches).
+inline constexpr int kMaxMicrobatches = 65536;
+
 /// Parses the TOML file at `path` (an empty path: no file, all defaults), then applies each
 /// "section.key=value" of `sets` in order (later ones win), then validate()s the result.
 /// Every problem found is reported in one error, one line each, naming the file and line (or

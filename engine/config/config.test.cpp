@@ -394,6 +394,7 @@ TEST_CASE("out-of-range values and impossible combinations are refused") {
         "pipeline.partition = [6, 0]: every stage needs at least 1 layer");
   check({"pipeline.seq_len=129"}, "pipeline.seq_len = 129: exceeds model.context = 128");
   check({"pipeline.microbatches=0"}, "pipeline.microbatches = 0: must be >= 1");
+  check({"pipeline.microbatches=65537"}, "pipeline.microbatches = 65537: at most 65536 per step");
   check({"data.kind=text"}, "data.path = \"\": data.kind = \"text\" needs a file path");
   check({"data.kind=tokens"}, "data.kind = \"tokens\" needs a file path");
   check({"data.kind=csv"},

@@ -176,7 +176,7 @@ std::vector<OptionSpec> build_table() {
   t.push_back(row("pipeline", "stages", &C::pipeline, &PipelineOptions::stages,
                   ">= 1, at most model.depth + 2", "Pipeline stages d."));
   t.push_back(row("pipeline", "microbatches", &C::pipeline, &PipelineOptions::microbatches,
-                  ">= 1; 2bw needs >= stages", "Microbatches m per optimizer step."));
+                  "1 .. 65536; 2bw needs >= stages", "Microbatches m per optimizer step."));
   t.push_back(row("pipeline", "microbatch_size", &C::pipeline, &PipelineOptions::microbatch_size,
                   ">= 1", "Sequences B per microbatch."));
   t.push_back(row("pipeline", "seq_len", &C::pipeline, &PipelineOptions::seq_len,

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -22,15 +23,22 @@ std::string bytes_text(double b) {
 }  // namespace
 
 uint64_t least_stage_bytes(const Model& model, const Partition& partition, Mode mode,
-                           const std::string& optimizer_kind, std::span<const int> stages) {
+                           const std::string& optimizer_kind, std::span<const int> stages, int B,
+                           int T) {
   const uint64_t per_float =
       4 * (1 /* weights */ + 1 /* gradients */ + (optimizer_kind == "sgd" ? 1 : 2) +
            (mode == Mode::twobw || mode == Mode::pipedream || mode == Mode::xpipe ? 1 : 0));
-  uint64_t floats = 0;
-  for (int r : stages)
+  const ModelOptions& o = model.options();
+  const uint64_t tokens =
+      static_cast<uint64_t>(std::max(B, 0)) * static_cast<uint64_t>(std::max(T, 0));
+  uint64_t bytes = 0;
+  for (int r : stages) {
     for (int i = partition.begin(r); i < partition.end(r); ++i)
-      floats += model.layer(i).param_floats();
-  return floats * per_float;
+      bytes += model.layer(i).param_floats() * per_float;
+    bytes += 4 * tokens * static_cast<uint64_t>(o.width);  // the stage's output
+    if (r == partition.stages() - 1) bytes += 4 * tokens * static_cast<uint64_t>(o.vocab_size);
+  }
+  return bytes;
 }
 
 std::optional<uint64_t> available_memory_bytes() {
@@ -46,10 +54,10 @@ std::optional<uint64_t> available_memory_bytes() {
 }
 
 Status check_memory_fits(const Model& model, const Partition& partition, Mode mode,
-                         const std::string& optimizer_kind, std::span<const int> stages,
-                         std::optional<uint64_t> available) {
+                         const std::string& optimizer_kind, std::span<const int> stages, int B,
+                         int T, std::optional<uint64_t> available) {
   if (!available) return {};
-  const uint64_t need = least_stage_bytes(model, partition, mode, optimizer_kind, stages);
+  const uint64_t need = least_stage_bytes(model, partition, mode, optimizer_kind, stages, B, T);
   if (need <= *available) return {};
   uint64_t floats = 0;
   for (int r : stages)
@@ -57,11 +65,12 @@ Status check_memory_fits(const Model& model, const Partition& partition, Mode mo
       floats += model.layer(i).param_floats();
   const ModelOptions& o = model.options();
   return make_error(
-      "model.width = {}, model.depth = {}, model.vocab_size = {}: the stages here need at least "
-      "{} (weights, gradients, {} state and weight versions of {:.3g} parameter floats), "
-      "{} of memory is available",
-      o.width, o.depth, o.vocab_size, bytes_text(static_cast<double>(need)), optimizer_kind,
-      static_cast<double>(floats), bytes_text(static_cast<double>(*available)));
+      "model.width = {}, model.depth = {}, model.vocab_size = {}, model.context = {}, "
+      "pipeline.microbatch_size = {}, sequence length {}: the stages here need at least {} "
+      "(weights, gradients, {} state and weight versions of {:.3g} parameter floats, and one "
+      "microbatch's activations), {} of memory is available",
+      o.width, o.depth, o.vocab_size, o.context, B, T, bytes_text(static_cast<double>(need)),
+      optimizer_kind, static_cast<double>(floats), bytes_text(static_cast<double>(*available)));
 }
 
 }  // namespace actorpipe

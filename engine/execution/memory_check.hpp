@@ -17,21 +17,25 @@ namespace actorpipe {
 
 /// The least bytes `stages` of a run hold whatever else happens: per parameter float of their
 /// layers 4 bytes each for the weights, the gradient accumulator, the optimizer state (AdamW 2,
-/// SGD 1) and the extra weight version 2bw, pipedream and xpipe keep (at least 1). Activations,
-/// stashes and channel buffers come on top.
+/// SGD 1) and the extra weight version 2bw, pipedream and xpipe keep (at least 1); and for one
+/// microbatch of B sequences of T tokens, each stage's output (B·T·width floats) and the last
+/// stage's logits (B·T·vocab_size floats). Stashes of more microbatches and channel buffers come
+/// on top.
 uint64_t least_stage_bytes(const Model& model, const Partition& partition, Mode mode,
-                           const std::string& optimizer_kind, std::span<const int> stages);
+                           const std::string& optimizer_kind, std::span<const int> stages, int B,
+                           int T);
 
 /// MemAvailable of /proc/meminfo in bytes, when it can be read.
 std::optional<uint64_t> available_memory_bytes();
 
 /// Errors when least_stage_bytes(stages) exceeds `available` (default: available_memory_bytes();
-/// no check when unknown), naming the bytes, the parameter count and the keys that size the
-/// model: "model.width = 100000, model.depth = 2, model.vocab_size = 8192: the model's
-/// stages here need at least 1.2 TiB (weights, gradients, optimizer state and weight versions of
-/// 1.2e+11 parameters), 20.1 GiB of memory is available".
+/// no check when unknown), naming the bytes and the keys that size them: "model.width = 100000,
+/// model.depth = 2, model.vocab_size = 8192, model.context = 64, pipeline.microbatch_size = 8,
+/// sequence length 64: the stages here need at least 1.2 TiB (weights, gradients, adamw state
+/// and weight versions of 1.2e+11 parameter floats, and one microbatch's activations),
+/// 20.1 GiB of memory is available".
 Status check_memory_fits(const Model& model, const Partition& partition, Mode mode,
-                         const std::string& optimizer_kind, std::span<const int> stages,
-                         std::optional<uint64_t> available = available_memory_bytes());
+                         const std::string& optimizer_kind, std::span<const int> stages, int B,
+                         int T, std::optional<uint64_t> available = available_memory_bytes());
 
 }  // namespace actorpipe

@@ -156,7 +156,10 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Config& c
   if (!mode) return make_error("pipeline.mode: {}", mode.error().message);
   std::vector<int> all(static_cast<size_t>(partition->stages()));
   for (int r = 0; r < partition->stages(); ++r) all[static_cast<size_t>(r)] = r;
-  if (Status ok = check_memory_fits(*model, *partition, *mode, config.optimizer.kind, all); !ok)
+  if (Status ok = check_memory_fits(
+          *model, *partition, *mode, config.optimizer.kind, all, config.pipeline.microbatch_size,
+          config.pipeline.seq_len > 0 ? config.pipeline.seq_len : config.model.context);
+      !ok)
     return ok.error();
   SerialExecutorOptions o;
   o.mode = *mode;
