@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +14,8 @@
 #include <optional>
 #include <string_view>
 #include <type_traits>
+
+#include "engine/internal/file_io.hpp"
 
 namespace actorpipe {
 namespace {
@@ -114,25 +115,9 @@ Expected<int64_t> resume_metrics_file(const std::string& path, int64_t step,
   }
   kept += resumed_json(step, checkpoint, dropped);
   kept += '\n';
-  const std::string tmp = path + ".resume-tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) {
-    return make_error("train.metrics = \"{}\": cannot write {}: {}", path, tmp,
-                      std::strerror(errno));
-  }
-  const bool written = std::fwrite(kept.data(), 1, kept.size(), f) == kept.size();
-  const bool closed = std::fclose(f) == 0;
-  if (!written || !closed) {
-    const int e = errno;
-    std::remove(tmp.c_str());
-    return make_error("train.metrics = \"{}\": writing {} failed: {}", path, tmp, std::strerror(e));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    std::remove(tmp.c_str());
-    return make_error("train.metrics = \"{}\": renaming {} over it failed: {}", path, tmp,
-                      std::strerror(e));
-  }
+  // through a temporary file renamed over it: a failure leaves the file as it was
+  if (Status ok = internal::write_file_atomic(path, kept); !ok)
+    return make_error("train.metrics = \"{}\": {}", path, ok.error().message);
   return dropped;
 }
 

@@ -333,6 +333,19 @@ bool is_dir(const std::string& p) {
 
 }  // namespace
 
+std::vector<std::string> checkpoints_in(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    int64_t step = 0;
+    if ((name == "final" || parse_step_name(name, step)) && it->is_directory(ec))
+      out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 uint64_t tensor_bytes(const CheckpointRefs& refs) {
   uint64_t total = 0;
   for (const auto* list : {&refs.model, &refs.optimizer, &refs.versions}) {
@@ -724,18 +737,16 @@ std::vector<std::string> checkpoints_newest_first(const std::string& path) {
     bool final;
   };
   std::vector<Candidate> found;
-  std::error_code ec;
-  for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    const std::string dir = it->path().string();
+  for (const std::string& name : checkpoints_in(path)) {
+    const std::string dir = join_path(path, name);
     int64_t step = 0;
     if (name == "final") {
       auto m = parse_manifest(join_path(dir, kManifestFile));
       step = m ? m->info.step : std::numeric_limits<int64_t>::max();
-    } else if (!parse_step_name(name, step)) {
-      continue;  // temporaries and other files
+    } else {
+      parse_step_name(name, step);
     }
-    if (is_dir(dir)) found.push_back({dir, step, name == "final"});
+    found.push_back({dir, step, name == "final"});
   }
   std::sort(found.begin(), found.end(), [](const Candidate& a, const Candidate& b) {
     if (a.step != b.step) return a.step > b.step;

@@ -101,6 +101,10 @@ uint64_t tensor_bytes(const CheckpointRefs& refs);
 /// Views of loaded tensors, for save_checkpoint.
 std::vector<TensorRef> tensor_refs(const std::vector<NamedTensor>& tensors);
 
+/// The checkpoints in `dir` ("final" and "step-<N>" directories, complete or not), by name;
+/// temporaries and other entries are not listed.
+std::vector<std::string> checkpoints_in(const std::string& dir);
+
 /// Finds the checkpoint `path` names: a checkpoint directory (it has a manifest.json), or a
 /// directory of checkpoints, meaning the complete one with the highest step in it ("final" wins
 /// a tie). Temporaries and incomplete checkpoints (no or unreadable manifest, a file missing or

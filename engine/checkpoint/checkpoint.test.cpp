@@ -25,6 +25,16 @@ using json = nlohmann::json;
 
 namespace {
 
+// Copies checkpoint <dir>/step-<from> to <dir>/step-<to>, its manifest recording step `to`.
+void copy_as_step(const fs::path& dir, int from, int to) {
+  const fs::path target = dir / fmt::format("step-{}", to);
+  fs::copy(dir / fmt::format("step-{}", from), target, fs::copy_options::recursive);
+  std::string manifest = slurp(target / "manifest.json");
+  const std::string was = fmt::format("\"step\": {}", from), now = fmt::format("\"step\": {}", to);
+  manifest.replace(manifest.find(was), was.size(), now);
+  dump(target / "manifest.json", manifest);
+}
+
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
@@ -196,14 +206,8 @@ TEST_CASE("final checkpoints and resolving the latest complete one") {
   fs::copy(dir.path / "step-10", dir.path / "step-99.tmp-123-0", fs::copy_options::recursive);
   fs::create_directories(dir.path / "step-50");
   fs::copy(dir.path / "step-10" / "model.safetensors", dir.path / "step-50");
-  fs::copy(dir.path / "step-10", dir.path / "step-60", fs::copy_options::recursive);
-  {
-    std::string manifest = slurp(dir.path / "step-60" / "manifest.json");
-    const std::string from = "\"step\": 10", to = "\"step\": 60";
-    manifest.replace(manifest.find(from), from.size(), to);
-    dump(dir.path / "step-60" / "manifest.json", manifest);
-    fs::resize_file(dir.path / "step-60" / "optimizer.safetensors", 20);
-  }
+  copy_as_step(dir.path, 10, 60);
+  fs::resize_file(dir.path / "step-60" / "optimizer.safetensors", 20);
   fs::copy(dir.path / "step-10", dir.path / "step-70", fs::copy_options::recursive);
   {
     const std::string manifest = slurp(dir.path / "step-70" / "manifest.json");
@@ -222,12 +226,8 @@ TEST_CASE("final checkpoints and resolving the latest complete one") {
   CHECK(contains(c->skipped[2], "step-50: manifest.json is missing"));
   // a newer checkpoint whose sizes look right but whose bytes do not (a checksum mismatch)
   // is passed over too, where resolve_checkpoint (sizes only) would take it
-  fs::copy(dir.path / "step-10", dir.path / "step-80", fs::copy_options::recursive);
+  copy_as_step(dir.path, 10, 80);
   {
-    std::string manifest = slurp(dir.path / "step-80" / "manifest.json");
-    const std::string from = "\"step\": 10", to = "\"step\": 80";
-    manifest.replace(manifest.find(from), from.size(), to);
-    dump(dir.path / "step-80" / "manifest.json", manifest);
     std::string model = slurp(dir.path / "step-80" / "model.safetensors");
     model[model.size() - 2] ^= 0x01;
     dump(dir.path / "step-80" / "model.safetensors", model);

@@ -8,7 +8,6 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <ctime>
 #include <filesystem>
@@ -39,12 +38,6 @@ std::string utc_now() {
 
 std::string mib(uint64_t bytes) {
   return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-}
-
-bool is_checkpoint_name(const std::string& name) {
-  if (name == "final") return true;
-  if (name.rfind("step-", 0) != 0 || name.size() == 5) return false;
-  return std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 }  // namespace
@@ -104,17 +97,6 @@ Expected<CheckpointDirLock> CheckpointDirLock::acquire(const std::string& dir) {
   lock.fd_ = guard.release();
   lock.dir_ = dir;
   return lock;
-}
-
-std::vector<std::string> checkpoints_in(const std::string& dir) {
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (is_checkpoint_name(name) && it->is_directory(ec)) out.push_back(name);
-  }
-  std::sort(out.begin(), out.end());
-  return out;
 }
 
 Expected<CheckpointDirLock> prepare_checkpoint_dir(const CheckpointDirPlan& plan) {

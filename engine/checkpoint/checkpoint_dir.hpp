@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/checkpoint/checkpoint.hpp"
 #include "engine/expected.hpp"
 
 namespace actorpipe {
@@ -45,9 +46,6 @@ struct CheckpointDirPlan {
   bool overwrite = false;         ///< checkpoint.overwrite: remove another run's checkpoints
   uint64_t checkpoint_bytes = 0;  ///< the tensor bytes of one checkpoint of this run
 };
-
-/// The checkpoints in `dir` ("final" and "step-<N>" directories, complete or not), by name.
-std::vector<std::string> checkpoints_in(const std::string& dir);
 
 /// Everything that would fail at the first checkpoint fails here instead, before training:
 /// creates `dir`, takes its lock (a second run is refused naming the holder), writes and

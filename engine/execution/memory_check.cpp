@@ -20,6 +20,15 @@ std::string bytes_text(double b) {
   return fmt::format("{:.1f} {}", b, units[u]);
 }
 
+// The parameter floats of the layers `stages` hold.
+uint64_t param_floats(const Model& model, const Partition& partition, std::span<const int> stages) {
+  uint64_t floats = 0;
+  for (int r : stages)
+    for (int i = partition.begin(r); i < partition.end(r); ++i)
+      floats += model.layer(i).param_floats();
+  return floats;
+}
+
 }  // namespace
 
 uint64_t least_stage_bytes(const Model& model, const Partition& partition, Mode mode,
@@ -31,10 +40,8 @@ uint64_t least_stage_bytes(const Model& model, const Partition& partition, Mode 
   const ModelOptions& o = model.options();
   const uint64_t tokens =
       static_cast<uint64_t>(std::max(B, 0)) * static_cast<uint64_t>(std::max(T, 0));
-  uint64_t bytes = 0;
+  uint64_t bytes = param_floats(model, partition, stages) * per_float;
   for (int r : stages) {
-    for (int i = partition.begin(r); i < partition.end(r); ++i)
-      bytes += model.layer(i).param_floats() * per_float;
     bytes += 4 * tokens * static_cast<uint64_t>(o.width);  // the stage's output
     if (r == partition.stages() - 1) bytes += 4 * tokens * static_cast<uint64_t>(o.vocab_size);
   }
@@ -59,10 +66,7 @@ Status check_memory_fits(const Model& model, const Partition& partition, Mode mo
   if (!available) return {};
   const uint64_t need = least_stage_bytes(model, partition, mode, optimizer_kind, stages, B, T);
   if (need <= *available) return {};
-  uint64_t floats = 0;
-  for (int r : stages)
-    for (int i = partition.begin(r); i < partition.end(r); ++i)
-      floats += model.layer(i).param_floats();
+  const uint64_t floats = param_floats(model, partition, stages);
   const ModelOptions& o = model.options();
   return make_error(
       "model.width = {}, model.depth = {}, model.vocab_size = {}, model.context = {}, "

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/support/tiny_model.hpp"
@@ -13,48 +14,52 @@
 using namespace actorpipe;
 using namespace actorpipe::testing;
 
-TEST_CASE("the least bytes count weights, gradients, optimizer state and weight versions") {
-  auto model = Model::build(tiny_model(Arch::gpt, true, 3));
-  REQUIRE(model.ok());
-  const std::vector<int> counts{2, model->num_layers() - 2};
-  auto part = Partition::from_counts(model->num_layers(), counts);
+namespace {
+
+// The tiny GPT over 2 stages: layers 0 and 1, then the rest.
+std::pair<Model, Partition> two_stages() {
+  Model model = build_model(tiny_model(Arch::gpt, true, 3));
+  const std::vector<int> counts{2, model.num_layers() - 2};
+  auto part = Partition::from_counts(model.num_layers(), counts);
   REQUIRE(part.ok());
+  return {std::move(model), std::move(*part)};
+}
+
+}  // namespace
+
+TEST_CASE("the least bytes count weights, gradients, optimizer state and weight versions") {
+  const auto [model, part] = two_stages();
   uint64_t floats0 = 0, floats1 = 0;
-  for (int i = 0; i < 2; ++i) floats0 += model->layer(i).param_floats();
-  for (int i = 2; i < model->num_layers(); ++i) floats1 += model->layer(i).param_floats();
+  for (int i = 0; i < 2; ++i) floats0 += model.layer(i).param_floats();
+  for (int i = 2; i < model.num_layers(); ++i) floats1 += model.layer(i).param_floats();
   const std::vector<int> both{0, 1}, second{1};
-  CHECK(least_stage_bytes(*model, *part, Mode::onef1b, "adamw", both, 0, 0) ==
+  CHECK(least_stage_bytes(model, part, Mode::onef1b, "adamw", both, 0, 0) ==
         16 * (floats0 + floats1));
-  CHECK(least_stage_bytes(*model, *part, Mode::gpipe, "sgd", both, 0, 0) ==
-        12 * (floats0 + floats1));
-  CHECK(least_stage_bytes(*model, *part, Mode::twobw, "adamw", both, 0, 0) ==
+  CHECK(least_stage_bytes(model, part, Mode::gpipe, "sgd", both, 0, 0) == 12 * (floats0 + floats1));
+  CHECK(least_stage_bytes(model, part, Mode::twobw, "adamw", both, 0, 0) ==
         20 * (floats0 + floats1));
-  CHECK(least_stage_bytes(*model, *part, Mode::xpipe, "adamw", second, 0, 0) == 20 * floats1);
-  CHECK(least_stage_bytes(*model, *part, Mode::pipedream, "sgd", second, 0, 0) == 16 * floats1);
+  CHECK(least_stage_bytes(model, part, Mode::xpipe, "adamw", second, 0, 0) == 20 * floats1);
+  CHECK(least_stage_bytes(model, part, Mode::pipedream, "sgd", second, 0, 0) == 16 * floats1);
   // one microbatch of B x T: every stage's output, and the last stage's logits
-  const ModelOptions& o = model->options();
+  const ModelOptions& o = model.options();
   const uint64_t bt = 3 * 5;
-  CHECK(least_stage_bytes(*model, *part, Mode::onef1b, "adamw", both, 3, 5) ==
+  CHECK(least_stage_bytes(model, part, Mode::onef1b, "adamw", both, 3, 5) ==
         16 * (floats0 + floats1) + 4 * bt * (2 * o.width + o.vocab_size));
   const std::vector<int> first{0};
-  CHECK(least_stage_bytes(*model, *part, Mode::onef1b, "adamw", first, 3, 5) ==
+  CHECK(least_stage_bytes(model, part, Mode::onef1b, "adamw", first, 3, 5) ==
         16 * floats0 + 4 * bt * o.width);
 }
 
 TEST_CASE("stages that cannot fit are an error naming the keys that size the model") {
-  auto model = Model::build(tiny_model(Arch::gpt, true, 3));
-  REQUIRE(model.ok());
-  const std::vector<int> counts{2, model->num_layers() - 2};
-  auto part = Partition::from_counts(model->num_layers(), counts);
-  REQUIRE(part.ok());
+  const auto [model, part] = two_stages();
   const std::vector<int> both{0, 1};
-  const uint64_t need = least_stage_bytes(*model, *part, Mode::onef1b, "adamw", both, 0, 0);
-  CHECK(check_memory_fits(*model, *part, Mode::onef1b, "adamw", both, 0, 0, need).ok());
-  CHECK(check_memory_fits(*model, *part, Mode::onef1b, "adamw", both, 0, 0, std::nullopt).ok());
-  const Status bad = check_memory_fits(*model, *part, Mode::onef1b, "adamw", both, 0, 0, need - 1);
+  const uint64_t need = least_stage_bytes(model, part, Mode::onef1b, "adamw", both, 0, 0);
+  CHECK(check_memory_fits(model, part, Mode::onef1b, "adamw", both, 0, 0, need).ok());
+  CHECK(check_memory_fits(model, part, Mode::onef1b, "adamw", both, 0, 0, std::nullopt).ok());
+  const Status bad = check_memory_fits(model, part, Mode::onef1b, "adamw", both, 0, 0, need - 1);
   REQUIRE(!bad.ok());
   MESSAGE(bad.error().message);
-  const ModelOptions& o = model->options();
+  const ModelOptions& o = model.options();
   CHECK(bad.error().message.find(fmt::format("model.width = {}, model.depth = {}, "
                                              "model.vocab_size = {}, model.context = {}, "
                                              "pipeline.microbatch_size = 0, sequence length 0: "

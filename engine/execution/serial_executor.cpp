@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 
 #include "engine/data/loader.hpp"
 #include "engine/execution/memory_check.hpp"
@@ -154,18 +155,17 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Config& c
   if (!partition) return partition.error();
   auto mode = parse_mode(config.pipeline.mode);
   if (!mode) return make_error("pipeline.mode: {}", mode.error().message);
-  std::vector<int> all(static_cast<size_t>(partition->stages()));
-  for (int r = 0; r < partition->stages(); ++r) all[static_cast<size_t>(r)] = r;
-  if (Status ok = check_memory_fits(
-          *model, *partition, *mode, config.optimizer.kind, all, config.pipeline.microbatch_size,
-          config.pipeline.seq_len > 0 ? config.pipeline.seq_len : config.model.context);
-      !ok)
-    return ok.error();
   SerialExecutorOptions o;
   o.mode = *mode;
   o.microbatches = config.pipeline.microbatches;
   o.B = config.pipeline.microbatch_size;
   o.T = config.pipeline.seq_len > 0 ? config.pipeline.seq_len : config.model.context;
+  std::vector<int> all(static_cast<size_t>(partition->stages()));
+  std::iota(all.begin(), all.end(), 0);
+  if (Status ok =
+          check_memory_fits(*model, *partition, *mode, config.optimizer.kind, all, o.B, o.T);
+      !ok)
+    return ok.error();
   o.threads.assign(static_cast<size_t>(partition->stages()), config.pipeline.threads_per_stage);
   o.log_versions = log_versions;
   auto recompute = recompute_flags(config.pipeline.recompute, model->num_layers());
