@@ -517,6 +517,7 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(int steps, DataLoader& d
   if (!channels) return channels.error();
   st->channels = &*channels;
   const std::vector<int> mine = im.placement.stages_of(im.rank);
+  const uint64_t data_start = data.position();
   MicrobatchFeed feed(data, im.B, im.T, static_cast<int>(mine.size()));
   st->feed = &feed;
   st->counters = std::make_unique<StageCounters[]>(static_cast<size_t>(d));
@@ -532,13 +533,23 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(int steps, DataLoader& d
     return outcome.error();
   }
   channels->clear();
-  mb_done += st->total_mbs;
-  if (!outcome->ok) return make_error("{} pipeline: {}", to_string(im.mode), outcome->error);
+  if (!outcome->ok) {
+    mb_done += st->total_mbs;
+    return make_error("{} pipeline: {}", to_string(im.mode), outcome->error);
+  }
+  // a stopped run consumed the microbatches of the steps it ran; a process's feed may have read
+  // further (stages of other processes get releases ahead), so every loader is put back there
+  const int64_t consumed = static_cast<int64_t>(outcome->losses.size()) * st->group;
+  AP_CHECK(consumed == st->total_mbs || (outcome->stopped && consumed < st->total_mbs),
+           "a run of {} microbatches consumed {}", st->total_mbs, consumed);
+  mb_done += consumed;
+  if (consumed < st->total_mbs) data.seek(data_start + static_cast<uint64_t>(consumed));
   ActorRunResult result;
+  result.stopped = outcome->stopped;
   result.losses = std::move(outcome->losses);
   result.stages = std::move(outcome->stages);
   result.peak_microbatches_ahead = outcome->peak_ahead;
-  result.tokens = st->total_mbs * st->tokens_per_mb;
+  result.tokens = consumed * st->tokens_per_mb;
   result.seconds = st->seconds_since_start();
   if (im.options.record_spans) {
     for (auto& spans : st->spans)
@@ -632,6 +643,7 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
     const std::vector<StageTimes> before = total.stages;
     const int64_t tokens_before = total.tokens;
     ActorCallbacks cb;
+    cb.stop = callbacks.stop;
     cb.on_step = [&](const StepProgress& p) {
       caf::anon_send(im.manager, internal::steptimes_atom::value, p.stages);
       if (!callbacks.on_step) return;
@@ -662,6 +674,11 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
     total.peak_microbatches_ahead =
         std::max(total.peak_microbatches_ahead, r->peak_microbatches_ahead);
     total.tokens += r->tokens;
+    if (r->stopped) {
+      // asked to stop: no migration check, no further segment
+      total.stopped = true;
+      break;
+    }
     done += seg;
     u = next;
     auto event = im.boundary(u);

@@ -11,6 +11,7 @@
 #include "engine/expected.hpp"
 #include "engine/options.hpp"
 #include "engine/schedule/schedule.hpp"
+#include "engine/stop_flag.hpp"
 
 namespace actorpipe {
 
@@ -148,6 +149,11 @@ struct ActorCallbacks {
   /// Every verdict of the migration manager: forced moves, and every check of the automatic
   /// rule (moved or not).
   std::function<void(const MigrationEvent&)> on_migration;
+  /// Read by the driver (rank 0's, in a job of several processes): once requested, gpipe and
+  /// 1f1b end the run after the step in flight (no microbatch of a later step is fed; every
+  /// stage ends its list after that step's flush); the asynchronous modes end at the run's end.
+  /// ActorRunResult::stopped says so. Null: never.
+  const StopFlag* stop = nullptr;
 };
 
 /// What one run produced.
@@ -166,6 +172,10 @@ struct ActorRunResult {
   std::vector<MigrationEvent> migrations;
   int64_t tokens = 0;
   double seconds = 0.0;
+  /// A stop was requested (ActorCallbacks::stop; in a job of several processes, rank 0's): the
+  /// run may have ended before `steps` (losses.size() steps ran; the data loader is past
+  /// exactly their microbatches). Every process sees the same value.
+  bool stopped = false;
 };
 
 /// A pipeline of d stage workers and their optimizer shards driven by actors. They keep their
@@ -201,7 +211,8 @@ class ActorEngine {
   /// cause; the workers are then in an unspecified state. In a multi-process job every rank
   /// reads its own `data` (at the same position on every rank) and gets the same result; a lost
   /// rank fails the run on every other rank within cluster.peer_timeout, naming it. Spans are
-  /// this rank's stages' only.
+  /// this rank's stages' only. A stop requested through callbacks.stop may end it after fewer
+  /// steps (ActorRunResult::stopped; with migration, no check or move follows).
   Expected<ActorRunResult> run(int steps, DataLoader& data, const ActorCallbacks& callbacks = {});
 
   const Config& config() const;

@@ -329,3 +329,43 @@ TEST_CASE("recompute: the actors compute the bits of no recompute, split backwar
     }
   }
 }
+
+TEST_CASE(
+    "a stop asked before a run: gpipe and 1f1b end after one step, exactly as a run of one "
+    "step, and the loader is past its microbatches only; the async modes run to the end") {
+  for (const char* mode : {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"}) {
+    const std::string what = mode;
+    CAPTURE(what);
+    const bool sync = what == "gpipe" || what == "1f1b";
+    const Config c = tiny(Arch::gpt, mode, 3, 4);
+    const int64_t T = c.pipeline.seq_len > 0 ? c.pipeline.seq_len : c.model.context;
+    auto serial = SerialExecutor::create(c);
+    REQUIRE(serial.ok());
+    auto actors = ActorEngine::create(c);
+    REQUIRE(actors.ok());
+    auto data_s = config_loader(c), data_a = config_loader(c);
+    StopFlag stop;
+    stop.request();
+    ActorCallbacks cb;
+    cb.stop = &stop;
+    auto r = (*actors)->run(5, *data_a, cb);
+    REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message));
+    CHECK(r->stopped);
+    const int ran = sync ? 1 : 5;
+    CHECK(static_cast<int>(r->losses.size()) == ran);
+    auto ls = (*serial)->run(ran, *data_s);
+    REQUIRE(ls.ok());
+    CHECK(same_bits(*ls, r->losses));
+    CHECK(data_a->position() == data_s->position());
+    CHECK(r->tokens == (*serial)->microbatches_for(ran) * c.pipeline.microbatch_size * T);
+    for (int i = 0; i < c.model.depth + 2; ++i)
+      CHECK(same_bits((*serial)->params(i), (*actors)->params(i)));
+    // the next run (no stop) continues exactly
+    auto r2 = (*actors)->run(2, *data_a);
+    auto l2 = (*serial)->run(2, *data_s);
+    REQUIRE(r2.ok());
+    REQUIRE(l2.ok());
+    CHECK_FALSE(r2->stopped);
+    CHECK(same_bits(*l2, r2->losses));
+  }
+}

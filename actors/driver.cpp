@@ -74,6 +74,7 @@ class DriverActor : public caf::event_based_actor {
           promise_ = make_response_promise<RunOutcome>();
           for (const caf::actor& a : st_->directory.stages) monitor(a);
           for (const caf::actor& a : st_->directory.optimizers) monitor(a);
+          end_mbs_ = st_->total_mbs;
           losses_.assign(static_cast<size_t>(st_->total_mbs), LossStats{});
           have_loss_.assign(static_cast<size_t>(st_->total_mbs), false);
           commits_.assign(static_cast<size_t>(st_->stages), {});
@@ -86,7 +87,7 @@ class DriverActor : public caf::event_based_actor {
           return promise_;
         },
         [this](loss_atom, int64_t mb, double sum, int64_t count) {
-          AP_CHECK(mb >= 0 && mb < st_->total_mbs && !have_loss_[static_cast<size_t>(mb)],
+          AP_CHECK(mb >= 0 && mb < end_mbs_ && !have_loss_[static_cast<size_t>(mb)],
                    "loss of microbatch {} unexpected", mb);
           losses_[static_cast<size_t>(mb)] = LossStats{sum, count};
           have_loss_[static_cast<size_t>(mb)] = true;
@@ -167,6 +168,7 @@ class DriverActor : public caf::event_based_actor {
                 fmt::format("no action completed for {} s", st_->options.stall_timeout_seconds)});
             return;
           }
+          check_stop();
           report_steps();
           delayed_send(this, kTick, tick_atom::value);
         },
@@ -187,7 +189,8 @@ class DriverActor : public caf::event_based_actor {
   // that hop would be on every microbatch's path. What they hold stays bounded (up to
   // 2 × credits microbatches); what they compute does not change.
   void feed() {
-    while (!finished_ && next_mb_ < st_->total_mbs && outstanding_ < st_->credits) {
+    check_stop();
+    while (!finished_ && next_mb_ < end_mbs_ && outstanding_ < st_->credits) {
       for (size_t r = 0; r < st_->directory.stages.size(); ++r)
         if (!remote(r)) send(st_->directory.stages[r], mb_atom::value, next_mb_);
       ++next_mb_;
@@ -195,10 +198,30 @@ class DriverActor : public caf::event_based_actor {
       peak_ahead_ = std::max(peak_ahead_, outstanding_);
     }
     const int64_t lead = st_->options.release_ahead_remote ? st_->credits : 0;
-    const int64_t ahead = std::min(st_->total_mbs, next_mb_ + lead);
+    const int64_t ahead = std::min(end_mbs_, next_mb_ + lead);
     for (; !finished_ && next_remote_mb_ < ahead; ++next_remote_mb_)
       for (size_t r = 0; r < st_->directory.stages.size(); ++r)
         if (remote(r)) send(st_->directory.stages[r], mb_atom::value, next_remote_mb_);
+  }
+
+  // A stop asked (ActorCallbacks::stop), seen the first time: in the sync modes, where every
+  // repetition of the schedule is one step ending in a flush, the run ends after the last step
+  // any microbatch of which was fed (the step in flight): no later microbatch is fed, and every
+  // stage ends its list after that step (`cut`). Such a stage is at most at that step's flush:
+  // none can pass it without the driver's release, nor start a later step without a microbatch
+  // of it. The asynchronous modes run their one schedule to its end.
+  void check_stop() {
+    if (stop_seen_ || finished_ || st_->callbacks.stop == nullptr ||
+        !st_->callbacks.stop->requested())
+      return;
+    stop_seen_ = true;
+    if (st_->repeats <= 1) return;
+    const int64_t per = st_->schedule.total_microbatches();
+    const int64_t steps = std::max<int64_t>(1, (next_mb_ + per - 1) / per);
+    if (steps >= st_->repeats) return;
+    end_mbs_ = steps * per;
+    for (const caf::actor& a : st_->directory.stages)
+      send(a, cut_atom::value, static_cast<int32_t>(steps));
   }
 
   // Whether stage r runs in another process than the driver (rank 0's).
@@ -211,7 +234,7 @@ class DriverActor : public caf::event_based_actor {
   // those commits. Checked at every message and tick, so a report may come a little after the
   // step; its time is exact.
   void report_steps() {
-    const int64_t steps = st_->total_mbs / st_->group;
+    const int64_t steps = end_mbs_ / st_->group;
     while (reported_ < steps) {
       const int64_t first = reported_ * st_->group;
       for (int64_t j = first; j < first + st_->group; ++j)
@@ -242,9 +265,11 @@ class DriverActor : public caf::event_based_actor {
 
   void check_done() {
     if (finished_ || done_ < st_->stages) return;
-    if (reported_ * st_->group < st_->total_mbs) return;
+    if (reported_ * st_->group < end_mbs_) return;
+    check_stop();
     RunOutcome out;
     out.ok = true;
+    out.stopped = stop_seen_;
     out.losses = step_losses_;
     out.peak_ahead = static_cast<int32_t>(peak_ahead_);
     out.stages = times_;
@@ -312,6 +337,8 @@ class DriverActor : public caf::event_based_actor {
   std::shared_ptr<RunState> st_;
   caf::typed_response_promise<RunOutcome> promise_;
   bool finished_ = false;
+  int64_t end_mbs_ = 0;  // microbatches of the run: total_mbs, or fewer after a stop (check_stop)
+  bool stop_seen_ = false;
   int64_t next_mb_ = 0;
   int64_t next_remote_mb_ = 0;  // the next microbatch released to stages in other processes
   int64_t outstanding_ = 0;

@@ -85,6 +85,19 @@ class StageActor : public caf::event_based_actor {
           released_ = std::max(released_, ordinal);
           advance_or_spin();
         },
+        [this](cut_atom, int32_t repeats) {
+          // a stop: the list ends after `repeats` repetitions of the schedule (the driver's
+          // check_stop: this stage has not started a later one)
+          const size_t n = st_->schedule.per_stage[static_cast<size_t>(r_)].size() *
+                           static_cast<size_t>(std::max(repeats, 0));
+          if (n < n_) {
+            if (pc_ > n)
+              return report_failure(fmt::format(
+                  "asked to end after step {} at action {} of {}, past it", repeats, pc_, n));
+            n_ = n;
+          }
+          advance_or_spin();
+        },
         [this](status_atom) -> std::string { return status(); },
         [this](published_atom, const UpdateTicket&, int64_t busy_ns) {
           AP_CHECK(update_pending_, "stage {}: published without an update", r_);
@@ -189,10 +202,10 @@ class StageActor : public caf::event_based_actor {
     if (r_ == st_->options.slow_stage && st_->options.slowdown > 1.0 &&
         (cur_.action.kind == ActionKind::F || cur_.action.kind == ActionKind::B)) {
       // the benchmark's slower stage: the action takes `slowdown` times its time
-      const auto until =
-          start_ + std::chrono::duration_cast<Clock::duration>((end - start_) *
-                                                               (st_->options.slowdown - 1.0)) +
-          (end - start_);
+      const auto until = start_ +
+                         std::chrono::duration_cast<Clock::duration>(
+                             (end - start_) * (st_->options.slowdown - 1.0)) +
+                         (end - start_);
       while (Clock::now() < until) {
       }
       end = Clock::now();
@@ -472,8 +485,8 @@ class StageActor : public caf::event_based_actor {
   std::shared_ptr<RunState> st_;
   int r_;
   StageWorker& worker_;
-  const size_t n_;  // actions in the run
-  StageStep cur_;   // the action at pc_
+  size_t n_;       // actions in the run (fewer after a `cut`)
+  StageStep cur_;  // the action at pc_
   StageCounters& counters_;
   Tensor dummy_;
 

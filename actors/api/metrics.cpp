@@ -72,7 +72,7 @@ std::optional<int64_t> step_of_line(std::string_view line) {
   if (line.empty() || line.back() != '}') return std::nullopt;
   for (std::string_view prefix :
        {std::string_view(R"({"step":)"), std::string_view(R"({"migration":{"step":)"),
-        std::string_view(R"({"resumed":{"step":)")}) {
+        std::string_view(R"({"resumed":{"step":)"), std::string_view(R"({"stopped":{"step":)")}) {
     if (line.substr(0, prefix.size()) != prefix) continue;
     int64_t step = 0;
     const char* first = line.data() + prefix.size();
@@ -90,6 +90,16 @@ std::string resumed_json(int64_t step, const std::string& checkpoint, int64_t dr
   fmt::format_to(std::back_inserter(out), "{{\"resumed\":{{\"step\":{},\"checkpoint\":", step);
   append_text(out, checkpoint);
   fmt::format_to(std::back_inserter(out), ",\"dropped\":{}}}}}", dropped);
+  return out;
+}
+
+std::string stopped_json(int64_t step, const std::string& signal, const std::string& checkpoint) {
+  std::string out;
+  fmt::format_to(std::back_inserter(out), "{{\"stopped\":{{\"step\":{},\"signal\":", step);
+  append_text(out, signal);
+  out += ",\"checkpoint\":";
+  append_text(out, checkpoint);
+  out += "}}";
   return out;
 }
 

@@ -161,3 +161,29 @@ TEST_CASE("a resumed run's metrics file keeps the steps up to the checkpoint, on
   CHECK(bad.error().message.find("no-such-dir/m.jsonl") != std::string::npos);
   CHECK(slurp(path) == before);
 }
+
+TEST_CASE("stopped_json: the step, the signal and the checkpoint; a resume keeps it") {
+  CHECK(stopped_json(37, "SIGTERM", "ckpt/step-37") ==
+        R"({"stopped":{"step":37,"signal":"SIGTERM","checkpoint":"ckpt/step-37"}})");
+  CHECK(stopped_json(3, "", "") == R"({"stopped":{"step":3,"signal":"","checkpoint":""}})");
+  testing::TempDir tmp;
+  const std::string path = tmp.file("m.jsonl");
+  {
+    std::ofstream f(path);
+    f << R"({"step":3,"loss":1.0,"tokens":1,"time":1.000000,"busy":[],"idle":[]})" << '\n'
+      << stopped_json(3, "SIGINT", "c/step-3") << '\n'
+      << R"({"step":4,"loss":1.0,"tokens":1,"time":1.000000,"busy":[],"idle":[]})" << '\n'
+      << stopped_json(4, "SIGINT", "c/step-4") << '\n';
+  }
+  auto dropped = resume_metrics_file(path, 3, "c/step-3");
+  REQUIRE(dropped.ok());
+  CHECK(*dropped == 2);  // step 4 and its stop: the resume replays them
+  std::ifstream f(path);
+  std::string l1, l2, l3, rest;
+  std::getline(f, l1);
+  std::getline(f, l2);
+  std::getline(f, l3);
+  CHECK(l2 == stopped_json(3, "SIGINT", "c/step-3"));
+  CHECK(l3 == resumed_json(3, "c/step-3", 2));
+  CHECK_FALSE(std::getline(f, rest));
+}

@@ -3,6 +3,7 @@
 #include "actors/api/actorpipe/trainer.hpp"
 
 #include <fcntl.h>
+#include <string.h>  // sigabbrev_np
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include "engine/execution/stage_worker.hpp"
 #include "engine/mode.hpp"
 #include "engine/profiler/auto_partition.hpp"
+#include "engine/stop_flag.hpp"
 #include "kernels/check.hpp"
 
 namespace actorpipe {
@@ -62,6 +64,7 @@ struct RunOutput {
   std::vector<ActionSpan> spans;
   std::vector<ActionSpan> update_spans;  ///< the optimizer shards' updates
   int64_t tokens = 0;
+  bool stopped = false;  ///< a stop was asked: losses.size() steps ran, maybe fewer than asked
 };
 
 using RunStepFn = std::function<void(const RunStep&)>;
@@ -80,8 +83,9 @@ class Executor {
   virtual const StageWorker& worker(int stage) const = 0;
   virtual OptimizerShard& optimizer(int stage) = 0;
   /// on_migration: every verdict of the migration manager, with seconds since the run started.
+  /// `stop` requested: the run may end early (Trainer::request_stop).
   virtual Expected<RunOutput> run(int steps, DataLoader& data, const RunStepFn& on_step,
-                                  const MigrationFn& on_migration) = 0;
+                                  const MigrationFn& on_migration, const StopFlag& stop) = 0;
 };
 
 class ActorsExecutor final : public Executor {
@@ -95,9 +99,10 @@ class ActorsExecutor final : public Executor {
   OptimizerShard& optimizer(int r) override { return engine_->optimizer(r); }
 
   Expected<RunOutput> run(int steps, DataLoader& data, const RunStepFn& on_step,
-                          const MigrationFn& on_migration) override {
+                          const MigrationFn& on_migration, const StopFlag& stop) override {
     const auto t0 = Clock::now();
     ActorCallbacks callbacks;
+    callbacks.stop = &stop;
     callbacks.on_step = [&](const StepProgress& p) {
       on_step(RunStep{p.step, p.loss, p.tokens, p.seconds, p.stages});
     };
@@ -106,8 +111,12 @@ class ActorsExecutor final : public Executor {
     };
     auto r = engine_->run(steps, data, callbacks);
     if (!r) return r.error();
-    return RunOutput{std::move(r->losses), std::move(r->stages), std::move(r->spans),
-                     std::move(r->update_spans), r->tokens};
+    return RunOutput{std::move(r->losses),
+                     std::move(r->stages),
+                     std::move(r->spans),
+                     std::move(r->update_spans),
+                     r->tokens,
+                     r->stopped};
   }
 
  private:
@@ -116,7 +125,9 @@ class ActorsExecutor final : public Executor {
 
 // The serial executor measures no stage times. It reports each step once every stage has
 // committed its update (SerialExecutor::StepDone), also inside the one long schedule of an
-// asynchronous mode.
+// asynchronous mode. gpipe and 1f1b run step by step (the same bits as one run: each step is its
+// own schedule), so a stop ends the run after the step in flight; the asynchronous modes run
+// their one schedule to its end.
 class SerialBackend final : public Executor {
  public:
   SerialBackend(std::unique_ptr<SerialExecutor> exec, int64_t tokens_per_microbatch)
@@ -128,19 +139,26 @@ class SerialBackend final : public Executor {
   const StageWorker& worker(int r) const override { return exec_->worker(r); }
   OptimizerShard& optimizer(int r) override { return exec_->optimizer(r); }
 
-  Expected<RunOutput> run(int steps, DataLoader& data, const RunStepFn& on_step,
-                          const MigrationFn&) override {
+  Expected<RunOutput> run(int steps, DataLoader& data, const RunStepFn& on_step, const MigrationFn&,
+                          const StopFlag& stop) override {
     const auto t0 = Clock::now();
     auto since = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
     RunOutput out;
-    auto losses = exec_->run(steps, data, [&](int step, double loss) {
-      out.losses.push_back(loss);
-      out.tokens = exec_->microbatches_for(step) * tokens_per_mb_;
-      on_step(RunStep{step, loss, out.tokens, since(), {}});
-    });
-    if (!losses) return losses.error();
-    AP_CHECK(losses->size() == out.losses.size(), "serial backend: {} steps reported, {} run",
-             out.losses.size(), losses->size());
+    const bool stepwise = is_synchronous(exec_->options().mode);
+    const int per_run = stepwise ? 1 : steps;
+    for (int done = 0; done < steps; done += per_run) {
+      if (done > 0 && stop.requested()) break;
+      auto losses = exec_->run(per_run, data, [&](int step, double loss) {
+        out.losses.push_back(loss);
+        out.tokens = exec_->microbatches_for(done + step) * tokens_per_mb_;
+        on_step(RunStep{done + step, loss, out.tokens, since(), {}});
+      });
+      if (!losses) return losses.error();
+      AP_CHECK(static_cast<size_t>(done) + losses->size() == out.losses.size(),
+               "serial backend: {} steps reported, {} run", out.losses.size(),
+               static_cast<size_t>(done) + losses->size());
+    }
+    out.stopped = stop.requested();
     return out;
   }
 
@@ -179,6 +197,10 @@ struct Trainer::Impl {
   std::string resumed_from;
   std::vector<std::string> skipped_checkpoints;  // newer ones the resume passed over, and why
   CheckpointDirLock checkpoint_lock;             // held while this trainer may write checkpoint.dir
+  StopFlag stop;                                 // request_stop()
+  bool stopped = false;                          // the last train() or run() ended on it
+  std::string last_checkpoint;
+  int64_t checkpoint_step = -1;  // the step of last_checkpoint when it is a step-<N> one
 
   int64_t step = 0;        // optimizer steps done, counting those before a resume
   int64_t first_step = 0;  // step when this trainer started
@@ -408,15 +430,20 @@ Expected<StepMetrics> Trainer::run(int steps) {
     }
     if (im.migration_callback) im.migration_callback(e);
   };
-  auto out = im.exec->run(steps, *im.data, report, migrated);
+  im.stopped = false;
+  auto out = im.exec->run(steps, *im.data, report, migrated, im.stop);
   if (!out) {
     return make_error("the run of steps {} to {}: {}", base_step + 1, base_step + steps,
                       out.error().message);
   }
+  const int ran = static_cast<int>(out->losses.size());
+  AP_CHECK(ran == steps || (out->stopped && ran >= 1 && ran < steps),
+           "a run of {} steps reported {} losses", steps, ran);
+  im.stopped = out->stopped;
   if (im.multi() && im.options.group->rank() != 0) {
     // the driver (rank 0) reported the steps; the other ranks know the losses at the end
     StepMetrics m;
-    m.step = base_step + steps;
+    m.step = base_step + ran;
     m.steps = target;
     m.first_step = im.first_step;
     m.loss = out->losses.empty() ? 0.0 : out->losses.back();
@@ -425,9 +452,7 @@ Expected<StepMetrics> Trainer::run(int steps) {
     m.stages = im.stage_totals;
     im.last = m;
   }
-  AP_CHECK(static_cast<int>(out->losses.size()) == steps, "a run of {} steps reported {} losses",
-           steps, out->losses.size());
-  im.step = base_step + steps;
+  im.step = base_step + ran;
   im.tokens += out->tokens;
   for (size_t r = 0; r < out->stages.size() && r < im.stage_totals.size(); ++r) {
     im.stage_totals[r].busy_seconds += out->stages[r].busy_seconds;
@@ -450,24 +475,62 @@ Status Trainer::train() {
   const int64_t target = im.config.train.steps;
   const std::string& dir = im.config.checkpoint.dir;
   const int every = dir.empty() ? 0 : im.config.checkpoint.every;
+  const bool reports = !im.multi() || im.options.group->rank() == 0;
+  im.stopped = false;
   while (im.step < target) {
+    // between runs, one process stops at once; in a job the run's outcome (rank 0's request)
+    // decides, so that every rank ends after the same step
+    if (!im.multi() && im.stop.requested()) {
+      im.stopped = true;
+      break;
+    }
     // runs end at multiples of checkpoint.every, counted from step 0, so a resumed run splits
-    // its steps exactly as the uninterrupted one did
+    // its steps exactly as the uninterrupted one did (a stop ends the asynchronous modes' runs
+    // there too, and the sync modes' steps do not depend on the split)
     const int64_t end = every > 0 ? std::min(target, (im.step / every + 1) * every) : target;
     auto r = run(static_cast<int>(end - im.step));
     if (!r) return r.error();
+    if (im.stopped && im.step < target) break;
+    im.stopped = false;  // a request that came with the last step: the training is done
     if (every > 0 && im.step % every == 0) {
       if (auto p = save(dir); !p) return p.error();
     }
   }
-  if (!dir.empty()) {
+  if (im.stopped) {
+    if (!dir.empty() && im.checkpoint_step != im.step) {
+      if (auto p = save(dir); !p) return p.error();
+    }
+    const int sig = im.stop.signal();
+    const char* abbrev = sig > 0 ? ::sigabbrev_np(sig) : nullptr;
+    im.write_metrics(stopped_json(im.step,
+                                  sig <= 0 ? std::string()
+                                  : abbrev ? fmt::format("SIG{}", abbrev)
+                                           : fmt::format("signal {}", sig),
+                                  dir.empty() ? std::string() : im.last_checkpoint));
+  } else if (!dir.empty()) {
     if (auto p = save(dir, true); !p) return p.error();
   }
-  const bool reports = !im.multi() || im.options.group->rank() == 0;
   if (!im.config.train.trace.empty() && reports) {
     if (Status ok = write_trace(im.config.train.trace); !ok) return ok;
   }
+  if (!im.callback_status.ok()) return im.callback_status.error();
   return {};
+}
+
+void Trainer::request_stop(int signal) noexcept {
+  impl_->stop.request(signal);
+}
+
+bool Trainer::stopped() const {
+  return impl_->stopped;
+}
+
+int Trainer::stop_signal() const {
+  return impl_->stop.signal();
+}
+
+const std::string& Trainer::last_checkpoint() const {
+  return impl_->last_checkpoint;
 }
 
 Expected<std::string> Trainer::save(const std::string& dir, bool final) {
@@ -482,6 +545,8 @@ Expected<std::string> Trainer::save(const std::string& dir, bool final) {
   if (!im.multi()) {
     auto path = save_pipeline_checkpoint(dir, im.config, pos, workers, optimizers);
     if (!path) return make_error("checkpoint.dir = \"{}\": {}", dir, path.error().message);
+    im.last_checkpoint = *path;
+    im.checkpoint_step = final ? -1 : im.step;
     return path;
   }
   // several processes: each writes its own stages' tensors into the one checkpoint
@@ -507,6 +572,8 @@ Expected<std::string> Trainer::save(const std::string& dir, bool final) {
   const CheckpointInfo info = pipeline_checkpoint_info(im.config, pos, workers[0]->updates());
   auto path = save_checkpoint_shared(dir, info, mine, group.rank(), gather);
   if (!path) return make_error("checkpoint.dir = \"{}\": {}", dir, path.error().message);
+  im.last_checkpoint = *path;
+  im.checkpoint_step = final ? -1 : im.step;
   return path;
 }
 

@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -492,5 +493,84 @@ TEST_CASE("partition = auto: both backends take the planner's partition and agre
     ::setenv("ACTORPIPE_CACHE_DIR", saved.c_str(), 1);
   } else {
     ::unsetenv("ACTORPIPE_CACHE_DIR");
+  }
+}
+
+TEST_CASE(
+    "request_stop: train() ends after the step in flight with a checkpoint that resumes to "
+    "the uninterrupted bits") {
+  constexpr int kSteps = 8, kEvery = 4, kAt = 2;  // the stop is asked in step 2's report
+  for (Backend backend : {Backend::serial, Backend::actors}) {
+    for (const char* mode : {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"}) {
+      const std::string what = std::string(mode) + (backend == Backend::serial ? " serial" : "");
+      CAPTURE(what);
+      const bool sync = std::string(mode) == "gpipe" || std::string(mode) == "1f1b";
+      TempDir tmp;
+      Config whole = tiny(mode, 2, kSteps);
+      whole.checkpoint.dir = tmp.file("whole");
+      whole.checkpoint.every = kEvery;
+      auto a = make(whole, backend);
+      train(*a);
+
+      Config c = tiny(mode, 2, kSteps);
+      c.checkpoint.dir = tmp.file("run");
+      c.checkpoint.every = kEvery;
+      c.train.metrics = tmp.file("run.jsonl");
+      auto t = make(c, backend);
+      Trainer* self = t.get();
+      t->on_step([self](const StepMetrics& m) {
+        if (m.step == kAt) self->request_stop(SIGTERM);
+      });
+      train(*t);
+      REQUIRE(t->stopped());
+      CHECK(t->stop_signal() == SIGTERM);
+      const int64_t at = t->step_count();
+      if (!sync) {
+        CHECK(at == kEvery);  // the end of the run the request came in
+      } else if (backend == Backend::serial) {
+        CHECK(at == kAt);
+      } else {
+        // the driver may have fed the next step already: that one is finished too
+        CHECK(at >= kAt);
+        CHECK(at <= kAt + 1);
+      }
+      const std::string ckpt = tmp.file("run/step-" + std::to_string(at));
+      CHECK(t->last_checkpoint() == ckpt);
+      CHECK(fs::exists(ckpt + "/manifest.json"));
+      CHECK_FALSE(fs::exists(tmp.file("run/final")));
+      auto lines = read_lines(tmp.file("run.jsonl"));
+      REQUIRE(lines.size() == static_cast<size_t>(at) + 1);
+      for (int64_t i = 0; i < at; ++i) CHECK(lines[static_cast<size_t>(i)].at("step") == i + 1);
+      const auto stopped = lines.back().at("stopped");
+      CHECK(stopped.at("step") == at);
+      CHECK(stopped.at("signal") == "SIGTERM");
+      CHECK(stopped.at("checkpoint") == ckpt);
+
+      // the request stays: another train() returns at once, and the checkpoint is not
+      // written again
+      const auto written = fs::last_write_time(ckpt + "/manifest.json");
+      train(*t);
+      CHECK(t->stopped());
+      CHECK(t->step_count() == at);
+      CHECK(fs::last_write_time(ckpt + "/manifest.json") == written);
+
+      // a fresh trainer resumes from the directory and ends where the whole training did
+      t.reset();
+      Config next = c;
+      next.checkpoint.resume = tmp.file("run");
+      next.checkpoint.overwrite = false;
+      auto b = make(next, backend);
+      train(*b);
+      CHECK_FALSE(b->stopped());
+      CHECK(b->step_count() == kSteps);
+      CHECK(same_weights(*a, *b));
+      // every step once in the metrics: the stop's and the resume's lines between them
+      std::vector<int64_t> steps;
+      for (const auto& l : read_lines(tmp.file("run.jsonl")))
+        if (l.contains("step")) steps.push_back(l.at("step").get<int64_t>());
+      std::vector<int64_t> expected;
+      for (int64_t i = 1; i <= kSteps; ++i) expected.push_back(i);
+      CHECK(steps == expected);
+    }
   }
 }

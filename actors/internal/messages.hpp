@@ -18,6 +18,8 @@ using run_atom = caf::atom_constant<caf::atom("run")>;
 // driver -> stages
 using mb_atom = caf::atom_constant<caf::atom("mb")>;            // (int64 mb): take it from the feed
 using release_atom = caf::atom_constant<caf::atom("release")>;  // (int flush ordinal)
+// (int32 repeats): a stop was asked; the run ends after that many repetitions of the schedule
+using cut_atom = caf::atom_constant<caf::atom("cut")>;
 // stages -> driver
 using loss_atom = caf::atom_constant<caf::atom("loss")>;      // (int64 mb, double sum, int64 n)
 using credit_atom = caf::atom_constant<caf::atom("credit")>;  // (int64 mb)
@@ -102,6 +104,9 @@ struct RunOutcome {
   std::vector<double> losses;
   int32_t peak_ahead = 0;
   std::vector<StageTimes> stages;  ///< per stage, as each reported when it finished
+  /// A stop was asked of the driver (ActorCallbacks::stop): the run ended early, after the step
+  /// in flight (sync modes), or at its end; every process ends its training after this run.
+  bool stopped = false;
   friend bool operator==(const RunOutcome&, const RunOutcome&) = default;
 };
 
@@ -133,7 +138,8 @@ typename Inspector::result_type inspect(Inspector& f, Failure& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RunOutcome& x) {
-  return f(caf::meta::type_name("RunOutcome"), x.ok, x.error, x.losses, x.peak_ahead, x.stages);
+  return f(caf::meta::type_name("RunOutcome"), x.ok, x.error, x.losses, x.peak_ahead, x.stages,
+           x.stopped);
 }
 
 /// Registers every message type of the engine with a CAF system config, so they can cross

@@ -4,13 +4,17 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <string.h>  // sigabbrev_np
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <memory>
 #include <new>
+#include <optional>
 
 #include "actors/api/actorpipe/progress.hpp"
 #include "actors/api/actorpipe/trainer.hpp"
@@ -37,6 +41,68 @@ void print_error(std::string_view program, const std::string& message) {
 
 std::string_view arch_name(Arch a) {
   return a == Arch::gpt ? "gpt" : "bert";
+}
+
+// SIGINT / SIGTERM while training: the first asks the trainer to stop after its step in flight
+// (Trainer::request_stop, lock-free atomics only) and puts both signals back to their default
+// action, so a second one ends the process at once.
+std::atomic<Trainer*> g_stoppable{nullptr};
+
+extern "C" void on_stop_signal(int sig) {
+  struct sigaction dfl = {};
+  dfl.sa_handler = SIG_DFL;
+  ::sigaction(SIGINT, &dfl, nullptr);
+  ::sigaction(SIGTERM, &dfl, nullptr);
+  if (Trainer* t = g_stoppable.load()) t->request_stop(sig);
+}
+
+// Installs on_stop_signal for `trainer` until destroyed (then the default actions again).
+class StopOnSignal {
+ public:
+  explicit StopOnSignal(Trainer& trainer) {
+    g_stoppable.store(&trainer);
+    struct sigaction sa = {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, nullptr);
+    ::sigaction(SIGTERM, &sa, nullptr);
+  }
+  ~StopOnSignal() {
+    struct sigaction dfl = {};
+    dfl.sa_handler = SIG_DFL;
+    ::sigaction(SIGINT, &dfl, nullptr);
+    ::sigaction(SIGTERM, &dfl, nullptr);
+    g_stoppable.store(nullptr);
+  }
+  StopOnSignal(const StopOnSignal&) = delete;
+  StopOnSignal& operator=(const StopOnSignal&) = delete;
+};
+
+// The exit code of a training stopped on a signal: 128 + the signal (130 SIGINT, 143 SIGTERM);
+// a rank > 0 stopped with its job but without a signal of its own: 143.
+int stopped_exit_code(const Trainer& t) {
+  return 128 + (t.stop_signal() > 0 ? t.stop_signal() : SIGTERM);
+}
+
+// "stopped by SIGTERM after step 37 of 100; checkpoint ckpt/step-37; resume with --set
+// checkpoint.resume=ckpt" (or that nothing was saved).
+std::string stopped_message(const Trainer& t) {
+  const Config& c = t.config();
+  const int sig = t.stop_signal();
+  const char* abbrev = sig > 0 ? ::sigabbrev_np(sig) : nullptr;
+  std::string by = sig <= 0 ? "with the job"
+                   : abbrev ? fmt::format("by SIG{}", abbrev)
+                            : fmt::format("by signal {}", sig);
+  std::string out =
+      fmt::format("stopped {} after step {} of {}", by, t.step_count(), c.train.steps);
+  if (c.checkpoint.dir.empty()) {
+    out += "; nothing saved (no checkpoint.dir): set checkpoint.dir to keep a run's progress";
+  } else {
+    out += fmt::format("; checkpoint {}; resume with --set checkpoint.resume={}",
+                       t.last_checkpoint(), c.checkpoint.dir);
+  }
+  if (!c.train.metrics.empty()) out += fmt::format("; metrics {}", c.train.metrics);
+  return out;
 }
 
 std::string partition_text(const std::vector<int>& counts) {
@@ -141,7 +207,12 @@ Keys (docs/config.md): model.*, data.*, pipeline.*, optimizer.*, train.*, checkp
 Several processes: start them with actorpipe-launch -n N -- {0} ..., mpirun, srun or torchrun,
 or give --rank, --world and --coordinator (the job secret comes from ACTORPIPE_JOB_SECRET or
 ACTORPIPE_JOB_SECRET_FILE, never the command line); docs/cluster.md.
-Exit codes: 0 done, 1 config, data, checkpoint or training error, 2 bad argument.
+SIGINT or SIGTERM: the training ends after its step in flight (2bw, pipedream, xpipe: at the end
+of the current run, a multiple of checkpoint.every), writes a checkpoint (checkpoint.dir set), the
+metrics and the trace, says how to resume and exits 128 + the signal; a second signal ends it at
+once (docs/failures.md).
+Exit codes: 0 done, 1 config, data, checkpoint or training error, 2 bad argument, 130 / 143
+stopped by SIGINT / SIGTERM.
 )",
       p.name, p.arch == Arch::gpt ? "GPT" : "BERT");
 }
@@ -230,10 +301,13 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
   if (!reports) {
     // rank > 0: its stages compute; rank 0 prints progress and the summary
     Status done;
-    try {
-      done = trainer->train();
-    } catch (const std::exception& e) {
-      done = Error{e.what()};
+    {
+      StopOnSignal stop_on_signal(*trainer);
+      try {
+        done = trainer->train();
+      } catch (const std::exception& e) {
+        done = Error{e.what()};
+      }
     }
     if (!done) {
       print_error(program.name, done.error().message);
@@ -243,7 +317,7 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
       print_error(program.name, left.error().message);
       return kExitError;
     }
-    return 0;
+    return trainer->stopped() ? stopped_exit_code(*trainer) : 0;
   }
   fmt::print("{}: {} with {} blocks, width {}, {} heads, {} parameters\n", program.name,
              arch_name(c.model.arch), c.model.depth, c.model.width, c.model.heads,
@@ -300,6 +374,7 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
     }
   });
   Status done;
+  std::optional<StopOnSignal> stop_on_signal(std::in_place, *trainer);
   try {
     done = trainer->train();
   } catch (const std::bad_alloc&) {
@@ -310,10 +385,23 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
   } catch (const std::exception& e) {
     done = Error{e.what()};
   }
+  stop_on_signal.reset();
   printer.finish();
   if (!done) {
     print_error(program.name, done.error().message);
     return kExitError;
+  }
+  if (trainer->stopped()) {
+    fmt::print("{}\n", stopped_message(*trainer));
+    if (!c.train.trace.empty()) fmt::print("trace {}\n", c.train.trace);
+    std::fflush(stdout);
+    if (group) {
+      if (Status left = group->leave(); !left) {
+        print_error(program.name, left.error().message);
+        return kExitError;
+      }
+    }
+    return stopped_exit_code(*trainer);
   }
 
   const StepMetrics& last = trainer->last_metrics();

@@ -40,8 +40,11 @@ Starts N processes of PROGRAM on this host: ranks 0 to N-1 of one job.
   --help         this text
 Each rank's environment: ACTORPIPE_RANK, ACTORPIPE_WORLD, ACTORPIPE_COORDINATOR (ADDR:PORT) and
 ACTORPIPE_JOB_SECRET (64 hex digits, fresh for every job). Output lines are prefixed
-"[rank K] ". When a rank fails the others get SIGTERM, then SIGKILL after the grace period;
-SIGINT and SIGTERM are forwarded to every rank. Exit code: 0 when every rank exits 0, else the
+"[rank K] ". When a rank fails the others get SIGTERM, then SIGKILL after the grace period.
+SIGINT and SIGTERM are forwarded to every rank: the first asks them to stop gracefully (a
+trainer ends after its step in flight and writes a checkpoint) and waits as long as they take (a
+rank exiting with 128 + that signal stopped as asked and stops no other); a second is forwarded
+too, and SIGKILL follows it after the grace period. Exit code: 0 when every rank exits 0, else the
 first failing rank's status (128 + signal when a signal killed it); 127: PROGRAM could not be
 started; 1: the launcher's own failure; 2: bad arguments. Only local processes: for several hosts
 use mpirun, srun or torchrun (see docs/launch.md).
@@ -530,6 +533,8 @@ LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io) {
   bool draining = false;  // every rank has been reaped; the pipes get until `drain_end`
   Clock::time_point drain_end;
   int interrupt_fd = io.interrupt_fd;
+  int forwarded = 0;         // signals forwarded to the ranks
+  int forwarded_signal = 0;  // the first of them
 
   auto live = [&] {
     std::vector<int> out;
@@ -588,7 +593,11 @@ LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io) {
       result.failed_rank = r.outcome.rank;
       result.exit_code = r.outcome.exited ? r.outcome.status : 128 + r.outcome.signal;
       const std::vector<int> others = live();
-      if (stopping || others.empty()) {
+      // a rank that ends with 128 + the signal forwarded to it stopped as asked: the others are
+      // stopping the same way (they may still be writing their part of a checkpoint)
+      const bool as_asked =
+          forwarded_signal > 0 && r.outcome.exited && r.outcome.status == 128 + forwarded_signal;
+      if (stopping || others.empty() || as_asked) {
         io.message(describe_outcome(r.outcome));
       } else {
         io.message(fmt::format("{}; stopping {}", describe_outcome(r.outcome), rank_list(others)));
@@ -679,7 +688,11 @@ LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io) {
                                    : fmt::format("received {}; forwarding it to {}",
                                                  signal_name(sig), rank_list(running)));
         signal_ranks(ranks, running, sig);
-        if (!stopping) start_stop(sig);
+        // the first one asks the ranks to stop gracefully (a trainer finishes its step and
+        // writes a checkpoint, however long that takes); from the second on they stop at once,
+        // and SIGKILL follows after the grace
+        if (forwarded_signal == 0) forwarded_signal = sig;
+        if (++forwarded > 1 && !stopping) start_stop(sig);
       }
     }
   }

@@ -422,6 +422,48 @@ TEST_CASE("a signal the launcher receives reaches every rank") {
     CHECK(contains(c.messages[1], "killed by signal 2 (SIGINT)"));
     for (const RankOutcome& o : r.ranks) CHECK(o.signal == SIGINT);
   }
+  SUBCASE("the first signal waits for a graceful stop longer than the grace period") {
+    Captured c;
+    job.grace = 0.3;
+    job.after_line = send_when_ready(SIGTERM);
+    const auto t0 = Clock::now();
+    auto r = run_sh(
+        "trap 'echo got TERM; sleep 1.5; echo saved; exit 143' TERM; echo ready; i=0; "
+        "while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; exit 5",
+        job, c);
+    CHECK(seconds_since(t0) >= 1.5);
+    CHECK(r.exit_code == 143);
+    for (int k = 0; k < 2; ++k) {
+      CHECK(c.of(k, OutputStream::out) == std::vector<std::string>{"ready", "got TERM", "saved"});
+      CHECK(r.ranks[static_cast<size_t>(k)].exited);
+    }
+    for (const std::string& m : c.messages) CHECK_FALSE(contains(m, "SIGKILL"));
+  }
+  SUBCASE("a second signal: SIGKILL after the grace period") {
+    Captured c;
+    job.grace = 0.3;
+    // both signals once the ranks are ready; the ranks go on after each
+    job.after_line = [&](const Captured& got) {
+      int ready = 0;
+      for (const auto& [rank, stream, line] : got.lines) ready += line == "ready" ? 1 : 0;
+      if (ready == job.processes && sent == 0) {
+        const unsigned char bytes[2] = {SIGTERM, SIGTERM};
+        REQUIRE(::write(pipe_fds[1], bytes, 2) == 2);
+        sent = 2;
+      }
+    };
+    const auto t0 = Clock::now();
+    auto r = run_sh(
+        "trap 'echo got TERM' TERM; echo ready; i=0; while [ $i -lt 300 ]; do sleep 0.1; "
+        "i=$((i+1)); done; exit 5",
+        job, c);
+    CHECK(seconds_since(t0) < 10.0);
+    CHECK(r.exit_code == 128 + SIGKILL);
+    REQUIRE(c.messages.size() >= 3);
+    CHECK(c.messages[0] == "received SIGTERM; forwarding it to ranks 0, 1");
+    CHECK(c.messages[1] == "received SIGTERM; forwarding it to ranks 0, 1");
+    CHECK(contains(c.messages[2], "sending SIGKILL"));
+  }
   ::close(pipe_fds[0]);
   ::close(pipe_fds[1]);
 }

@@ -52,9 +52,15 @@ std::string migration_json(const MigrationEvent& event);
 /// wrote and this one replays.
 std::string resumed_json(int64_t step, const std::string& checkpoint, int64_t dropped);
 
+/// The line a training stopped on request (Trainer::request_stop) writes last:
+/// {"stopped":{"step":37,"signal":"SIGTERM","checkpoint":"ckpt/step-37"}}
+/// signal: the signal that asked, or "" when the program asked; checkpoint: "" when none was
+/// written (no checkpoint.dir).
+std::string stopped_json(int64_t step, const std::string& signal, const std::string& checkpoint);
+
 /// Prepares train.metrics for a run resumed at `step`: keeps every line about a step at or
-/// before it (steps, migrations, earlier resumes), drops the rest and any line that is not one
-/// of these (a write the lost run had not finished), then appends resumed_json. The file is
+/// before it (steps, migrations, earlier resumes and stops), drops the rest and any line that is
+/// not one of these (a write the lost run had not finished), then appends resumed_json. The file is
 /// rewritten through a temporary file in its directory and renamed over, so a failure leaves it
 /// as it was; a file that does not exist is created. Returns the number of lines dropped.
 /// Errors name the path and the failing call.

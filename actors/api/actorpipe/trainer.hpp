@@ -79,10 +79,30 @@ class Trainer {
   /// checkpoint.dir set, the steps run in pipeline runs that end at multiples of
   /// checkpoint.every (a checkpoint <dir>/step-<N> after each) and <dir>/final is written at the
   /// end; then the trace goes to train.trace. Every step appends a line to train.metrics.
+  /// After request_stop() it returns early without an error: stopped() is true, the checkpoint
+  /// of the step it stopped at is written (checkpoint.dir set; last_checkpoint()), a line
+  /// {"stopped": ...} ends train.metrics and the trace is written.
   Status train();
 
+  /// Asks train(), or the run() in progress, to end after the step in flight. gpipe and 1f1b
+  /// end the pipeline run right after the step being fed (every stage finishes that step, no
+  /// later microbatch is read); 2bw, pipedream and xpipe, whose steps overlap, end at the end of
+  /// the current pipeline run (a multiple of checkpoint.every when checkpoint.dir is set, else
+  /// train.steps). Safe from any thread and from a signal handler (it sets lock-free atomics
+  /// only); `signal` is the signal that asked, for the messages (0: the program). The request
+  /// stays: a later train() or run() returns after at most one step. In a job of several
+  /// processes rank 0's request decides, and every rank stops after the same step.
+  void request_stop(int signal = 0) noexcept;
+  /// train() or run() ended early on request_stop(); step_count() says after which step.
+  bool stopped() const;
+  /// The signal of the first request_stop() (0: the program asked), -1 when none came.
+  int stop_signal() const;
+  /// The checkpoint train() (or save()) wrote last, or empty.
+  const std::string& last_checkpoint() const;
+
   /// Runs `steps` more optimizer steps as one pipeline run (async modes fill the pipeline at its
-  /// start and drain it at its end) and returns the last step's metrics. No checkpoint.
+  /// start and drain it at its end) and returns the last step's metrics. No checkpoint. After
+  /// request_stop() the run may end after fewer steps (stopped()).
   Expected<StepMetrics> run(int steps);
   /// run(1).
   Expected<StepMetrics> step() { return run(1); }
