@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cstring>
+#include <vector>
 
 #include "engine/execution/optimizer_shard.hpp"
 #include "engine/execution/stage_worker.hpp"
@@ -110,15 +111,22 @@ Status load_previous_version(const CheckpointContents& ckpt, std::span<StageWork
       }
     }
   }
+  // the owner's previous value from the checkpoint, not from the owner's worker: in a job of
+  // several processes the owner's stage may run in another one
   for (StageWorker* copy : workers) {
     for (size_t k = 0; k < copy->num_tied(); ++k) {
       if (copy->tied_role(k) != TiedRole::copy || tied_sync(copy->mode()) != TiedSync::follow_owner)
         continue;
-      for (const StageWorker* owner : workers) {
-        if (owner->tied_role(k) != TiedRole::owner) continue;
-        const int prev = static_cast<int>(updates) - 1;
-        copy->install_tied_weights(k, prev, owner->tied_weights(k, prev));
-      }
+      const TiedParam& tp = copy->model().tied()[k];
+      const ParamSlot* slot = copy->model().layer(tp.owner_layer).find_slot(tp.owner_slot);
+      AP_CHECK(slot != nullptr, "tied parameter {} has no owner slot {}", k, tp.owner_slot);
+      std::vector<float> owner(slot->numel);
+      if (Status ok = copy_tensor(ckpt.versions, kVersionsFile,
+                                  copy->model().param_name(tp.owner_layer, *slot) + suffix,
+                                  slot->shape, owner.data(), slot->numel);
+          !ok)
+        return ok;
+      copy->install_tied_weights(k, static_cast<int>(updates) - 1, owner);
     }
   }
   return {};
