@@ -459,6 +459,7 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(int steps, DataLoader& d
   st->stages = d;
   st->rank_of_stage = im.placement.ranks();
   st->split_backward = im.config.pipeline.split_backward;
+  st->skip_nonfinite = im.config.train.nonfinite == "skip";
   st->B = im.B;
   st->T = im.T;
   st->tokens_per_mb = static_cast<int64_t>(im.B) * im.T;

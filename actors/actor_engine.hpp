@@ -49,6 +49,9 @@ struct StepProgress {
   int64_t tokens = 0;    ///< tokens consumed so far in this run (B·T per microbatch)
   double seconds = 0.0;  ///< when the step completed (its last update), since the run started
   std::vector<StageTimes> stages;  ///< per stage, cumulative since the run started
+  /// The step was dropped on every stage (train.nonfinite = "skip"; its loss is not finite or
+  /// its gradients were not).
+  bool skipped = false;
 };
 
 /// One executed action, for traces: stage, action (its text form names the span), start and end
@@ -67,6 +70,9 @@ struct FaultInjection {
     throw_in_forward,   ///< the stage's F of `microbatch` throws
     throw_in_backward,  ///< the stage's B of `microbatch` throws
     poison_output,      ///< the stage's F output of `microbatch` is NaN (a non-finite loss follows)
+    /// the gradient the stage's B of `microbatch` receives is NaN (stage < last: its weight
+    /// gradients turn non-finite while every loss stays finite)
+    poison_gradient,
     /// the stage's SEND_F of `microbatch` never announces it (a stall follows); in one process
     /// only: between processes the channel announces it with the payload
     drop_activation,

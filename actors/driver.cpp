@@ -6,12 +6,16 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <limits>
 #include <map>
+#include <set>
 
 #include "actors/internal/messages.hpp"
 #include "actors/internal/run_state.hpp"
 #include "actors/internal/spin_wait.hpp"
 #include "engine/data/loader.hpp"
+#include "engine/execution/nonfinite.hpp"
+#include "engine/execution/stage_worker.hpp"
 #include "engine/model/layer.hpp"
 #include "kernels/check.hpp"
 #include "kernels/optimizer.hpp"
@@ -146,7 +150,29 @@ class DriverActor : public caf::event_based_actor {
           double total = 0.0;
           for (const auto& per_layer : parts)
             for (double v : per_layer) total += v;
-          const float scale = clip_scale(total, st_->grad_clip);
+          float scale = clip_scale(total, st_->grad_clip);
+          // a non-finite gradient (also after a non-finite loss): the first layer in stage then
+          // layer order fails the run, or the step is dropped on every stage (a NaN scale)
+          for (int q = 0; q < st_->stages && !std::isfinite(total); ++q) {
+            const auto& per_layer = parts[static_cast<size_t>(q)];
+            const int bad = first_nonfinite(per_layer);
+            if (bad < 0) continue;
+            if (st_->skip_nonfinite) {
+              scale = std::numeric_limits<float>::quiet_NaN();
+              skipped_.insert(s.ordinal);
+              break;
+            }
+            // model and partition from any stage of this process (stage q may run elsewhere)
+            const StageWorker* local = nullptr;
+            for (const StageWorker* w : st_->workers)
+              if (local == nullptr && w != nullptr) local = w;
+            const long step = st_->global_offset / st_->group + s.ordinal + 1;
+            const int layer = local->partition().begin(q) + bad;
+            fail_with_status(Failure{q, -1, "",
+                                     nonfinite_gradient(local->model(), step, layer,
+                                                        per_layer[static_cast<size_t>(bad)])});
+            return;
+          }
           for (const caf::actor& a : st_->directory.optimizers)
             send(a, scale_atom::value, s.ordinal, scale);
           sumsq_.erase(s.ordinal);
@@ -258,6 +284,7 @@ class DriverActor : public caf::event_based_actor {
         p.tokens = (first + st_->group) * st_->tokens_per_mb;
         p.seconds = completed;
         p.stages = times_;
+        p.skipped = skipped_.count(reported_ - 1) > 0;
         st_->callbacks.on_step(p);
       }
     }
@@ -349,6 +376,7 @@ class DriverActor : public caf::event_based_actor {
   std::vector<bool> have_loss_;
   std::vector<double> step_losses_;
   std::map<int, int> flush_count_;
+  std::set<int64_t> skipped_;  // ordinals of the steps dropped (train.nonfinite = "skip")
   std::map<int64_t, std::vector<std::vector<double>>> sumsq_;
   std::map<int64_t, int> sumsq_count_;
   std::vector<std::vector<double>> commits_;  // per stage: when it committed each update

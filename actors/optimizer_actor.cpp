@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <exception>
 #include <map>
 #include <span>
@@ -12,6 +13,7 @@
 #include "actors/internal/messages.hpp"
 #include "actors/internal/run_state.hpp"
 #include "actors/internal/spin_wait.hpp"
+#include "engine/execution/nonfinite.hpp"
 #include "engine/execution/optimizer_shard.hpp"
 #include "engine/execution/stage_worker.hpp"
 #include "kernels/check.hpp"
@@ -184,7 +186,13 @@ class OptimizerActor : public caf::event_based_actor {
         send(st_->directory.driver, sumsq_atom::value, SumSq{ordinal_, r_, std::move(per_layer)});
       } else {
         // per-stage clipping (the modes that follow the tied owner): the owner's scale covers
-        // the tied parameter, which the copy does not update
+        // the tied parameter, which the copy does not update; a non-finite gradient stops the
+        // run here (these modes cannot skip a step: train.nonfinite)
+        if (const int bad = first_nonfinite(per_layer); bad >= 0) {
+          return report_failure(nonfinite_gradient(worker_.model(), job().step(),
+                                                   worker_.first_layer() + bad,
+                                                   per_layer[static_cast<size_t>(bad)]));
+        }
         double total = 0.0;
         for (double v : per_layer) total += v;
         own_scale_ = clip_scale(total, st_->grad_clip);
@@ -205,7 +213,13 @@ class OptimizerActor : public caf::event_based_actor {
       const long version = skip() ? static_cast<long>(ordinal_) + 1 : job().step();
       timed([&] {
         if (st_->options.before_update) st_->options.before_update(r_, version);
-        if (!skip()) shard_.run_update(ctx_, job(), scales);
+        if (skip()) return;
+        // the driver's NaN scale: a step dropped on every stage (train.nonfinite = "skip")
+        if (std::isnan(scales.stage)) {
+          shard_.skip_update(job());
+        } else {
+          shard_.run_update(ctx_, job(), scales);
+        }
       });
       // step 5
       if (sync_ == TiedSync::follow_owner) {

@@ -320,7 +320,8 @@ class StageActor : public caf::event_based_actor {
           }
         }
         if (r_ + 1 == st_->stages) {
-          if (!std::isfinite(out.loss.sum)) {
+          // train.nonfinite = "skip": the driver drops the step at its update instead
+          if (!std::isfinite(out.loss.sum) && !st_->skip_nonfinite) {
             return report_failure(
                 fmt::format("non-finite loss {} over {} targets", out.loss.sum, out.loss.count));
           }
@@ -349,6 +350,12 @@ class StageActor : public caf::event_based_actor {
         if (auto it = douts_.find(s.mb); it != douts_.end()) {
           dout = std::move(it->second);
           douts_.erase(it);
+        }
+        if (injected(s, FaultInjection::Kind::poison_gradient) && dout.defined()) {
+          // a copy: the received tensor may be a buffer the channel reuses
+          Tensor poisoned = Tensor::zeros(dout.shape());
+          for (float& x : poisoned.span_f32()) x = std::numeric_limits<float>::quiet_NaN();
+          dout = std::move(poisoned);
         }
         // split_backward: when this B's SEND_B comes next, the gradient goes out as soon as
         // it is computed and the weight gradients follow (that SEND_B then finds it sent)

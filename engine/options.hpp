@@ -91,8 +91,11 @@ struct TrainOptions {
   int steps = 100;
   uint64_t seed = 1;
   int log_every = 1;
-  std::string metrics;  // JSON-lines path; empty = none
-  std::string trace;    // Chrome/Perfetto trace path; empty = none
+  std::string metrics;             // JSON-lines path; empty = none
+  std::string trace;               // Chrome/Perfetto trace path; empty = none
+  int max_restarts = 0;            // restarts from the latest checkpoint after a failure
+  double restart_backoff = 1.0;    // seconds before the first restart; doubles, at most 60
+  std::string nonfinite = "stop";  // stop | skip: a non-finite loss or gradient
 };
 
 /// [checkpoint]

@@ -72,7 +72,8 @@ std::optional<int64_t> step_of_line(std::string_view line) {
   if (line.empty() || line.back() != '}') return std::nullopt;
   for (std::string_view prefix :
        {std::string_view(R"({"step":)"), std::string_view(R"({"migration":{"step":)"),
-        std::string_view(R"({"resumed":{"step":)"), std::string_view(R"({"stopped":{"step":)")}) {
+        std::string_view(R"({"resumed":{"step":)"), std::string_view(R"({"stopped":{"step":)"),
+        std::string_view(R"({"restart":{"step":)")}) {
     if (line.substr(0, prefix.size()) != prefix) continue;
     int64_t step = 0;
     const char* first = line.data() + prefix.size();
@@ -99,6 +100,19 @@ std::string stopped_json(int64_t step, const std::string& signal, const std::str
   append_text(out, signal);
   out += ",\"checkpoint\":";
   append_text(out, checkpoint);
+  out += "}}";
+  return out;
+}
+
+std::string restart_json(int64_t step, int restart, int max_restarts, const std::string& checkpoint,
+                         const std::string& error) {
+  std::string out;
+  fmt::format_to(std::back_inserter(out),
+                 "{{\"restart\":{{\"step\":{},\"restart\":{},\"max_restarts\":{},\"checkpoint\":",
+                 step, restart, max_restarts);
+  append_text(out, checkpoint);
+  out += ",\"error\":";
+  append_text(out, error);
   out += "}}";
   return out;
 }
@@ -188,7 +202,9 @@ std::string metrics_json(const StepMetrics& m) {
     if (r > 0) out += ',';
     append_seconds(out, m.stages[r].idle_seconds);
   }
-  out += "]}";
+  out += "]";
+  if (m.skipped) out += ",\"skipped\":true";
+  out += "}";
   return out;
 }
 

@@ -41,6 +41,8 @@ std::string format_progress(const StepMetrics& m, std::optional<double> loss_flo
     fmt::format_to(std::back_inserter(out), " {:.0f}%", pct);
   }
   fmt::format_to(std::back_inserter(out), "  ETA {}", format_duration(m.eta_seconds()));
+  if (m.skipped_steps > 0)
+    fmt::format_to(std::back_inserter(out), "  skipped {} (non-finite)", m.skipped_steps);
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <limits>
 #include <string>
 
 using namespace actorpipe;
@@ -117,4 +118,16 @@ TEST_CASE("every = 0 prints nothing") {
     });
     CHECK(out.empty());
   }
+}
+
+TEST_CASE("format_progress: steps dropped by train.nonfinite = skip end the line") {
+  StepMetrics m;
+  m.step = 3;
+  m.steps = 10;
+  m.loss = std::numeric_limits<double>::quiet_NaN();
+  m.skipped = true;
+  m.skipped_steps = 2;
+  const std::string line = format_progress(m);
+  CHECK(line.substr(0, 19) == "step 3/10  loss nan");
+  CHECK(line.substr(line.size() - 24) == "  skipped 2 (non-finite)");
 }

@@ -15,6 +15,7 @@
 
 #include "actors/actor_engine.hpp"
 #include "actors/process_group.hpp"
+#include "actors/supervisor.hpp"
 #include "engine/checkpoint/checkpoint.hpp"
 #include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/checkpoint/pipeline_checkpoint.hpp"
@@ -56,6 +57,7 @@ struct RunStep {
   int64_t tokens = 0;  // within the run
   double seconds = 0.0;
   std::vector<StageTimes> stages;  // cumulative within the run; empty when not measured
+  bool skipped = false;            // dropped on every stage (train.nonfinite = "skip")
 };
 
 struct RunOutput {
@@ -104,7 +106,7 @@ class ActorsExecutor final : public Executor {
     ActorCallbacks callbacks;
     callbacks.stop = &stop;
     callbacks.on_step = [&](const StepProgress& p) {
-      on_step(RunStep{p.step, p.loss, p.tokens, p.seconds, p.stages});
+      on_step(RunStep{p.step, p.loss, p.tokens, p.seconds, p.stages, p.skipped});
     };
     callbacks.on_migration = [&](const MigrationEvent& e) {
       on_migration(e, std::chrono::duration<double>(Clock::now() - t0).count());
@@ -151,7 +153,10 @@ class SerialBackend final : public Executor {
       auto losses = exec_->run(per_run, data, [&](int step, double loss) {
         out.losses.push_back(loss);
         out.tokens = exec_->microbatches_for(done + step) * tokens_per_mb_;
-        on_step(RunStep{done + step, loss, out.tokens, since(), {}});
+        // the executor counts a dropped step before it reports it
+        const bool skipped = exec_->skipped_steps() > skipped_;
+        skipped_ = exec_->skipped_steps();
+        on_step(RunStep{done + step, loss, out.tokens, since(), {}, skipped});
       });
       if (!losses) return losses.error();
       AP_CHECK(static_cast<size_t>(done) + losses->size() == out.losses.size(),
@@ -165,6 +170,7 @@ class SerialBackend final : public Executor {
  private:
   std::unique_ptr<SerialExecutor> exec_;
   int64_t tokens_per_mb_;
+  int64_t skipped_ = 0;  // exec_->skipped_steps() at the last step reported
 };
 
 struct FileCloser {
@@ -193,11 +199,13 @@ struct Trainer::Impl {
   std::unique_ptr<std::FILE, FileCloser> metrics;
   std::function<void(const StepMetrics&)> callback;
   std::function<void(const MigrationEvent&)> migration_callback;
+  std::function<void(const TrainerRestart&)> restart_callback;
+  int restarts = 0;           // automatic restarts of train()
+  int64_t skipped_steps = 0;  // steps dropped (train.nonfinite = "skip") since the start
   bool record_spans = false;
   std::string resumed_from;
   std::vector<std::string> skipped_checkpoints;  // newer ones the resume passed over, and why
   CheckpointDirLock checkpoint_lock;             // held while this trainer may write checkpoint.dir
-  StopFlag stop;                                 // request_stop()
   bool stopped = false;                          // the last train() or run() ended on it
   std::string last_checkpoint;
   int64_t checkpoint_step = -1;  // the step of last_checkpoint when it is a step-<N> one
@@ -213,6 +221,11 @@ struct Trainer::Impl {
   Status callback_status;  // the first failure inside a step report (a metrics write)
 
   bool multi() const { return options.group != nullptr && options.group->world() > 1; }
+  // tokens of one optimizer step (pipedream: one microbatch)
+  int64_t tokens_per_step() const {
+    const int64_t mbs = config.pipeline.mode == "pipedream" ? 1 : config.pipeline.microbatches;
+    return mbs * config.pipeline.microbatch_size * sequence_length(config);
+  }
   // Appends `line` to train.metrics (when open and nothing failed before); the first failure
   // is kept in callback_status.
   void write_metrics(const std::string& line) {
@@ -296,6 +309,8 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
     ActorEngineOptions eo;
     eo.scheduler_threads = options.scheduler_threads;
     eo.record_spans = impl->record_spans;
+    eo.fault = options.fault;
+    eo.before_update = options.before_update;
     if (options.group != nullptr) {
       eo.stall_timeout_seconds =
           std::max(eo.stall_timeout_seconds,
@@ -377,6 +392,11 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
                         std::strerror(errno));
     }
     impl->metrics.reset(f);
+    if (const auto& r = options.relaunched) {
+      impl->write_metrics(
+          restart_json(impl->step, r->restart, r->max_restarts, impl->resumed_from, r->error));
+      if (!impl->callback_status.ok()) return impl->callback_status.error();
+    }
   }
   return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
 }
@@ -408,6 +428,9 @@ Expected<StepMetrics> Trainer::run(int steps) {
     m.tokens = im.tokens + rs.tokens;
     m.seconds = offset + rs.seconds;
     m.stages = im.stage_totals;
+    m.skipped = rs.skipped;
+    if (rs.skipped) ++im.skipped_steps;
+    m.skipped_steps = im.skipped_steps;
     for (size_t r = 0; r < rs.stages.size() && r < m.stages.size(); ++r) {
       m.stages[r].busy_seconds += rs.stages[r].busy_seconds;
       m.stages[r].idle_seconds += rs.stages[r].idle_seconds;
@@ -431,7 +454,7 @@ Expected<StepMetrics> Trainer::run(int steps) {
     if (im.migration_callback) im.migration_callback(e);
   };
   im.stopped = false;
-  auto out = im.exec->run(steps, *im.data, report, migrated, im.stop);
+  auto out = im.exec->run(steps, *im.data, report, migrated, stop_);
   if (!out) {
     return make_error("the run of steps {} to {}: {}", base_step + 1, base_step + steps,
                       out.error().message);
@@ -471,6 +494,72 @@ Expected<StepMetrics> Trainer::run(int steps) {
 }
 
 Status Trainer::train() {
+  const TrainOptions& t = impl_->config.train;
+  if (t.max_restarts == 0 || impl_->multi()) return train_once();
+  Supervisor supervisor({t.max_restarts, t.restart_backoff, 60.0});
+  return supervisor.run([this] { return train_once(); },
+                        [this](const RestartEvent& e) {
+                          return restart_from_checkpoint(e.restart, e.error, e.waited);
+                        },
+                        &stop_);
+}
+
+Status Trainer::restart_from_checkpoint(int restart, const std::string& error, double waited) {
+  Impl& old = *impl_;
+  Config c = old.config;
+  const std::string& dir = c.checkpoint.dir;
+  // the newest checkpoint of the directory that loads whole; none yet: where this trainer began
+  if (!checkpoints_in(dir).empty()) c.checkpoint.resume = dir;
+  c.checkpoint.overwrite = false;
+  TrainerOptions o = old.options;
+  o.fault = {};
+  o.before_update = {};
+  // the failed pipeline goes first: its memory, its metrics file and the directory's lock
+  old.exec.reset();
+  old.data.reset();
+  old.metrics.reset();
+  old.checkpoint_lock = CheckpointDirLock{};
+  auto fresh = Trainer::create(c, o);
+  if (!fresh) return fresh.error();
+  std::unique_ptr<Impl> im = std::move((*fresh)->impl_);
+  // the config as given (the resume is this restart's), and what this trainer has counted
+  im->config.checkpoint.resume = old.config.checkpoint.resume;
+  im->config.checkpoint.overwrite = old.config.checkpoint.overwrite;
+  im->callback = std::move(old.callback);
+  im->migration_callback = std::move(old.migration_callback);
+  im->restart_callback = std::move(old.restart_callback);
+  im->first_step = old.first_step;
+  im->last.first_step = old.first_step;
+  im->train_start = old.train_start;
+  im->stage_totals = std::move(old.stage_totals);
+  im->last.stages = im->stage_totals;
+  im->spans = std::move(old.spans);
+  im->marks = std::move(old.marks);
+  im->tokens = std::max<int64_t>(0, (im->step - im->first_step) * im->tokens_per_step());
+  im->last.tokens = im->tokens;
+  im->restarts = restart;
+  TrainerRestart r;
+  r.restart = restart;
+  r.max_restarts = im->config.train.max_restarts;
+  r.error = error;
+  r.waited = waited;
+  r.resumed_from = im->resumed_from;
+  r.step = im->step;
+  im->write_metrics(restart_json(r.step, r.restart, r.max_restarts, r.resumed_from, r.error));
+  impl_ = std::move(im);
+  if (impl_->restart_callback) impl_->restart_callback(r);
+  return impl_->callback_status;
+}
+
+void Trainer::on_restart(std::function<void(const TrainerRestart&)> callback) {
+  impl_->restart_callback = std::move(callback);
+}
+
+int Trainer::restarts() const {
+  return impl_->restarts;
+}
+
+Status Trainer::train_once() {
   Impl& im = *impl_;
   const int64_t target = im.config.train.steps;
   const std::string& dir = im.config.checkpoint.dir;
@@ -480,7 +569,7 @@ Status Trainer::train() {
   while (im.step < target) {
     // between runs, one process stops at once; in a job the run's outcome (rank 0's request)
     // decides, so that every rank ends after the same step
-    if (!im.multi() && im.stop.requested()) {
+    if (!im.multi() && stop_.requested()) {
       im.stopped = true;
       break;
     }
@@ -500,7 +589,7 @@ Status Trainer::train() {
     if (!dir.empty() && im.checkpoint_step != im.step) {
       if (auto p = save(dir); !p) return p.error();
     }
-    const int sig = im.stop.signal();
+    const int sig = stop_.signal();
     const char* abbrev = sig > 0 ? ::sigabbrev_np(sig) : nullptr;
     im.write_metrics(stopped_json(im.step,
                                   sig <= 0 ? std::string()
@@ -518,7 +607,7 @@ Status Trainer::train() {
 }
 
 void Trainer::request_stop(int signal) noexcept {
-  impl_->stop.request(signal);
+  stop_.request(signal);
 }
 
 bool Trainer::stopped() const {
@@ -526,7 +615,7 @@ bool Trainer::stopped() const {
 }
 
 int Trainer::stop_signal() const {
-  return impl_->stop.signal();
+  return stop_.signal();
 }
 
 const std::string& Trainer::last_checkpoint() const {

@@ -4,16 +4,21 @@
 #include "actors/api/actorpipe/trainer.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
+#include <array>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <sstream>
 
+#include "engine/mode.hpp"
 #include "engine/schedule/generators.hpp"
 #include "engine/schedule/lowering.hpp"
 #include "tests/support/bits.hpp"
@@ -292,7 +297,9 @@ TEST_CASE("forced moves: reported, in the metrics, the trace and the checkpoint;
   CHECK(same_bits(record_losses(*u), losses));
   CHECK(same_weights(*t, *u));
   // the serial backend has no migration manager
-  auto serial = Trainer::create(c, TrainerOptions{Backend::serial});
+  TrainerOptions serial_options;
+  serial_options.backend = Backend::serial;
+  auto serial = Trainer::create(c, serial_options);
   REQUIRE_FALSE(serial.ok());
   CHECK(serial.error().message.find("migration.moves: the serial backend") != std::string::npos);
 }
@@ -573,4 +580,253 @@ TEST_CASE(
       CHECK(steps == expected);
     }
   }
+}
+
+TEST_CASE(
+    "train.max_restarts: a fault at 20 random points (an exception in a stage's forward or "
+    "backward or in a shard's update, a poisoned activation) is restarted from the latest "
+    "checkpoint and the training ends with the uninterrupted bits") {
+  constexpr int kSteps = 8;
+  const std::vector<std::string> modes = {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"};
+  auto config = [](const std::string& mode, const std::string& dir) {
+    Config c = tiny(mode, 2, kSteps);
+    c.checkpoint.dir = dir;
+    c.checkpoint.every = 2;
+    return c;
+  };
+  TempDir tmp;
+  std::map<std::string, std::unique_ptr<Trainer>> whole;
+  for (const std::string& mode : modes) {
+    whole[mode] = make(config(mode, tmp.file("whole-" + mode)));
+    train(*whole[mode]);
+  }
+  std::mt19937 rng(20261126);
+  for (int point = 0; point < 20; ++point) {
+    const std::string mode = modes[rng() % modes.size()];
+    const int kind = static_cast<int>(rng() % 4);  // forward, backward, poison, shard
+    const int stage = static_cast<int>(rng() % 2);
+    const int mbs_per_step = mode == "pipedream" ? 1 : 4;
+    const int64_t mb = static_cast<int64_t>(rng() % (kSteps * mbs_per_step));
+    const long version = 1 + static_cast<long>(rng() % kSteps);
+    const std::string what =
+        fmt::format("{}: {} at stage {}, {} {}", mode,
+                    std::array{"throw in forward", "throw in backward", "poisoned output",
+                               "throw in the shard's update"}[kind],
+                    stage, kind == 3 ? "version" : "microbatch", kind == 3 ? version : mb);
+    CAPTURE(what);
+    const std::string dir = tmp.file("run-" + std::to_string(point));
+    Config c = config(mode, dir);
+    c.train.max_restarts = 1;
+    c.train.restart_backoff = 0.0;
+    c.train.metrics = dir + ".jsonl";
+    TrainerOptions o;
+    if (kind < 3) {
+      o.fault.kind = std::array{FaultInjection::Kind::throw_in_forward,
+                                FaultInjection::Kind::throw_in_backward,
+                                FaultInjection::Kind::poison_output}[kind];
+      o.fault.stage = stage;
+      o.fault.microbatch = mb;
+    } else {
+      o.before_update = [stage, version](int s, long v) {
+        if (s == stage && v == version) throw std::runtime_error("injected fault in the update");
+      };
+    }
+    auto created = Trainer::create(c, o);
+    REQUIRE_MESSAGE(created.ok(), created.error().message);
+    Trainer& t = **created;
+    std::vector<TrainerRestart> restarts;
+    t.on_restart([&](const TrainerRestart& r) { restarts.push_back(r); });
+    train(t);
+    CHECK(t.step_count() == kSteps);
+    CHECK(t.restarts() == 1);
+    REQUIRE(restarts.size() == 1);
+    CHECK(restarts[0].restart == 1);
+    CHECK(restarts[0].error.find(kind == 2 ? "non-finite" : "injected fault") != std::string::npos);
+    CHECK(restarts[0].step % 2 == 0);
+    CHECK(restarts[0].resumed_from == (restarts[0].step == 0
+                                           ? std::string()
+                                           : dir + "/step-" + std::to_string(restarts[0].step)));
+    CHECK(same_weights(*whole[mode], t));
+    // the metrics: each step once, the restart's line where the replay begins
+    std::vector<int64_t> steps;
+    int restart_lines = 0;
+    for (const auto& l : read_lines(c.train.metrics)) {
+      if (l.contains("step")) steps.push_back(l.at("step").get<int64_t>());
+      if (l.contains("restart")) {
+        ++restart_lines;
+        CHECK(l.at("restart").at("step") == restarts[0].step);
+        CHECK(static_cast<int64_t>(steps.size()) == restarts[0].step);
+      }
+    }
+    CHECK(restart_lines == 1);
+    std::vector<int64_t> expected;
+    for (int64_t i = 1; i <= kSteps; ++i) expected.push_back(i);
+    CHECK(steps == expected);
+  }
+}
+
+TEST_CASE(
+    "train.max_restarts: past the limit the last failure is the error; the keys are checked") {
+  TempDir tmp;
+  Config c = tiny("1f1b", 2, 4);
+  c.checkpoint.dir = tmp.file("ckpt");
+  c.checkpoint.every = 1;
+  c.train.max_restarts = 2;
+  c.train.restart_backoff = 0.0;
+  c.optimizer.lr = 1e30f;  // every attempt turns non-finite at the same step
+  c.optimizer.grad_clip = 0.0f;
+  auto t = make(c);
+  Status done = t->train();
+  REQUIRE_FALSE(done.ok());
+  CHECK(done.error().message.find("non-finite loss") != std::string::npos);
+  CHECK(done.error().message.find("(after 2 restarts)") != std::string::npos);
+  CHECK(t->restarts() == 2);
+
+  Config no_dir = tiny("1f1b", 2, 4);
+  no_dir.train.max_restarts = 1;
+  auto refused = Trainer::create(no_dir);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message ==
+        "train.max_restarts = 1: restarts resume from checkpoint.dir, which is empty");
+}
+
+namespace {
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+bool same_weights_as(const Trainer& t, const std::vector<NamedTensor>& w) {
+  const auto now = t.weights();
+  if (now.size() != w.size()) return false;
+  for (size_t i = 0; i < w.size(); ++i)
+    if (!same_bits(now[i].f32, w[i].f32)) return false;
+  return true;
+}
+
+// Same losses bit for bit, counting every NaN as equal to every NaN.
+bool same_losses(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) != std::isnan(b[i])) return false;
+    if (!std::isnan(a[i]) && !same_bits(std::vector<double>{a[i]}, std::vector<double>{b[i]}))
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "train.nonfinite = skip: a step with a non-finite loss is dropped on every stage, "
+    "counted, and both backends agree") {
+  for (const char* mode : {"gpipe", "1f1b"}) {
+    const std::string what = mode;
+    CAPTURE(what);
+    TempDir tmp;
+    // lr 1e30: step 1's update leaves huge finite weights, every later loss is not finite
+    Config c = tiny(mode, 2, 5);
+    c.optimizer.lr = 1e30f;
+    c.optimizer.grad_clip = 0.0f;
+    c.train.nonfinite = "skip";
+    std::map<Backend, std::vector<StepMetrics>> steps;
+    std::map<Backend, std::unique_ptr<Trainer>> trainers;
+    std::vector<NamedTensor> after_step_1;
+    for (Backend backend : {Backend::serial, Backend::actors}) {
+      Config cb = c;
+      cb.train.metrics = tmp.file(backend == Backend::serial ? "serial.jsonl" : "actors.jsonl");
+      auto t = make(cb, backend);
+      t->on_step([&steps, backend](const StepMetrics& m) { steps[backend].push_back(m); });
+      auto first = t->run(1);
+      REQUIRE_MESSAGE(first.ok(), first.error().message);
+      CHECK_FALSE(first->skipped);
+      if (backend == Backend::serial) after_step_1 = t->weights();
+      train(*t);
+      CHECK(t->step_count() == 5);
+      trainers[backend] = std::move(t);
+    }
+    for (Backend backend : {Backend::serial, Backend::actors}) {
+      const auto& s = steps[backend];
+      REQUIRE(s.size() == 5);
+      for (size_t i = 1; i < s.size(); ++i) {
+        CHECK(s[i].skipped);
+        CHECK(std::isnan(s[i].loss));
+        CHECK(s[i].skipped_steps == static_cast<int64_t>(i));
+      }
+      // the dropped steps changed nothing: the weights are step 1's
+      CHECK(same_weights_as(*trainers[backend], after_step_1));
+      const auto lines =
+          read_lines(tmp.file(backend == Backend::serial ? "serial.jsonl" : "actors.jsonl"));
+      REQUIRE(lines.size() == 5);
+      CHECK_FALSE(lines[0].contains("skipped"));
+      CHECK(lines[3].at("skipped") == true);
+      CHECK(lines[3].at("loss").is_null());
+    }
+    std::vector<double> ls, la;
+    for (const auto& m : steps[Backend::serial]) ls.push_back(m.loss);
+    for (const auto& m : steps[Backend::actors]) la.push_back(m.loss);
+    CHECK(same_losses(ls, la));
+    CHECK(same_weights(*trainers[Backend::serial], *trainers[Backend::actors]));
+  }
+}
+
+TEST_CASE(
+    "train.nonfinite: a non-finite gradient with finite losses stops the run naming the "
+    "step, stage and layer, or (skip) drops exactly that step") {
+  // stage 0's B of microbatch 9 (step 3 of 4 microbatches per step) gets a NaN gradient
+  FaultInjection poison;
+  poison.kind = FaultInjection::Kind::poison_gradient;
+  poison.stage = 0;
+  poison.microbatch = 9;
+  for (const char* mode : {"gpipe", "1f1b", "2bw", "pipedream"}) {
+    const std::string what = mode;
+    CAPTURE(what);
+    Config c = tiny(mode, 2, 5);
+    TrainerOptions o;
+    o.fault = poison;
+    // pipedream: each microbatch is a step (5 in all): microbatch 3 is step 4
+    if (what == "pipedream") o.fault.microbatch = 3;
+    auto t = Trainer::create(c, o);
+    REQUIRE(t.ok());
+    Status done = (*t)->train();
+    REQUIRE_FALSE(done.ok());
+    // sync modes: found by the driver ("stage 0: ..."); the others: by the stage's optimizer
+    // shard at its update ("stage 0 (0OPT_STEP@3): optimizer: ...")
+    const std::string step = what == "pipedream" ? "4" : "3";
+    const std::string where = is_synchronous(*parse_mode(what))
+                                  ? "stage 0: "
+                                  : "stage 0 (0OPT_STEP@" + step + "): optimizer: ";
+    CHECK(contains(done.error().message, where + "non-finite gradient in step " + step +
+                                             " at layer 0 (gpt_embedding; sum of squares nan)"));
+  }
+  for (const char* mode : {"gpipe", "1f1b"}) {
+    const std::string what = mode;
+    CAPTURE(what);
+    Config c = tiny(mode, 2, 5);
+    c.train.nonfinite = "skip";
+    TrainerOptions o;
+    o.fault = poison;
+    auto created = Trainer::create(c, o);
+    REQUIRE(created.ok());
+    Trainer& t = **created;
+    REQUIRE(t.run(2).ok());
+    const auto before = t.weights();
+    auto third = t.run(1);
+    REQUIRE_MESSAGE(third.ok(), third.error().message);
+    CHECK(third->skipped);
+    CHECK(std::isfinite(third->loss));  // the loss was finite; the gradients were not
+    CHECK(same_weights_as(t, before));
+    auto fourth = t.run(1);
+    REQUIRE(fourth.ok());
+    CHECK_FALSE(fourth->skipped);
+    CHECK(fourth->skipped_steps == 1);
+    CHECK_FALSE(same_weights_as(t, before));
+  }
+  // skip needs a mode whose steps do not overlap
+  Config bad = tiny("2bw", 2, 5);
+  bad.train.nonfinite = "skip";
+  auto refused = Trainer::create(bad);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(contains(refused.error().message,
+                 "train.nonfinite = \"skip\": pipeline.mode = \"2bw\" overlaps its steps"));
 }

@@ -64,7 +64,10 @@ struct RunState {
   int credits = 1;                 ///< microbatches released ahead of stage 0's backwards
   float grad_clip = 0.0f;
   bool split_backward = true;  ///< pipeline.split_backward: B hands din on before its weight half
-  Schedule schedule;           ///< lowered; sync modes run it once per step (`repeats` times)
+  /// train.nonfinite = "skip" (sync modes): a step whose loss or gradients are not finite is
+  /// dropped on every stage (the driver sends each shard a NaN scale: skip_update)
+  bool skip_nonfinite = false;
+  Schedule schedule;  ///< lowered; sync modes run it once per step (`repeats` times)
   int repeats = 1;
   std::vector<StageWorker*> workers;
   std::vector<OptimizerShard*> shards;  ///< per stage: its optimizer state

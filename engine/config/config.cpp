@@ -612,6 +612,23 @@ Status validate(const Config& c) {
   if (t.steps < 1) bad(fmt::format("train.steps = {}: must be >= 1", t.steps));
   if (t.log_every < 0)
     bad(fmt::format("train.log_every = {}: must be >= 0 (0 = never)", t.log_every));
+  if (t.max_restarts < 0 || t.max_restarts > 1000) {
+    bad(fmt::format("train.max_restarts = {}: must be in [0, 1000]", t.max_restarts));
+  } else if (t.max_restarts > 0 && c.checkpoint.dir.empty()) {
+    bad(fmt::format("train.max_restarts = {}: restarts resume from checkpoint.dir, which is empty",
+                    t.max_restarts));
+  }
+  if (t.nonfinite != "stop" && t.nonfinite != "skip") {
+    bad(fmt::format("train.nonfinite = \"{}\": unknown policy (allowed: stop, skip)", t.nonfinite));
+  } else if (t.nonfinite == "skip" && from_string(p.mode, mode) && !is_synchronous(mode)) {
+    bad(fmt::format(
+        "train.nonfinite = \"skip\": pipeline.mode = \"{}\" overlaps its steps, so no step can be "
+        "skipped on every stage consistently (skip needs gpipe or 1f1b)",
+        p.mode));
+  }
+  if (!(t.restart_backoff >= 0.0 && t.restart_backoff <= 3600.0)) {
+    bad(fmt::format("train.restart_backoff = {}: must be in [0, 3600] seconds", t.restart_backoff));
+  }
 
   const CheckpointOptions& k = c.checkpoint;
   if (k.every < 0) {

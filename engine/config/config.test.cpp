@@ -81,7 +81,7 @@ Config everything_changed() {
   c.data.synthetic_branching = 7;
   c.data.synthetic_seed = 5;
   c.data.mask_prob = 0.2;
-  c.pipeline.mode = "2bw";
+  c.pipeline.mode = "gpipe";
   c.pipeline.stages = 3;
   c.pipeline.microbatches = 6;
   c.pipeline.microbatch_size = 2;
@@ -107,6 +107,9 @@ Config everything_changed() {
   c.train.log_every = 0;
   c.train.metrics = "m.jsonl";
   c.train.trace = "t.json";
+  c.train.max_restarts = 3;
+  c.train.restart_backoff = 2.5;
+  c.train.nonfinite = "skip";
   c.checkpoint.dir = "ckpt";
   c.checkpoint.every = 4;
   c.checkpoint.resume = "ckpt/final";

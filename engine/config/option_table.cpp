@@ -251,6 +251,22 @@ std::vector<OptionSpec> build_table() {
                   "checkpoint's step, drops the rest and writes a \"resumed\" line."));
   t.push_back(row("train", "trace", &C::train, &TrainOptions::trace, "a file path, or empty",
                   "Chrome/Perfetto trace file; empty = none."));
+  t.push_back(row("train", "max_restarts", &C::train, &TrainOptions::max_restarts,
+                  "0 .. 1000; > 0 needs checkpoint.dir",
+                  "After a failed run (an exception in a stage or shard, a non-finite loss, a "
+                  "stall, a checkpoint that could not be written) restart from the latest complete "
+                  "checkpoint in checkpoint.dir (or from the start) up to this many times, in the "
+                  "same process; each restart is a \"restart\" line of train.metrics. 0 = a "
+                  "failure ends the training. One process only: a job of several is restarted "
+                  "by actorpipe-launch --max-restarts."));
+  t.push_back(row("train", "nonfinite", &C::train, &TrainOptions::nonfinite,
+                  "stop | skip; skip needs pipeline.mode gpipe or 1f1b",
+                  "A non-finite loss or gradient: stop fails the run naming the step, stage and "
+                  "layer (microbatch for a loss); skip drops that step's update on every stage "
+                  "(weights and optimizer state stay as they were), counts it and trains on."));
+  t.push_back(row("train", "restart_backoff", &C::train, &TrainOptions::restart_backoff,
+                  "[0, 3600] seconds",
+                  "Wait before the first restart; doubled for each further one, at most 60 s."));
   // [checkpoint]
   t.push_back(row("checkpoint", "dir", &C::checkpoint, &CheckpointOptions::dir,
                   "a directory path, or empty",

@@ -98,4 +98,16 @@ void OptimizerShard::run_update(Context& ctx, UpdateJob& job, const UpdateScales
   job.applied_ = true;
 }
 
+void OptimizerShard::skip_update(UpdateJob& job) {
+  AP_CHECK(job.open() && job.finished() && !job.applied(),
+           "stage {}: skip_update of an update that is not open and finished", stage_);
+  AP_CHECK(job.stage() == stage_, "stage {}'s optimizer shard given an update of stage {}", stage_,
+           job.stage());
+  for (int i = 0; i < num_layers(); ++i) {
+    const std::span<float> g = job.grads(i);
+    std::fill(g.begin(), g.end(), 0.0f);
+  }
+  job.applied_ = true;
+}
+
 }  // namespace actorpipe

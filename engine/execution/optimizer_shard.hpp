@@ -45,6 +45,10 @@ class OptimizerShard {
   /// later update into that buffer) and marks the job applied. Bits depend only on the job, the
   /// state and `scales`, never on ctx's thread count.
   void run_update(Context& ctx, UpdateJob& job, const UpdateScales& scales);
+  /// Instead of run_update, for a step dropped on every stage (train.nonfinite = "skip"): the
+  /// version being produced keeps the weights it starts with and the state stays as it is; the
+  /// job's gradients are zeroed and it is marked applied.
+  void skip_update(UpdateJob& job);
 
  private:
   OptimizerOptions opt_;

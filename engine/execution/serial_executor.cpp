@@ -11,6 +11,7 @@
 
 #include "engine/data/loader.hpp"
 #include "engine/execution/memory_check.hpp"
+#include "engine/execution/nonfinite.hpp"
 #include "engine/schedule/generators.hpp"
 #include "engine/schedule/lowering.hpp"
 #include "engine/schedule/validate.hpp"
@@ -49,6 +50,7 @@ struct SerialExecutor::Run {
     int executed = 0;              // stages that ran it
     bool collective_done = false;
     float global_scale = 1.0f;
+    bool skip = false;  // a non-finite gradient, skip_nonfinite: dropped on every stage
     std::vector<std::vector<float>> contribution;  // per tied k: the copy stage's gradient
     std::vector<bool> has_contribution;
     std::vector<std::vector<float>> sum;  // per tied k: the summed gradient (follow_owner)
@@ -168,6 +170,7 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Config& c
     return ok.error();
   o.threads.assign(static_cast<size_t>(partition->stages()), config.pipeline.threads_per_stage);
   o.log_versions = log_versions;
+  o.skip_nonfinite = config.train.nonfinite == "skip";
   auto recompute = recompute_flags(config.pipeline.recompute, model->num_layers());
   if (!recompute) return recompute.error();
   o.recompute = std::move(*recompute);
@@ -345,8 +348,9 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
         }
         if (r == d - 1) {
           run.mb_loss[static_cast<size_t>(a.microbatch)] = out.loss.mean();
-          // a non-finite loss stops the run, as on the actors (stage_actor.cpp)
-          if (!std::isfinite(out.loss.sum) && failure.ok()) {
+          // a non-finite loss stops the run, as on the actors (stage_actor.cpp); skipped, its
+          // gradients are not finite either and the step is dropped at its update
+          if (!std::isfinite(out.loss.sum) && failure.ok() && !opts_.skip_nonfinite) {
             failure =
                 make_error("stage {}, microbatch {} ({}): non-finite loss {} over {} targets", r,
                            mb_done_ + a.microbatch, to_string(a), out.loss.sum, out.loss.count);
@@ -401,8 +405,19 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
             double sumsq = 0.0;  // every layer in order: stage order, then layer order
             for (int q = 0; q < d; ++q) {
               UpdateJob& jq = *u.jobs[static_cast<size_t>(q)];
-              for (double v : jq.finish_gradients(workers_[static_cast<size_t>(q)]->context()))
-                sumsq += v;
+              const auto sums = jq.finish_gradients(workers_[static_cast<size_t>(q)]->context());
+              const int bad = first_nonfinite(sums);
+              if (bad >= 0 && !u.skip) {
+                if (opts_.skip_nonfinite) {
+                  u.skip = true;
+                } else if (failure.ok()) {
+                  const int layer = workers_[static_cast<size_t>(q)]->first_layer() + bad;
+                  failure = make_error(
+                      "stage {}: {}", q,
+                      nonfinite_gradient(model_, jq.step(), layer, sums[static_cast<size_t>(bad)]));
+                }
+              }
+              for (double v : sums) sumsq += v;
             }
             u.global_scale = clip_scale(sumsq, opt_.grad_clip);
             u.collective_done = true;
@@ -415,11 +430,22 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
             job.set_tied_grad(k, u.sum[k]);
           }
           double sumsq = 0.0;  // this stage's layers in order
-          for (double v : job.finish_gradients(w.context())) sumsq += v;
+          const auto sums = job.finish_gradients(w.context());
+          if (const int bad = first_nonfinite(sums); bad >= 0 && failure.ok()) {
+            failure = make_error("stage {}: {}", r,
+                                 nonfinite_gradient(model_, job.step(), w.first_layer() + bad,
+                                                    sums[static_cast<size_t>(bad)]));
+          }
+          for (double v : sums) sumsq += v;
           scales.stage = scales.tied = clip_scale(sumsq, opt_.grad_clip);
         }
+        if (!failure.ok()) break;
         // the rest of the protocol back to back: the shard's math on the stage's Context
-        shards_[ru]->run_update(w.context(), job, scales);
+        if (u.skip) {
+          shards_[ru]->skip_update(job);
+        } else {
+          shards_[ru]->run_update(w.context(), job, scales);
+        }
         w.commit_update(job);
         for (size_t k = 0; k < ntied; ++k) {
           if (sync == TiedSync::follow_owner && cross(k, r, TiedRole::owner)) {
@@ -429,6 +455,7 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
           }
         }
         if (++u.executed == d) {
+          if (u.skip) ++skipped_;
           run.updates.erase(a.version);
           if (on_step) on_step(a.version, step_loss(a.version));
         }

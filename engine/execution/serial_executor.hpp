@@ -31,6 +31,9 @@ struct SerialExecutorOptions {
   /// pipeline.recompute: one flag per global layer (empty = none), StageWorkerOptions::recompute
   std::vector<bool> recompute;
   bool log_versions = false;  ///< keep every F/B's VersionUse (version_log())
+  /// train.nonfinite = "skip" (gpipe and 1f1b only): a step whose loss or gradients are not
+  /// finite is dropped on every stage (OptimizerShard::skip_update) instead of failing the run.
+  bool skip_nonfinite = false;
 };
 
 /// d StageWorkers, their OptimizerShards, and the loop that drives them. The loop sweeps the stages
@@ -102,6 +105,8 @@ class SerialExecutor {
   std::vector<VersionUse> version_log() const;
   /// Global microbatches consumed by the runs so far.
   int64_t microbatches_done() const { return mb_done_; }
+  /// Steps dropped so far (skip_nonfinite); a StepDone callback sees the count with its step.
+  int64_t skipped_steps() const { return skipped_; }
 
  private:
   SerialExecutor(const Model& model, const Partition& partition, const OptimizerOptions& optimizer,
@@ -115,6 +120,7 @@ class SerialExecutor {
   std::vector<std::unique_ptr<StageWorker>> workers_;
   std::vector<std::unique_ptr<OptimizerShard>> shards_;
   int64_t mb_done_ = 0;
+  int64_t skipped_ = 0;
 };
 
 }  // namespace actorpipe

@@ -8,9 +8,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <new>
@@ -19,6 +21,7 @@
 #include "actors/api/actorpipe/progress.hpp"
 #include "actors/api/actorpipe/trainer.hpp"
 #include "actors/process_group.hpp"
+#include "engine/checkpoint/checkpoint.hpp"
 #include "engine/config/config.hpp"
 #include "engine/model/partition.hpp"
 #include "engine/model/placement.hpp"
@@ -103,6 +106,33 @@ std::string stopped_message(const Trainer& t) {
   }
   if (!c.train.metrics.empty()) out += fmt::format("; metrics {}", c.train.metrics);
   return out;
+}
+
+// A relaunch of a failed job by actorpipe-launch --max-restarts: ACTORPIPE_RESTART=k (k >= 1),
+// ACTORPIPE_MAX_RESTARTS and ACTORPIPE_RESTART_REASON; none set: a first start.
+Expected<std::optional<TrainerRestart>> relaunch_from(const EnvLookup& env) {
+  const char* k = env("ACTORPIPE_RESTART");
+  if (k == nullptr) return std::optional<TrainerRestart>{};
+  auto number = [&](const char* name, const char* text) -> Expected<int> {
+    char* end = nullptr;
+    errno = 0;
+    const long v = text != nullptr ? std::strtol(text, &end, 10) : -1;
+    if (text == nullptr || *text == '\0' || *end != '\0' || errno != 0 || v < 0 || v > 1000)
+      return make_error("{}=\"{}\": expected an integer from 0 to 1000 (set by actorpipe-launch)",
+                        name, text != nullptr ? text : "");
+    return static_cast<int>(v);
+  };
+  TrainerRestart r;
+  auto restart = number("ACTORPIPE_RESTART", k);
+  if (!restart) return restart.error();
+  if (*restart == 0) return std::optional<TrainerRestart>{};
+  auto max = number("ACTORPIPE_MAX_RESTARTS", env("ACTORPIPE_MAX_RESTARTS"));
+  if (!max) return max.error();
+  r.restart = *restart;
+  r.max_restarts = *max;
+  const char* reason = env("ACTORPIPE_RESTART_REASON");
+  r.error = reason != nullptr ? reason : "";
+  return std::optional<TrainerRestart>{r};
 }
 
 std::string partition_text(const std::vector<int>& counts) {
@@ -247,6 +277,18 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
 
   TrainerOptions options;
   options.backend = *parse_backend(args->backend);
+  // relaunched after a failure: continue from the checkpoint directory when it holds one
+  auto relaunch = relaunch_from(process_environment());
+  if (!relaunch) {
+    print_error(program.name, relaunch.error().message);
+    return kExitUsage;
+  }
+  options.relaunched = *relaunch;
+  if (options.relaunched && !config->checkpoint.dir.empty() &&
+      !checkpoints_in(config->checkpoint.dir).empty()) {
+    config->checkpoint.resume = config->checkpoint.dir;
+    config->checkpoint.overwrite = false;
+  }
   // several processes: join the job before anything else (rank 0 publishes the coordinator)
   auto cluster = resolve_cluster_env(args->cluster, process_environment());
   if (!cluster) {
@@ -353,6 +395,10 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
              probe_devices().status);
   const std::optional<double> floor = trainer->loss_floor();
   if (floor) fmt::print("loss floor (entropy rate of the data): {:.4f} nats/token\n", *floor);
+  if (const auto& r = options.relaunched) {
+    fmt::print("relaunch {} of {} (actorpipe-launch --max-restarts) after: {}\n", r->restart,
+               r->max_restarts, r->error);
+  }
   for (const std::string& s : trainer->skipped_checkpoints())
     fmt::print(stderr, "{}: warning: skipped a newer checkpoint that does not load: {}\n",
                program.name, s);
@@ -372,6 +418,12 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
     } else if (e.reason.rfind("balanced", 0) != 0) {
       printer.note(fmt::format("migration check after step {}: {}", e.step, e.reason));
     }
+  });
+  trainer->on_restart([&](const TrainerRestart& r) {
+    printer.note(fmt::format(
+        "restart {} of {} (train.max_restarts) after {:.1f} s: {}; continuing from {} at step {}",
+        r.restart, r.max_restarts, r.waited, r.error,
+        r.resumed_from.empty() ? std::string("the start") : r.resumed_from, r.step));
   });
   Status done;
   std::optional<StopOnSignal> stop_on_signal(std::in_place, *trainer);

@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "actors/supervisor.hpp"
 #include "transport/cluster_env.hpp"
 
 namespace actorpipe {
@@ -37,6 +38,11 @@ Starts N processes of PROGRAM on this host: ranks 0 to N-1 of one job.
   --port P       the coordinator's TCP port, 1 to 65535 (default: a free port, picked up front)
   --bind ADDR    numeric IPv4/IPv6 address of this host for the coordinator (default 127.0.0.1)
   --grace S      seconds between SIGTERM and SIGKILL when the job stops, 0 to 3600 (default 10)
+  --max-restarts K
+                 relaunch every rank after a failure, up to K times, 0 to 1000 (default 0);
+                 the ranks get ACTORPIPE_RESTART=k and a trainer resumes from checkpoint.dir
+  --restart-backoff S
+                 seconds before the first relaunch, doubled for each next, at most 60 (default 1)
   --help         this text
 Each rank's environment: ACTORPIPE_RANK, ACTORPIPE_WORLD, ACTORPIPE_COORDINATOR (ADDR:PORT) and
 ACTORPIPE_JOB_SECRET (64 hex digits, fresh for every job). Output lines are prefixed
@@ -340,10 +346,11 @@ Expected<LaunchOptions> parse_launch_args(const std::vector<std::string>& args) 
           "start a job across hosts with mpirun, srun or torchrun (see docs/launch.md)",
           name);
     }
-    if (name != "-n" && name != "--port" && name != "--bind" && name != "--grace") {
+    if (name != "-n" && name != "--port" && name != "--bind" && name != "--grace" &&
+        name != "--max-restarts" && name != "--restart-backoff") {
       return make_error(
-          "unknown argument '{}'; allowed: -n N, --port P, --bind ADDR, --grace S, --help, then "
-          "[--] PROGRAM ARGS...",
+          "unknown argument '{}'; allowed: -n N, --port P, --bind ADDR, --grace S, "
+          "--max-restarts K, --restart-backoff S, --help, then [--] PROGRAM ARGS...",
           arg);
     }
     if (!value) {
@@ -367,6 +374,14 @@ Expected<LaunchOptions> parse_launch_args(const std::vector<std::string>& args) 
             *value);
       }
       o.bind = *value;
+    } else if (name == "--max-restarts") {
+      auto k = parse_int("--max-restarts", *value, 0, 1000);
+      if (!k) return k.error();
+      o.max_restarts = *k;
+    } else if (name == "--restart-backoff") {
+      auto b = parse_seconds("--restart-backoff", *value);
+      if (!b) return b.error();
+      o.restart_backoff = *b;
     } else {
       auto g = parse_seconds("--grace", *value);
       if (!g) return g.error();
@@ -692,6 +707,7 @@ LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io) {
         // writes a checkpoint, however long that takes); from the second on they stop at once,
         // and SIGKILL follows after the grace
         if (forwarded_signal == 0) forwarded_signal = sig;
+        result.interrupted = true;
         if (++forwarded > 1 && !stopping) start_stop(sig);
       }
     }
@@ -704,6 +720,52 @@ LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io) {
     result.ranks.push_back(r.outcome);
   }
   return result;
+}
+
+LaunchResult run_job(const LaunchOptions& options, const std::string& program,
+                     const std::vector<std::string>& base_env, const LaunchIo& io,
+                     const StopFlag* stop) {
+  LaunchResult last;
+  int restart = 0;
+  std::string reason;
+  auto attempt = [&]() -> Status {
+    std::vector<std::string> env;
+    for (const std::string& e : base_env) {
+      if (e.rfind("ACTORPIPE_RESTART=", 0) != 0 && e.rfind("ACTORPIPE_MAX_RESTARTS=", 0) != 0 &&
+          e.rfind("ACTORPIPE_RESTART_REASON=", 0) != 0)
+        env.push_back(e);
+    }
+    if (restart > 0) {
+      env.push_back(fmt::format("ACTORPIPE_RESTART={}", restart));
+      env.push_back(fmt::format("ACTORPIPE_MAX_RESTARTS={}", options.max_restarts));
+      env.push_back("ACTORPIPE_RESTART_REASON=" + reason);
+    }
+    auto plan = plan_launch(options, program, env);
+    if (!plan) {
+      io.message(plan.error().message);
+      last = LaunchResult{};
+      last.exit_code = 1;
+      return {};  // the launcher's own failure: not the job's
+    }
+    last = run_launch(*plan, io);
+    if (last.exit_code == 0 || last.exit_code == 127 || last.interrupted) return {};
+    if (last.failed_rank < 0) return make_error("the job failed (exit code {})", last.exit_code);
+    return Error{describe_outcome(last.ranks[static_cast<std::size_t>(last.failed_rank)])};
+  };
+  Supervisor supervisor({options.max_restarts, options.restart_backoff, 60.0});
+  // the job's outcome is `last`; a failure past the limit is in it already
+  (void)supervisor.run(
+      attempt,
+      [&](const RestartEvent& e) -> Status {
+        restart = e.restart;
+        reason = e.error;
+        io.message(fmt::format("{}; restarting every rank (restart {} of {}, after {:.1f} s)",
+                               e.error, e.restart, e.max_restarts, e.waited));
+        return {};
+      },
+      stop);
+  last.restarts = restart;
+  return last;
 }
 
 }  // namespace actorpipe

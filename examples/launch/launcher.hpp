@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/expected.hpp"
+#include "engine/stop_flag.hpp"
 
 namespace actorpipe {
 
@@ -22,6 +23,8 @@ struct LaunchOptions {
   int port = 0;                      ///< --port P; 0: pick a free port on `bind`
   std::string bind = "127.0.0.1";    ///< --bind ADDR: numeric IPv4 or IPv6 address of this host
   double grace_seconds = 10;         ///< --grace S: SIGTERM to SIGKILL, 0 to 3600
+  int max_restarts = 0;              ///< --max-restarts K: relaunches of a failed job, 0 to 1000
+  double restart_backoff = 1.0;      ///< --restart-backoff S: wait before the first, 0 to 3600
   std::vector<std::string> command;  ///< PROGRAM ARGS...
   bool help = false;                 ///< --help
 };
@@ -114,14 +117,29 @@ struct LaunchResult {
                          ///< could not be started
   int failed_rank = -1;  ///< the first rank that failed, -1 when none did
   std::vector<RankOutcome> ranks;
+  bool interrupted = false;  ///< a signal was forwarded to the ranks (a stop was asked)
+  int restarts = 0;          ///< run_job: relaunches of the whole job
 };
 
 /// Starts every rank of `plan` (each in a process group of its own, stdin from /dev/null, stdout
 /// and stderr on pipes, killed with SIGKILL if the launcher dies) and supervises them until all
 /// have ended: prefixes their lines, forwards the signals read from io.interrupt_fd, and when one
 /// rank fails (non-zero status or a signal) sends SIGTERM to the others, then SIGKILL to those
-/// still running plan.grace_seconds later. A forwarded signal starts the same grace period.
-/// Returns once every rank has been reaped.
+/// still running plan.grace_seconds later. The first forwarded signal asks for a graceful stop and
+/// waits however long it takes (a rank exiting 128 + that signal stops no other); a second one
+/// starts the grace period. Returns once every rank has been reaped.
 LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io);
+
+/// The whole job, relaunched after a failure: plans and runs it (run_launch) and, when it failed
+/// and options.max_restarts allows, waits options.restart_backoff seconds (doubled for each
+/// further restart, at most 60; ended early by `stop`), says so on io.message and starts every
+/// rank again from a fresh plan (a new port unless --port, a new secret), their environment
+/// also holding ACTORPIPE_RESTART (1 for the first relaunch), ACTORPIPE_MAX_RESTARTS and
+/// ACTORPIPE_RESTART_REASON (the failure, e.g. "rank 1 killed by signal 9 (SIGKILL)"): a trainer
+/// resumes from its checkpoint directory then (docs/failures.md). No relaunch after a forwarded
+/// signal (`stop` requested), a rank that could not start (127) or a plan that failed (1).
+LaunchResult run_job(const LaunchOptions& options, const std::string& program,
+                     const std::vector<std::string>& base_env, const LaunchIo& io,
+                     const StopFlag* stop = nullptr);
 
 }  // namespace actorpipe

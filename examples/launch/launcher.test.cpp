@@ -142,7 +142,8 @@ TEST_CASE("bad arguments: one line naming the argument, its value and what is al
        "--grace: '-1' is not allowed: expected seconds from 0 to 3600"},
       {{"-n", "2", "--grace", "soon", "p"}, "--grace: 'soon' is not allowed"},
       {{"-n", "2", "--verbose", "p"},
-       "unknown argument '--verbose'; allowed: -n N, --port P, --bind ADDR, --grace S, --help"},
+       "unknown argument '--verbose'; allowed: -n N, --port P, --bind ADDR, --grace S, "
+       "--max-restarts K, --restart-backoff S, --help"},
       {{"-n"}, "-n needs a value (see --help)"},
       {{"--", "prog"}, "-n is missing: expected the number of processes"},
       {{"-n", "2"}, "no program given: expected actorpipe-launch -n N [options] -- PROGRAM"},
@@ -543,4 +544,95 @@ TEST_CASE("written to descriptors, lines never mix, and a line longer than 64 Ki
     CHECK(count["err-" + std::to_string(k)] == 300);
   }
   CHECK(long_lines == std::vector<std::size_t>{65536, 100000 - 65536});
+}
+
+namespace {
+
+// run_job over `sh -c script` with the test's io.
+LaunchResult job_sh(const std::string& script, LaunchOptions options, Captured& captured,
+                    const StopFlag* stop = nullptr) {
+  options.command = {"sh", "-c", script};
+  LaunchIo io;
+  io.line = [&](int rank, OutputStream stream, std::string_view line) {
+    captured.lines.emplace_back(rank, stream, std::string(line));
+  };
+  io.message = [&](std::string_view m) { captured.messages.emplace_back(m); };
+  return run_job(options, sh_path(), own_environment(), io, stop);
+}
+
+}  // namespace
+
+TEST_CASE("--max-restarts: a failed job is relaunched whole, its ranks told which restart") {
+  LaunchOptions options;
+  options.processes = 2;
+  options.grace_seconds = 5;
+  options.max_restarts = 3;
+  options.restart_backoff = 0.05;
+  SUBCASE("rank 1 fails in the first two attempts: the third succeeds") {
+    Captured c;
+    const auto t0 = Clock::now();
+    auto r = job_sh(
+        "echo \"attempt ${ACTORPIPE_RESTART:-0} of ${ACTORPIPE_MAX_RESTARTS:-0}: "
+        "${ACTORPIPE_RESTART_REASON:-first}\"; "
+        "if [ \"$ACTORPIPE_RANK\" = 1 ] && [ \"${ACTORPIPE_RESTART:-0}\" -lt 2 ]; then exit 3; fi",
+        options, c);
+    CHECK(r.exit_code == 0);
+    CHECK(r.restarts == 2);
+    CHECK(seconds_since(t0) >= 0.15);  // 0.05 s, then 0.1 s
+    CHECK(c.of(1, OutputStream::out) ==
+          std::vector<std::string>{"attempt 0 of 0: first",
+                                   "attempt 1 of 3: rank 1 exited with status 3",
+                                   "attempt 2 of 3: rank 1 exited with status 3"});
+    std::vector<std::string> restarts;
+    for (const std::string& m : c.messages)
+      if (contains(m, "restarting every rank")) restarts.push_back(m);
+    REQUIRE(restarts.size() == 2);
+    CHECK(contains(restarts[0],
+                   "rank 1 exited with status 3; restarting every rank (restart 1 "
+                   "of 3, after 0."));
+    CHECK(contains(restarts[1], "(restart 2 of 3, after 0."));
+  }
+  SUBCASE("past the limit: the last attempt's exit code") {
+    Captured c;
+    options.max_restarts = 1;
+    auto r = job_sh("[ \"$ACTORPIPE_RANK\" = 0 ] && exit 7; exit 0", options, c);
+    CHECK(r.exit_code == 7);
+    CHECK(r.restarts == 1);
+    CHECK(r.failed_rank == 0);
+  }
+  SUBCASE("a program that cannot start is not relaunched") {
+    Captured c;
+    options.command = {"/nonexistent/program"};
+    LaunchIo io;
+    io.line = [](int, OutputStream, std::string_view) {};
+    io.message = [&](std::string_view m) { c.messages.emplace_back(m); };
+    auto r = run_job(options, "/nonexistent/program", own_environment(), io);
+    CHECK(r.exit_code == 127);
+    CHECK(r.restarts == 0);
+  }
+  SUBCASE("a stop asked: no relaunch") {
+    Captured c;
+    StopFlag stop;
+    stop.request(SIGTERM);
+    auto r = job_sh("exit 3", options, c, &stop);
+    CHECK(r.exit_code == 3);
+    CHECK(r.restarts == 0);
+  }
+}
+
+TEST_CASE("--max-restarts and --restart-backoff are parsed and checked") {
+  auto a = parse_launch_args({"-n", "2", "--max-restarts", "5", "--restart-backoff=0.5", "p"});
+  REQUIRE(a.ok());
+  CHECK(a->max_restarts == 5);
+  CHECK(a->restart_backoff == 0.5);
+  auto b = parse_launch_args({"-n", "2", "p"});
+  REQUIRE(b.ok());
+  CHECK(b->max_restarts == 0);
+  CHECK(b->restart_backoff == 1.0);
+  auto c = parse_launch_args({"-n", "2", "--max-restarts", "1001", "p"});
+  REQUIRE_FALSE(c.ok());
+  CHECK(contains(c.error().message, "--max-restarts: '1001' is not allowed"));
+  auto d = parse_launch_args({"-n", "2", "--restart-backoff", "-1", "p"});
+  REQUIRE_FALSE(d.ok());
+  CHECK(contains(d.error().message, "--restart-backoff: '-1' is not allowed"));
 }

@@ -18,9 +18,11 @@ using namespace actorpipe;
 namespace {
 
 int g_signal_pipe = -1;  // write end: the handler writes each signal's number as one byte
+StopFlag g_stop;         // a signal came: no relaunch of the job after it
 
 void on_signal(int sig) {
   const int saved = errno;
+  g_stop.request(sig);
   const unsigned char byte = static_cast<unsigned char>(sig);
   (void)!::write(g_signal_pipe, &byte, 1);
   errno = saved;
@@ -47,11 +49,6 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> base_env;
   for (char** e = environ; *e != nullptr; ++e) base_env.emplace_back(*e);
-  auto plan = plan_launch(*options, *program, base_env);
-  if (!plan) {
-    std::cerr << "actorpipe-launch: " << plan.error().message << "\n";
-    return 1;
-  }
 
   // SIGINT and SIGTERM become bytes on a pipe that the launch loop reads and forwards.
   int pipe_fds[2];
@@ -70,5 +67,5 @@ int main(int argc, char** argv) {
 
   LaunchIo io = launch_io_to(STDOUT_FILENO, STDERR_FILENO);
   io.interrupt_fd = pipe_fds[0];
-  return run_launch(*plan, io).exit_code;
+  return run_job(*options, *program, base_env, io, &g_stop).exit_code;
 }

@@ -26,6 +26,10 @@ struct StepMetrics {
   int64_t tokens = 0;      ///< tokens consumed since this trainer started (B·T per microbatch)
   double seconds = 0.0;    ///< training wall time since this trainer started
   std::vector<StageMetrics> stages;  ///< per stage; empty when not measured (serial backend)
+  /// The step's update was dropped on every stage (train.nonfinite = "skip"): its loss or its
+  /// gradients were not finite; weights and optimizer state are those of the step before.
+  bool skipped = false;
+  int64_t skipped_steps = 0;  ///< steps dropped since this trainer started
 
   /// Tokens per second since this trainer started (0 before any time has passed).
   double tokens_per_second() const;
@@ -37,7 +41,8 @@ struct StepMetrics {
 /// same double (a non-finite value is null) and times in seconds to the microsecond:
 ///   {"step":12,"loss":2.3025,"tokens":6144,"time":1.520000,"busy":[1.200000,1.300000],
 ///    "idle":[0.300000,0.200000]}
-/// busy and idle hold seconds per stage, cumulative like StepMetrics::stages.
+/// busy and idle hold seconds per stage, cumulative like StepMetrics::stages. A skipped step's
+/// line ends with ,"skipped":true (and its loss is null when not finite).
 std::string metrics_json(const StepMetrics& metrics);
 
 /// A migration manager's verdict as one JSON line of train.metrics (no newline):
@@ -58,11 +63,18 @@ std::string resumed_json(int64_t step, const std::string& checkpoint, int64_t dr
 /// written (no checkpoint.dir).
 std::string stopped_json(int64_t step, const std::string& signal, const std::string& checkpoint);
 
+/// The line an automatic restart (train.max_restarts) writes after the pipeline is rebuilt:
+/// {"restart":{"step":8,"restart":1,"max_restarts":3,"checkpoint":"ckpt/step-8",
+/// "error":"the run of steps 9 to 12: ..."}}
+/// step: where it continues from; checkpoint: "" when it starts over.
+std::string restart_json(int64_t step, int restart, int max_restarts, const std::string& checkpoint,
+                         const std::string& error);
+
 /// Prepares train.metrics for a run resumed at `step`: keeps every line about a step at or
-/// before it (steps, migrations, earlier resumes and stops), drops the rest and any line that is
-/// not one of these (a write the lost run had not finished), then appends resumed_json. The file is
-/// rewritten through a temporary file in its directory and renamed over, so a failure leaves it
-/// as it was; a file that does not exist is created. Returns the number of lines dropped.
+/// before it (steps, migrations, earlier resumes, restarts and stops), drops the rest and any line
+/// that is not one of these (a write the lost run had not finished), then appends resumed_json. The
+/// file is rewritten through a temporary file in its directory and renamed over, so a failure
+/// leaves it as it was; a file that does not exist is created. Returns the number of lines dropped.
 /// Errors name the path and the failing call.
 Expected<int64_t> resume_metrics_file(const std::string& path, int64_t step,
                                       const std::string& checkpoint);

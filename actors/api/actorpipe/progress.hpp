@@ -19,7 +19,8 @@ std::string format_rate(double per_second);
 /// The progress line of a step, e.g.
 ///   step 120/300  loss 1.2345 (floor 1.0920)  12.3k tok/s  busy 87% 91%  ETA 1:05
 /// The floor part appears only with `loss_floor`; busy % is busy / (busy + idle) per stage, left
-/// out when the metrics have no stage times (the serial backend).
+/// out when the metrics have no stage times (the serial backend); "  skipped 3 (non-finite)" ends
+/// it once steps were dropped (train.nonfinite = "skip").
 std::string format_progress(const StepMetrics& metrics,
                             std::optional<double> loss_floor = std::nullopt);
 

@@ -11,10 +11,12 @@
 #include <string_view>
 #include <vector>
 
+#include "actors/actor_engine.hpp"
 #include "engine/checkpoint/safetensors.hpp"
 #include "engine/config/config.hpp"
 #include "engine/expected.hpp"
 #include "engine/options.hpp"
+#include "engine/stop_flag.hpp"
 #include "metrics.hpp"
 #include "trace.hpp"
 
@@ -33,6 +35,16 @@ std::string_view to_string(Backend backend);
 /// Parses a backend name; the error names the value and the allowed names.
 Expected<Backend> parse_backend(std::string_view name);
 
+/// One automatic restart of train() (train.max_restarts), as on_restart() reports it.
+struct TrainerRestart {
+  int restart = 0;           ///< 1 for the first
+  int max_restarts = 0;      ///< train.max_restarts
+  std::string error;         ///< the failure it follows
+  double waited = 0.0;       ///< seconds waited before it (train.restart_backoff, doubled)
+  std::string resumed_from;  ///< the checkpoint it continues from; empty: the start
+  int64_t step = 0;          ///< the step it continues from
+};
+
 /// How a Trainer runs (never what it computes).
 struct TrainerOptions {
   Backend backend = Backend::actors;
@@ -48,6 +60,16 @@ struct TrainerOptions {
   /// the same losses; checkpoints are written together, each process writing its own layers.
   /// params() and weights() cover the local stages' layers only. Null: one process.
   ProcessGroup* group = nullptr;
+  /// Test hooks for the actor engine the Trainer starts with (a restart builds its engine
+  /// without them): a fault at one stage and microbatch, and a call on an optimizer shard's
+  /// thread before each update (ActorEngineOptions::before_update; it may throw).
+  FaultInjection fault;
+  std::function<void(int stage, long version)> before_update;
+  /// This process is a relaunch of a failed job (actorpipe-launch --max-restarts; the example
+  /// trainers fill it from ACTORPIPE_RESTART, ACTORPIPE_MAX_RESTARTS and
+  /// ACTORPIPE_RESTART_REASON): create() writes it as a "restart" line of train.metrics after
+  /// the resume's line (restart, max_restarts and error are used).
+  std::optional<TrainerRestart> relaunched;
 };
 
 /// Trains one model as configured. Not thread-safe: one thread calls a Trainer at a time (the
@@ -79,6 +101,12 @@ class Trainer {
   /// checkpoint.dir set, the steps run in pipeline runs that end at multiples of
   /// checkpoint.every (a checkpoint <dir>/step-<N> after each) and <dir>/final is written at the
   /// end; then the trace goes to train.trace. Every step appends a line to train.metrics.
+  /// With train.max_restarts > 0 (one process) a failed run is restarted: the pipeline is
+  /// rebuilt from the latest complete checkpoint in checkpoint.dir (or from the start, or
+  /// checkpoint.resume, when it holds none) after train.restart_backoff seconds (doubled each
+  /// time), the metrics file drops the replayed steps' lines and gets a "restart" line, and the
+  /// training goes on (on_restart(), restarts()); the result equals an uninterrupted train()
+  /// bitwise. Past the limit the error is the last failure's.
   /// After request_stop() it returns early without an error: stopped() is true, the checkpoint
   /// of the step it stopped at is written (checkpoint.dir set; last_checkpoint()), a line
   /// {"stopped": ...} ends train.metrics and the trace is written.
@@ -99,6 +127,10 @@ class Trainer {
   int stop_signal() const;
   /// The checkpoint train() (or save()) wrote last, or empty.
   const std::string& last_checkpoint() const;
+  /// Called for each automatic restart of train(), after the pipeline is rebuilt.
+  void on_restart(std::function<void(const TrainerRestart&)> callback);
+  /// Automatic restarts train() has done.
+  int restarts() const;
 
   /// Runs `steps` more optimizer steps as one pipeline run (async modes fill the pipeline at its
   /// start and drain it at its end) and returns the last step's metrics. No checkpoint. After
@@ -153,7 +185,11 @@ class Trainer {
  private:
   struct Impl;
   explicit Trainer(std::unique_ptr<Impl> impl);
+  Status train_once();
+  // rebuilds impl_ from the latest checkpoint after a failure (restart `restart`)
+  Status restart_from_checkpoint(int restart, const std::string& error, double waited);
   std::unique_ptr<Impl> impl_;
+  StopFlag stop_;  // here, not in impl_: a signal handler may set it while a restart replaces impl_
 };
 
 }  // namespace actorpipe
