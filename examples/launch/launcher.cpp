@@ -49,7 +49,7 @@ ACTORPIPE_JOB_SECRET (64 hex digits, fresh for every job). Output lines are pref
 "[rank K] ". When a rank fails the others get SIGTERM, then SIGKILL after the grace period.
 SIGINT and SIGTERM are forwarded to every rank: the first asks them to stop gracefully (a
 trainer ends after its step in flight and writes a checkpoint) and waits as long as they take (a
-rank exiting with 128 + that signal stopped as asked and stops no other); a second is forwarded
+rank exiting with 128 + that signal, or killed by it, stopped as asked and stops no other); a second is forwarded
 too, and SIGKILL follows it after the grace period. Exit code: 0 when every rank exits 0, else the
 first failing rank's status (128 + signal when a signal killed it); 127: PROGRAM could not be
 started; 1: the launcher's own failure; 2: bad arguments. Only local processes: for several hosts
@@ -608,10 +608,13 @@ LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io) {
       result.failed_rank = r.outcome.rank;
       result.exit_code = r.outcome.exited ? r.outcome.status : 128 + r.outcome.signal;
       const std::vector<int> others = live();
-      // a rank that ends with 128 + the signal forwarded to it stopped as asked: the others are
-      // stopping the same way (they may still be writing their part of a checkpoint)
+      // a rank that ends with 128 + the signal forwarded to it, or killed by it, stopped as
+      // asked: the others are stopping the same way (they may still be writing their part of a
+      // checkpoint)
       const bool as_asked =
-          forwarded_signal > 0 && r.outcome.exited && r.outcome.status == 128 + forwarded_signal;
+          forwarded_signal > 0 &&
+          (r.outcome.exited ? r.outcome.status == 128 + forwarded_signal
+                            : r.outcome.signal == forwarded_signal);
       if (stopping || others.empty() || as_asked) {
         io.message(describe_outcome(r.outcome));
       } else {

@@ -126,7 +126,7 @@ struct LaunchResult {
 /// have ended: prefixes their lines, forwards the signals read from io.interrupt_fd, and when one
 /// rank fails (non-zero status or a signal) sends SIGTERM to the others, then SIGKILL to those
 /// still running plan.grace_seconds later. The first forwarded signal asks for a graceful stop and
-/// waits however long it takes (a rank exiting 128 + that signal stops no other); a second one
+/// waits however long it takes (a rank exiting 128 + that signal, or killed by it, stops no other); a second one
 /// starts the grace period. Returns once every rank has been reaped.
 LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io);
 

@@ -106,7 +106,9 @@ class Trainer {
   /// checkpoint.resume, when it holds none) after train.restart_backoff seconds (doubled each
   /// time), the metrics file drops the replayed steps' lines and gets a "restart" line, and the
   /// training goes on (on_restart(), restarts()); the result equals an uninterrupted train()
-  /// bitwise. Past the limit the error is the last failure's.
+  /// bitwise. Past the limit the error is the last failure's. When a restart itself fails
+  /// (the checkpoint directory gone, say) the error says so and the trainer holds no pipeline
+  /// any more: only config() and destruction are safe then.
   /// After request_stop() it returns early without an error: stopped() is true, the checkpoint
   /// of the step it stopped at is written (checkpoint.dir set; last_checkpoint()), a line
   /// {"stopped": ...} ends train.metrics and the trace is written.
