@@ -242,8 +242,10 @@ class DriverActor : public caf::event_based_actor {
       return;
     stop_seen_ = true;
     if (st_->repeats <= 1) return;
+    // stages of other processes get microbatches ahead (feed): the furthest one released counts
     const int64_t per = st_->schedule.total_microbatches();
-    const int64_t steps = std::max<int64_t>(1, (next_mb_ + per - 1) / per);
+    const int64_t released = std::max(next_mb_, next_remote_mb_);
+    const int64_t steps = std::max<int64_t>(1, (released + per - 1) / per);
     if (steps >= st_->repeats) return;
     end_mbs_ = steps * per;
     for (const caf::actor& a : st_->directory.stages)

@@ -4,13 +4,14 @@
 # step is in the metrics, and checks the exit code (128 + SIG), the message, the checkpoint and
 # the metrics' "stopped" line; resumes it to STEPS and compares the final checkpoints' bytes.
 # PROCS > 1 runs every training under actorpipe-launch (the signal goes to the launcher).
-# usage: sh stop_test.sh GPT LAUNCHER WORKDIR SIG MODE PROCS
+# usage: sh stop_test.sh GPT LAUNCHER WORKDIR SIG MODE PROCS [KEY=VALUE]  (one more --set)
 gpt=$1
 launcher=$2
 dir=$3
 sig=$4
 mode=$5
 procs=$6
+extra=${7:-}
 steps=100
 every=10
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
@@ -21,6 +22,7 @@ exec_run=
 run() {
   set -- --set pipeline.mode="$mode" --set train.steps=$steps --set checkpoint.every=$every \
     --set train.log_every=20 "$@"
+  if [ -n "$extra" ]; then set -- "$@" --set "$extra"; fi
   if [ "$procs" -gt 1 ]; then set -- "$launcher" -n "$procs" -- "$gpt" "$@"; else set -- "$gpt" "$@"; fi
   if [ -n "$exec_run" ]; then exec "$@"; fi
   "$@"
