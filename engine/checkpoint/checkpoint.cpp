@@ -189,7 +189,7 @@ Expected<Manifest> parse_manifest(const std::string& path) {
     std::string why = "invalid JSON";
     try {
       [[maybe_unused]] json again = json::parse(*text);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range: a number too large
       why = e.what();
     }
     return make_error("{}: not valid JSON (truncated or corrupt manifest?): {}", path, why);

@@ -309,6 +309,16 @@ TEST_CASE("damaged checkpoints are refused naming the file and the mismatch") {
     dump(ck / "manifest.json", "{\"format\": ");
     CHECK(contains(load_error(*p), "manifest.json: not valid JSON"));
   }
+  SUBCASE("manifest with a number beyond a double (it used to abort the reader)") {
+    std::string bad = good_manifest;
+    const std::string step = "\"step\": 7";
+    REQUIRE(bad.find(step) != std::string::npos);
+    bad.replace(bad.find(step), step.size(), "\"step\": 1e400");
+    dump(ck / "manifest.json", bad);
+    const std::string m = load_error(*p);
+    CHECK(contains(m, "manifest.json: not valid JSON"));
+    CHECK(contains(m, "number overflow parsing '1e400'"));
+  }
   SUBCASE("manifest of another format version") {
     json m = json::parse(good_manifest);
     m["format_version"] = 2;
