@@ -3,7 +3,9 @@
 #pragma once
 
 #include <caf/actor.hpp>
+#include <caf/error.hpp>
 #include <caf/fwd.hpp>
+#include <caf/meta/load_callback.hpp>
 #include <caf/meta/type_name.hpp>
 #include <chrono>
 #include <cstdint>
@@ -34,10 +36,19 @@ struct JobTable {
   friend bool operator==(const JobTable&, const JobTable&) = default;
 };
 
-/// Serialisation, printing and debugging of a RankInfo (crosses processes in `join`).
+/// Serialisation, printing and debugging of a RankInfo (crosses processes in `join`). The
+/// address travels as a string, the same bytes on the wire as the vector: CAF 0.17 sizes a
+/// std::vector<char> it reads by the length the sender claims before it checks that so many
+/// bytes arrived (a 4 GiB allocation for a few bytes of a stranger's join); a string's length is
+/// checked first.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RankInfo& x) {
-  return f(caf::meta::type_name("actorpipe::RankInfo"), x.rank, x.host, x.transport_address,
+  std::string address(x.transport_address.begin(), x.transport_address.end());
+  return f(caf::meta::type_name("actorpipe::RankInfo"), x.rank, x.host, address,
+           caf::meta::load_callback([&]() -> caf::error {
+             x.transport_address.assign(address.begin(), address.end());
+             return caf::none;
+           }),
            x.actors);
 }
 

@@ -28,6 +28,7 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -427,6 +428,81 @@ TEST_CASE(
     REQUIRE((back.match_elements<join_atom, std::string, RankInfo>()));
     CHECK(back.get_as<RankInfo>(2) == r1);
   }
+}
+
+namespace {
+
+// While set on this thread, operator new records the largest request and refuses one above
+// 1 GiB (std::bad_alloc), so a test sees what deserializing a few bytes asks for. Every
+// non-aligned form of new and delete is replaced, by malloc and free.
+thread_local bool watch_allocations = false;
+thread_local size_t largest_allocation = 0;
+
+void* allocate(std::size_t n) noexcept {
+  if (watch_allocations) {
+    largest_allocation = std::max(largest_allocation, n);
+    if (n > (size_t{1} << 30)) return nullptr;
+  }
+  return std::malloc(n == 0 ? 1 : n);
+}
+
+void* allocate_or_throw(std::size_t n) {
+  if (void* p = allocate(n)) return p;
+  throw std::bad_alloc();
+}
+
+}  // namespace
+
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC takes the free() of a replaced operator delete for a mismatch with new
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+// clang-format off
+void* operator new(std::size_t n) { return allocate_or_throw(n); }
+void* operator new[](std::size_t n) { return allocate_or_throw(n); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return allocate(n); }
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return allocate(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+// clang-format on
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+TEST_CASE("a RankInfo whose address claims more bytes than arrived is refused without them") {
+  TestConfig cfg;
+  caf::actor_system sys{cfg};
+  // rank, host, then an address of 2^32 - 1 bytes of which one arrives
+  std::vector<char> bytes;
+  caf::binary_serializer sink{sys, bytes};
+  int rank = 1;
+  std::string host = "node-b";
+  REQUIRE(!sink(rank, host));
+  size_t claimed = 0xFFFFFFFF;
+  REQUIRE(!sink.begin_sequence(claimed));
+  bytes.push_back('a');
+
+  RankInfo back;
+  caf::binary_deserializer source{sys, bytes};
+  caf::error err;
+  watch_allocations = true;
+  largest_allocation = 0;
+  bool refused_allocation = false;
+  try {
+    err = source(back);
+  } catch (const std::bad_alloc&) {
+    refused_allocation = true;  // the whole claimed length was allocated first (4 GiB)
+  }
+  watch_allocations = false;
+  CHECK_FALSE(refused_allocation);
+  CHECK(largest_allocation < (size_t{1} << 20));
+  REQUIRE(err);
+  CHECK(caf::to_string(err).find("end_of_stream") != std::string::npos);
 }
 
 TEST_CASE("two ranks in two processes join and get the same table and the actors in it answer") {

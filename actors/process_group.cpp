@@ -16,11 +16,6 @@
 
 namespace actorpipe {
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, RankPart& x) {
-  return f(caf::meta::type_name("actorpipe::RankPart"), x.rank, x.actors, x.text);
-}
-
 namespace {
 
 using gather_atom = caf::atom_constant<caf::atom("gather")>;  // (int64 round, RankPart)

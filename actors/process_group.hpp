@@ -4,6 +4,7 @@
 #pragma once
 
 #include <caf/actor.hpp>
+#include <caf/meta/type_name.hpp>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -46,6 +47,12 @@ struct RankPart {
   std::vector<caf::actor> actors;
   std::string text;
 };
+
+/// Serialisation, printing and debugging of a RankPart (crosses processes in every all-gather).
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RankPart& x) {
+  return f(caf::meta::type_name("actorpipe::RankPart"), x.rank, x.actors, x.text);
+}
 
 /// A process of a job. Creating it joins the job: rank 0 publishes the coordinator, every rank
 /// joins it with the secret and its UCX worker address, gets the job table, connects a UCX

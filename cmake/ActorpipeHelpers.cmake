@@ -23,6 +23,15 @@ if(ACTORPIPE_SANITIZE)
   endif()
   target_link_options(actorpipe_build_flags INTERFACE -fsanitize=${ACTORPIPE_SANITIZE})
 endif()
+if(ACTORPIPE_FUZZ)
+  # libFuzzer's coverage without its main (the harnesses link -fsanitize=fuzzer), AddressSanitizer
+  # and UndefinedBehaviorSanitizer in every target, -O1 and line tables as above. Undefined
+  # behaviour stops the run like a crash, so the fuzzer keeps the input that caused it.
+  target_compile_options(actorpipe_build_flags INTERFACE
+    -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+    -fno-omit-frame-pointer -O1 -g1)
+  target_link_options(actorpipe_build_flags INTERFACE -fsanitize=address,undefined)
+endif()
 
 # actorpipe_add_library(NAME <short> [SOURCES ...] [GLOB_DIR dir] [FLAT] DEPS ... PRIVATE_DEPS ...)
 # Creates actorpipe_<short> with alias actorpipe::<short>. With GLOB_DIR, every *.cpp in
@@ -53,6 +62,8 @@ function(actorpipe_add_library)
   if(ACTORPIPE_SANITIZE)
     # Whoever links a sanitized library (also from the installed package) needs the runtime.
     target_link_options(actorpipe_${A_NAME} INTERFACE -fsanitize=${ACTORPIPE_SANITIZE})
+  elseif(ACTORPIPE_FUZZ)
+    target_link_options(actorpipe_${A_NAME} INTERFACE -fsanitize=address,undefined)
   endif()
   set_property(GLOBAL APPEND PROPERTY ACTORPIPE_LIBRARIES actorpipe_${A_NAME})
 endfunction()

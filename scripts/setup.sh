@@ -4,7 +4,9 @@
 #   scripts/setup.sh --bench   also the benchmark peer (python3-torch, large)
 set -euo pipefail
 
-pkgs=(cmake g++ ninja-build pkg-config clang-format
+# clang and libclang-rt-14-dev (libFuzzer and the sanitizer runtimes, only recommended by clang):
+# the fuzz harnesses of scripts/fuzz.sh
+pkgs=(cmake g++ ninja-build pkg-config clang-format clang libclang-rt-14-dev
       libcaf-dev libucx-dev ucx-utils libfmt-dev doctest-dev libopenblas-dev
       libtoml11-dev nlohmann-json3-dev libgloo-dev libssl-dev openssl openmpi-bin iproute2)
 if [[ "${1:-}" == "--bench" ]]; then

@@ -22,34 +22,15 @@ std::string channel_name(const ChannelEnds& e) {
   return fmt::format("UCX channel {} ({} -> {})", e.tag, e.from, e.to);
 }
 
-/// to_string(a), also for an announcement whose ndim is out of range (it reads only valid dims).
-std::string text(const Announcement& a) {
-  if (a.ndim >= 0 && a.ndim <= Tensor::kMaxDims) return to_string(a);
-  return fmt::format("tag {} #{} mb {} v {} {} with {} dims", a.tag, a.sequence, a.microbatch,
-                     a.version, to_string(a.dtype), a.ndim);
-}
-
-/// Bytes of the payload `a` announces, or an error naming what is wrong with its metadata.
+/// Bytes of the payload `a` announces, or an error naming the channel and what is wrong with its
+/// metadata.
 Expected<size_t> announced_bytes(const ChannelEnds& ends, const Announcement& a) {
-  if (a.dtype != DType::f32 && a.dtype != DType::i32)
-    return make_error("{}: announcement {} has unknown dtype {}", channel_name(ends), text(a),
-                      static_cast<int>(a.dtype));
-  if (a.ndim < 0 || a.ndim > Tensor::kMaxDims)
-    return make_error("{}: announcement {} has {} dims, expected 0 to {}", channel_name(ends),
-                      text(a), a.ndim, Tensor::kMaxDims);
+  auto bytes = payload_bytes(a);
+  if (!bytes) return make_error("{}: {}", channel_name(ends), bytes.error().message);
   if (a.sequence > kUcxMaxSequence)
     return make_error("{}: announcement {} has sequence {}, above the largest a UCX tag holds ({})",
-                      channel_name(ends), text(a), a.sequence, kUcxMaxSequence);
-  constexpr uint64_t kMaxBytes = uint64_t{1} << 40;
-  uint64_t bytes = dtype_size(a.dtype);
-  for (int i = 0; i < a.ndim; ++i) {
-    const int64_t d = a.dims[static_cast<size_t>(i)];
-    if (d < 0 || (d > 0 && bytes > kMaxBytes / static_cast<uint64_t>(d)))
-      return make_error("{}: announcement {} has dimension {} = {} (negative or above 1 TiB)",
-                        channel_name(ends), text(a), i, d);
-    bytes *= static_cast<uint64_t>(d);
-  }
-  return static_cast<size_t>(bytes);
+                      channel_name(ends), to_string(a), a.sequence, kUcxMaxSequence);
+  return bytes;
 }
 
 }  // namespace
@@ -275,7 +256,7 @@ size_t UcxChannel::pool_size() const {
 Expected<Tensor> UcxChannel::receive(const Announcement& a) {
   AP_CHECK(end_ == End::receiver, "{}: receive() on the sending end", name());
   if (a.tag != ends().tag)
-    return make_error("{}: announcement {} belongs to channel {}", name(), text(a), a.tag);
+    return make_error("{}: announcement {} belongs to channel {}", name(), to_string(a), a.tag);
   auto bytes = announced_bytes(ends(), a);
   if (!bytes.ok()) return bytes.error();
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/expected.hpp"
 #include "kernels/tensor.hpp"
 
 namespace actorpipe {
@@ -42,7 +43,13 @@ struct Announcement {
   friend bool operator==(const Announcement&, const Announcement&) = default;
 };
 
-/// "tag 2 #5 mb 7 v 1 f32[4, 16, 32]".
+/// "tag 2 #5 mb 7 v 1 f32[4, 16, 32]"; an announcement whose ndim is outside 0 to
+/// Tensor::kMaxDims (as a peer may send) prints "tag 2 #5 mb 7 v 1 f32 with 9 dims".
 std::string to_string(const Announcement& a);
+
+/// The bytes of the payload `a` announces, checking what a peer sent: dtype f32 or i32, 0 to
+/// Tensor::kMaxDims dimensions, none negative, at most 1 TiB in all. The error names the
+/// announcement and what is wrong with it.
+Expected<size_t> payload_bytes(const Announcement& a);
 
 }  // namespace actorpipe

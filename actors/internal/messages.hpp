@@ -3,9 +3,11 @@
 // payload travels inside them (tensors go on channels, announced by an Announcement).
 #pragma once
 
+#include <bit>
 #include <caf/all.hpp>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "actors/actor_engine.hpp"
@@ -121,9 +123,25 @@ typename Inspector::result_type inspect(Inspector& f, TiedAnnouncement& x) {
            x.payload);
 }
 
+/// Σg² crosses processes as the doubles' bit patterns: CAF 0.17 writes a double through its own
+/// pack754, which loops forever on an infinity, turns a NaN into a number and garbles a
+/// subnormal, and a non-finite Σg² is what the driver must see. Printed as numbers.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SumSq& x) {
-  return f(caf::meta::type_name("SumSq"), x.ordinal, x.stage, x.per_layer);
+  if constexpr (std::is_same_v<Inspector, caf::serializer> ||
+                std::is_same_v<Inspector, caf::deserializer>) {
+    std::vector<uint64_t> bits(x.per_layer.size());
+    for (size_t i = 0; i < bits.size(); ++i) bits[i] = std::bit_cast<uint64_t>(x.per_layer[i]);
+    return f(caf::meta::type_name("SumSq"), x.ordinal, x.stage, bits,
+             caf::meta::load_callback([&]() -> caf::error {
+               x.per_layer.resize(bits.size());
+               for (size_t i = 0; i < bits.size(); ++i)
+                 x.per_layer[i] = std::bit_cast<double>(bits[i]);
+               return caf::none;
+             }));
+  } else {
+    return f(caf::meta::type_name("SumSq"), x.ordinal, x.stage, x.per_layer);
+  }
 }
 
 template <class Inspector>

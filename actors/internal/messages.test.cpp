@@ -4,7 +4,10 @@
 
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
+#include <iterator>
+#include <limits>
 
 namespace actorpipe::internal {
 namespace {
@@ -77,6 +80,29 @@ TEST_CASE("messages: every type round-trips through the binary serializer") {
   event.bytes_moved = 1 << 20;
   event.move_seconds = 0.004;
   CHECK(f.round_trip(event) == event);
+}
+
+TEST_CASE("messages: Σg² crosses bit for bit, non-finite and subnormal values too") {
+  // CAF's own encoding of a double turned a NaN into -1, a subnormal into garbage and looped
+  // forever on an infinity (in the sending actor)
+  Fixture f;
+  const double values[] = {std::nan(""),
+                           4.9e-324,
+                           -0.0,
+                           1e300,
+                           std::numeric_limits<double>::infinity(),
+                           -std::numeric_limits<double>::infinity()};
+  const SumSq sums{7, 1, std::vector<double>(std::begin(values), std::end(values))};
+  const SumSq back = f.round_trip(sums);
+  CHECK(back.ordinal == 7);
+  CHECK(back.stage == 1);
+  REQUIRE(back.per_layer.size() == std::size(values));
+  for (size_t i = 0; i < std::size(values); ++i) {
+    CHECK_MESSAGE(std::bit_cast<uint64_t>(back.per_layer[i]) == std::bit_cast<uint64_t>(values[i]),
+                  "value ", i);
+  }
+  // printed as numbers
+  CHECK(caf::deep_to_string(SumSq{1, 0, {0.5}}).find("0.5") != std::string::npos);
 }
 
 TEST_CASE("messages: a message holding them crosses as it would between processes") {

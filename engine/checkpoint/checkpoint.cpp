@@ -181,15 +181,14 @@ struct Manifest {
   std::map<std::string, FileRecord> files;
 };
 
-Expected<Manifest> parse_manifest(const std::string& path) {
-  auto text = internal::read_file(path);
-  if (!text) return text.error();
-  json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+// The manifest's text; errors start with `path`.
+Expected<Manifest> parse_manifest_text(std::string_view text, const std::string& path) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     std::string why = "invalid JSON";
     try {
-      [[maybe_unused]] json again = json::parse(*text);
-    } catch (const json::parse_error& e) {
+      [[maybe_unused]] json again = json::parse(text);
+    } catch (const json::exception& e) {  // parse_error, or out_of_range: a number too large
       why = e.what();
     }
     return make_error("{}: not valid JSON (truncated or corrupt manifest?): {}", path, why);
@@ -276,6 +275,12 @@ Expected<Manifest> parse_manifest(const std::string& path) {
     m.files[it.key()] = FileRecord{r["bytes"].get<uint64_t>(), static_cast<uint32_t>(crc)};
   }
   return m;
+}
+
+Expected<Manifest> parse_manifest(const std::string& path) {
+  auto text = internal::read_file(path);
+  if (!text) return text.error();
+  return parse_manifest_text(*text, path);
 }
 
 // Existence and size of every listed file (cheap); with `checksums`, their CRC-32 too.
@@ -648,6 +653,13 @@ Expected<std::string> save_checkpoint(const std::string& dir, const CheckpointCo
 
 Expected<CheckpointInfo> read_checkpoint_info(const std::string& checkpoint_dir) {
   auto m = parse_manifest(join_path(checkpoint_dir, kManifestFile));
+  if (!m) return m.error();
+  return std::move(m->info);
+}
+
+Expected<CheckpointInfo> checkpoint_info_from_string(std::string_view manifest,
+                                                     const std::string& name) {
+  auto m = parse_manifest_text(manifest, name);
   if (!m) return m.error();
   return std::move(m->info);
 }

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/checkpoint/safetensors.hpp"
@@ -113,6 +114,11 @@ Expected<std::string> resolve_checkpoint(const std::string& path);
 
 /// Reads and checks only manifest.json of a checkpoint directory (no file checksums).
 Expected<CheckpointInfo> read_checkpoint_info(const std::string& checkpoint_dir);
+
+/// As read_checkpoint_info, with the text of a manifest.json given directly (every field and
+/// file record checked alike); errors name it `name`.
+Expected<CheckpointInfo> checkpoint_info_from_string(std::string_view manifest,
+                                                     const std::string& name = "<string>");
 
 /// Loads a checkpoint, verifying the manifest (format and version), that every file it lists
 /// exists with its recorded size and CRC-32, and every safetensors file. `path` names one

@@ -181,6 +181,18 @@ TEST_CASE("save then load gives back every tensor bitwise and every manifest fie
   auto info = read_checkpoint_info(*p);
   REQUIRE(info.ok());
   CHECK(info->step == 5);
+  // ... as checkpoint_info_from_string does with its text
+  auto text = checkpoint_info_from_string(slurp(fs::path(*p) / "manifest.json"));
+  REQUIRE_MESSAGE(text.ok(), text.error().message);
+  CHECK(text->step == 5);
+  CHECK(text->data_position == 1005);
+  CHECK(text->rng_state == s.info.rng_state);
+  CHECK(text->partition == std::vector<int>{3, 3});
+  CHECK(text->optimizer.lr == 3e-4f);
+  CHECK(text->extra == s.info.extra);
+  auto cut = checkpoint_info_from_string("{\"format\": ", "sent.json");
+  REQUIRE_FALSE(cut.ok());
+  CHECK(contains(cut.error().message, "sent.json: not valid JSON"));
   TempDir other;
   auto again = save_checkpoint(other.str(), *c);
   REQUIRE(again.ok());
@@ -308,6 +320,16 @@ TEST_CASE("damaged checkpoints are refused naming the file and the mismatch") {
   SUBCASE("manifest does not parse") {
     dump(ck / "manifest.json", "{\"format\": ");
     CHECK(contains(load_error(*p), "manifest.json: not valid JSON"));
+  }
+  SUBCASE("manifest with a number beyond a double (it used to abort the reader)") {
+    std::string bad = good_manifest;
+    const std::string step = "\"step\": 7";
+    REQUIRE(bad.find(step) != std::string::npos);
+    bad.replace(bad.find(step), step.size(), "\"step\": 1e400");
+    dump(ck / "manifest.json", bad);
+    const std::string m = load_error(*p);
+    CHECK(contains(m, "manifest.json: not valid JSON"));
+    CHECK(contains(m, "number overflow parsing '1e400'"));
   }
   SUBCASE("manifest of another format version") {
     json m = json::parse(good_manifest);

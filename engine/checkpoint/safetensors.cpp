@@ -128,7 +128,7 @@ Expected<Header> read_header(int fd, const std::string& path) {
     std::string why = "invalid JSON";
     try {
       [[maybe_unused]] json again = json::parse(text);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range: a number too large
       why = e.what();
     }
     return make_error("{}: header is not valid JSON: {}", path, why);

@@ -188,6 +188,12 @@ TEST_CASE("every corruption is rejected with its reason") {
     bad[5] = ';';
     CHECK(reject(dir, make_file(bad, d8)).find("not valid JSON") != std::string::npos);
   }
+  SUBCASE("a number beyond a double is not JSON (it used to abort the reader)") {
+    const std::string m = reject(
+        dir, make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":1e400})", d8));
+    CHECK(m.find("header is not valid JSON") != std::string::npos);
+    CHECK(m.find("number overflow parsing '1e400'") != std::string::npos);
+  }
   SUBCASE("NUL padding is not JSON") {
     CHECK(reject(dir, make_file(kOneTensor + std::string(2, '\0'), d8))
               .find("NUL byte at offset 54") != std::string::npos);

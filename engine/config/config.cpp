@@ -13,6 +13,7 @@
 #include "engine/config/option_table.hpp"
 #include "engine/internal/file_io.hpp"
 #include "engine/mode.hpp"
+#include "engine/utf8.hpp"
 
 namespace actorpipe {
 
@@ -262,6 +263,14 @@ void apply_document(Config& config, const toml::value& root, std::vector<std::st
 }
 
 Expected<toml::value> parse_toml(const std::string& text, const std::string& name) {
+  // TOML is UTF-8; toml11 3.7 reads out of bounds reporting an invalid sequence in a literal
+  // string, so the text is checked before it sees it.
+  if (const auto bad = find_invalid_utf8(text)) {
+    const auto line =
+        1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(*bad), '\n');
+    return make_error("{}:{}: not UTF-8: byte {:#04x} at offset {} (TOML text is UTF-8)", name,
+                      line, static_cast<unsigned char>(text[*bad]), *bad);
+  }
   std::istringstream in(text);
   try {
     return toml::parse(in, name);
@@ -338,6 +347,10 @@ Status apply_set(Config& config, std::string_view assignment) {
   const OptionSpec* spec = find_option(section, key);
   if (!spec) return make_error("{}: {}", arg, unknown_key_message(section, key));
 
+  if (const auto bad = find_invalid_utf8(rhs)) {
+    return make_error("{}: the value is not UTF-8: byte {:#04x} at offset {}", arg,
+                      static_cast<unsigned char>(rhs[*bad]), *bad);
+  }
   toml::value value;
   const bool quoted = !rhs.empty() && (rhs.front() == '"' || rhs.front() == '\'');
   if ((spec->kind == OptKind::string || spec->kind == OptKind::arch) && !quoted) {

@@ -312,6 +312,25 @@ TEST_CASE("a missing file or a TOML syntax error names the file and line") {
   CHECK(contains(f.error().message, p.string() + ":2: TOML syntax error"));
 }
 
+TEST_CASE("text that is not UTF-8 is refused naming the line and the byte") {
+  // an invalid sequence in a literal string made toml11 read out of bounds reporting it
+  CHECK(contains(error_of("[data]\npath = 'a\xff'\n"),
+                 "<string>:2: not UTF-8: byte 0xff at offset 16 (TOML text is UTF-8)"));
+  CHECK(contains(error_of("# caf\xe9\n[model]\nwidth = 64\n"), "<string>:1: not UTF-8: byte 0xe9"));
+  // a --set value, quoted or not: it would be written back by to_toml as text that is not TOML
+  CHECK(contains(error_of("", {"data.path=train.b\xf4in"}),
+                 "--set data.path=train.b\xf4in: the value is not UTF-8: byte 0xf4 at offset 7"));
+  CHECK(contains(error_of("", {"data.path='\xc0\x80'"}), "the value is not UTF-8: byte 0xc0"));
+  // UTF-8 is taken as it is, and written back as it was
+  auto c =
+      config_from_string("[data]\npath = 'caf\xc3\xa9.txt'\n", {"train.metrics=m\xc3\xa9.jsonl"});
+  REQUIRE_MESSAGE(c.ok(), c.error().message);
+  CHECK(c->data.path == "caf\xc3\xa9.txt");
+  auto back = config_from_string(to_toml(*c));
+  REQUIRE_MESSAGE(back.ok(), back.error().message);
+  CHECK(to_toml(*back) == to_toml(*c));
+}
+
 TEST_CASE("unknown sections and keys are refused with the closest known name") {
   auto s = error_of("[modle]\nwidth = 3\n");
   CHECK(contains(s, "<string>:1: unknown section [modle]"));

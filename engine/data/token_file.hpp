@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/expected.hpp"
+#include "engine/utf8.hpp"  // find_invalid_utf8, which open_text uses
 
 namespace actorpipe {
 
@@ -52,10 +53,6 @@ class DataFile {
   int64_t mtime_ns_ = 0;
   uint64_t inode_ = 0;
 };
-
-/// Byte offset where the first invalid UTF-8 sequence starts (stray continuation bytes, overlong
-/// forms, surrogates, code points above U+10FFFF and cut sequences are invalid); nullopt if valid.
-std::optional<size_t> find_invalid_utf8(std::span<const uint8_t> bytes);
 
 /// The tokens of one file, validated once at open and read from the file as they are needed
 /// (the file is not kept in memory).

@@ -56,6 +56,8 @@ Expected<Schedule> import_csv(std::string_view text, const CsvImport& options) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     std::vector<Action> actions;
     int col = 0;
+    int row_max_mb = -1, row_max_col = 0;  // the row's largest microbatch and its column
+    std::string_view row_max_cell;
     for (;;) {
       size_t comma = line.find(',');
       std::string_view cell = trim(line.substr(0, comma));
@@ -77,13 +79,26 @@ Expected<Schedule> import_csv(std::string_view text, const CsvImport& options) {
               "so row {} may only hold stage {}",
               row, col, cell, a->stage, row, row);
         }
-        max_mb = std::max(max_mb, a->microbatch);
+        if (a->microbatch > row_max_mb) {
+          row_max_mb = a->microbatch;
+          row_max_col = col;
+          row_max_cell = cell;
+        }
         actions.push_back(*a);
       }
       if (comma == std::string_view::npos) break;
       line.remove_prefix(comma + 1);
       ++col;
     }
+    // Every row holds an F and a B of each microbatch 0..m-1: a microbatch no smaller than the
+    // row's number of actions cannot be complete, and the validator would size its tables by it.
+    if (row_max_mb >= static_cast<int>(actions.size())) {
+      return make_error(
+          "CSV row {} column {}: cell '{}' names microbatch {}, but row {} holds only {} "
+          "actions: every row needs the F and the B of each microbatch 0..{}",
+          row, row_max_col, row_max_cell, row_max_mb, row, actions.size(), row_max_mb);
+    }
+    max_mb = std::max(max_mb, row_max_mb);
     s.per_stage.push_back(std::move(actions));
     ++row;
   }

@@ -28,8 +28,9 @@ struct CsvImport {
 /// surrounding blanks ignored, empty cells skipped; "\n" or "\r\n" line ends). The result has one
 /// step, microbatches = 1 + the largest microbatch seen, versions 0, and is validated.
 /// Errors name the row, the column and the cell: a cell that does not parse, a kind other than
-/// F or B, a stage that is not the row's (one stage per rank), an empty file, or the validator's
-/// diagnosis of the whole schedule.
+/// F or B, a stage that is not the row's (one stage per rank), a microbatch no smaller than the
+/// number of actions in its row (it cannot have its F and B there), an empty file, or the
+/// validator's diagnosis of the whole schedule.
 Expected<Schedule> import_csv(std::string_view text, const CsvImport& options = {});
 
 }  // namespace actorpipe

@@ -112,6 +112,19 @@ TEST_CASE("import errors name the row, the column and the cell") {
   CHECK(contains(empty.error().message, "CSV has no actions"));
 }
 
+TEST_CASE("a microbatch beyond what its row can hold is refused before validation") {
+  // The validator keeps tables per microbatch: 999999999 of them would take gigabytes.
+  auto huge = import_csv("0F999999999,0B999999999\n");
+  REQUIRE_FALSE(huge.ok());
+  CHECK(contains(huge.error().message,
+                 "CSV row 0 column 0: cell '0F999999999' names microbatch 999999999, but row 0 "
+                 "holds only 2 actions"));
+  auto second_row = import_csv("0F0,0B0\n1F0,,1B70000\n");
+  REQUIRE_FALSE(second_row.ok());
+  CHECK(contains(second_row.error().message,
+                 "CSV row 1 column 2: cell '1B70000' names microbatch 70000"));
+}
+
 TEST_CASE("an imported schedule is validated") {
   // Stage 1 never runs the backward of microbatch 1.
   auto s = import_csv("0F0,0F1,,,0B0,0B1\r\n,1F0,1F1,1B0,,\r\n");
