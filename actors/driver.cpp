@@ -3,6 +3,7 @@
 #include "actors/driver.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -90,7 +91,8 @@ class DriverActor : public caf::event_based_actor {
           check_done();
           return promise_;
         },
-        [this](loss_atom, int64_t mb, double sum, int64_t count) {
+        [this](loss_atom, int64_t mb, uint64_t sum_bits, int64_t count) {
+          const double sum = std::bit_cast<double>(sum_bits);
           AP_CHECK(mb >= 0 && mb < end_mbs_ && !have_loss_[static_cast<size_t>(mb)],
                    "loss of microbatch {} unexpected", mb);
           losses_[static_cast<size_t>(mb)] = LossStats{sum, count};
@@ -158,7 +160,7 @@ class DriverActor : public caf::event_based_actor {
             const int bad = first_nonfinite(per_layer);
             if (bad < 0) continue;
             if (st_->skip_nonfinite) {
-              scale = std::numeric_limits<float>::quiet_NaN();
+              scale = kSkipScale;
               skipped_.insert(s.ordinal);
               break;
             }

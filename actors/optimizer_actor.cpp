@@ -214,8 +214,8 @@ class OptimizerActor : public caf::event_based_actor {
       timed([&] {
         if (st_->options.before_update) st_->options.before_update(r_, version);
         if (skip()) return;
-        // the driver's NaN scale: a step dropped on every stage (train.nonfinite = "skip")
-        if (std::isnan(scales.stage)) {
+        // the driver's kSkipScale: a step dropped on every stage (train.nonfinite = "skip")
+        if (scales.stage == kSkipScale) {
           shard_.skip_update(job());
         } else {
           shard_.run_update(ctx_, job(), scales);

@@ -3,6 +3,7 @@
 #include "actors/stage_actor.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <exception>
 #include <limits>
@@ -325,7 +326,8 @@ class StageActor : public caf::event_based_actor {
             return report_failure(
                 fmt::format("non-finite loss {} over {} targets", out.loss.sum, out.loss.count));
           }
-          send(st_->directory.driver, loss_atom::value, s.mb, out.loss.sum, out.loss.count);
+          send(st_->directory.driver, loss_atom::value, s.mb, std::bit_cast<uint64_t>(out.loss.sum),
+               out.loss.count);
         } else {
           outputs_[s.mb] = std::move(out.out);
         }

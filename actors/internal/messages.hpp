@@ -23,7 +23,9 @@ using release_atom = caf::atom_constant<caf::atom("release")>;  // (int flush or
 // (int32 repeats): a stop was asked; the run ends after that many repetitions of the schedule
 using cut_atom = caf::atom_constant<caf::atom("cut")>;
 // stages -> driver
-using loss_atom = caf::atom_constant<caf::atom("loss")>;      // (int64 mb, double sum, int64 n)
+// (int64 mb, uint64 sum, int64 n): the sum's bits (CAF 0.17's double encoding turns a NaN into
+// -1 and loops on an infinity, and a skipped step's loss may be either: train.nonfinite)
+using loss_atom = caf::atom_constant<caf::atom("loss")>;
 using credit_atom = caf::atom_constant<caf::atom("credit")>;  // (int64 mb)
 using flush_atom = caf::atom_constant<caf::atom("flush")>;    // (int stage, int ordinal)
 using commit_atom = caf::atom_constant<caf::atom("commit")>;  // (Commit)
@@ -50,6 +52,11 @@ using segment_atom = caf::atom_constant<caf::atom("segment")>;      // (): a seg
 using steptimes_atom = caf::atom_constant<caf::atom("steptimes")>;  // (vector<StageTimes>)
 // (int64 step, vector<int32> counts) -> (bool due, MigrationEvent)
 using boundary_atom = caf::atom_constant<caf::atom("boundary")>;
+
+/// The clip scale (`scale`) that tells every optimizer shard to drop the step
+/// (train.nonfinite = "skip"; OptimizerShard::skip_update). A real scale is in (0, 1]; CAF 0.17
+/// carries a NaN float as 1, so the sign says it.
+inline constexpr float kSkipScale = -1.0f;
 
 /// An update a stage hands to its optimizer shard (`update`) and gets back applied
 /// (`published`). The update itself is the stage worker's open UpdateJob, which the shard (in

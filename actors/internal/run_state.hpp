@@ -65,7 +65,7 @@ struct RunState {
   float grad_clip = 0.0f;
   bool split_backward = true;  ///< pipeline.split_backward: B hands din on before its weight half
   /// train.nonfinite = "skip" (sync modes): a step whose loss or gradients are not finite is
-  /// dropped on every stage (the driver sends each shard a NaN scale: skip_update)
+  /// dropped on every stage (the driver sends each shard kSkipScale: skip_update)
   bool skip_nonfinite = false;
   Schedule schedule;  ///< lowered; sync modes run it once per step (`repeats` times)
   int repeats = 1;
