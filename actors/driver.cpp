@@ -246,7 +246,9 @@ class DriverActor : public caf::event_based_actor {
     if (st_->repeats <= 1) return;
     // stages of other processes get microbatches ahead (feed): the furthest one released counts
     const int64_t per = st_->schedule.total_microbatches();
-    const int64_t released = std::max(next_mb_, next_remote_mb_);
+    bool any_remote = false;
+    for (size_t r = 0; r < st_->directory.stages.size(); ++r) any_remote = any_remote || remote(r);
+    const int64_t released = any_remote ? std::max(next_mb_, next_remote_mb_) : next_mb_;
     const int64_t steps = std::max<int64_t>(1, (released + per - 1) / per);
     if (steps >= st_->repeats) return;
     end_mbs_ = steps * per;
