@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/config/config.hpp"
+#include "tests/fuzz/config_round_trip.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 using namespace actorpipe;
@@ -25,16 +26,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(!sets.error().message.empty(), "an error without a message");
     return 0;
   }
-  auto config = config_from_string("", *sets);
-  if (!config) {
-    FUZZ_CHECK(!config.error().message.empty(), "an error without a message");
-    return 0;
-  }
-  const std::string toml = to_toml(*config);
-  auto again = config_from_string(toml);
-  FUZZ_CHECK(again.ok(), "to_toml of an accepted config does not read back: {}\n{}",
-             again.ok() ? "" : again.error().message, toml);
-  FUZZ_CHECK(to_toml(*again) == toml, "to_toml of the config read back differs:\n{}\n---\n{}", toml,
-             to_toml(*again));
-  return 0;
+  return fuzz::check_config_round_trip(config_from_string("", *sets));
 }
