@@ -453,6 +453,12 @@ void* allocate_or_throw(std::size_t n) {
 
 }  // namespace
 
+// Not in the ThreadSanitizer build: there the replaced operator new would put this file's frames
+// into every allocation CAF makes, and tsan_filter.awk would take CAF's own reports for ours.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kAllocationsWatched = false;
+#else
+constexpr bool kAllocationsWatched = true;
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC takes the free() of a replaced operator delete for a mismatch with new
 #pragma GCC diagnostic push
@@ -473,6 +479,7 @@ void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+#endif  // __SANITIZE_THREAD__
 
 TEST_CASE("a RankInfo whose address claims more bytes than arrived is refused without them") {
   TestConfig cfg;
@@ -500,7 +507,7 @@ TEST_CASE("a RankInfo whose address claims more bytes than arrived is refused wi
   }
   watch_allocations = false;
   CHECK_FALSE(refused_allocation);
-  CHECK(largest_allocation < (size_t{1} << 20));
+  if (kAllocationsWatched) CHECK(largest_allocation < (size_t{1} << 20));
   REQUIRE(err);
   CHECK(caf::to_string(err).find("end_of_stream") != std::string::npos);
 }

@@ -2,9 +2,11 @@
 # Sets up, builds and runs the whole test suite; prints ctest's summary.
 #   1. Release build (-Werror under CI), every test.
 #   2. AddressSanitizer + UndefinedBehaviorSanitizer build, every test except the slow label.
-#   3. The libFuzzer harnesses (clang), each run for 20 s on its seed corpus (scripts/fuzz.sh).
-# ACTORPIPE_TEST_SANITIZE=0 skips step 2, ACTORPIPE_TEST_FUZZ=0 step 3; extra arguments go to
-# the ctest runs of steps 1 and 2.
+#   3. ThreadSanitizer build of the kernels, engine, transport and actors tests, and those tests
+#      (scripts/tsan.sh).
+#   4. The libFuzzer harnesses (clang), each run for 20 s on its seed corpus (scripts/fuzz.sh).
+# ACTORPIPE_TEST_SANITIZE=0 skips step 2, ACTORPIPE_TEST_TSAN=0 step 3, ACTORPIPE_TEST_FUZZ=0
+# step 4; extra arguments go to the ctest runs of steps 1 and 2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -22,6 +24,11 @@ if [[ "${ACTORPIPE_TEST_SANITIZE:-1}" != "0" ]]; then
     CMAKE_ARGS="-DACTORPIPE_SANITIZE=address,undefined -DACTORPIPE_BENCH=OFF -DACTORPIPE_CUDA=OFF" \
     scripts/build.sh
   (cd build-asan && ctest -j "$jobs" --output-on-failure --timeout 900 -LE slow "$@")
+fi
+
+if [[ "${ACTORPIPE_TEST_TSAN:-1}" != "0" ]]; then
+  echo "== thread sanitizer build and tests (kernels, engine, transport, actors)"
+  BUILD_DIR=build-tsan scripts/tsan.sh
 fi
 
 if [[ "${ACTORPIPE_TEST_FUZZ:-1}" != "0" ]]; then
