@@ -446,7 +446,7 @@ void* allocate(std::size_t n) noexcept {
   return std::malloc(n == 0 ? 1 : n);
 }
 
-void* allocate_or_throw(std::size_t n) {
+[[maybe_unused]] void* allocate_or_throw(std::size_t n) {
   if (void* p = allocate(n)) return p;
   throw std::bad_alloc();
 }
