@@ -1,8 +1,11 @@
 // StopFlag: a request to end training after the step in flight, set from any thread or from a
-// signal handler and read by the executors between steps.
+// signal handler and read by the executors between steps; signal_name for the messages.
 #pragma once
 
+#include <string.h>  // sigabbrev_np
+
 #include <atomic>
+#include <string>
 
 namespace actorpipe {
 
@@ -30,5 +33,12 @@ class StopFlag {
   std::atomic<bool> requested_{false};
   std::atomic<int> signal_{-1};
 };
+
+/// "SIGTERM" (or "signal 77" for a number without a name): how messages name a signal.
+inline std::string signal_name(int signal) {
+  if (const char* abbrev = signal > 0 ? ::sigabbrev_np(signal) : nullptr)
+    return std::string("SIG") + abbrev;
+  return "signal " + std::to_string(signal);
+}
 
 }  // namespace actorpipe

@@ -3,7 +3,6 @@
 #include "actors/api/actorpipe/trainer.hpp"
 
 #include <fcntl.h>
-#include <string.h>  // sigabbrev_np
 #include <unistd.h>
 
 #include <algorithm>
@@ -590,11 +589,7 @@ Status Trainer::train_once() {
       if (auto p = save(dir); !p) return p.error();
     }
     const int sig = stop_.signal();
-    const char* abbrev = sig > 0 ? ::sigabbrev_np(sig) : nullptr;
-    im.write_metrics(stopped_json(im.step,
-                                  sig <= 0 ? std::string()
-                                  : abbrev ? fmt::format("SIG{}", abbrev)
-                                           : fmt::format("signal {}", sig),
+    im.write_metrics(stopped_json(im.step, sig <= 0 ? std::string() : signal_name(sig),
                                   dir.empty() ? std::string() : im.last_checkpoint));
   } else if (!dir.empty()) {
     if (auto p = save(dir, true); !p) return p.error();

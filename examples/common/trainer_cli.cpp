@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <string.h>  // sigabbrev_np
 #include <unistd.h>
 
 #include <atomic>
@@ -25,6 +24,7 @@
 #include "engine/config/config.hpp"
 #include "engine/model/partition.hpp"
 #include "engine/model/placement.hpp"
+#include "engine/stop_flag.hpp"
 #include "kernels/device.hpp"
 
 namespace actorpipe {
@@ -92,10 +92,7 @@ int stopped_exit_code(const Trainer& t) {
 std::string stopped_message(const Trainer& t) {
   const Config& c = t.config();
   const int sig = t.stop_signal();
-  const char* abbrev = sig > 0 ? ::sigabbrev_np(sig) : nullptr;
-  std::string by = sig <= 0 ? "with the job"
-                   : abbrev ? fmt::format("by SIG{}", abbrev)
-                            : fmt::format("by signal {}", sig);
+  std::string by = sig <= 0 ? "with the job" : "by " + signal_name(sig);
   std::string out =
       fmt::format("stopped {} after step {} of {}", by, t.step_count(), c.train.steps);
   if (c.checkpoint.dir.empty()) {

@@ -522,11 +522,6 @@ LaunchIo launch_io_to(int out_fd, int err_fd) {
   return io;
 }
 
-std::string signal_name(int signal) {
-  if (const char* abbrev = ::sigabbrev_np(signal)) return fmt::format("SIG{}", abbrev);
-  return fmt::format("signal {}", signal);
-}
-
 std::string describe_outcome(const RankOutcome& o) {
   if (!o.started) return fmt::format("rank {} was not started", o.rank);
   if (o.exited) return fmt::format("rank {} exited with status {}", o.rank, o.status);
@@ -612,9 +607,8 @@ LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io) {
       // asked: the others are stopping the same way (they may still be writing their part of a
       // checkpoint)
       const bool as_asked =
-          forwarded_signal > 0 &&
-          (r.outcome.exited ? r.outcome.status == 128 + forwarded_signal
-                            : r.outcome.signal == forwarded_signal);
+          forwarded_signal > 0 && (r.outcome.exited ? r.outcome.status == 128 + forwarded_signal
+                                                    : r.outcome.signal == forwarded_signal);
       if (stopping || others.empty() || as_asked) {
         io.message(describe_outcome(r.outcome));
       } else {

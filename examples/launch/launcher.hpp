@@ -108,9 +108,6 @@ struct RankOutcome {
 /// "rank 1 exited with status 3", "rank 2 killed by signal 9 (SIGKILL)".
 std::string describe_outcome(const RankOutcome& outcome);
 
-/// "SIGKILL" (or "signal 77" for a number without a name).
-std::string signal_name(int signal);
-
 /// What happened to the job.
 struct LaunchResult {
   int exit_code = 0;     ///< 0; the first failing rank's status, or 128 + its signal; 127: a rank
@@ -126,8 +123,8 @@ struct LaunchResult {
 /// have ended: prefixes their lines, forwards the signals read from io.interrupt_fd, and when one
 /// rank fails (non-zero status or a signal) sends SIGTERM to the others, then SIGKILL to those
 /// still running plan.grace_seconds later. The first forwarded signal asks for a graceful stop and
-/// waits however long it takes (a rank exiting 128 + that signal, or killed by it, stops no other); a second one
-/// starts the grace period. Returns once every rank has been reaped.
+/// waits however long it takes (a rank exiting 128 + that signal, or killed by it, stops no other);
+/// a second one starts the grace period. Returns once every rank has been reaped.
 LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io);
 
 /// The whole job, relaunched after a failure: plans and runs it (run_launch) and, when it failed

@@ -372,6 +372,7 @@ TEST_CASE("a rank killed by a signal is reported by the signal's name") {
   }
   CHECK(signal_name(SIGTERM) == "SIGTERM");
   CHECK(signal_name(SIGINT) == "SIGINT");
+  CHECK(signal_name(77) == "signal 77");  // no name above SIGRTMAX
 }
 
 TEST_CASE("a signal the launcher receives reaches every rank") {
