@@ -55,12 +55,6 @@ Fn real(const char* mangled) {
   return reinterpret_cast<Fn>(p);
 }
 
-// The address that stands for an actor's mailbox as a whole (the actor itself stands for the
-// serial order of its handlers): one byte into the actor object.
-void* mailbox_of(void* actor) {
-  return static_cast<char*>(actor) + 1;
-}
-
 // Everything the sender did before enqueueing x happens before x is handled or destroyed
 // (destruction goes through memory_managed::request_deletion, a base subobject of x).
 void release_element(caf::mailbox_element* x) {
@@ -92,7 +86,6 @@ void ap_scheduled_enqueue(caf::scheduled_actor* self, caf::mailbox_element_ptr x
       "_ZN3caf15scheduled_actor7enqueueESt10unique_ptrINS_15mailbox_elementENS_"
       "6detail8disposerEEPNS_14execution_unitE");
   release_element(x.get());
-  __tsan_release(mailbox_of(self));
   fn(self, std::move(x), eu);
 }
 
@@ -119,7 +112,6 @@ caf::intrusive::task_result ap_scheduled_visit(VisitorHead* visitor, caf::mailbo
   static const Fn fn =
       real<Fn>("_ZN3caf15scheduled_actor15mailbox_visitorclERNS_15mailbox_elementE");
   __tsan_acquire(&x);
-  __tsan_acquire(mailbox_of(visitor->self));
   __tsan_acquire(visitor->self);
   auto result = fn(visitor, x);
   __tsan_release(visitor->self);
@@ -171,7 +163,6 @@ void ap_scheduled_cleanup(caf::scheduled_actor* self, caf::error&& reason,
   using Fn = void (*)(caf::scheduled_actor*, caf::error&&, caf::execution_unit*);
   static const Fn fn =
       real<Fn>("_ZN3caf15scheduled_actor7cleanupEONS_5errorEPNS_14execution_unitE");
-  __tsan_acquire(mailbox_of(self));
   __tsan_acquire(self);
   fn(self, std::move(reason), eu);
 }
