@@ -17,7 +17,7 @@ int first_nonfinite(std::span<const double> per_layer) {
 
 std::string nonfinite_gradient(const Model& model, long step, int layer, double sumsq) {
   return fmt::format("non-finite gradient in step {} at layer {} ({}; sum of squares {})", step,
-                     layer, to_string(model.layer(layer).kind()), sumsq);
+                     layer, model.layer(layer).type(), sumsq);
 }
 
 }  // namespace actorpipe

@@ -20,33 +20,32 @@ int64_t count_targets(const Microbatch& mb) {
   return count_targets(mb.targets.data(), static_cast<int>(mb.targets.size()));
 }
 
-std::string to_string(LayerKind k) {
-  switch (k) {
-    case LayerKind::gpt_embedding:
-      return "gpt_embedding";
-    case LayerKind::gpt_block:
-      return "gpt_block";
-    case LayerKind::gpt_head:
-      return "gpt_head";
-    case LayerKind::bert_embedding:
-      return "bert_embedding";
-    case LayerKind::bert_block:
-      return "bert_block";
-    case LayerKind::bert_head:
-      return "bert_head";
+std::string_view to_string(LayerRole role) {
+  switch (role) {
+    case LayerRole::input:
+      return "input";
+    case LayerRole::hidden:
+      return "hidden";
+    case LayerRole::loss:
+      return "loss";
   }
   return "unknown";
 }
 
-Layer::Layer(LayerKind kind, int index, std::vector<ParamSlot> slots)
-    : kind_(kind), index_(index), slots_(std::move(slots)) {
+Layer::Layer(LayerRole role, std::string type, int index, std::vector<ParamSlot> slots)
+    : role_(role), type_(std::move(type)), index_(index), slots_(std::move(slots)) {
+  AP_CHECK(!type_.empty(), "layer {}: empty type name", index_);
   size_t offset = 0;
   for (size_t s = 0; s < slots_.size(); ++s) {
     ParamSlot& slot = slots_[s];
+    AP_CHECK(!slot.name.empty(), "{} layer {}: slot {} has no name", type_, index_, s);
+    for (size_t t = 0; t < s; ++t)
+      AP_CHECK(slots_[t].name != slot.name, "{} layer {}: two slots named {}", type_, index_,
+               slot.name);
     slot.offset = offset;
     slot.numel = 1;
     for (int64_t d : slot.shape) {
-      AP_CHECK(d > 0, "slot {} has dimension {}", slot.name, d);
+      AP_CHECK(d > 0, "{} layer {}: slot {} has dimension {}", type_, index_, slot.name, d);
       slot.numel *= static_cast<size_t>(d);
     }
     offset += slot.numel;
@@ -64,25 +63,26 @@ const ParamSlot* Layer::find_slot(std::string_view name) const {
   return nullptr;
 }
 
-void Layer::init(float* params, uint64_t init_seed) const {
-  for (const ParamSlot& s : slots_) {
-    float* p = params + s.offset;
-    switch (s.init) {
-      case InitKind::zeros:
-        std::fill(p, p + s.numel, 0.0f);
-        break;
-      case InitKind::ones:
-        std::fill(p, p + s.numel, 1.0f);
-        break;
-      case InitKind::normal: {
-        NormalRng rng(derive_seed(init_seed, static_cast<uint64_t>(s.stream_layer),
-                                  static_cast<uint64_t>(s.stream_slot)));
-        const double std_dev = s.init_std;
-        for (size_t k = 0; k < s.numel; ++k) p[k] = static_cast<float>(std_dev * rng.next());
-        break;
-      }
+void init_slot(const ParamSlot& s, float* p, uint64_t init_seed) {
+  switch (s.init) {
+    case InitKind::zeros:
+      std::fill(p, p + s.numel, 0.0f);
+      break;
+    case InitKind::ones:
+      std::fill(p, p + s.numel, 1.0f);
+      break;
+    case InitKind::normal: {
+      NormalRng rng(derive_seed(init_seed, static_cast<uint64_t>(s.stream_layer),
+                                static_cast<uint64_t>(s.stream_slot)));
+      const double std_dev = s.init_std;
+      for (size_t k = 0; k < s.numel; ++k) p[k] = static_cast<float>(std_dev * rng.next());
+      break;
     }
   }
+}
+
+void Layer::init(float* params, uint64_t init_seed) const {
+  for (const ParamSlot& s : slots_) init_slot(s, params + s.offset, init_seed);
 }
 
 const float* Layer::logits(const float* /*saved*/, int /*B*/, int /*T*/) const {

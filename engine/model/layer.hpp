@@ -1,5 +1,6 @@
-// Layer: one partitionable unit of a model (embedding, transformer block, head + loss) as a
-// const forward/backward pair over caller-owned parameter, gradient and activation buffers.
+// Layer: one partitionable unit of a model (an input layer, a hidden layer, the loss layer) as a
+// const forward/backward pair over caller-owned parameter, gradient and activation buffers. The
+// built-in GPT and BERT layers implement it, and so does a user's own layer (docs/api.md).
 #pragma once
 
 #include <cstddef>
@@ -33,6 +34,10 @@ struct ParamSlot {
   int stream_slot = -1;
 };
 
+/// Writes slot `slot`'s initial values (its InitKind; a normal slot from the RNG stream
+/// derive_seed(init_seed, stream_layer, stream_slot)) to dst[0, slot.numel).
+void init_slot(const ParamSlot& slot, float* dst, uint64_t init_seed);
+
 /// The loss produced by the last layer for one microbatch: Σ of per-token losses (double, in
 /// row order) over `count` non-ignored targets. Every other layer returns {0, 0}.
 struct LossStats {
@@ -51,15 +56,15 @@ float loss_scale(int64_t count, int microbatches);
 /// compute it from the microbatch alone.
 int64_t count_targets(const Microbatch& mb);
 
-enum class LayerKind : uint8_t {
-  gpt_embedding,   // wte + wpe                                  tokens -> (B,T,C)
-  gpt_block,       // pre-LN causal transformer block            (B,T,C) -> (B,T,C)
-  gpt_head,        // ln_f, tied LM head, softmax cross-entropy  (B,T,C) -> loss
-  bert_embedding,  // wte + wpe + wse, then layernorm            tokens, segments -> (B,T,C)
-  bert_block,      // pre-LN bidirectional block, key padding    (B,T,C) -> (B,T,C)
-  bert_head,       // ln_f, MLM transform (dense, GELU, LN), tied decoder + bias, loss
+/// Where a layer sits in a model: the first reads the microbatch's tokens, the last computes
+/// the loss, every other maps the hidden (B,T,C) stream to a new one.
+enum class LayerRole : uint8_t {
+  input,   // tokens (and segments) -> (B,T,C)
+  hidden,  // (B,T,C) -> (B,T,C)
+  loss,    // (B,T,C), targets -> loss
 };
-std::string to_string(LayerKind k);
+/// "input", "hidden", "loss".
+std::string_view to_string(LayerRole role);
 
 /// A layer of a model. All methods are const and keep no mutable state, so one object can
 /// serve several threads. Buffers (all f32, B·T rows of the microbatch):
@@ -78,8 +83,10 @@ class Layer {
   Layer(const Layer&) = delete;
   Layer& operator=(const Layer&) = delete;
 
-  LayerKind kind() const { return kind_; }
-  /// Global index of the layer in its model (0 = embedding, L+1 = head).
+  LayerRole role() const { return role_; }
+  /// What the layer is, for messages and profiles: "gpt_block", or a user layer's own name.
+  const std::string& type() const { return type_; }
+  /// Global index of the layer in its model (0 = the input layer, L+1 = the loss layer).
   int index() const { return index_; }
   const std::vector<ParamSlot>& slots() const { return slots_; }
   /// Size of the parameter buffer (and of the gradient buffer) in floats.
@@ -87,11 +94,9 @@ class Layer {
   /// The slot called `name`, or nullptr.
   const ParamSlot* find_slot(std::string_view name) const;
   /// False for the first layer, which reads tokens from the microbatch instead of `in`.
-  bool takes_input() const {
-    return kind_ != LayerKind::gpt_embedding && kind_ != LayerKind::bert_embedding;
-  }
+  bool takes_input() const { return role_ != LayerRole::input; }
   /// True for the last layer, which reads targets and returns the loss instead of `out`.
-  bool is_loss() const { return kind_ == LayerKind::gpt_head || kind_ == LayerKind::bert_head; }
+  bool is_loss() const { return role_ == LayerRole::loss; }
 
   /// Floats of saved activations per microbatch of B sequences of T tokens.
   virtual size_t saved_floats(int B, int T) const = 0;
@@ -108,11 +113,13 @@ class Layer {
   /// gradient w.r.t. `in` (ignored for the first layer, may be null). dout (B,T,C) is the
   /// gradient w.r.t. `out` (ignored for the loss layer). dloss is used by the loss layer only:
   /// it differentiates dloss·(Σ token losses), see loss_scale().
-  /// `later` null: everything is computed before the call returns. Otherwise the weight
-  /// gradients of the layer's linear maps are recorded into `later` (with copies of what they
+  /// `later` null: everything is computed before the call returns. Otherwise the layer MAY
+  /// record the weight gradients of its linear maps into `later` (with copies of what they
   /// read that the caller may overwrite: dout, the arena's scratch) instead: din is complete on
   /// return, those gradients once later->run() has run, which must happen before `params`,
-  /// `in` or `saved` change. Either way grads receive the same bits.
+  /// `in` or `saved` change. Either way grads receive the same bits. Splitting is optional: a
+  /// layer that ignores `later` runs a one-pass backward, which is always correct (the built-in
+  /// linear layers split, so the previous stage gets din sooner).
   virtual void backward(Context& ctx, const float* params, float* grads, const Microbatch& mb,
                         const float* in, const float* saved, const float* dout, float* din,
                         float dloss, DeferredGrads* later) const = 0;
@@ -127,11 +134,15 @@ class Layer {
 
  protected:
   /// `slots` come with names, shapes and init; offsets and numel are filled in here, packed
-  /// in order. Streams default to (index, slot position).
-  Layer(LayerKind kind, int index, std::vector<ParamSlot> slots);
+  /// in order. Streams default to (index, slot position). `index` is the layer's position in
+  /// the model it will be part of (Model::from_layers checks it); `type` names what it is.
+  /// Slot names must be unique and non-empty, and every dimension positive (a bug otherwise:
+  /// CheckFailure).
+  Layer(LayerRole role, std::string type, int index, std::vector<ParamSlot> slots);
 
  private:
-  LayerKind kind_;
+  LayerRole role_;
+  std::string type_;
   int index_;
   std::vector<ParamSlot> slots_;
   size_t param_floats_ = 0;

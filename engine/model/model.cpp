@@ -1,8 +1,11 @@
-// Model: the ordered list of layers of a GPT or BERT (embedding, L blocks, head) plus the
-// spec that ties parameters across layers. Partition cuts go between any two layers.
+// Model: an ordered list of layers plus the declared shared parameters; the built-in GPT and
+// BERT are built from the same list a user's own layers go through.
 #include "engine/model/model.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <tuple>
 
 #include "engine/model/internal/transformer_layers.hpp"
 #include "kernels/check.hpp"
@@ -29,21 +32,90 @@ Expected<Model> Model::build(const ModelOptions& o) {
   if (o.arch == Arch::bert && o.segments < 1)
     return make_error("model.segments = {}: BERT needs at least 1 segment type", o.segments);
 
-  Model m;
-  m.opts_ = o;
   const bool gpt = o.arch == Arch::gpt;
-  m.layers_.push_back(gpt ? internal::make_gpt_embedding(o, 0)
-                          : internal::make_bert_embedding(o, 0));
-  for (int l = 1; l <= o.depth; ++l) m.layers_.push_back(internal::make_block(o, l, gpt));
+  std::vector<std::shared_ptr<const Layer>> layers;
+  layers.push_back(gpt ? internal::make_gpt_embedding(o, 0) : internal::make_bert_embedding(o, 0));
+  for (int l = 1; l <= o.depth; ++l) layers.push_back(internal::make_block(o, l, gpt));
   const int head = o.depth + 1;
-  m.layers_.push_back(gpt ? internal::make_gpt_head(o, head) : internal::make_bert_head(o, head));
+  layers.push_back(gpt ? internal::make_gpt_head(o, head) : internal::make_bert_head(o, head));
+  std::vector<TiedParam> tied;
   if (o.tied)
-    m.tied_.push_back(TiedParam{0, "wte", head, gpt ? "lm_head.weight" : "mlm.decoder.weight"});
-  for (const TiedParam& t : m.tied_) {
-    const ParamSlot* a = m.layer(t.owner_layer).find_slot(t.owner_slot);
-    const ParamSlot* b = m.layer(t.copy_layer).find_slot(t.copy_slot);
-    AP_CHECK(a && b && a->shape == b->shape, "tied slots {} / {}", t.owner_slot, t.copy_slot);
+    tied.push_back(TiedParam{0, "wte", head, gpt ? "lm_head.weight" : "mlm.decoder.weight"});
+  return from_layers(o, std::move(layers), std::move(tied));
+}
+
+Expected<Model> Model::from_layers(const ModelOptions& shape,
+                                   std::vector<std::shared_ptr<const Layer>> layers,
+                                   std::vector<TiedParam> tied) {
+  for (auto [key, v] : {std::pair<const char*, int>{"vocab_size", shape.vocab_size},
+                        {"context", shape.context},
+                        {"width", shape.width}}) {
+    if (v < 1) return make_error("model.{} = {}: must be a positive integer", key, v);
   }
+  const int L = static_cast<int>(layers.size());
+  if (L < 3) {
+    return make_error(
+        "a model of {} layers: needs an input layer, at least one hidden layer and a loss layer",
+        L);
+  }
+  for (int i = 0; i < L; ++i) {
+    const auto& layer = layers[static_cast<size_t>(i)];
+    if (!layer) return make_error("layer {}: null", i);
+    if (layer->index() != i) {
+      return make_error("layer {} ({}): was made with index {}; a layer's index is its position", i,
+                        layer->type(), layer->index());
+    }
+    const LayerRole want =
+        i == 0 ? LayerRole::input : (i == L - 1 ? LayerRole::loss : LayerRole::hidden);
+    if (layer->role() != want) {
+      return make_error("layer {} ({}): role {}, but layer {} of {} must be the {} layer", i,
+                        layer->type(), to_string(layer->role()), i, L, to_string(want));
+    }
+  }
+  auto slot_of = [&](int l, const std::string& name,
+                     const char* side) -> Expected<const ParamSlot*> {
+    if (l < 0 || l >= L) return make_error("tied {} layer {}: outside [0, {})", side, l, L);
+    const ParamSlot* s = layers[static_cast<size_t>(l)]->find_slot(name);
+    if (!s) {
+      return make_error("tied {} layers.{}.{}: layer {} ({}) has no slot \"{}\"", side, l, name, l,
+                        layers[static_cast<size_t>(l)]->type(), name);
+    }
+    return s;
+  };
+  for (size_t k = 0; k < tied.size(); ++k) {
+    const TiedParam& t = tied[k];
+    auto a = slot_of(t.owner_layer, t.owner_slot, "owner");
+    if (!a) return a.error();
+    auto b = slot_of(t.copy_layer, t.copy_slot, "copy");
+    if (!b) return b.error();
+    const std::string names = fmt::format("layers.{}.{} / layers.{}.{}", t.owner_layer,
+                                          t.owner_slot, t.copy_layer, t.copy_slot);
+    if (t.owner_layer == t.copy_layer) return make_error("tied {}: the same layer", names);
+    if ((*a)->shape != (*b)->shape) {
+      return make_error("tied {}: shapes ({}) and ({}) differ", names, fmt::join((*a)->shape, ", "),
+                        fmt::join((*b)->shape, ", "));
+    }
+    for (size_t j = 0; j < k; ++j) {
+      const TiedParam& u = tied[j];
+      auto same = [](int l1, const std::string& s1, int l2, const std::string& s2) {
+        return l1 == l2 && s1 == s2;
+      };
+      if (same(u.copy_layer, u.copy_slot, t.copy_layer, t.copy_slot) ||
+          same(u.copy_layer, u.copy_slot, t.owner_layer, t.owner_slot) ||
+          same(u.owner_layer, u.owner_slot, t.copy_layer, t.copy_slot)) {
+        return make_error(
+            "tied {}: a parameter is tied once (it is an owner or a copy of one "
+            "other tie already)",
+            names);
+      }
+    }
+  }
+  Model m;
+  m.opts_ = shape;
+  m.opts_.depth = L - 2;
+  m.opts_.tied = !tied.empty();
+  m.layers_ = std::move(layers);
+  m.tied_ = std::move(tied);
   return m;
 }
 
@@ -87,6 +159,12 @@ size_t Model::unique_parameters() const {
 
 void Model::init_layer(int i, float* params) const {
   layer(i).init(params, opts_.init_seed);
+  for (const TiedParam& t : tied_) {
+    if (t.copy_layer != i) continue;
+    const ParamSlot* owner = layer(t.owner_layer).find_slot(t.owner_slot);
+    const ParamSlot* copy = layer(i).find_slot(t.copy_slot);
+    init_slot(*owner, params + copy->offset, opts_.init_seed);
+  }
 }
 
 double Model::grad_sumsq(Context& ctx, int layer_index, const float* grads) const {
@@ -108,6 +186,26 @@ double Model::grad_sumsq(Context& ctx, int layer_index, const float* grads) cons
     sum += actorpipe::grad_sumsq(ctx, grads + begin, end - begin);
   }
   return sum;
+}
+
+Expected<ModelOptions> options_for_model(const ModelOptions& declared, const Model& model) {
+  const ModelOptions& m = model.options();
+  for (auto [key, a, b] :
+       {std::tuple<const char*, int64_t, int64_t>{"vocab_size", declared.vocab_size, m.vocab_size},
+        {"context", declared.context, m.context},
+        {"width", declared.width, m.width},
+        {"depth", declared.depth, m.depth}}) {
+    if (a != b)
+      return make_error("model.{} = {}, but the model given has {}{}", key, a, b,
+                        std::string_view(key) == "depth" ? " hidden layers" : "");
+  }
+  if (declared.init_seed != m.init_seed) {
+    return make_error("model.init_seed = {}, but the model given was built with {}",
+                      declared.init_seed, m.init_seed);
+  }
+  ModelOptions out = declared;
+  out.tied = m.tied;
+  return out;
 }
 
 void reduce_tied_grads(float* owner, float* copy, size_t n) {

@@ -1,5 +1,6 @@
-// Model: the ordered list of layers of a GPT or BERT (embedding, L blocks, head) plus the
-// spec that ties parameters across layers. Partition cuts go between any two layers.
+// Model: an ordered list of layers (an input layer, L hidden layers, a loss layer) plus the
+// declared parameters two layers share. The built-in GPT and BERT are built by Model::build; a
+// user's own layers by Model::from_layers. Partition cuts go between any two layers.
 #pragma once
 
 #include <cstddef>
@@ -15,7 +16,9 @@
 namespace actorpipe {
 
 /// A parameter held twice: `owner` (the embedding's wte) and its `copy` (the head's decoder
-/// weight). Both copies start identical, get the same summed gradient and the same update.
+/// weight). Both copies start identical (the copy is initialised as the owner's slot says, from
+/// the owner's RNG stream), get the same summed gradient and the same update; the copy is
+/// counted once (gradient norm, parameter count). Declaring it is all a model does.
 struct TiedParam {
   int owner_layer = 0;
   std::string owner_slot;  // "wte"
@@ -30,15 +33,25 @@ struct TiedParam {
 /// Layers are shared, immutable objects: a pipeline stage may hold some of them.
 class Model {
  public:
-  /// Validates the options (errors name the key, the value and what is allowed).
+  /// The built-in GPT or BERT of opts.arch. Validates the options (errors name the key, the
+  /// value and what is allowed).
   static Expected<Model> build(const ModelOptions& opts);
+  /// A model of the caller's own layers, in order: layers[0] has LayerRole::input, the last
+  /// LayerRole::loss, every other LayerRole::hidden, and layers[i].index() == i. `shape` gives
+  /// vocab_size (the ids the input layer and the loss read), context (the longest T), width (C
+  /// of the (B,T,C) stream between layers) and init_seed; options().depth becomes the number of
+  /// hidden layers and options().tied whether `tied` is non-empty (arch, heads and segments are
+  /// kept as given: they mean nothing to the engine). Errors name the layer or slot at fault.
+  static Expected<Model> from_layers(const ModelOptions& shape,
+                                     std::vector<std::shared_ptr<const Layer>> layers,
+                                     std::vector<TiedParam> tied = {});
 
   const ModelOptions& options() const { return opts_; }
   /// L + 2.
   int num_layers() const { return static_cast<int>(layers_.size()); }
   const Layer& layer(int i) const;
   std::shared_ptr<const Layer> layer_ptr(int i) const;
-  /// Empty when options().tied is false.
+  /// The declared shared parameters; empty when options().tied is false.
   const std::vector<TiedParam>& tied() const { return tied_; }
   /// True if slot `slot_index` of layer `layer` is the copy side of a tied parameter: it is
   /// skipped by the global gradient norm (the parameter counts once) and by parameter counts.
@@ -50,7 +63,8 @@ class Model {
   /// Number of distinct trainable parameters (tied parameter counted once).
   size_t unique_parameters() const;
 
-  /// Initialises layer i's parameter buffer from options().init_seed.
+  /// Initialises layer i's parameter buffer from options().init_seed (a tied copy from its
+  /// owner's slot and stream, so both start identical).
   void init_layer(int i, float* params) const;
 
   /// Σ g² (double) over layer i's gradient buffer, tied copies excluded, slot ranges in
@@ -64,6 +78,12 @@ class Model {
   std::vector<std::shared_ptr<const Layer>> layers_;
   std::vector<TiedParam> tied_;
 };
+
+/// The [model] options a run of `model` (a user's own, Model::from_layers) uses, for a config
+/// whose [model] section is `declared`: the config describes the model it trains, so
+/// vocab_size, context, width, depth (the hidden layers) and init_seed must equal the model's
+/// (an error names the key and both values); model.tied is taken from the model's declared ties.
+Expected<ModelOptions> options_for_model(const ModelOptions& declared, const Model& model);
 
 /// Sums a tied gradient in the one fixed order: s = owner[k] + copy[k], written to both.
 void reduce_tied_grads(float* owner, float* copy, size_t n);

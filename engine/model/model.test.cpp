@@ -7,10 +7,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "engine/execution/reference_trainer.hpp"
+#include "engine/model/internal/transformer_layers.hpp"
 #include "engine/rng.hpp"
 #include "kernels/check.hpp"
 #include "kernels/crossentropy.hpp"
@@ -316,16 +319,19 @@ TEST_CASE("GPT and BERT layer lists, slot names and parameter counts") {
     const Model m = build(o);
     const bool gpt = arch == Arch::gpt;
     REQUIRE(m.num_layers() == o.depth + 2);
-    CHECK(m.layer(0).kind() == (gpt ? LayerKind::gpt_embedding : LayerKind::bert_embedding));
+    CHECK(m.layer(0).type() == (gpt ? "gpt_embedding" : "bert_embedding"));
+    CHECK(m.layer(0).role() == LayerRole::input);
     CHECK(!m.layer(0).takes_input());
     for (int l = 1; l <= o.depth; ++l) {
-      CHECK(m.layer(l).kind() == (gpt ? LayerKind::gpt_block : LayerKind::bert_block));
+      CHECK(m.layer(l).type() == (gpt ? "gpt_block" : "bert_block"));
+      CHECK(m.layer(l).role() == LayerRole::hidden);
       CHECK(m.layer(l).index() == l);
       CHECK(m.layer(l).takes_input());
       CHECK(!m.layer(l).is_loss());
     }
     CHECK(m.layer(o.depth + 1).is_loss());
-    CHECK(to_string(m.layer(1).kind()) == (gpt ? "gpt_block" : "bert_block"));
+    CHECK(m.layer(o.depth + 1).type() == (gpt ? "gpt_head" : "bert_head"));
+    CHECK(to_string(m.layer(o.depth + 1).role()) == "loss");
     // slots are packed in order
     for (int i = 0; i < m.num_layers(); ++i) {
       size_t off = 0;
@@ -434,7 +440,7 @@ TEST_CASE("layers are stateless: interleaved microbatches with their own saved b
     const Microbatch b = make_mb(arch, B, T, o.vocab_size, 12);
     for (int i = 0; i < m.num_layers(); ++i) {
       const Layer& layer = m.layer(i);
-      CAPTURE(to_string(layer.kind()));
+      CAPTURE(layer.type());
       std::vector<float> params(layer.param_floats());
       m.init_layer(i, params.data());
       NormalRng rng(77);
@@ -492,7 +498,7 @@ TEST_CASE(
     DeferredGrads later;
     for (int i = 0; i < m.num_layers(); ++i) {
       const Layer& layer = m.layer(i);
-      CAPTURE(to_string(layer.kind()));
+      CAPTURE(layer.type());
       std::vector<float> params(layer.param_floats());
       m.init_layer(i, params.data());
       NormalRng rng(78);
@@ -582,4 +588,112 @@ TEST_CASE("logits match the naive model") {
     CHECK(loss.count == count_targets(mb));
     CHECK(loss.mean() == doctest::Approx(nv.loss(mb)).epsilon(1e-5));
   }
+}
+
+namespace {
+
+// A hidden layer of one's own: y = x (it has one parameter slot, "w", of shape (n, width)).
+class Identity final : public Layer {
+ public:
+  Identity(int index, int n, int width, LayerRole role = LayerRole::hidden)
+      : Layer(role, "identity", index, {[&] {
+                ParamSlot s;
+                s.name = "w";
+                s.shape = {n, width};
+                return s;  // zeros
+              }()}) {}
+  size_t saved_floats(int, int) const override { return 0; }
+  LossStats forward(Context&, const float*, const Microbatch&, const float*, float*,
+                    float*) const override {
+    return {};
+  }
+  void backward(Context&, const float*, float*, const Microbatch&, const float*, const float*,
+                const float*, float*, float, DeferredGrads*) const override {}
+};
+
+std::string from_layers_error(std::vector<std::shared_ptr<const Layer>> layers,
+                              std::vector<TiedParam> tied = {}) {
+  auto m = Model::from_layers(tiny(Arch::gpt), std::move(layers), std::move(tied));
+  return m.ok() ? "built" : m.error().message;
+}
+
+}  // namespace
+
+TEST_CASE("from_layers: a model of one's own layers, checked layer by layer") {
+  const ModelOptions o = tiny(Arch::gpt);
+  auto emb = internal::make_gpt_embedding(o, 0);
+  auto head = internal::make_gpt_head(o, 2);
+  auto mid = std::make_shared<Identity>(1, o.vocab_size, o.width);
+  CHECK(from_layers_error({emb, mid, head}) == "built");
+  auto m = Model::from_layers(o, {emb, mid, head});
+  REQUIRE(m.ok());
+  CHECK(m->options().depth == 1);  // the hidden layers
+  CHECK(!m->options().tied);
+  CHECK(m->layer(1).type() == "identity");
+  CHECK(m->param_name(1, m->layer(1).slots()[0]) == "layers.1.w");
+
+  CHECK(from_layers_error({emb, head}) ==
+        "a model of 2 layers: needs an input layer, at least one hidden layer and a loss layer");
+  CHECK(from_layers_error({emb, nullptr, head}) == "layer 1: null");
+  CHECK(from_layers_error({emb, std::make_shared<Identity>(2, 3, 8), head}) ==
+        "layer 1 (identity): was made with index 2; a layer's index is its position");
+  CHECK(from_layers_error({emb, std::make_shared<Identity>(1, 3, 8, LayerRole::loss), head}) ==
+        "layer 1 (identity): role loss, but layer 1 of 3 must be the hidden layer");
+  CHECK(from_layers_error({mid, internal::make_gpt_embedding(o, 1), head})
+            .find("layer 0 (identity): was made with index 1") == 0);
+  CHECK(from_layers_error({emb, mid, head}, {{0, "wte", 2, "lm_head.wieght"}}) ==
+        "tied copy layers.2.lm_head.wieght: layer 2 (gpt_head) has no slot \"lm_head.wieght\"");
+  CHECK(from_layers_error({emb, mid, head}, {{0, "wpe", 2, "lm_head.weight"}}) ==
+        "tied layers.0.wpe / layers.2.lm_head.weight: shapes (8, 8) and (20, 8) differ");
+  CHECK(from_layers_error({emb, mid, head},
+                          {{1, "w", 2, "lm_head.weight"}, {0, "wte", 2, "lm_head.weight"}})
+            .find("a parameter is tied once") != std::string::npos);
+  CHECK(from_layers_error({emb, mid, head}, {{5, "w", 2, "lm_head.weight"}}) ==
+        "tied owner layer 5: outside [0, 3)");
+}
+
+TEST_CASE("a declared tie starts the copy as its owner, whatever the copy's own init says") {
+  const ModelOptions o = tiny(Arch::gpt);
+  // the identity's slot w (V, C) is zeros by its own init; tied to wte it starts as wte
+  auto emb = internal::make_gpt_embedding(o, 0);
+  auto mid = std::make_shared<Identity>(1, o.vocab_size, o.width);
+  auto head = internal::make_gpt_head(o, 2);
+  auto m = Model::from_layers(o, {emb, mid, head}, {{0, "wte", 1, "w"}});
+  REQUIRE(m.ok());
+  CHECK(m->options().tied);
+  CHECK(m->is_tied_copy(1, 0));
+  CHECK(m->unique_parameters() == m->total_param_floats() - mid->param_floats());
+  std::vector<float> wte(emb->param_floats()), w(mid->param_floats());
+  m->init_layer(0, wte.data());
+  m->init_layer(1, w.data());
+  CHECK(std::memcmp(w.data(), wte.data(), w.size() * sizeof(float)) == 0);
+  CHECK(std::any_of(w.begin(), w.end(), [](float v) { return v != 0.0f; }));
+  // untied, it keeps its own init
+  auto untied = Model::from_layers(o, {emb, mid, head});
+  REQUIRE(untied.ok());
+  untied->init_layer(1, w.data());
+  CHECK(std::all_of(w.begin(), w.end(), [](float v) { return v == 0.0f; }));
+}
+
+TEST_CASE("options_for_model: the config must describe the model given") {
+  const ModelOptions o = tiny(Arch::gpt);
+  const Model m = build(o);
+  auto same = options_for_model(o, m);
+  REQUIRE(same.ok());
+  CHECK(same->depth == o.depth);
+  ModelOptions other = o;
+  other.width = 16;
+  CHECK(options_for_model(other, m).error().message ==
+        "model.width = 16, but the model given has 8");
+  other = o;
+  other.depth = 5;
+  CHECK(options_for_model(other, m).error().message ==
+        "model.depth = 5, but the model given has 2 hidden layers");
+  other = o;
+  other.init_seed = 9;
+  CHECK(options_for_model(other, m).error().message ==
+        "model.init_seed = 9, but the model given was built with 5");
+  other = o;
+  other.tied = false;  // taken from the model's declared ties
+  CHECK(options_for_model(other, m)->tied);
 }

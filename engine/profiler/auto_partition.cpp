@@ -142,6 +142,14 @@ bool plans_automatically(const PipelineOptions& p) {
   return p.partition.automatic || p.recompute.kind == RecomputeSpec::Kind::automatic;
 }
 
+Error auto_plan_refused_for_own_model(const PipelineOptions& p) {
+  return make_error(
+      "pipeline.{} = \"auto\": the profiler measures the built-in models only, not a model of "
+      "your own layers; give pipeline.partition as layer counts (or \"even\") and "
+      "pipeline.recompute as a list",
+      p.partition.automatic ? "partition" : "recompute");
+}
+
 Expected<Config> resolve_partition(const Config& config, const AutoPartitionOptions& options) {
   if (!plans_automatically(config.pipeline)) return config;
   auto a = plan_auto_partition(config, options);

@@ -62,6 +62,10 @@ Expected<AutoPartition> plan_auto_partition(const Config& config,
 /// pipeline.partition or pipeline.recompute is "auto": the stages need the planner first.
 bool plans_automatically(const PipelineOptions& pipeline);
 
+/// The error for pipeline.partition or pipeline.recompute = "auto" with a user's own model
+/// (Model::from_layers): the profiler measures the built-in model of [model] only.
+Error auto_plan_refused_for_own_model(const PipelineOptions& pipeline);
+
 /// `config` with pipeline.partition = "auto" replaced by the counts of plan_auto_partition's
 /// plan and pipeline.recompute = "auto" by its recomputed layers (a list, or "none"); any other
 /// config unchanged (nothing is measured). Errors are plan_auto_partition's, prefixed

@@ -219,7 +219,7 @@ Expected<LayerProfile> profile_layers(const ModelOptions& model_opts,
   lb.chain();
   for (int i = 0; i < n; ++i) {
     LayerTiming& c = p.layers[static_cast<size_t>(i)];
-    c.name = fmt::format("{} {}", to_string(lb.model().layer(i).kind()), i);
+    c.name = fmt::format("{} {}", lb.model().layer(i).type(), i);
     c.forward = time_median(reps, [&] { lb.forward(i); });
   }
   for (int i = n - 1; i >= 0; --i) {

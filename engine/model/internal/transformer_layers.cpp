@@ -42,15 +42,10 @@ ParamSlot norm_weight(std::string name, int64_t n) {
   s.init = InitKind::ones;
   return s;
 }
-/// The head's copy of the token embedding: same shape, init stream and std as the
-/// embedding's wte (slot 0 of layer 0) when tied; an independent matrix otherwise.
+/// The head's decoder weight (V,C): when tied, Model::init_layer starts it as the embedding's
+/// wte (the declared tie), whatever its own init says.
 ParamSlot decoder_weight(std::string name, const ModelOptions& o) {
-  ParamSlot s = weight(std::move(name), {o.vocab_size, o.width});
-  if (o.tied) {
-    s.stream_layer = 0;
-    s.stream_slot = 0;
-  }
-  return s;
+  return weight(std::move(name), {o.vocab_size, o.width});
 }
 
 /// Sequential offsets of the regions of a `saved` buffer.
@@ -117,8 +112,12 @@ void check_ids(const std::vector<int32_t>& ids, size_t n, int32_t limit, bool al
 /// A layer whose slots are addressed by position (the order they were declared in).
 class SlotLayer : public Layer {
  protected:
-  SlotLayer(LayerKind kind, int index, std::vector<ParamSlot> slots, const ModelOptions& o)
-      : Layer(kind, index, std::move(slots)), C_(o.width), V_(o.vocab_size), maxT_(o.context) {}
+  SlotLayer(LayerRole role, const char* type, int index, std::vector<ParamSlot> slots,
+            const ModelOptions& o)
+      : Layer(role, type, index, std::move(slots)),
+        C_(o.width),
+        V_(o.vocab_size),
+        maxT_(o.context) {}
   const float* p(const float* params, int slot) const {
     return params + slots()[static_cast<size_t>(slot)].offset;
   }
@@ -142,7 +141,7 @@ class GptEmbedding final : public SlotLayer {
 
  public:
   GptEmbedding(const ModelOptions& o, int index)
-      : SlotLayer(LayerKind::gpt_embedding, index,
+      : SlotLayer(LayerRole::input, "gpt_embedding", index,
                   {weight("wte", {o.vocab_size, o.width}), weight("wpe", {o.context, o.width})},
                   o) {}
   size_t saved_floats(int, int) const override { return 0; }
@@ -183,7 +182,7 @@ class BertEmbedding final : public SlotLayer {
 
  public:
   BertEmbedding(const ModelOptions& o, int index)
-      : SlotLayer(LayerKind::bert_embedding, index,
+      : SlotLayer(LayerRole::input, "bert_embedding", index,
                   {weight("wte", {o.vocab_size, o.width}), weight("wpe", {o.context, o.width}),
                    weight("wse", {o.segments, o.width}), norm_weight("ln.weight", o.width),
                    bias("ln.bias", o.width)},
@@ -272,7 +271,7 @@ class Block final : public SlotLayer {
 
  public:
   Block(const ModelOptions& o, int index, bool causal)
-      : SlotLayer(causal ? LayerKind::gpt_block : LayerKind::bert_block, index, make_slots(o), o),
+      : SlotLayer(LayerRole::hidden, causal ? "gpt_block" : "bert_block", index, make_slots(o), o),
         NH_(o.heads),
         causal_(causal) {}
   size_t saved_floats(int B, int T) const override { return layout(B, T).total; }
@@ -414,7 +413,7 @@ class GptHead final : public SlotLayer {
 
  public:
   GptHead(const ModelOptions& o, int index)
-      : SlotLayer(LayerKind::gpt_head, index,
+      : SlotLayer(LayerRole::loss, "gpt_head", index,
                   {norm_weight("ln_f.weight", o.width), bias("ln_f.bias", o.width),
                    decoder_weight("lm_head.weight", o)},
                   o) {}
@@ -483,7 +482,7 @@ class BertHead final : public SlotLayer {
 
  public:
   BertHead(const ModelOptions& o, int index)
-      : SlotLayer(LayerKind::bert_head, index,
+      : SlotLayer(LayerRole::loss, "bert_head", index,
                   {norm_weight("ln_f.weight", o.width), bias("ln_f.bias", o.width),
                    weight("mlm.dense.weight", {o.width, o.width}), bias("mlm.dense.bias", o.width),
                    norm_weight("mlm.ln.weight", o.width), bias("mlm.ln.bias", o.width),
