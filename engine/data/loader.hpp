@@ -1,5 +1,5 @@
-// DataLoader: a deterministic, resumable stream of microbatches from one of three sources
-// (synthetic Markov corpus, byte-level UTF-8 text, uint16 token file), for GPT or BERT.
+// DataLoader: a deterministic, resumable stream of microbatches: a cursor over a DataSource (a
+// built-in one: synthetic Markov corpus, byte-level UTF-8 text, uint16 token file; or a user's).
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/batch.hpp"
+#include "engine/data/data_source.hpp"
 #include "engine/expected.hpp"
 #include "engine/options.hpp"
 
@@ -23,9 +24,13 @@ constexpr int32_t bert_mask_token(int vocab_size) {
 /// options, the architecture, vocab_size, B, T and n: no hidden state besides the position.
 class DataLoader {
  public:
-  /// kind = synthetic | text | tokens (DataOptions::kind). Errors name the file and the problem.
+  /// kind = synthetic | text | tokens (DataOptions::kind): over(open_data_source(...)). Errors
+  /// name the file and the problem.
   static Expected<std::unique_ptr<DataLoader>> open(const DataOptions& opts, Arch arch,
                                                     int vocab_size, int B, int T);
+  /// A cursor over `source`, at position 0: next() is source->microbatch(position()), checked
+  /// (check_microbatch; a bad one throws std::runtime_error naming the position).
+  static std::unique_ptr<DataLoader> over(std::shared_ptr<const DataSource> source);
   virtual ~DataLoader();
   /// The microbatch at position(), then advances position() by one.
   virtual Microbatch next() = 0;  // deterministic sequence of microbatches
