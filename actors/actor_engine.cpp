@@ -90,10 +90,23 @@ ActorEngine::~ActorEngine() {
   }
 }
 
-Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& config,
+Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
                                                            const ActorEngineOptions& options,
                                                            ProcessGroup* group) {
-  if (Status ok = validate(config); !ok) return ok.error();
+  if (Status ok = validate(given); !ok) return ok.error();
+  Config config = given;
+  if (options.model) {
+    auto declared = options_for_model(given.model, *options.model);
+    if (!declared) return declared.error();
+    config.model = *declared;
+    if (plans_automatically(config.pipeline))
+      return auto_plan_refused_for_own_model(config.pipeline);
+    if (config.migration.enabled) {
+      return make_error(
+          "migration.enabled = true: the automatic rule plans from a profile of the built-in "
+          "models only, not a model of your own layers; migration.moves still work");
+    }
+  }
   if (options.scheduler_threads < 1)
     return make_error("actor engine: scheduler_threads = {}, expected >= 1",
                       options.scheduler_threads);
@@ -133,9 +146,13 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& config,
   auto mode = parse_mode(config.pipeline.mode);
   if (!mode) return mode.error();
   impl->mode = *mode;
-  auto model = Model::build(config.model);
-  if (!model) return model.error();
-  impl->model = std::make_unique<Model>(std::move(*model));
+  if (options.model) {
+    impl->model = std::make_unique<Model>(*options.model);
+  } else {
+    auto model = Model::build(config.model);
+    if (!model) return model.error();
+    impl->model = std::make_unique<Model>(std::move(*model));
+  }
   auto part = Partition::from_options(impl->config.pipeline, impl->model->num_layers());
   if (!part) return part.error();
   impl->partition = std::make_unique<Partition>(std::move(*part));

@@ -17,6 +17,7 @@ namespace actorpipe {
 
 class DataLoader;
 class OptimizerShard;
+class Model;
 class Placement;
 class ProcessGroup;
 class StageWorker;
@@ -114,6 +115,9 @@ struct ActorEngineOptions {
   /// Workers keep the weight version of every F and B (StageWorker::version_log()).
   bool log_versions = false;
   FaultInjection fault;
+  /// The model to train: a user's own layers (Model::from_layers), described by config.model
+  /// (options_for_model). Null: the built-in model of config.model (Model::build).
+  std::shared_ptr<const Model> model;
   /// Test hook: called on an optimizer shard's thread right before each update's math, with the
   /// stage and the version the update produces (e.g. to slow an update down). Its time counts as
   /// the shard's compute.

@@ -172,6 +172,24 @@ class SerialBackend final : public Executor {
   int64_t skipped_ = 0;  // exec_->skipped_steps() at the last step reported
 };
 
+// A user's data source must make the microbatches the config's pipeline takes.
+Status check_own_data(const DataSource& data, const Config& config, int B, int T) {
+  if (data.batch_size() != B) {
+    return make_error("makes microbatches of {} sequences, but pipeline.microbatch_size = {}",
+                      data.batch_size(), B);
+  }
+  if (data.seq_len() != T) {
+    return make_error("makes sequences of {} tokens, but the pipeline takes {} ({})",
+                      data.seq_len(), T,
+                      config.pipeline.seq_len > 0 ? "pipeline.seq_len" : "model.context");
+  }
+  if (data.vocab_size() < 1 || data.vocab_size() > config.model.vocab_size) {
+    return make_error("has vocabulary {}, expected 1 .. model.vocab_size = {}", data.vocab_size(),
+                      config.model.vocab_size);
+  }
+  return {};
+}
+
 struct FileCloser {
   void operator()(std::FILE* f) const {
     if (f) std::fclose(f);
@@ -277,9 +295,18 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
         "put its partition in the config",
         options.group->world());
   }
+  Config given = config;
+  if (options.model) {
+    // a model of the user's own layers, which config.model describes
+    auto declared = options_for_model(config.model, *options.model);
+    if (!declared) return make_error("TrainerOptions::model: {}", declared.error().message);
+    given.model = *declared;
+    if (plans_automatically(config.pipeline))
+      return auto_plan_refused_for_own_model(config.pipeline);
+  }
   // "auto": the planner's partition from the measured (or cached) profile, for both backends
   // and for the checkpoints' manifests
-  auto resolved = resolve_partition(config);
+  auto resolved = resolve_partition(given);
   if (!resolved) return resolved.error();
   auto impl = std::make_unique<Impl>();
   impl->config = *resolved;
@@ -310,6 +337,7 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
     eo.record_spans = impl->record_spans;
     eo.fault = options.fault;
     eo.before_update = options.before_update;
+    eo.model = options.model;
     if (options.group != nullptr) {
       eo.stall_timeout_seconds =
           std::max(eo.stall_timeout_seconds,
@@ -319,18 +347,25 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
     if (!engine) return engine.error();
     impl->exec = std::make_unique<ActorsExecutor>(std::move(*engine));
   } else {
-    auto exec = SerialExecutor::create(impl->config);
+    auto exec = SerialExecutor::create(impl->config, false, options.model.get());
     if (!exec) return exec.error();
     impl->exec = std::make_unique<SerialBackend>(std::move(*exec), int64_t{B} * T);
   }
-  auto data = DataLoader::open(config.data, config.model.arch, config.model.vocab_size, B, T);
-  if (!data) return data.error();
-  impl->data = std::move(*data);
+  if (options.data) {
+    if (Status ok = check_own_data(*options.data, config, B, T); !ok)
+      return make_error("TrainerOptions::data ({}): {}", options.data->describe(),
+                        ok.error().message);
+    impl->data = DataLoader::over(options.data);
+  } else {
+    auto data = DataLoader::open(config.data, config.model.arch, config.model.vocab_size, B, T);
+    if (!data) return data.error();
+    impl->data = std::move(*data);
+  }
 
   if (!config.checkpoint.resume.empty()) {
     auto ckpt = load_checkpoint(config.checkpoint.resume);
     if (!ckpt) return make_error("checkpoint.resume: {}", ckpt.error().message);
-    if (Status ok = check_resume(ckpt->info, config); !ok) {
+    if (Status ok = check_resume(ckpt->info, impl->config); !ok) {
       return make_error("checkpoint.resume = \"{}\" ({}): {}", config.checkpoint.resume, ckpt->path,
                         ok.error().message);
     }

@@ -150,8 +150,9 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Model& mo
 }
 
 Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Config& config,
-                                                                 bool log_versions) {
-  auto model = Model::build(config.model);
+                                                                 bool log_versions,
+                                                                 const Model* own_model) {
+  auto model = own_model != nullptr ? Expected<Model>(*own_model) : Model::build(config.model);
   if (!model) return model.error();
   auto partition = Partition::from_options(config.pipeline, model->num_layers());
   if (!partition) return partition.error();

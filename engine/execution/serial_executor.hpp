@@ -60,9 +60,12 @@ class SerialExecutor {
                                                           const OptimizerOptions& optimizer,
                                                           const SerialExecutorOptions& options);
   /// From a whole config: model, partition, mode, m, B, T (pipeline.seq_len or model.context),
-  /// threads_per_stage, recompute ("auto" resolved first: resolve_partition).
+  /// threads_per_stage, recompute ("auto" resolved first: resolve_partition). `own_model`:
+  /// a user's own model (Model::from_layers) to run instead of the built-in one of
+  /// config.model, which then describes it (options_for_model).
   static Expected<std::unique_ptr<SerialExecutor>> create(const Config& config,
-                                                          bool log_versions = false);
+                                                          bool log_versions = false,
+                                                          const Model* own_model = nullptr);
 
   /// Microbatches a run of `steps` optimizer steps reads: steps·m (pipedream: steps).
   int64_t microbatches_for(int steps) const;

@@ -1,7 +1,9 @@
-# The installed-package test of examples/embed: `cmake --install` of the actorpipe build tree
-# (BUILD_DIR, component "development": libraries, headers, CMake package) into WORK_DIR/prefix,
-# then SOURCE_DIR configured as a separate project with CMAKE_PREFIX_PATH=WORK_DIR/prefix, built
-# with GENERATOR and run. Fails naming the step that failed, with its output.
+# The installed-package test of an example program (examples/embed, examples/custom_layers):
+# `cmake --install` of the actorpipe build tree (BUILD_DIR, component "development": libraries,
+# headers, CMake package) into WORK_DIR/prefix, then SOURCE_DIR configured as a separate project
+# with CMAKE_PREFIX_PATH=WORK_DIR/prefix, built with GENERATOR, and PROGRAM run with one argument
+# (a checkpoint directory). SOURCE_DIR/expected_output.cmake then judges its output
+# (step_output). Fails naming the step that failed, with its output.
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}/run")
 
@@ -25,8 +27,6 @@ endforeach()
 step("configure" ${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/build" -G "${GENERATOR}"
   -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix")
 step("build" ${CMAKE_COMMAND} --build "${WORK_DIR}/build")
-step("run" "${WORK_DIR}/build/actorpipe-embed" "${WORK_DIR}/run/checkpoints")
+step("run" "${WORK_DIR}/build/${PROGRAM}" "${WORK_DIR}/run/checkpoints")
 message("${step_output}")
-if(NOT step_output MATCHES "trained 30 steps: .*\nresumed [^\n]+ at step 30\nlayers.0.wte: 32 x 32")
-  message(FATAL_ERROR "the program's output is not what it should print")
-endif()
+include("${SOURCE_DIR}/expected_output.cmake")

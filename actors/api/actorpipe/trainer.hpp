@@ -14,7 +14,9 @@
 #include "actors/actor_engine.hpp"
 #include "engine/checkpoint/safetensors.hpp"
 #include "engine/config/config.hpp"
+#include "engine/data/data_source.hpp"
 #include "engine/expected.hpp"
+#include "engine/model/model.hpp"
 #include "engine/options.hpp"
 #include "engine/stop_flag.hpp"
 #include "metrics.hpp"
@@ -70,6 +72,18 @@ struct TrainerOptions {
   /// ACTORPIPE_RESTART_REASON): create() writes it as a "restart" line of train.metrics after
   /// the resume's line (restart, max_restarts and error are used).
   std::optional<TrainerRestart> relaunched;
+  /// A model of your own layers (Model::from_layers, docs/api.md) to train instead of the
+  /// built-in GPT or BERT. config.model describes it: vocab_size, context, width, depth (its
+  /// hidden layers) and init_seed must equal the model's. pipeline.partition and recompute
+  /// cannot be "auto" and migration.enabled cannot be true (they profile the built-in models);
+  /// forced migration.moves work. In a job of several processes every process passes the same
+  /// model (the same layers, built the same way).
+  std::shared_ptr<const Model> model;
+  /// Your own data (DataSource, engine/data/data_source.hpp) instead of [data]: its batch_size()
+  /// must be pipeline.microbatch_size, its seq_len() pipeline.seq_len (or model.context), its
+  /// vocabulary at most model.vocab_size. Checkpoints keep the position of the next microbatch,
+  /// so a resume continues with the same microbatches.
+  std::shared_ptr<const DataSource> data;
 };
 
 /// Trains one model as configured. Not thread-safe: one thread calls a Trainer at a time (the
