@@ -59,8 +59,9 @@ struct ActorEngine::Impl {
   caf::actor manager;
   bool first_run = true;
 
-  Expected<ActorRunResult> run_segment(int steps, DataLoader& data,
-                                       const ActorCallbacks& callbacks);
+  // eval_microbatches > 0: a held-out evaluation of that many microbatches (steps ignored)
+  Expected<ActorRunResult> run_segment(int steps, DataLoader& data, const ActorCallbacks& callbacks,
+                                       int eval_microbatches = 0);
   Expected<MoveReport> move_to(const std::vector<int>& counts);
   Expected<std::optional<MigrationEvent>> boundary(long step);
   long updates() const;
@@ -464,11 +465,13 @@ Expected<RunOutcome> run_ranks(ProcessGroup& group, const std::shared_ptr<RunSta
 }  // namespace
 
 Expected<ActorRunResult> ActorEngine::Impl::run_segment(int steps, DataLoader& data,
-                                                        const ActorCallbacks& callbacks) {
+                                                        const ActorCallbacks& callbacks,
+                                                        int eval_microbatches) {
   using namespace internal;
   const Impl& im = *this;
   const int d = static_cast<int>(workers.size());
   const int m = im.config.pipeline.microbatches;
+  const bool eval = eval_microbatches > 0;
 
   auto st = std::make_shared<RunState>();
   st->options = im.options;
@@ -476,42 +479,54 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(int steps, DataLoader& d
   st->stages = d;
   st->rank_of_stage = im.placement.ranks();
   st->split_backward = im.config.pipeline.split_backward;
-  st->skip_nonfinite = im.config.train.nonfinite == "skip";
+  st->skip_nonfinite = im.config.train.nonfinite == "skip" && !eval;
+  st->eval = eval;
   st->B = im.B;
   st->T = im.T;
   st->tokens_per_mb = static_cast<int64_t>(im.B) * im.T;
   st->grad_clip = im.config.optimizer.grad_clip;
-  st->global_offset = im.mb_done;
+  st->global_offset = eval ? 0 : im.mb_done;
   st->callbacks = callbacks;
 
-  // the schedule of the run: one step, repeated per step, in sync modes; every step otherwise
-  // (pipedream: every microbatch is a step)
-  const bool sync = is_synchronous(im.mode);
-  // 2bw continues the previous run when every stage holds its previous version (after a run, or
-  // a resume that restored it), as the serial executor does
-  bool continued = im.mode == Mode::twobw && !im.options.skip_compute &&
-                   std::all_of(im.workers.begin(), im.workers.end(),
-                               [](const auto& w) { return !w || w->holds_previous(); });
-  if (im.multi()) {  // every rank's stages
-    RankPart mine;
-    mine.text = continued ? "1" : "0";
-    auto parts = im.group->all_gather(std::move(mine));
-    if (!parts) return parts.error();
-    continued =
-        std::all_of(parts->begin(), parts->end(), [](const RankPart& p) { return p.text == "1"; });
+  if (eval) {
+    // forward only: each microbatch is its own "step" of one (its loss is its mean)
+    auto fwd = make_forward_only(d, eval_microbatches);
+    if (!fwd) return fwd.error();
+    st->schedule = std::move(*fwd);
+    st->repeats = 1;
+    st->credits = std::min(eval_microbatches, 2 * d);
+    st->group = 1;
+    st->total_mbs = eval_microbatches;
+  } else {
+    // the schedule of the run: one step, repeated per step, in sync modes; every step otherwise
+    // (pipedream: every microbatch is a step)
+    const bool sync = is_synchronous(im.mode);
+    // 2bw continues the previous run when every stage holds its previous version (after a run, or
+    // a resume that restored it), as the serial executor does
+    bool continued = im.mode == Mode::twobw && !im.options.skip_compute &&
+                     std::all_of(im.workers.begin(), im.workers.end(),
+                                 [](const auto& w) { return !w || w->holds_previous(); });
+    if (im.multi()) {  // every rank's stages
+      RankPart mine;
+      mine.text = continued ? "1" : "0";
+      auto parts = im.group->all_gather(std::move(mine));
+      if (!parts) return parts.error();
+      continued = std::all_of(parts->begin(), parts->end(),
+                              [](const RankPart& p) { return p.text == "1"; });
+    }
+    auto sched = im.mode == Mode::pipedream ? make_pipedream(d, steps)
+                 : continued                ? make_2bw(d, m, steps, true)
+                                            : make_schedule(im.mode, d, m, sync ? 1 : steps);
+    if (!sched) return sched.error();
+    auto lowered = lower(*sched);
+    if (!lowered) return lowered.error();
+    if (Status ok = validate(*lowered); !ok) return ok.error();
+    st->schedule = std::move(*lowered);
+    st->repeats = sync ? steps : 1;
+    st->credits = std::max(1, peak_stash(st->schedule)[0]);
+    st->group = st->schedule.microbatches;
+    st->total_mbs = static_cast<int64_t>(st->repeats) * st->schedule.total_microbatches();
   }
-  auto sched = im.mode == Mode::pipedream ? make_pipedream(d, steps)
-               : continued                ? make_2bw(d, m, steps, true)
-                                          : make_schedule(im.mode, d, m, sync ? 1 : steps);
-  if (!sched) return sched.error();
-  auto lowered = lower(*sched);
-  if (!lowered) return lowered.error();
-  if (Status ok = validate(*lowered); !ok) return ok.error();
-  st->schedule = std::move(*lowered);
-  st->repeats = sync ? steps : 1;
-  st->credits = std::max(1, peak_stash(st->schedule)[0]);
-  st->group = st->schedule.microbatches;
-  st->total_mbs = static_cast<int64_t>(st->repeats) * st->schedule.total_microbatches();
   for (auto& w : workers) st->workers.push_back(w.get());
   for (auto& o : shards) st->shards.push_back(o.get());
   std::vector<TiedPair> tied;
@@ -552,6 +567,7 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(int steps, DataLoader& d
   }
   channels->clear();
   if (!outcome->ok) {
+    if (eval) return make_error("{} pipeline, evaluation: {}", to_string(im.mode), outcome->error);
     mb_done += st->total_mbs;
     return make_error("{} pipeline: {}", to_string(im.mode), outcome->error);
   }
@@ -560,7 +576,7 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(int steps, DataLoader& d
   const int64_t consumed = static_cast<int64_t>(outcome->losses.size()) * st->group;
   AP_CHECK(consumed == st->total_mbs || (outcome->stopped && consumed < st->total_mbs),
            "a run of {} microbatches consumed {}", st->total_mbs, consumed);
-  mb_done += consumed;
+  if (!eval) mb_done += consumed;
   if (consumed < st->total_mbs) data.seek(data_start + static_cast<uint64_t>(consumed));
   ActorRunResult result;
   result.stopped = outcome->stopped;
@@ -610,6 +626,20 @@ Expected<std::optional<MigrationEvent>> ActorEngine::Impl::boundary(long step) {
           [&](caf::error& err) { failure = migration_system->render(err); });
   if (!failure.empty()) return make_error("migration manager: {}", failure);
   return out;
+}
+
+Expected<EvalResult> ActorEngine::evaluate(DataLoader& data, int microbatches) {
+  if (microbatches < 1)
+    return make_error("actor engine: evaluate {} microbatches, expected >= 1", microbatches);
+  if (impl_->options.skip_compute)
+    return make_error("actor engine: no evaluation with skip_compute (nothing is computed)");
+  ActorCallbacks none;
+  auto r = impl_->run_segment(1, data, none, microbatches);
+  if (!r) return r.error();
+  EvalResult e = combine_eval_losses(r->losses, int64_t{impl_->B} * impl_->T);
+  e.seconds = r->seconds;
+  eval_spans_ = std::move(r->spans);
+  return e;
 }
 
 Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,

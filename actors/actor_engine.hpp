@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/execution/evaluation.hpp"
 #include "engine/expected.hpp"
 #include "engine/options.hpp"
 #include "engine/schedule/schedule.hpp"
@@ -225,6 +226,17 @@ class ActorEngine {
   /// steps (ActorRunResult::stopped; with migration, no check or move follows).
   Expected<ActorRunResult> run(int steps, DataLoader& data, const ActorCallbacks& callbacks = {});
 
+  /// Held-out evaluation between runs: `microbatches` microbatches read from `data`, in order,
+  /// pipelined forward through the stages (a forward-only schedule on the same actors and
+  /// channels) with each stage's newest weights (StageWorker::evaluate). Nothing a later run
+  /// sees changes: no weights, optimizer state, data position of training, or 2bw's previous
+  /// version. The losses equal the serial executor's SerialExecutor::evaluate bitwise. In a
+  /// job every rank calls it with its own `data` at the same position. eval_spans() keeps the
+  /// pass's actions. Errors: a failure in a stage (a non-finite loss, a lost rank) as for run.
+  Expected<EvalResult> evaluate(DataLoader& data, int microbatches);
+  /// The actions of the last evaluate(), with record_spans (seconds since that pass began).
+  const std::vector<ActionSpan>& eval_spans() const { return eval_spans_; }
+
   const Config& config() const;
   int stages() const;
   /// Which rank runs each stage (one rank for a single process).
@@ -250,6 +262,7 @@ class ActorEngine {
   struct Impl;
   explicit ActorEngine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
+  std::vector<ActionSpan> eval_spans_;
 };
 
 /// One call for simple uses: create() the engine, open the configured data, run

@@ -4,6 +4,7 @@
 #include "actors/actor_engine.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <cstdlib>
 #include <string>
@@ -367,5 +368,70 @@ TEST_CASE(
     REQUIRE(l2.ok());
     CHECK_FALSE(r2->stopped);
     CHECK(same_bits(*l2, r2->losses));
+  }
+}
+
+TEST_CASE(
+    "evaluate: held-out loss through the pipeline, the serial executor's and the "
+    "reference forward's bits, and training unchanged by it" *
+    doctest::timeout(120)) {
+  for (Arch arch : {Arch::gpt, Arch::bert}) {
+    for (const char* mode : {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"}) {
+      for (int d : {2, 3}) {
+        const std::string where =
+            fmt::format("{} d={} {}", mode, d, arch == Arch::gpt ? "gpt" : "bert");
+        CAPTURE(where);
+        const Config c = tiny(arch, mode, d, 3);  // 2bw needs m >= d
+        auto serial = SerialExecutor::create(c);
+        REQUIRE(serial.ok());
+        auto actors = ActorEngine::create(c);
+        REQUIRE(actors.ok());
+        auto plain = ActorEngine::create(c);  // the same training without evaluations
+        REQUIRE(plain.ok());
+        auto data_s = config_loader(c), data_a = config_loader(c), data_p = config_loader(c);
+        auto held = open_heldout_source(c.data, "", c.model.arch, c.model.vocab_size, kB, kT);
+        REQUIRE(held.ok());
+        std::vector<Microbatch> held_mbs;
+        for (uint64_t n = 0; n < 5; ++n) held_mbs.push_back((*held)->microbatch(n));
+        for (int run = 0; run < 2; ++run) {
+          REQUIRE((*serial)->run(3, *data_s).ok());
+          REQUIRE((*actors)->run(3, *data_a).ok());
+          REQUIRE((*plain)->run(3, *data_p).ok());
+          auto heldout = DataLoader::over(*held);
+          auto ea = (*actors)->evaluate(*heldout, 5);
+          REQUIRE_MESSAGE(ea.ok(), (ea.ok() ? "" : ea.error().message));
+          auto es = (*serial)->evaluate(held_mbs);
+          REQUIRE(es.ok());
+          CHECK(same_bits(ea->loss, es->loss));
+          CHECK(ea->microbatches == 5);
+          CHECK(ea->tokens == 5 * kB * kT);
+          CHECK(heldout->position() == 5);
+          // the reference: the whole model, one forward per microbatch, at the stages' weights
+          ReferenceTrainer ref(build_model(c.model), c.optimizer, kB, kT);
+          for (int r = 0; r < d; ++r) {
+            const StageWorker& w = (*actors)->worker(r);
+            for (int i = 0; i < w.num_layers(); ++i) {
+              auto p = w.params(i);
+              std::copy(p.begin(), p.end(), ref.params(w.first_layer() + i).begin());
+            }
+          }
+          double want = 0.0;
+          for (const Microbatch& mb : held_mbs) want += ref.forward(mb).mean();
+          CHECK(same_bits(ea->loss, want / 5));
+        }
+        // evaluating changed nothing training sees
+        for (int r = 0; r < d; ++r) {
+          for (int i = 0; i < (*plain)->worker(r).num_layers(); ++i) {
+            CHECK(same_bits((*actors)->worker(r).params(i), (*plain)->worker(r).params(i)));
+            CHECK(same_bits((*actors)->optimizer(r).state(i), (*plain)->optimizer(r).state(i)));
+          }
+        }
+        auto la = (*actors)->run(2, *data_a);
+        auto lp = (*plain)->run(2, *data_p);
+        REQUIRE(la.ok());
+        REQUIRE(lp.ok());
+        CHECK(same_bits(la->losses, lp->losses));
+      }
+    }
   }
 }

@@ -273,6 +273,7 @@ class DriverActor : public caf::event_based_actor {
         if (!have_loss_[static_cast<size_t>(j)]) return;
       double completed = 0.0;
       for (const auto& commits : commits_) {
+        if (st_->eval) break;  // an evaluation updates nothing
         if (static_cast<int64_t>(commits.size()) <= reported_) return;
         completed = std::max(completed, commits[static_cast<size_t>(reported_)]);
       }

@@ -155,8 +155,9 @@ class StageActor : public caf::event_based_actor {
       const StageStep& s = cur_;
       if (s.starts && !repeat_started_) {
         if (update_pending_) return block();  // a run starts from committed weights
-        // every repetition of the schedule is a run of the worker (sync modes: one per step)
-        if (!skip()) {
+        // every repetition of the schedule is a run of the worker (sync modes: one per step); an
+        // evaluation runs none
+        if (!skip() && !st_->eval) {
           const int64_t first =
               st_->global_mb(static_cast<int64_t>(s.repeat) * st_->schedule.total_microbatches());
           Status ok = worker_.start_run(st_->schedule, first);
@@ -178,7 +179,7 @@ class StageActor : public caf::event_based_actor {
     }
     if (pc_ == n_ && update_pending_) return block();  // the run ends with committed weights
     if (pc_ == n_ && !done_sent_ && !failed_) {
-      if (!skip() && !install_owner_tied()) return;
+      if (!skip() && !st_->eval && !install_owner_tied()) return;
       done_sent_ = true;
       send(st_->directory.driver, done_atom::value, r_, stage_times(*st_, r_));
     }
@@ -238,7 +239,7 @@ class StageActor : public caf::event_based_actor {
         return grad_ann_.count(s.mb) > 0;
       case ActionKind::F: {
         if (mbs_.count(s.mb) == 0) return false;
-        if (skip()) return true;
+        if (skip() || st_->eval) return true;
         for (size_t k = 0; k < worker_.num_tied(); ++k) {
           const TiedVersion need = worker_.tied_version_needed(s.action, k);
           if (need.valid() && tied_w_.count({static_cast<int>(k), need}) == 0) return false;
@@ -263,6 +264,7 @@ class StageActor : public caf::event_based_actor {
   }
 
   bool injected(const StageStep& s, FaultInjection::Kind kind) const {
+    if (st_->eval) return false;  // the faults are for training microbatches
     const FaultInjection& f = st_->options.fault;
     return f.kind == kind && f.stage == r_ && f.microbatch == st_->global_mb(s.mb);
   }
@@ -300,6 +302,8 @@ class StageActor : public caf::event_based_actor {
         if (skip()) {
           if (r_ + 1 < st_->stages) out.out = dummy_;
           out.loss = LossStats{0.0, 1};
+        } else if (st_->eval) {
+          out = worker_.evaluate(mb, in);
         } else {
           for (size_t k = 0; k < worker_.num_tied(); ++k) {
             const TiedVersion need = worker_.tied_version_needed(a, k);
@@ -330,6 +334,10 @@ class StageActor : public caf::event_based_actor {
                out.loss.count);
         } else {
           outputs_[s.mb] = std::move(out.out);
+        }
+        if (st_->eval) {  // no B follows: the microbatch is done here
+          mbs_.erase(s.mb);
+          if (r_ == 0) send(st_->directory.driver, credit_atom::value, s.mb);
         }
         break;
       }

@@ -32,6 +32,7 @@ struct DataOptions {
   int synthetic_branching = 4;   // successors per state
   uint64_t synthetic_seed = 42;  // the chain itself
   double mask_prob = 0.15;       // BERT: fraction of positions selected
+  double holdout = 0.0;          // text, tokens: the fraction at the file's end kept for [eval]
 };
 
 /// [optimizer]
@@ -128,6 +129,13 @@ struct MigrationOptions {
   double min_gain = 0.05;   // the planner's predicted step time must drop by this fraction
 };
 
+/// [eval]: held-out evaluation, a forward-only pass through the pipeline.
+struct EvalOptions {
+  int every = 0;         // steps between evaluations during train(); 0 = none
+  int microbatches = 8;  // held-out microbatches per evaluation (the same ones each time)
+  std::string path;      // a held-out file of data.kind's format; empty = data's held-out part
+};
+
 struct Config {
   ModelOptions model;
   DataOptions data;
@@ -137,6 +145,7 @@ struct Config {
   CheckpointOptions checkpoint;
   ClusterOptions cluster;
   MigrationOptions migration;
+  EvalOptions eval;
 };
 
 }  // namespace actorpipe

@@ -67,6 +67,10 @@ struct RunState {
   /// train.nonfinite = "skip" (sync modes): a step whose loss or gradients are not finite is
   /// dropped on every stage (the driver sends each shard kSkipScale: skip_update)
   bool skip_nonfinite = false;
+  /// A held-out evaluation (ActorEngine::evaluate): a forward-only schedule whose F computes
+  /// StageWorker::evaluate (no stash, no update, no tied hand-over); every microbatch is its own
+  /// "step" of one, whose loss is its mean, and no stage starts a worker run.
+  bool eval = false;
   Schedule schedule;  ///< lowered; sync modes run it once per step (`repeats` times)
   int repeats = 1;
   std::vector<StageWorker*> workers;

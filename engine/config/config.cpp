@@ -436,6 +436,28 @@ Status validate(const Config& c) {
   if (!(d.mask_prob > 0.0 && d.mask_prob <= 1.0)) {
     bad(fmt::format("data.mask_prob = {}: must be in (0, 1]", d.mask_prob));
   }
+  if (!(d.holdout >= 0.0 && d.holdout <= 0.5)) {
+    bad(fmt::format("data.holdout = {}: must be in [0, 0.5]", d.holdout));
+  }
+  const EvalOptions& ev = c.eval;
+  if (ev.every < 0) bad(fmt::format("eval.every = {}: must be >= 0", ev.every));
+  if (ev.microbatches < 1 || ev.microbatches > kMaxMicrobatches) {
+    bad(fmt::format("eval.microbatches = {}: must be in 1 .. {}", ev.microbatches,
+                    kMaxMicrobatches));
+  }
+  if (!ev.path.empty() && d.kind == "synthetic") {
+    bad(
+        fmt::format("eval.path = \"{}\": a held-out file needs data.kind text or tokens (the "
+                    "synthetic corpus has a held-out stream of its own)",
+                    ev.path));
+  }
+  if (ev.every > 0 && ev.path.empty() && (d.kind == "text" || d.kind == "tokens") &&
+      d.holdout == 0.0) {
+    bad(
+        fmt::format("eval.every = {} with data.kind = \"{}\": held-out data is needed; set "
+                    "data.holdout (a fraction of the file kept out of training) or eval.path",
+                    ev.every, d.kind));
+  }
   for (auto [name, v] : {std::pair{"data.seed", d.seed},
                          {"data.synthetic_seed", d.synthetic_seed},
                          {"train.seed", c.train.seed}}) {

@@ -161,6 +161,10 @@ std::vector<OptionSpec> build_table() {
                   "The text or token file; ignored by the synthetic source."));
   t.push_back(row("data", "seed", &C::data, &DataOptions::seed, "0 .. 2^63-1",
                   "Seed of the order of sequences and of BERT masking."));
+  t.push_back(row("data", "holdout", &C::data, &DataOptions::holdout, "[0, 0.5]",
+                  "text, tokens: the fraction of the file, at its end, kept out of training for "
+                  "held-out evaluation ([eval]); 0 = training reads the whole file. The synthetic "
+                  "corpus needs none: its held-out sequences come from a stream of their own."));
   t.push_back(row("data", "synthetic_branching", &C::data, &DataOptions::synthetic_branching,
                   ">= 1 and at most the number of chain states",
                   "Synthetic corpus: successors per state of the random Markov chain."));
@@ -327,6 +331,19 @@ std::vector<OptionSpec> build_table() {
   t.push_back(row("migration", "min_gain", &C::migration, &MigrationOptions::min_gain, ">= 0, < 1",
                   "A move happens only when the planner predicts a step at least this fraction "
                   "faster, and the time saved over check_every steps exceeds the move's cost."));
+  // [eval]
+  t.push_back(row("eval", "every", &C::eval, &EvalOptions::every, ">= 0",
+                  "Evaluate on held-out data every this many steps of train() (a pipeline run "
+                  "ends there, as at checkpoint.every) and after the last step; 0 = never "
+                  "(Trainer::evaluate() still works)."));
+  t.push_back(row("eval", "microbatches", &C::eval, &EvalOptions::microbatches, "1 .. 65536",
+                  "Held-out microbatches per evaluation: the first ones of the held-out data, "
+                  "the same each time, so evaluations compare."));
+  t.push_back(row("eval", "path", &C::eval, &EvalOptions::path,
+                  "a file path of data.kind's format, or empty",
+                  "Held-out data in a file of its own (text or tokens, as data.kind); empty = "
+                  "the held-out part of [data] (data.holdout for a file; the synthetic corpus's "
+                  "held-out stream)."));
   return t;
 }
 
@@ -338,8 +355,9 @@ const std::vector<OptionSpec>& option_table() {
 }
 
 const std::vector<std::string>& option_sections() {
-  static const std::vector<std::string> sections = {"model", "data",       "pipeline", "optimizer",
-                                                    "train", "checkpoint", "cluster",  "migration"};
+  static const std::vector<std::string> sections = {"model",     "data",      "pipeline",
+                                                    "optimizer", "train",     "checkpoint",
+                                                    "cluster",   "migration", "eval"};
   return sections;
 }
 

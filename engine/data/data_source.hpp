@@ -46,8 +46,20 @@ class DataSource {
 Status check_microbatch(const DataSource& source, const Microbatch& mb);
 
 /// The built-in source of data.kind (synthetic | text | tokens) for a model of `arch` and
-/// `vocab_size`, microbatches of B × T. Errors name the key or the file and the problem.
+/// `vocab_size`, microbatches of B × T; a file without its held-out part (data.holdout).
+/// Errors name the key or the file and the problem.
 Expected<std::shared_ptr<const DataSource>> open_data_source(const DataOptions& opts, Arch arch,
                                                              int vocab_size, int B, int T);
+
+/// The held-out data for evaluation ([eval]), microbatches of B × T: the file `eval_path` (in
+/// opts.kind's format, read whole) when not empty; otherwise the held-out part of opts' own
+/// data, which the training source of the same options never reads: a file's last
+/// opts.holdout fraction (an error when it is 0), or the synthetic corpus's held-out stream
+/// (the same chain; sequences drawn from their own seeded stream). Errors name the key or the
+/// file.
+Expected<std::shared_ptr<const DataSource>> open_heldout_source(const DataOptions& opts,
+                                                                const std::string& eval_path,
+                                                                Arch arch, int vocab_size, int B,
+                                                                int T);
 
 }  // namespace actorpipe

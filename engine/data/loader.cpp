@@ -19,17 +19,29 @@
 namespace actorpipe {
 namespace {
 
-// Independent random streams of one (seed, position, row).
+// Independent random streams of one (seed, position, row); the held-out data has its own pair.
 constexpr uint64_t kStreamSequence = 1;  // chain path or file offset
 constexpr uint64_t kStreamMask = 2;      // BERT masking
+constexpr uint64_t kStreamHeldOutSequence = 3;
+constexpr uint64_t kStreamHeldOutMask = 4;
+
+// Which part of the data a source makes.
+enum class Split { training, held_out };
 
 // Builds microbatches from sequences of L = T+1 (GPT) or T (BERT) corpus tokens; a subclass
 // says how row b of microbatch n is drawn, from a generator derived from (seed, n, b).
 class SequenceSource : public DataSource {
  public:
   SequenceSource(const DataOptions& opts, Arch arch, int vocab_size, int B, int T,
-                 int32_t random_vocab)
-      : arch_(arch), vocab_(vocab_size), B_(B), T_(T), seed_(opts.seed) {
+                 int32_t random_vocab, Split split)
+      : arch_(arch),
+        vocab_(vocab_size),
+        B_(B),
+        T_(T),
+        seed_(opts.seed),
+        split_(split),
+        stream_sequence_(split == Split::training ? kStreamSequence : kStreamHeldOutSequence),
+        stream_mask_(split == Split::training ? kStreamMask : kStreamHeldOutMask) {
     masking_.mask_prob = opts.mask_prob;
     masking_.mask_token = bert_mask_token(vocab_size);
     masking_.random_vocab = random_vocab;
@@ -45,7 +57,7 @@ class SequenceSource : public DataSource {
     mb.targets.resize(BT);
     std::vector<int32_t> seq(static_cast<size_t>(sequence_length()));
     for (int b = 0; b < B_; ++b) {
-      DataRng rng = DataRng::derive(seed_, kStreamSequence, n, static_cast<uint64_t>(b));
+      DataRng rng = DataRng::derive(seed_, stream_sequence_, n, static_cast<uint64_t>(b));
       fill(rng, seq);
       const std::span<int32_t> tokens(mb.tokens.data() + static_cast<size_t>(b) * T_, T_);
       const std::span<int32_t> targets(mb.targets.data() + static_cast<size_t>(b) * T_, T_);
@@ -56,7 +68,7 @@ class SequenceSource : public DataSource {
         }
       } else {
         for (int t = 0; t < T_; ++t) tokens[t] = seq[t];
-        DataRng mask_rng = DataRng::derive(seed_, kStreamMask, n, static_cast<uint64_t>(b));
+        DataRng mask_rng = DataRng::derive(seed_, stream_mask_, n, static_cast<uint64_t>(b));
         apply_bert_mask(tokens, targets, masking_, mask_rng);
       }
     }
@@ -81,14 +93,16 @@ class SequenceSource : public DataSource {
   Arch arch() const { return arch_; }
 
   std::string batch_description() const {
+    const char* part = split_ == Split::held_out ? "held-out " : "";
     if (arch_ == Arch::gpt) {
-      return fmt::format("gpt batches B={} T={}, vocab {}, data seed {}", B_, T_, vocab_, seed_);
+      return fmt::format("{}gpt batches B={} T={}, vocab {}, data seed {}", part, B_, T_, vocab_,
+                         seed_);
     }
     return fmt::format(
-        "bert batches B={} T={}, vocab {}, data seed {}, mask_prob {} ({} positions/sequence), "
+        "{}bert batches B={} T={}, vocab {}, data seed {}, mask_prob {} ({} positions/sequence), "
         "[MASK] = {}",
-        B_, T_, vocab_, seed_, masking_.mask_prob, bert_selected_count(T_, masking_.mask_prob),
-        masking_.mask_token);
+        part, B_, T_, vocab_, seed_, masking_.mask_prob,
+        bert_selected_count(T_, masking_.mask_prob), masking_.mask_token);
   }
 
  private:
@@ -97,14 +111,17 @@ class SequenceSource : public DataSource {
   int B_;
   int T_;
   uint64_t seed_;
+  Split split_;
+  uint64_t stream_sequence_;
+  uint64_t stream_mask_;
   BertMasking masking_;
 };
 
 class SyntheticSource final : public SequenceSource {
  public:
   SyntheticSource(const DataOptions& opts, Arch arch, int vocab_size, int B, int T,
-                  MarkovChain chain, int branching)
-      : SequenceSource(opts, arch, vocab_size, B, T, chain.states()),
+                  MarkovChain chain, int branching, Split split)
+      : SequenceSource(opts, arch, vocab_size, B, T, chain.states(), split),
         chain_(std::move(chain)),
         branching_(branching),
         chain_seed_(opts.synthetic_seed) {}
@@ -135,24 +152,55 @@ class SyntheticSource final : public SequenceSource {
 
 class FileSource final : public SequenceSource {
  public:
+  // Sequences lie inside tokens [begin, end) of the corpus (open() checked end - begin >= L).
   FileSource(const DataOptions& opts, Arch arch, int vocab_size, int B, int T, TokenCorpus corpus,
-             int32_t random_vocab)
-      : SequenceSource(opts, arch, vocab_size, B, T, random_vocab), corpus_(std::move(corpus)) {}
+             int32_t random_vocab, Split split, size_t begin, size_t end)
+      : SequenceSource(opts, arch, vocab_size, B, T, random_vocab, split),
+        corpus_(std::move(corpus)),
+        begin_(begin),
+        end_(end) {}
 
   std::string describe() const override {
-    return fmt::format("{} ({}, {} tokens, sequences at seeded random offsets); {}", corpus_.path(),
-                       corpus_.format(), corpus_.size(), batch_description());
+    const std::string range = begin_ == 0 && end_ == corpus_.size()
+                                  ? std::string()
+                                  : fmt::format(", tokens [{}, {}) of it", begin_, end_);
+    return fmt::format("{} ({}, {} tokens{}, sequences at seeded random offsets); {}",
+                       corpus_.path(), corpus_.format(), corpus_.size(), range,
+                       batch_description());
   }
 
  protected:
   void fill(DataRng& rng, std::span<int32_t> seq) const override {
-    const size_t starts = corpus_.size() - seq.size() + 1;  // open() checked size ≥ L
-    corpus_.copy(static_cast<size_t>(rng.below(starts)), seq);
+    const size_t starts = end_ - begin_ - seq.size() + 1;
+    corpus_.copy(begin_ + static_cast<size_t>(rng.below(starts)), seq);
   }
 
  private:
   TokenCorpus corpus_;
+  size_t begin_;
+  size_t end_;
 };
+
+// The token range of `split` in a corpus of `size` tokens: training gets [0, cut), held-out
+// [cut, size) with cut = size − ⌊size · holdout⌋ (holdout 0: training reads everything). Each
+// part must hold one sequence of L tokens.
+Expected<std::pair<size_t, size_t>> split_range(const std::string& path, size_t size, size_t L,
+                                                double holdout, Split split) {
+  const size_t held = static_cast<size_t>(static_cast<double>(size) * holdout);
+  const size_t cut = size - held;
+  if (holdout > 0 && (cut < L || held < L)) {
+    return make_error(
+        "{}: data.holdout = {} splits its {} tokens into {} for training and {} held out; each "
+        "part needs at least one sequence of {} tokens",
+        path, holdout, size, cut, held, L);
+  }
+  if (split == Split::training) return std::pair{size_t{0}, cut};
+  if (holdout == 0) {
+    return make_error("{}: no held-out part (data.holdout = 0): set data.holdout or eval.path",
+                      path);
+  }
+  return std::pair{cut, size};
+}
 
 // A cursor over a source: microbatch(position), checked against the source's own shape.
 class SourceLoader final : public DataLoader {
@@ -235,8 +283,11 @@ Expected<std::unique_ptr<DataLoader>> DataLoader::open(const DataOptions& opts, 
   return over(std::move(*source));
 }
 
-Expected<std::shared_ptr<const DataSource>> open_data_source(const DataOptions& opts, Arch arch,
-                                                             int vocab_size, int B, int T) {
+namespace {
+
+Expected<std::shared_ptr<const DataSource>> open_source(const DataOptions& opts, Arch arch,
+                                                        int vocab_size, int B, int T, Split split,
+                                                        bool whole_file) {
   const bool bert = arch == Arch::bert;
   if (B < 1) return make_error("microbatch size B = {}: must be ≥ 1", B);
   if (T < 1) return make_error("sequence length T = {}: must be ≥ 1", T);
@@ -257,7 +308,7 @@ Expected<std::shared_ptr<const DataSource>> open_data_source(const DataOptions& 
     auto chain = MarkovChain::random(states, opts.synthetic_branching, opts.synthetic_seed);
     if (!chain) return chain.error();
     return std::shared_ptr<const DataSource>(std::make_shared<SyntheticSource>(
-        opts, arch, vocab_size, B, T, std::move(*chain), opts.synthetic_branching));
+        opts, arch, vocab_size, B, T, std::move(*chain), opts.synthetic_branching, split));
   }
   if (opts.kind == "text" || opts.kind == "tokens") {
     if (opts.path.empty()) {
@@ -273,8 +324,13 @@ Expected<std::shared_ptr<const DataSource>> open_data_source(const DataOptions& 
       }
       auto corpus = TokenCorpus::open_text(opts.path, L);
       if (!corpus) return corpus.error();
+      auto range = whole_file
+                       ? Expected<std::pair<size_t, size_t>>(std::pair{size_t{0}, corpus->size()})
+                       : split_range(opts.path, corpus->size(), L, opts.holdout, split);
+      if (!range) return range.error();
       return std::shared_ptr<const DataSource>(
-          std::make_shared<FileSource>(opts, arch, vocab_size, B, T, std::move(*corpus), 256));
+          std::make_shared<FileSource>(opts, arch, vocab_size, B, T, std::move(*corpus), 256, split,
+                                       range->first, range->second));
     }
     const int min_vocab = bert ? 2 : 1;
     if (vocab_size < min_vocab) {
@@ -287,10 +343,36 @@ Expected<std::shared_ptr<const DataSource>> open_data_source(const DataOptions& 
                                   : std::string(" (vocab_size)");
     auto corpus = TokenCorpus::open_tokens(opts.path, limit, L, note);
     if (!corpus) return corpus.error();
+    auto range = whole_file
+                     ? Expected<std::pair<size_t, size_t>>(std::pair{size_t{0}, corpus->size()})
+                     : split_range(opts.path, corpus->size(), L, opts.holdout, split);
+    if (!range) return range.error();
     return std::shared_ptr<const DataSource>(std::make_shared<FileSource>(
-        opts, arch, vocab_size, B, T, std::move(*corpus), static_cast<int32_t>(limit)));
+        opts, arch, vocab_size, B, T, std::move(*corpus), static_cast<int32_t>(limit), split,
+        range->first, range->second));
   }
   return make_error("data.kind = \"{}\": unknown (allowed: synthetic, text, tokens)", opts.kind);
+}
+
+}  // namespace
+
+Expected<std::shared_ptr<const DataSource>> open_data_source(const DataOptions& opts, Arch arch,
+                                                             int vocab_size, int B, int T) {
+  return open_source(opts, arch, vocab_size, B, T, Split::training, false);
+}
+
+Expected<std::shared_ptr<const DataSource>> open_heldout_source(const DataOptions& opts,
+                                                                const std::string& eval_path,
+                                                                Arch arch, int vocab_size, int B,
+                                                                int T) {
+  if (eval_path.empty()) return open_source(opts, arch, vocab_size, B, T, Split::held_out, false);
+  if (opts.kind == "synthetic") {
+    return make_error("eval.path = \"{}\": a held-out file needs data.kind text or tokens",
+                      eval_path);
+  }
+  DataOptions file = opts;
+  file.path = eval_path;
+  return open_source(file, arch, vocab_size, B, T, Split::held_out, true);
 }
 
 }  // namespace actorpipe

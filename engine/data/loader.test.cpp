@@ -12,6 +12,7 @@
 #include "engine/data/markov.hpp"
 #include "engine/data/mask.hpp"
 #include "engine/data/token_file.hpp"
+#include "kernels/crossentropy.hpp"
 #include "tests/support/files.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -405,4 +406,85 @@ TEST_CASE("bad options and files are errors naming the key or file and the probl
   has(open_error(tok, Arch::bert, kPrime, 2, 8),
       {f.raw_path, "token 1008 at index", "reserved for [MASK]"});
   has(open_error(tok, Arch::gpt, 1000, 2, 8), {f.raw_path, "< 1000 (vocab_size)"});
+}
+
+TEST_CASE("held-out data never overlaps training data: a file's tail, the corpus's own stream") {
+  const Fixture f;
+  // a token file of distinct tokens: each token names its position in the file
+  for (Arch arch : {Arch::gpt, Arch::bert}) {
+    CAPTURE(arch_name(arch));
+    DataOptions o;
+    o.kind = "tokens";
+    o.path = f.raw_path;
+    o.holdout = 0.2;  // the last 200 of the 1000 tokens
+    const int V = arch == Arch::bert ? kPrime + 1 : kPrime;
+    auto train = must_open(o, arch, V, 4, 8);
+    auto held = open_heldout_source(o, "", arch, V, 4, 8);
+    REQUIRE(held.ok());
+    CHECK((*held)->describe().find("tokens [800, 1000) of it") != std::string::npos);
+    std::set<int> train_positions, held_positions;
+    for (uint64_t n = 0; n < 300; ++n) {
+      const Microbatch a = train->next();
+      const Microbatch b = (*held)->microbatch(n);
+      for (int32_t t : a.tokens)
+        if (arch == Arch::gpt || t != bert_mask_token(V)) train_positions.insert(index_of(t));
+      for (int32_t t : a.targets)
+        if (t != kIgnoreIndex) train_positions.insert(index_of(t));
+      for (int32_t t : b.tokens)
+        if (arch == Arch::gpt || t != bert_mask_token(V)) held_positions.insert(index_of(t));
+    }
+    // BERT's random replacement draws any id: only GPT's positions are all in their part
+    if (arch == Arch::gpt) {
+      CHECK(*train_positions.rbegin() < 800);
+      CHECK(*held_positions.begin() >= 800);
+    }
+    CHECK(held_positions.size() > 150);  // the held-out part is read, not one sequence
+    // without holdout training reads the whole file, and there is no held-out part
+    o.holdout = 0.0;
+    auto whole = must_open(o, arch, V, 4, 8);
+    int beyond = 0;
+    for (int n = 0; n < 300; ++n)
+      for (int32_t t : whole->next().tokens) beyond += index_of(t) >= 800 ? 1 : 0;
+    CHECK(beyond > 0);
+    CHECK(open_heldout_source(o, "", arch, V, 4, 8).error().message ==
+          f.raw_path + ": no held-out part (data.holdout = 0): set data.holdout or eval.path");
+  }
+  // the synthetic corpus: the same chain, other sequences
+  DataOptions syn;
+  auto train = open_data_source(syn, Arch::gpt, 64, 2, 16);
+  auto held = open_heldout_source(syn, "", Arch::gpt, 64, 2, 16);
+  REQUIRE(train.ok());
+  REQUIRE(held.ok());
+  CHECK((*held)->describe().find("held-out gpt batches") != std::string::npos);
+  CHECK((*held)->loss_floor() == (*train)->loss_floor());
+  std::set<std::vector<int32_t>> rows;
+  for (uint64_t n = 0; n < 200; ++n) {
+    const Microbatch a = (*train)->microbatch(n);
+    for (int b = 0; b < 2; ++b)
+      rows.insert(std::vector<int32_t>(a.tokens.begin() + b * 16, a.tokens.begin() + b * 16 + 16));
+  }
+  for (uint64_t n = 0; n < 200; ++n) {
+    const Microbatch a = (*held)->microbatch(n);
+    CHECK(same(a, (*held)->microbatch(n)));  // a pure function of n
+    for (int b = 0; b < 2; ++b)
+      CHECK(rows.count(std::vector<int32_t>(a.tokens.begin() + b * 16,
+                                            a.tokens.begin() + b * 16 + 16)) == 0);
+  }
+}
+
+TEST_CASE("held-out data: eval.path read whole; a holdout too small for a sequence") {
+  const Fixture f;
+  DataOptions o;
+  o.kind = "text";
+  o.path = f.text_path;
+  auto held = open_heldout_source(o, f.text_path, Arch::gpt, 256, 2, 8);
+  REQUIRE(held.ok());
+  CHECK((*held)->describe().find("tokens [") == std::string::npos);  // the whole file
+  o.holdout = 0.001;                                                 // 3 of the text's bytes
+  const std::string e = open_error(o, Arch::gpt, 256, 2, 8);
+  CHECK(e.find("data.holdout = 0.001 splits its") != std::string::npos);
+  CHECK(e.find("each part needs at least one sequence of 9 tokens") != std::string::npos);
+  DataOptions syn;
+  CHECK(open_heldout_source(syn, "x.txt", Arch::gpt, 64, 2, 8).error().message ==
+        "eval.path = \"x.txt\": a held-out file needs data.kind text or tokens");
 }

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -176,6 +177,32 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Config& c
   if (!recompute) return recompute.error();
   o.recompute = std::move(*recompute);
   return create(*model, *partition, config.optimizer, o);
+}
+
+Expected<EvalResult> SerialExecutor::evaluate(std::span<const Microbatch> batches) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<double> losses;
+  for (const Microbatch& mb : batches) {
+    if (mb.B != opts_.B || mb.T != opts_.T) {
+      return make_error("evaluation: microbatch {} of shape ({}, {}), the pipeline takes ({}, {})",
+                        mb.index, mb.B, mb.T, opts_.B, opts_.T);
+    }
+    Tensor x;
+    LossStats loss;
+    for (int r = 0; r < stages(); ++r) {
+      ForwardOutput out = worker(r).evaluate(mb, x);
+      x = std::move(out.out);
+      loss = out.loss;
+    }
+    if (!std::isfinite(loss.sum)) {
+      return make_error("evaluation: non-finite loss {} over {} targets at held-out microbatch {}",
+                        loss.sum, loss.count, mb.index);
+    }
+    losses.push_back(loss.mean());
+  }
+  EvalResult r = combine_eval_losses(losses, int64_t{opts_.B} * opts_.T);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
 }
 
 int64_t SerialExecutor::microbatches_for(int steps) const {

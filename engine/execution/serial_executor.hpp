@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/batch.hpp"
+#include "engine/execution/evaluation.hpp"
 #include "engine/execution/optimizer_shard.hpp"
 #include "engine/execution/stage_worker.hpp"
 #include "engine/expected.hpp"
@@ -87,6 +88,11 @@ class SerialExecutor {
                                     const StepDone& on_step = {});
   /// As above, reading the microbatches from `data`.
   Expected<std::vector<double>> run(int steps, DataLoader& data, const StepDone& on_step = {});
+
+  /// Held-out evaluation between runs: each of `batches`, in order, through every stage's
+  /// StageWorker::evaluate (stage 0 first), with the newest weights. Errors: a non-finite loss
+  /// (naming the microbatch) or a microbatch of another shape.
+  Expected<EvalResult> evaluate(std::span<const Microbatch> batches);
   /// Runs one schedule (validated here) of the executor's mode whose microbatch j is
   /// batches[j]; returns one loss per optimizer step of the schedule.
   Expected<std::vector<double>> run_schedule(const Schedule& schedule,

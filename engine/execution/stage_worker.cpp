@@ -290,6 +290,43 @@ ForwardOutput StageWorker::exec_forward(const Action& a, const Microbatch& mb, c
   return result;
 }
 
+ForwardOutput StageWorker::evaluate(const Microbatch& mb, const Tensor& in) {
+  AP_CHECK(in_flight() == 0, "stage {}: evaluate() with {} microbatches in flight", stage_,
+           in_flight());
+  AP_CHECK(mb.B == opts_.B && mb.T == opts_.T,
+           "evaluate: microbatch ({}, {}) but the stage takes ({}, {})", mb.B, mb.T, opts_.B,
+           opts_.T);
+  const size_t bth = dh_a_.size();
+  const Layer& first = *layers_.front();
+  if (first.takes_input()) {
+    AP_CHECK(in.defined() && in.dtype() == DType::f32 && static_cast<size_t>(in.numel()) == bth,
+             "evaluate: input {} but the stage takes (B,T,C) = {} floats",
+             in.defined() ? in.describe() : "undefined", bth);
+  }
+  if (eval_hidden_.empty()) {
+    size_t saved = 0;
+    for (const auto& layer : layers_)
+      saved = std::max(saved, layer->saved_floats(opts_.B, opts_.T));
+    eval_hidden_.assign(2 * bth, 0.0f);
+    eval_saved_.assign(std::max<size_t>(saved, 1), 0.0f);
+  }
+  ForwardOutput result;
+  if (!layers_.back()->is_loss())
+    result.out = Tensor::zeros({opts_.B, opts_.T, model_.options().width});
+  const int L = num_layers();
+  const float* x = first.takes_input() ? in.f32() : nullptr;
+  for (int i = 0; i < L; ++i) {
+    const Layer& layer = *layers_[static_cast<size_t>(i)];
+    float* y = i + 1 < L ? eval_hidden_.data() + static_cast<size_t>(i % 2) * bth
+                         : (layer.is_loss() ? nullptr : result.out.f32());
+    ctx_.arena().reset();
+    const LossStats st = layer.forward(ctx_, params(i).data(), mb, x, y, eval_saved_.data());
+    if (layer.is_loss()) result.loss = st;
+    x = y;
+  }
+  return result;
+}
+
 Tensor StageWorker::exec_backward(const Action& a, const Microbatch& mb, const Tensor& dout) {
   Tensor din = backward_layers(a, mb, dout, nullptr);
   finish_backward();

@@ -140,6 +140,12 @@ class StageWorker {
   /// at stage 0. The output tensor's storage is the worker's until every holder drops it: pass it
   /// on without copying.
   ForwardOutput exec_forward(const Action& action, const Microbatch& mb, const Tensor& in);
+  /// Held-out evaluation: a forward of the stage's layers with its newest weights (the ones a
+  /// run would start from), between runs only (nothing in flight), keeping nothing: no stash,
+  /// no version binding, no gradient, nothing a later run or update would see. `in` as for
+  /// exec_forward; the output is a fresh tensor. The same layer calls as exec_forward, so an
+  /// evaluation's loss is the bits of a training forward at those weights.
+  ForwardOutput evaluate(const Microbatch& mb, const Tensor& in);
   /// B: backward of the stage's layers with the microbatch's stashed activations and version,
   /// accumulating the gradients. `dout` is the next stage's result (B,T,C), undefined at the
   /// last stage. Returns the gradient w.r.t. the stage's input (undefined at stage 0).
@@ -288,8 +294,11 @@ class StageWorker {
 
   ActivationStash stash_;
   std::vector<float> dh_a_, dh_b_;  // backward ping-pong (B,T,C)
-  DeferredGrads later_;             // the weight half of a B split by exec_backward_input
-  Slot* pending_ = nullptr;         // the B whose weight half is pending
+  // evaluate(): hidden states between layers (B,T,C) x 2 and one layer's saved activations,
+  // allocated at the first evaluation
+  std::vector<float> eval_hidden_, eval_saved_;
+  DeferredGrads later_;      // the weight half of a B split by exec_backward_input
+  Slot* pending_ = nullptr;  // the B whose weight half is pending
   Action pending_action_;
   std::unique_ptr<TensorPool> out_pool_, din_pool_;
 

@@ -151,4 +151,26 @@ Expected<Schedule> make_schedule(Mode mode, int stages, int microbatches, int st
   return make_error("mode {} is unknown", static_cast<int>(mode));
 }
 
+Expected<Schedule> make_forward_only(int stages, int microbatches) {
+  if (stages < 1 || microbatches < 1) {
+    return make_error("forward-only pass: stages = {}, microbatches = {}: expected >= 1", stages,
+                      microbatches);
+  }
+  Schedule s;
+  s.mode = Mode::gpipe;
+  s.stages = stages;
+  s.microbatches = microbatches;
+  s.steps = 1;
+  s.per_stage.resize(static_cast<size_t>(stages));
+  for (int r = 0; r < stages; ++r) {
+    auto& list = s.per_stage[static_cast<size_t>(r)];
+    for (int j = 0; j < microbatches; ++j) {
+      if (r > 0) list.push_back(Action{r, ActionKind::RECV_F, j, 0, 0});
+      list.push_back(Action{r, ActionKind::F, j, 0, 0});
+      if (r + 1 < stages) list.push_back(Action{r, ActionKind::SEND_F, j, 0, 0});
+    }
+  }
+  return s;
+}
+
 }  // namespace actorpipe

@@ -42,6 +42,12 @@ Expected<Schedule> make_pipedream(int stages, int steps);
 /// Errors: stages < 1, microbatches < 1, steps < 1.
 Expected<Schedule> make_xpipe(int stages, int microbatches, int steps);
 
+/// A forward-only pass (held-out evaluation), already lowered: stage r runs, for j = 0..k-1,
+/// RECV_F j (r > 0), F j, SEND_F j (r < d-1). No B, OPT_STEP or FLUSH; every F at version 0 (the
+/// weights the pass starts with). Not a training schedule: validate() is not for it.
+/// Errors: stages < 1, microbatches < 1.
+Expected<Schedule> make_forward_only(int stages, int microbatches);
+
 /// The generator of `mode`. gpipe and 1f1b cover exactly one step (steps must be 1); pipedream
 /// runs microbatches*steps microbatches, each its own step.
 Expected<Schedule> make_schedule(Mode mode, int stages, int microbatches, int steps);

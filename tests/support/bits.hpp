@@ -15,4 +15,9 @@ inline bool same_bits(std::span<const double> a, std::span<const double> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
 }
 
+/// The same bits (so -0 differs from 0, and equal NaNs agree).
+inline bool same_bits(double a, double b) {
+  return std::memcmp(&a, &b, sizeof(double)) == 0;
+}
+
 }  // namespace actorpipe::testing
