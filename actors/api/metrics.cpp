@@ -73,7 +73,7 @@ std::optional<int64_t> step_of_line(std::string_view line) {
   for (std::string_view prefix :
        {std::string_view(R"({"step":)"), std::string_view(R"({"migration":{"step":)"),
         std::string_view(R"({"resumed":{"step":)"), std::string_view(R"({"stopped":{"step":)"),
-        std::string_view(R"({"restart":{"step":)")}) {
+        std::string_view(R"({"restart":{"step":)"), std::string_view(R"({"eval":{"step":)")}) {
     if (line.substr(0, prefix.size()) != prefix) continue;
     int64_t step = 0;
     const char* first = line.data() + prefix.size();
@@ -85,6 +85,17 @@ std::optional<int64_t> step_of_line(std::string_view line) {
 }
 
 }  // namespace
+
+std::string eval_json(const EvalMetrics& m) {
+  std::string out;
+  fmt::format_to(std::back_inserter(out), "{{\"eval\":{{\"step\":{},\"loss\":", m.step);
+  append_number(out, m.loss);
+  fmt::format_to(std::back_inserter(out),
+                 ",\"microbatches\":{},\"tokens\":{},\"time\":", m.microbatches, m.tokens);
+  append_seconds(out, m.seconds);
+  out += "}}";
+  return out;
+}
 
 std::string resumed_json(int64_t step, const std::string& checkpoint, int64_t dropped) {
   std::string out;

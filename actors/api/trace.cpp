@@ -76,9 +76,9 @@ std::string chrome_trace_json(std::span<const TraceSpan> spans, int stages,
     const int64_t dur = std::max<int64_t>(0, nanos(s.end) - start);
     out += ",\n{\"ph\":\"X\",\"pid\":1,\"tid\":";
     fmt::format_to(std::back_inserter(out), "{},\"name\":", s.update ? stages + s.stage : s.stage);
-    append_string(out, to_string(s.action));
+    append_string(out, s.eval ? "eval " + to_string(s.action) : to_string(s.action));
     out += ",\"cat\":";
-    append_string(out, s.update ? "update" : to_string(s.action.kind));
+    append_string(out, s.update ? "update" : s.eval ? "eval" : to_string(s.action.kind));
     out += ",\"ts\":";
     append_micros(out, start);
     out += ",\"dur\":";
@@ -89,7 +89,9 @@ std::string chrome_trace_json(std::span<const TraceSpan> spans, int stages,
   for (const TraceMark& m : marks) {
     out += ",\n{\"ph\":\"i\",\"s\":\"g\",\"pid\":1,\"tid\":0,\"name\":";
     append_string(out, m.name);
-    out += ",\"cat\":\"migration\",\"ts\":";
+    out += ",\"cat\":";
+    append_string(out, m.category);
+    out += ",\"ts\":";
     append_micros(out, nanos(m.at));
     out += ",\"args\":{\"detail\":";
     append_string(out, m.detail);

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 
 #include "actors/actor_engine.hpp"
@@ -87,6 +88,10 @@ class Executor {
   /// `stop` requested: the run may end early (Trainer::request_stop).
   virtual Expected<RunOutput> run(int steps, DataLoader& data, const RunStepFn& on_step,
                                   const MigrationFn& on_migration, const StopFlag& stop) = 0;
+  /// A held-out evaluation of `microbatches` from `data` between runs; `spans` gets its actions
+  /// (seconds since it began) when the executor records them.
+  virtual Expected<EvalResult> evaluate(DataLoader& data, int microbatches,
+                                        std::vector<ActionSpan>& spans) = 0;
 };
 
 class ActorsExecutor final : public Executor {
@@ -118,6 +123,13 @@ class ActorsExecutor final : public Executor {
                      std::move(r->update_spans),
                      r->tokens,
                      r->stopped};
+  }
+
+  Expected<EvalResult> evaluate(DataLoader& data, int microbatches,
+                                std::vector<ActionSpan>& spans) override {
+    auto r = engine_->evaluate(data, microbatches);
+    if (r) spans = engine_->eval_spans();
+    return r;
   }
 
  private:
@@ -164,6 +176,18 @@ class SerialBackend final : public Executor {
     }
     out.stopped = stop.requested();
     return out;
+  }
+
+  Expected<EvalResult> evaluate(DataLoader& data, int microbatches,
+                                std::vector<ActionSpan>& spans) override {
+    spans.clear();
+    std::vector<Microbatch> batches;
+    try {
+      for (int j = 0; j < microbatches; ++j) batches.push_back(data.next());
+    } catch (const std::exception& e) {
+      return make_error("{}", e.what());
+    }
+    return exec_->evaluate(batches);
   }
 
  private:
@@ -213,7 +237,10 @@ struct Trainer::Impl {
   TrainerOptions options;
   std::unique_ptr<Executor> exec;
   std::unique_ptr<DataLoader> data;
+  std::shared_ptr<const DataSource> heldout;  // opened at the first evaluation (or create())
   std::unique_ptr<std::FILE, FileCloser> metrics;
+  std::function<void(const EvalMetrics&)> eval_callback;
+  std::optional<EvalMetrics> last_eval;
   std::function<void(const StepMetrics&)> callback;
   std::function<void(const MigrationEvent&)> migration_callback;
   std::function<void(const TrainerRestart&)> restart_callback;
@@ -362,6 +389,24 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
     impl->data = std::move(*data);
   }
 
+  if (options.eval_data) {
+    if (Status ok = check_own_data(*options.eval_data, config, B, T); !ok)
+      return make_error("TrainerOptions::eval_data ({}): {}", options.eval_data->describe(),
+                        ok.error().message);
+    impl->heldout = options.eval_data;
+  } else if (config.eval.every > 0) {
+    // what would fail at the first evaluation fails now
+    if (options.data) {
+      return make_error(
+          "eval.every = {}: the training data is your own (TrainerOptions::data), so the "
+          "held-out data must be too: set TrainerOptions::eval_data",
+          config.eval.every);
+    }
+    auto held = open_heldout_source(config.data, config.eval.path, config.model.arch,
+                                    config.model.vocab_size, B, T);
+    if (!held) return make_error("eval: {}", held.error().message);
+    impl->heldout = std::move(*held);
+  }
   if (!config.checkpoint.resume.empty()) {
     auto ckpt = load_checkpoint(config.checkpoint.resume);
     if (!ckpt) return make_error("checkpoint.resume: {}", ckpt.error().message);
@@ -441,6 +486,65 @@ void Trainer::on_step(std::function<void(const StepMetrics&)> callback) {
 
 void Trainer::on_migration(std::function<void(const MigrationEvent&)> callback) {
   impl_->migration_callback = std::move(callback);
+}
+
+void Trainer::on_eval(std::function<void(const EvalMetrics&)> callback) {
+  impl_->eval_callback = std::move(callback);
+}
+
+const std::optional<EvalMetrics>& Trainer::last_eval() const {
+  return impl_->last_eval;
+}
+
+Expected<EvalMetrics> Trainer::evaluate() {
+  Impl& im = *impl_;
+  if (!im.heldout) {
+    if (im.options.data) {
+      return make_error(
+          "evaluate: the training data is your own (TrainerOptions::data); give the held-out "
+          "data as TrainerOptions::eval_data");
+    }
+    const int T = sequence_length(im.config);
+    auto held =
+        open_heldout_source(im.config.data, im.config.eval.path, im.config.model.arch,
+                            im.config.model.vocab_size, im.config.pipeline.microbatch_size, T);
+    if (!held) return make_error("evaluate: {}", held.error().message);
+    im.heldout = std::move(*held);
+  }
+  const auto now = Clock::now();
+  if (!im.train_start) im.train_start = now;
+  const double offset = std::chrono::duration<double>(now - *im.train_start).count();
+  // the first eval.microbatches held-out microbatches, the same every time
+  auto data = DataLoader::over(im.heldout);
+  std::vector<ActionSpan> spans;
+  auto r = im.exec->evaluate(*data, im.config.eval.microbatches, spans);
+  if (!r) return make_error("the evaluation after step {}: {}", im.step, r.error().message);
+  EvalMetrics m;
+  m.step = im.step;
+  m.loss = r->loss;
+  m.microbatches = r->microbatches;
+  m.tokens = r->tokens;
+  m.seconds = r->seconds;
+  im.last_eval = m;
+  if (im.record_spans) {
+    for (const ActionSpan& s : spans) {
+      TraceSpan t{s.stage, s.action, offset + s.start, offset + s.end};
+      t.eval = true;
+      im.spans.push_back(t);
+    }
+    TraceMark mark;
+    mark.at = offset + r->seconds;
+    mark.name = fmt::format("eval after step {}: loss {:.4f}", m.step, m.loss);
+    mark.detail = fmt::format("{} held-out microbatches, {} tokens, {} ({})", m.microbatches,
+                              m.tokens, im.heldout->describe(), im.config.pipeline.mode);
+    mark.category = "eval";
+    im.marks.push_back(std::move(mark));
+  }
+  im.callback_status = {};
+  im.write_metrics(eval_json(m));
+  if (im.eval_callback) im.eval_callback(m);
+  if (!im.callback_status.ok()) return im.callback_status.error();
+  return m;
 }
 
 Expected<StepMetrics> Trainer::run(int steps) {
@@ -562,6 +666,8 @@ Status Trainer::restart_from_checkpoint(int restart, const std::string& error, d
   im->callback = std::move(old.callback);
   im->migration_callback = std::move(old.migration_callback);
   im->restart_callback = std::move(old.restart_callback);
+  im->eval_callback = std::move(old.eval_callback);
+  im->last_eval = old.last_eval;
   im->first_step = old.first_step;
   im->last.first_step = old.first_step;
   im->train_start = old.train_start;
@@ -598,6 +704,7 @@ Status Trainer::train_once() {
   const int64_t target = im.config.train.steps;
   const std::string& dir = im.config.checkpoint.dir;
   const int every = dir.empty() ? 0 : im.config.checkpoint.every;
+  const int eval_every = im.config.eval.every;
   const bool reports = !im.multi() || im.options.group->rank() == 0;
   im.stopped = false;
   while (im.step < target) {
@@ -610,11 +717,16 @@ Status Trainer::train_once() {
     // runs end at multiples of checkpoint.every, counted from step 0, so a resumed run splits
     // its steps exactly as the uninterrupted one did (a stop ends the asynchronous modes' runs
     // there too, and the sync modes' steps do not depend on the split)
-    const int64_t end = every > 0 ? std::min(target, (im.step / every + 1) * every) : target;
+    // (and at multiples of eval.every: an evaluation needs the pipeline drained too)
+    int64_t end = every > 0 ? std::min(target, (im.step / every + 1) * every) : target;
+    if (eval_every > 0) end = std::min(end, (im.step / eval_every + 1) * eval_every);
     auto r = run(static_cast<int>(end - im.step));
     if (!r) return r.error();
     if (im.stopped && im.step < target) break;
     im.stopped = false;  // a request that came with the last step: the training is done
+    if (eval_every > 0 && (im.step % eval_every == 0 || im.step == target)) {
+      if (auto e = evaluate(); !e) return e.error();
+    }
     if (every > 0 && im.step % every == 0) {
       if (auto p = save(dir); !p) return p.error();
     }

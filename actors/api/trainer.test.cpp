@@ -22,6 +22,7 @@
 #include "engine/schedule/generators.hpp"
 #include "engine/schedule/lowering.hpp"
 #include "tests/support/bits.hpp"
+#include "tests/support/files.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/tiny_model.hpp"
 
@@ -829,4 +830,181 @@ TEST_CASE(
   REQUIRE_FALSE(refused.ok());
   CHECK(contains(refused.error().message,
                  "train.nonfinite = \"skip\": pipeline.mode = \"2bw\" overlaps its steps"));
+}
+
+TEST_CASE(
+    "eval.every: held-out losses after every N steps and the last, equal on both backends, "
+    "in the metrics, the trace and on_eval; gpipe/1f1b/2bw training bits unchanged") {
+  TempDir tmp;
+  for (const char* mode : {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"}) {
+    const std::string what = mode;
+    CAPTURE(what);
+    Config c = tiny(mode, 2, 5);
+    c.eval.every = 2;
+    c.eval.microbatches = 3;
+    c.train.metrics = tmp.file(what + ".jsonl");
+    c.train.trace = tmp.file(what + ".trace.json");
+    auto actors = make(c, Backend::actors);
+    std::vector<EvalMetrics> seen;
+    actors->on_eval([&](const EvalMetrics& m) { seen.push_back(m); });
+    train(*actors);
+    Config cs = c;
+    cs.train.metrics = cs.train.trace = "";
+    auto serial = make(cs, Backend::serial);
+    std::vector<EvalMetrics> seen_serial;
+    serial->on_eval([&](const EvalMetrics& m) { seen_serial.push_back(m); });
+    train(*serial);
+    REQUIRE(seen.size() == 3);  // after steps 2, 4 and the last, 5
+    REQUIRE(seen_serial.size() == 3);
+    for (size_t i = 0; i < 3; ++i) {
+      CHECK(seen[i].step == std::array<int64_t, 3>{2, 4, 5}[i]);
+      CHECK(same_bits(seen[i].loss, seen_serial[i].loss));
+      CHECK(seen[i].microbatches == 3);
+      CHECK(seen[i].tokens == 3 * kB * kT);
+      CHECK(std::isfinite(seen[i].loss));
+    }
+    CHECK(actors->last_eval()->step == 5);
+    CHECK(same_weights(*actors, *serial));
+    // evaluate() again gives the same loss: the same held-out microbatches, nothing changed
+    auto again = actors->evaluate();
+    REQUIRE(again.ok());
+    CHECK(same_bits(again->loss, seen.back().loss));
+    // the metrics: step lines and eval lines in order
+    std::vector<int64_t> eval_steps;
+    for (const auto& j : read_lines(c.train.metrics)) {
+      if (!j.contains("eval")) continue;
+      eval_steps.push_back(j.at("eval").at("step").get<int64_t>());
+      CHECK(j.at("eval").at("microbatches") == 3);
+    }
+    CHECK(eval_steps == std::vector<int64_t>{2, 4, 5, 5});
+    const std::string trace = slurp(c.train.trace);
+    CHECK(trace.find("\"cat\":\"eval\"") != std::string::npos);
+    CHECK(trace.find("\"name\":\"eval 1F0\"") != std::string::npos);
+    CHECK(trace.find("eval after step 2: loss") != std::string::npos);
+    // in the modes whose runs may be cut anywhere, evaluating changes no training bit
+    if (what == "gpipe" || what == "1f1b" || what == "2bw") {
+      Config plain = cs;
+      plain.eval.every = 0;
+      auto p = make(plain, Backend::actors);
+      train(*p);
+      CHECK(same_weights(*actors, *p));
+    }
+  }
+}
+
+TEST_CASE("held-out data: errors name what is missing; a resumed run keeps the eval lines") {
+  TempDir tmp;
+  Config c = tiny("1f1b", 2, 4);
+  c.eval.every = 2;
+  c.data.kind = "text";
+  c.data.path = tmp.file("corpus.txt");
+  dump(c.data.path, std::string(4000, 'a'));
+  c.model.vocab_size = 256;
+  // validate() refuses a file without a held-out part
+  auto t = Trainer::create(c);
+  REQUIRE(!t.ok());
+  CHECK(t.error().message.find("set data.holdout (a fraction of the file kept out of training) "
+                               "or eval.path") != std::string::npos);
+  c.data.holdout = 0.1;
+  c.train.metrics = tmp.file("m.jsonl");
+  c.checkpoint.dir = tmp.file("ckpt");
+  c.checkpoint.every = 2;
+  auto whole = make(c);
+  train(*whole);
+  Config resumed = c;
+  resumed.checkpoint.resume = c.checkpoint.dir + "/step-2";
+  resumed.checkpoint.dir = tmp.file("ckpt2");
+  auto r = make(resumed);
+  train(*r);
+  CHECK(same_weights(*whole, *r));
+  int evals = 0;
+  for (const auto& j : read_lines(c.train.metrics)) evals += j.contains("eval") ? 1 : 0;
+  CHECK(evals == 2);  // step 2 kept across the resume, step 4 written again
+  // own training data needs own held-out data
+  Config own = tiny("1f1b", 2, 2);
+  own.eval.every = 1;
+  TrainerOptions o;
+  o.data = open_data_source(own.data, own.model.arch, own.model.vocab_size, kB, kT).value();
+  auto refused = Trainer::create(own, o);
+  REQUIRE(!refused.ok());
+  CHECK(refused.error().message.find("set TrainerOptions::eval_data") != std::string::npos);
+  o.eval_data =
+      open_heldout_source(own.data, "", own.model.arch, own.model.vocab_size, kB, kT).value();
+  auto accepted = Trainer::create(own, o);
+  REQUIRE(accepted.ok());
+  auto built_in = make(own);  // the same data through [data]: the same bits
+  train(**accepted);
+  train(*built_in);
+  CHECK(same_weights(**accepted, *built_in));
+  CHECK(same_bits((*accepted)->last_eval()->loss, built_in->last_eval()->loss));
+}
+
+TEST_CASE("TrainerOptions::model and ::data: errors name the key that does not describe them") {
+  Config c = tiny("1f1b", 2, 2);
+  TrainerOptions o;
+  o.model = std::make_shared<const Model>(build_model(c.model));
+  Config wide = c;
+  wide.model.width = 16;
+  wide.model.heads = 2;
+  auto t = Trainer::create(wide, o);
+  REQUIRE(!t.ok());
+  CHECK(t.error().message == "TrainerOptions::model: model.width = 16, but the model given has 8");
+  Config auto_part = c;
+  auto_part.pipeline.partition.automatic = true;
+  t = Trainer::create(auto_part, o);
+  REQUIRE(!t.ok());
+  CHECK(t.error().message.find("pipeline.partition = \"auto\": the profiler measures the built-in "
+                               "models only") == 0);
+  // the same model given: the same bits as the built-in path
+  auto given = Trainer::create(c, o);
+  REQUIRE(given.ok());
+  auto built_in = make(c);
+  train(**given);
+  train(*built_in);
+  CHECK(same_weights(**given, *built_in));
+
+  TrainerOptions d;
+  d.data = open_data_source(c.data, c.model.arch, c.model.vocab_size, kB + 1, kT).value();
+  t = Trainer::create(c, d);
+  REQUIRE(!t.ok());
+  CHECK(t.error().message.find("makes microbatches of 3 sequences, but "
+                               "pipeline.microbatch_size = 2") != std::string::npos);
+  d.data = open_data_source(c.data, c.model.arch, 200, kB, kT).value();
+  t = Trainer::create(c, d);
+  REQUIRE(!t.ok());
+  CHECK(t.error().message.find("has vocabulary 200, expected 1 .. model.vocab_size = 24") !=
+        std::string::npos);
+}
+
+TEST_CASE("a data source of one's own that makes a bad microbatch fails the run naming it") {
+  class Bad final : public DataSource {
+   public:
+    explicit Bad(std::shared_ptr<const DataSource> inner) : inner_(std::move(inner)) {}
+    Microbatch microbatch(uint64_t n) const override {
+      Microbatch mb = inner_->microbatch(n);
+      if (n == 5) mb.tokens[3] = 99;
+      return mb;
+    }
+    int vocab_size() const override { return inner_->vocab_size(); }
+    int batch_size() const override { return inner_->batch_size(); }
+    int seq_len() const override { return inner_->seq_len(); }
+    std::string describe() const override { return "bad"; }
+
+   private:
+    std::shared_ptr<const DataSource> inner_;
+  };
+  const Config c = tiny("1f1b", 2, 3);
+  for (Backend b : {Backend::actors, Backend::serial}) {
+    TrainerOptions o;
+    o.backend = b;
+    o.data = std::make_shared<Bad>(
+        open_data_source(c.data, c.model.arch, c.model.vocab_size, kB, kT).value());
+    auto t = Trainer::create(c, o);
+    REQUIRE(t.ok());
+    Status ok = (*t)->train();
+    REQUIRE(!ok.ok());
+    CAPTURE(ok.error().message);
+    CHECK(ok.error().message.find("data: microbatch 5: tokens[3] = 99: outside [0, "
+                                  "vocab_size = 24)") != std::string::npos);
+  }
 }

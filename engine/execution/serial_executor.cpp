@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <map>
 #include <numeric>
 
@@ -260,7 +261,11 @@ Expected<std::vector<double>> SerialExecutor::run(int steps, DataLoader& data,
                                                   const StepDone& on_step) {
   if (steps < 1) return make_error("steps = {}: must be >= 1", steps);
   std::vector<Microbatch> batches;
-  for (int64_t i = 0; i < microbatches_for(steps); ++i) batches.push_back(data.next());
+  try {
+    for (int64_t i = 0; i < microbatches_for(steps); ++i) batches.push_back(data.next());
+  } catch (const std::exception& e) {  // a source's failure, named by the source (DataLoader)
+    return make_error("{}", e.what());
+  }
   return run(steps, batches, on_step);
 }
 

@@ -230,6 +230,7 @@ Keys (docs/config.md): model.*, data.*, pipeline.*, optimizer.*, train.*, checkp
   train.trace = FILE       Chrome/Perfetto trace: one track per stage, one span per action
   checkpoint.dir = DIR     checkpoints DIR/step-<N> every checkpoint.every steps and DIR/final
   checkpoint.resume = P    continue from a checkpoint, DIR/final, or DIR (its latest)
+  eval.every = N           held-out loss every N steps and at the end (data.holdout for a file)
 --backend serial runs the serial reference executor (same results, one thread, no trace).
 Several processes: start them with actorpipe-launch -n N -- {0} ..., mpirun, srun or torchrun,
 or give --rank, --world and --coordinator (the job secret comes from ACTORPIPE_JOB_SECRET or
@@ -416,6 +417,11 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
       printer.note(fmt::format("migration check after step {}: {}", e.step, e.reason));
     }
   });
+  trainer->on_eval([&](const EvalMetrics& e) {
+    printer.note(fmt::format(
+        "eval after step {}: held-out loss {:.4f}{}, {} microbatches in {:.3f} s", e.step, e.loss,
+        floor ? fmt::format(" (floor {:.4f})", *floor) : std::string(), e.microbatches, e.seconds));
+  });
   trainer->on_restart([&](const TrainerRestart& r) {
     printer.note(fmt::format(
         "restart {} of {} (train.max_restarts) after {:.1f} s: {}; continuing from {} at step {}",
@@ -460,6 +466,8 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
     if (floor) summary += fmt::format(" (floor {:.4f})", *floor);
     summary += fmt::format(", {} tok/s", format_rate(last.tokens_per_second()));
   }
+  if (const auto& e = trainer->last_eval())
+    summary += fmt::format(", held-out loss {:.4f} at step {}", e->loss, e->step);
   if (!c.checkpoint.dir.empty()) summary += fmt::format("; checkpoints in {}", c.checkpoint.dir);
   if (!c.train.metrics.empty()) summary += fmt::format("; metrics {}", c.train.metrics);
   if (!c.train.trace.empty()) summary += fmt::format("; trace {}", c.train.trace);

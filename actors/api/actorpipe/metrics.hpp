@@ -37,6 +37,19 @@ struct StepMetrics {
   double eta_seconds() const;
 };
 
+/// One held-out evaluation (Trainer::evaluate; eval.every during train()).
+struct EvalMetrics {
+  int64_t step = 0;   ///< optimizer steps done when it ran (the weights it measured)
+  double loss = 0.0;  ///< (1/k)·Σⱼ meanⱼ over the k held-out microbatches, as a step's loss
+  int64_t microbatches = 0;  ///< k (eval.microbatches)
+  int64_t tokens = 0;        ///< tokens read: B·T per microbatch
+  double seconds = 0.0;      ///< wall time of the pass
+};
+
+/// {"eval":{"step":20,"loss":2.3025,"microbatches":8,"tokens":1024,"time":0.012000}}
+/// (the loss as in metrics_json; null when not finite).
+std::string eval_json(const EvalMetrics& metrics);
+
 /// One JSON object on one line (no newline), with the loss printed so that it reads back to the
 /// same double (a non-finite value is null) and times in seconds to the microsecond:
 ///   {"step":12,"loss":2.3025,"tokens":6144,"time":1.520000,"busy":[1.200000,1.300000],
@@ -71,11 +84,11 @@ std::string restart_json(int64_t step, int restart, int max_restarts, const std:
                          const std::string& error);
 
 /// Prepares train.metrics for a run resumed at `step`: keeps every line about a step at or
-/// before it (steps, migrations, earlier resumes, restarts and stops), drops the rest and any line
-/// that is not one of these (a write the lost run had not finished), then appends resumed_json. The
-/// file is rewritten through a temporary file in its directory and renamed over, so a failure
-/// leaves it as it was; a file that does not exist is created. Returns the number of lines dropped.
-/// Errors name the path and the failing call.
+/// before it (steps, evaluations, migrations, earlier resumes, restarts and stops), drops the rest
+/// and any line that is not one of these (a write the lost run had not finished), then appends
+/// resumed_json. The file is rewritten through a temporary file in its directory and renamed over,
+/// so a failure leaves it as it was; a file that does not exist is created. Returns the number of
+/// lines dropped. Errors name the path and the failing call.
 Expected<int64_t> resume_metrics_file(const std::string& path, int64_t step,
                                       const std::string& checkpoint);
 

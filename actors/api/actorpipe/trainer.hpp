@@ -84,6 +84,9 @@ struct TrainerOptions {
   /// vocabulary at most model.vocab_size. Checkpoints keep the position of the next microbatch,
   /// so a resume continues with the same microbatches.
   std::shared_ptr<const DataSource> data;
+  /// Held-out data of your own for evaluate() and eval.every (the same shape rules as `data`);
+  /// needed when `data` is given. Null: the held-out part of [data] (open_heldout_source).
+  std::shared_ptr<const DataSource> eval_data;
 };
 
 /// Trains one model as configured. Not thread-safe: one thread calls a Trainer at a time (the
@@ -111,13 +114,31 @@ class Trainer {
   /// trace; after a move, partition() and the checkpoints' manifests name the new layout.
   void on_migration(std::function<void(const MigrationEvent&)> callback);
 
+  /// Held-out evaluation now, between runs: a forward-only pass through the pipeline (the same
+  /// actors and channels as training; the serial backend: stage by stage) over the first
+  /// eval.microbatches microbatches of the held-out data, the same ones every time, with the
+  /// weights a user would keep: the newest, i.e. those the next step starts from (gpipe, 1f1b:
+  /// the current ones; 2bw, pipedream, xpipe: the newest committed version, at a run boundary
+  /// every update is committed). Changes nothing training sees. Writes an {"eval": ...} line to
+  /// train.metrics, an instant event and the pass's actions to the trace, and calls on_eval.
+  /// In a job every process calls it; every process gets the same result.
+  /// Held-out data: TrainerOptions::eval_data, else eval.path, else the held-out part of [data]
+  /// (data.holdout of a file; the synthetic corpus's own stream): errors name the key.
+  Expected<EvalMetrics> evaluate();
+  /// Called after every evaluation (evaluate(), and eval.every during train()).
+  void on_eval(std::function<void(const EvalMetrics&)> callback);
+  /// The last evaluation's metrics, if any.
+  const std::optional<EvalMetrics>& last_eval() const;
+
   /// Trains until train.steps steps are done (counting those before a resume). With
   /// checkpoint.dir set, the steps run in pipeline runs that end at multiples of
   /// checkpoint.every (a checkpoint <dir>/step-<N> after each) and <dir>/final is written at the
   /// end; then the trace goes to train.trace. Every step appends a line to train.metrics.
-  /// With train.max_restarts > 0 (one process) a failed run is restarted: the pipeline is
-  /// rebuilt from the latest complete checkpoint in checkpoint.dir (or from the start, or
-  /// checkpoint.resume, when it holds none) after train.restart_backoff seconds (doubled each
+  /// With eval.every > 0 runs also end at its multiples, each followed by evaluate(), and the
+  /// last step is evaluated too (in pipedream and xpipe a run boundary changes the bits: see
+  /// docs/modes.md). With train.max_restarts > 0 (one process) a failed run is restarted: the
+  /// pipeline is rebuilt from the latest complete checkpoint in checkpoint.dir (or from the start,
+  /// or checkpoint.resume, when it holds none) after train.restart_backoff seconds (doubled each
   /// time), the metrics file drops the replayed steps' lines and gets a "restart" line, and the
   /// training goes on (on_restart(), restarts()); the result equals an uninterrupted train()
   /// bitwise. Past the limit the error is the last failure's. When a restart itself fails
