@@ -127,6 +127,10 @@ Config everything_changed() {
   c.migration.threshold = 0.25;
   c.migration.patience = 4;
   c.migration.min_gain = 0.125;
+  c.data.holdout = 0.125;
+  c.eval.every = 5;
+  c.eval.microbatches = 3;
+  c.eval.path = "valid.bin";
   return c;
 }
 
@@ -500,7 +504,8 @@ TEST_CASE("every key of options.hpp is parsed and documented in docs/config.md")
       {"ModelOptions", "model"},       {"DataOptions", "data"},
       {"PipelineOptions", "pipeline"}, {"OptimizerOptions", "optimizer"},
       {"TrainOptions", "train"},       {"CheckpointOptions", "checkpoint"},
-      {"ClusterOptions", "cluster"},   {"MigrationOptions", "migration"}};
+      {"ClusterOptions", "cluster"},   {"MigrationOptions", "migration"},
+      {"EvalOptions", "eval"}};
   std::size_t members = 0;
   for (const auto& [name, section] : structs) {
     const auto begin = options.find("struct " + name + " {");
