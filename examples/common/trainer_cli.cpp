@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -138,6 +139,81 @@ std::string partition_text(const std::vector<int>& counts) {
   return s + "]";
 }
 
+// The prompt as token ids: the bytes of a text corpus's prompt, ids otherwise ("3 17 5", "3,17").
+Expected<std::vector<int32_t>> prompt_tokens(const Config& c, const SampleArgs& s) {
+  std::vector<int32_t> out;
+  if (c.data.kind == "text") {
+    const std::string text = s.prompt_given ? s.prompt : std::string("\n");
+    for (unsigned char ch : text) out.push_back(ch);
+    if (out.empty()) return make_error("--prompt \"\": the prompt needs at least one byte");
+    return out;
+  }
+  const std::string text = s.prompt_given ? s.prompt : std::string("0");
+  size_t i = 0;
+  while (i < text.size()) {
+    if (text[i] == ' ' || text[i] == ',') {
+      ++i;
+      continue;
+    }
+    size_t end = i;
+    while (end < text.size() && text[end] >= '0' && text[end] <= '9') ++end;
+    if (end == i || end - i > 9)
+      return make_error(
+          "--prompt \"{}\": expected token ids such as \"3 17 5\" (data.kind = \"{}\")", text,
+          c.data.kind);
+    out.push_back(static_cast<int32_t>(std::stol(text.substr(i, end - i))));
+    i = end;
+  }
+  if (out.empty())
+    return make_error("--prompt \"{}\": the prompt needs at least one token id", text);
+  return out;
+}
+
+// --sample: the tokens after the prompt, from the checkpoint's weights.
+int sample_main(const TrainerProgram& program, const Config& c, const SampleArgs& s) {
+  if (program.arch != Arch::gpt) {
+    print_error(program.name,
+                "--sample: a BERT model fills in masked tokens and generates no "
+                "text; sample from a GPT with actorpipe-gpt");
+    return kExitUsage;
+  }
+  const std::string checkpoint = !s.checkpoint.empty()          ? s.checkpoint
+                                 : !c.checkpoint.resume.empty() ? c.checkpoint.resume
+                                                                : c.checkpoint.dir;
+  if (checkpoint.empty()) {
+    print_error(program.name,
+                "--sample needs a checkpoint: --checkpoint DIR, or "
+                "checkpoint.resume or checkpoint.dir in the config");
+    return kExitUsage;
+  }
+  auto prompt = prompt_tokens(c, s);
+  if (!prompt) {
+    print_error(program.name, prompt.error().message);
+    return kExitUsage;
+  }
+  auto sampler = Sampler::from_checkpoint(c.model, checkpoint);
+  if (!sampler) {
+    print_error(program.name, fmt::format("--sample: {}", sampler.error().message));
+    return kExitError;
+  }
+  auto tokens = (*sampler)->generate(*prompt, s.options);
+  if (!tokens) {
+    print_error(program.name, fmt::format("--sample: {}", tokens.error().message));
+    return kExitError;
+  }
+  fmt::print(stderr, "{}: {} tokens from {} (temperature {}, top-k {}, seed {})\n", program.name,
+             s.options.tokens, (*sampler)->source(), s.options.temperature, s.options.top_k,
+             s.options.seed);
+  if (c.data.kind == "text") {
+    std::string text;
+    for (int32_t t : *tokens) text += static_cast<char>(t < 256 ? t : '?');
+    fmt::print("{}\n", text);
+  } else {
+    fmt::print("{}\n", fmt::join(*tokens, " "));
+  }
+  return 0;
+}
+
 }  // namespace
 
 Expected<CliArgs> parse_cli(int argc, const char* const* argv) {
@@ -204,6 +280,48 @@ Expected<CliArgs> parse_cli(int argc, const char* const* argv) {
       }
     }
     if (cluster_flag) continue;
+    if (a == "--sample") {
+      args.sample.enabled = true;
+      continue;
+    }
+    bool sample_flag = false;
+    for (const char* flag :
+         {"--checkpoint", "--prompt", "--tokens", "--temperature", "--top-k", "--seed"}) {
+      auto f = value_of(i, flag, value);
+      if (!f) return f.error();
+      if (!*f) continue;
+      sample_flag = true;
+      const std::string_view name = flag;
+      auto number = [&](double lo, double hi) -> Expected<double> {
+        char* end = nullptr;
+        errno = 0;
+        const double v = std::strtod(value.c_str(), &end);
+        if (value.empty() || *end != '\0' || errno != 0 || !(v >= lo && v <= hi))
+          return make_error("{} \"{}\": expected a number from {} to {}", name, value, lo, hi);
+        return v;
+      };
+      SampleArgs& sa = args.sample;
+      if (name == "--checkpoint") {
+        sa.checkpoint = value;
+      } else if (name == "--prompt") {
+        sa.prompt = value;
+        sa.prompt_given = true;
+      } else if (name == "--temperature") {
+        auto v = number(0.0, 1e6);
+        if (!v) return v.error();
+        sa.options.temperature = *v;
+      } else {
+        auto v = number(0.0, name == "--seed" ? 9.0e15 : 1e9);
+        if (!v) return v.error();
+        if (*v != std::floor(*v))
+          return make_error("{} \"{}\": expected a whole number", name, value);
+        if (name == "--tokens") sa.options.tokens = static_cast<int>(*v);
+        if (name == "--top-k") sa.options.top_k = static_cast<int>(*v);
+        if (name == "--seed") sa.options.seed = static_cast<uint64_t>(*v);
+      }
+      break;
+    }
+    if (sample_flag) continue;
     auto backend = value_of(i, "--backend", value);
     if (!backend) return backend.error();
     if (*backend) {
@@ -213,6 +331,15 @@ Expected<CliArgs> parse_cli(int argc, const char* const* argv) {
     }
     return make_error("unknown argument \"{}\" (see --help)", a);
   }
+  if (!args.sample.enabled &&
+      (!args.sample.checkpoint.empty() || args.sample.prompt_given ||
+       args.sample.options.tokens != SampleOptions{}.tokens ||
+       args.sample.options.temperature != SampleOptions{}.temperature ||
+       args.sample.options.top_k != 0 || args.sample.options.seed != SampleOptions{}.seed)) {
+    return make_error(
+        "--checkpoint, --prompt, --tokens, --temperature, --top-k and --seed are options of "
+        "--sample");
+  }
   return args;
 }
 
@@ -221,6 +348,8 @@ std::string cli_usage(const TrainerProgram& p) {
       R"(usage: {0} [--config FILE] [--set section.key=value]... [--backend actors|serial]
           [--rank R --world W] [--coordinator HOST:PORT]
        {0} --print-config [--config FILE] [--set ...]
+       {0} --sample [--config FILE] [--set ...] [--checkpoint DIR] [--prompt TEXT]
+          [--tokens N] [--temperature T] [--top-k K] [--seed S]
 
 Trains a {1} model with pipeline parallelism. Without --config, an embedded default config is
 used (--print-config shows it); each --set overrides one key of it, e.g.
@@ -232,6 +361,11 @@ Keys (docs/config.md): model.*, data.*, pipeline.*, optimizer.*, train.*, checkp
   checkpoint.resume = P    continue from a checkpoint, DIR/final, or DIR (its latest)
   eval.every = N           held-out loss every N steps and at the end (data.holdout for a file)
 --backend serial runs the serial reference executor (same results, one thread, no trace).
+--sample generates text from a checkpoint (--checkpoint, else checkpoint.resume, else the newest
+in checkpoint.dir) of the model the config describes: --tokens N (200) after --prompt (data.kind
+text: the prompt's bytes, default a newline; otherwise token ids "3 17 5", default "0"), drawn
+with --temperature T (1; 0 = greedy) among the --top-k K most likely (0 = all), from --seed S (1).
+The text goes to stdout (token ids space-separated for a non-text corpus); GPT only.
 Several processes: start them with actorpipe-launch -n N -- {0} ..., mpirun, srun or torchrun,
 or give --rank, --world and --coordinator (the job secret comes from ACTORPIPE_JOB_SECRET or
 ACTORPIPE_JOB_SECRET_FILE, never the command line); docs/cluster.md.
@@ -272,6 +406,7 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
     fmt::print("{}", to_toml(*config));
     return 0;
   }
+  if (args->sample.enabled) return sample_main(program, *config, args->sample);
 
   TrainerOptions options;
   options.backend = *parse_backend(args->backend);

@@ -9,6 +9,7 @@
 
 #include "engine/expected.hpp"
 #include "engine/options.hpp"
+#include "engine/sampling/sampler.hpp"
 #include "transport/cluster_env.hpp"
 
 namespace actorpipe {
@@ -20,6 +21,15 @@ struct TrainerProgram {
   std::string_view default_config;  ///< TOML used when no --config is given
 };
 
+/// --sample and its options: generate from a checkpoint instead of training.
+struct SampleArgs {
+  bool enabled = false;
+  std::string checkpoint;  ///< --checkpoint; empty: checkpoint.resume, else checkpoint.dir
+  std::string prompt;      ///< --prompt: text (data.kind = "text") or token ids ("3 17 5")
+  bool prompt_given = false;
+  SampleOptions options;  ///< --tokens, --temperature, --top-k, --seed
+};
+
 /// The parsed command line.
 struct CliArgs {
   std::string config_path;        ///< --config; empty = the embedded default
@@ -28,6 +38,7 @@ struct CliArgs {
   ClusterFlags cluster;  ///< --rank, --world, --coordinator (override the launcher's variables)
   bool print_config = false;
   bool help = false;
+  SampleArgs sample;
 };
 
 /// Parses argv (argv[0] is skipped). Errors say which argument is wrong and what is expected.
