@@ -724,11 +724,12 @@ Status Trainer::train_once() {
     if (!r) return r.error();
     if (im.stopped && im.step < target) break;
     im.stopped = false;  // a request that came with the last step: the training is done
-    if (eval_every > 0 && (im.step % eval_every == 0 || im.step == target)) {
-      if (auto e = evaluate(); !e) return e.error();
-    }
+    // the checkpoint first: an evaluation that fails loses no step
     if (every > 0 && im.step % every == 0) {
       if (auto p = save(dir); !p) return p.error();
+    }
+    if (eval_every > 0 && (im.step % eval_every == 0 || im.step == target)) {
+      if (auto e = evaluate(); !e) return e.error();
     }
   }
   if (im.stopped) {
