@@ -21,6 +21,7 @@
 #include "engine/execution/memory_check.hpp"
 #include "engine/execution/optimizer_shard.hpp"
 #include "engine/execution/stage_worker.hpp"
+#include "engine/execution/tied_params.hpp"
 #include "engine/migration/layer_move.hpp"
 #include "engine/migration/migration_policy.hpp"
 #include "engine/model/model.hpp"
@@ -156,6 +157,7 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
   }
   auto part = Partition::from_options(impl->config.pipeline, impl->model->num_layers());
   if (!part) return part.error();
+  if (Status ok = check_tied_placement(*impl->model, *part, impl->mode); !ok) return ok.error();
   impl->partition = std::make_unique<Partition>(std::move(*part));
   auto recompute = recompute_flags(impl->config.pipeline.recompute, impl->model->num_layers());
   if (!recompute) return recompute.error();
@@ -603,6 +605,8 @@ long ActorEngine::Impl::updates() const {
 Expected<MoveReport> ActorEngine::Impl::move_to(const std::vector<int>& counts) {
   auto to = Partition::from_counts(model->num_layers(), counts);
   if (!to) return make_error("migration: {}", to.error().message);
+  if (Status ok = check_tied_placement(*model, *to, mode); !ok)
+    return make_error("migration to [{}]: {}", fmt::join(counts, ", "), ok.error().message);
   auto report = move_layers(*partition, *to, workers, shards);
   if (!report) return report.error();
   *partition = std::move(*to);

@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "engine/mode.hpp"
+#include "engine/model/internal/transformer_layers.hpp"
 #include "engine/schedule/generators.hpp"
 #include "engine/schedule/lowering.hpp"
 #include "tests/support/bits.hpp"
@@ -1006,5 +1007,54 @@ TEST_CASE("a data source of one's own that makes a bad microbatch fails the run 
     CAPTURE(ok.error().message);
     CHECK(ok.error().message.find("data: microbatch 5: tokens[3] = 99: outside [0, "
                                   "vocab_size = 24)") != std::string::npos);
+  }
+}
+
+TEST_CASE(
+    "a model of one's own with a tie between two hidden layers trains in every mode, both "
+    "backends equal, the tied copies equal; xpipe refuses a copy off the last stage") {
+  for (const char* mode : {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"}) {
+    for (int stages : {2, 3, 4}) {
+      const std::string what = fmt::format("{} d={}", mode, stages);
+      CAPTURE(what);
+      Config c = tiny(mode, stages, 4);
+      c.model.depth = 3;
+      const ModelOptions& o = c.model;
+      auto m = Model::from_layers(
+          o,
+          {internal::make_gpt_embedding(o, 0), internal::make_block(o, 1, true),
+           internal::make_block(o, 2, true), internal::make_block(o, 3, true),
+           internal::make_gpt_head(o, 4)},
+          {{0, "wte", 4, "lm_head.weight"}, {1, "mlp.fc.weight", 3, "mlp.fc.weight"}});
+      REQUIRE_MESSAGE(m.ok(), (m.ok() ? "" : m.error().message));
+      // even partitions of 5 layers: layer 3 is on the last stage of 2, not of 3 or 4
+      const bool refused = what == "xpipe d=3" || what == "xpipe d=4";
+      std::vector<std::vector<NamedTensor>> w;
+      for (Backend b : {Backend::actors, Backend::serial}) {
+        TrainerOptions to;
+        to.backend = b;
+        to.model = std::make_shared<const Model>(*m);
+        auto t = Trainer::create(c, to);
+        if (refused) {
+          REQUIRE(!t.ok());
+          CHECK(t.error().message.find("xpipe: the tied copy layers.3.mlp.fc.weight is on stage") ==
+                0);
+          continue;
+        }
+        REQUIRE_MESSAGE(t.ok(), (t.ok() ? "" : t.error().message));
+        train(**t);
+        w.push_back((*t)->weights());
+      }
+      if (refused) continue;
+      REQUIRE(w[0].size() == w[1].size());
+      for (size_t i = 0; i < w[0].size(); ++i) CHECK(same_bits(w[0][i].f32, w[1][i].f32));
+      const NamedTensor *a = nullptr, *b = nullptr;
+      for (const NamedTensor& t : w[0]) {
+        if (t.name == "layers.1.mlp.fc.weight") a = &t;
+        if (t.name == "layers.3.mlp.fc.weight") b = &t;
+      }
+      REQUIRE((a != nullptr && b != nullptr));
+      CHECK(same_bits(a->f32, b->f32));
+    }
   }
 }

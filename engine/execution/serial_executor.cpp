@@ -14,6 +14,7 @@
 #include "engine/data/loader.hpp"
 #include "engine/execution/memory_check.hpp"
 #include "engine/execution/nonfinite.hpp"
+#include "engine/execution/tied_params.hpp"
 #include "engine/schedule/generators.hpp"
 #include "engine/schedule/lowering.hpp"
 #include "engine/schedule/validate.hpp"
@@ -130,6 +131,7 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Model& mo
   }
   if (o.microbatches < 1) return make_error("microbatches = {}: must be >= 1", o.microbatches);
   if (o.B < 1) return make_error("microbatch_size = {}: must be >= 1", o.B);
+  if (Status ok = check_tied_placement(model, partition, o.mode); !ok) return ok.error();
   if (o.T < 1 || o.T > model.options().context) {
     return make_error("seq_len = {}: must be in [1, model.context = {}]", o.T,
                       model.options().context);

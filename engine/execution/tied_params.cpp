@@ -8,6 +8,23 @@
 
 namespace actorpipe {
 
+Status check_tied_placement(const Model& model, const Partition& partition, Mode mode) {
+  if (mode != Mode::xpipe) return {};
+  const int last = partition.stages() - 1;
+  for (const TiedParam& t : model.tied()) {
+    const int owner = partition.stage_of(t.owner_layer), copy = partition.stage_of(t.copy_layer);
+    if (owner == copy || copy == last) continue;
+    return make_error(
+        "xpipe: the tied copy layers.{}.{} is on stage {} of {}, its owner layers.{}.{} on stage "
+        "{}; xpipe keeps a copy on another stage than its owner only on the last stage (whose "
+        "forwards predict no update ahead): place layer {} on the last stage or with layer {} "
+        "(pipeline.partition), or use another mode",
+        t.copy_layer, t.copy_slot, copy, partition.stages(), t.owner_layer, t.owner_slot, owner,
+        t.copy_layer, t.owner_layer);
+  }
+  return {};
+}
+
 TiedSync tied_sync(Mode mode) {
   return is_synchronous(mode) ? TiedSync::exchange_grads : TiedSync::follow_owner;
 }

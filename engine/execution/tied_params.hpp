@@ -31,6 +31,12 @@ namespace actorpipe {
 enum class TiedSync : uint8_t { exchange_grads, follow_owner };
 TiedSync tied_sync(Mode mode);
 
+/// Whether `mode` can keep the model's ties over `partition`: in xpipe a copy on another stage
+/// than its owner must sit on the last stage, whose forwards look no update ahead (the owner's
+/// stage predicts the tied value only for the copy's lookahead 0). Errors name the tie, the
+/// stage and the ways out.
+Status check_tied_placement(const Model& model, const Partition& partition, Mode mode);
+
 /// A value of a tied parameter as a follow_owner copy computes with it: the owner stage's
 /// version, and in xpipe the updates the owner's forward predicted ahead of it (0: the version as
 /// it is; a forward at version 0 has nothing to predict from and uses lookahead 0). Microbatches

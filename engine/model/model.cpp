@@ -90,7 +90,12 @@ Expected<Model> Model::from_layers(const ModelOptions& shape,
     if (!b) return b.error();
     const std::string names = fmt::format("layers.{}.{} / layers.{}.{}", t.owner_layer,
                                           t.owner_slot, t.copy_layer, t.copy_slot);
-    if (t.owner_layer == t.copy_layer) return make_error("tied {}: the same layer", names);
+    if (t.owner_layer >= t.copy_layer) {
+      return make_error(
+          "tied {}: the owner must be in an earlier layer than its copy (the copy's stage uses the "
+          "owner's values of the same microbatch); declare it the other way round",
+          names);
+    }
     if ((*a)->shape != (*b)->shape) {
       return make_error("tied {}: shapes ({}) and ({}) differ", names, fmt::join((*a)->shape, ", "),
                         fmt::join((*b)->shape, ", "));

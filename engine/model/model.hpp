@@ -18,7 +18,8 @@ namespace actorpipe {
 /// A parameter held twice: `owner` (the embedding's wte) and its `copy` (the head's decoder
 /// weight). Both copies start identical (the copy is initialised as the owner's slot says, from
 /// the owner's RNG stream), get the same summed gradient and the same update; the copy is
-/// counted once (gradient norm, parameter count). Declaring it is all a model does.
+/// counted once (gradient norm, parameter count). Declaring it is all a model does. The owner
+/// is in an earlier layer than its copy.
 struct TiedParam {
   int owner_layer = 0;
   std::string owner_slot;  // "wte"

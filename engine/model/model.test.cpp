@@ -650,6 +650,10 @@ TEST_CASE("from_layers: a model of one's own layers, checked layer by layer") {
             .find("a parameter is tied once") != std::string::npos);
   CHECK(from_layers_error({emb, mid, head}, {{5, "w", 2, "lm_head.weight"}}) ==
         "tied owner layer 5: outside [0, 3)");
+  CHECK(from_layers_error({emb, mid, head}, {{2, "lm_head.weight", 0, "wte"}}) ==
+        "tied layers.2.lm_head.weight / layers.0.wte: the owner must be in an earlier layer than "
+        "its copy (the copy's stage uses the owner's values of the same microbatch); declare it "
+        "the other way round");
 }
 
 TEST_CASE("a declared tie starts the copy as its owner, whatever the copy's own init says") {
