@@ -131,6 +131,7 @@ class DriverActor : public caf::event_based_actor {
         },
         [this](done_atom, int stage, const StageTimes& times) {
           ++messages_;
+          AP_CHECK(stage >= 0 && stage < st_->stages, "done of stage {}", stage);
           ++done_;
           times_[static_cast<size_t>(stage)] = times;
           report_steps();
@@ -144,6 +145,8 @@ class DriverActor : public caf::event_based_actor {
         },
         [this](sumsq_atom, const SumSq& s) {
           ++messages_;
+          AP_CHECK(s.stage >= 0 && s.stage < st_->stages, "gradient norm part of stage {}",
+                   s.stage);
           auto& parts = sumsq_[s.ordinal];
           parts.resize(static_cast<size_t>(st_->stages));
           parts[static_cast<size_t>(s.stage)] = s.per_layer;
