@@ -1058,3 +1058,31 @@ TEST_CASE(
     }
   }
 }
+
+TEST_CASE("a model of one's own moves between stages (forced migration) to the same bits") {
+  Config c = tiny("1f1b", 2, 6);
+  c.model.depth = 3;
+  const ModelOptions& o = c.model;
+  auto m = Model::from_layers(
+      o,
+      {internal::make_gpt_embedding(o, 0), internal::make_block(o, 1, true),
+       internal::make_block(o, 2, true), internal::make_block(o, 3, true),
+       internal::make_gpt_head(o, 4)},
+      {{0, "wte", 4, "lm_head.weight"}, {1, "mlp.fc.weight", 3, "mlp.fc.weight"}});
+  REQUIRE(m.ok());
+  TrainerOptions to;
+  to.model = std::make_shared<const Model>(*m);
+  Config moved = c;
+  moved.migration.moves = "2: 2, 3; 4: 4, 1";
+  moved.eval.every = 3;
+  auto a = Trainer::create(moved, to);
+  auto b = Trainer::create(c, to);
+  REQUIRE_MESSAGE(a.ok(), (a.ok() ? "" : a.error().message));
+  REQUIRE(b.ok());
+  train(**a);
+  train(**b);
+  CHECK((*a)->partition() == std::vector<int>{4, 1});
+  CHECK(same_weights(**a, **b));
+  REQUIRE((*a)->last_eval().has_value());
+  CHECK((*a)->last_eval()->step == 6);
+}
