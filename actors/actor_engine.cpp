@@ -101,13 +101,6 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
     auto declared = options_for_model(given.model, *options.model);
     if (!declared) return declared.error();
     config.model = *declared;
-    if (plans_automatically(config.pipeline))
-      return auto_plan_refused_for_own_model(config.pipeline);
-    if (config.migration.enabled) {
-      return make_error(
-          "migration.enabled = true: the automatic rule plans from a profile of the built-in "
-          "models only, not a model of your own layers; migration.moves still work");
-    }
   }
   if (options.scheduler_threads < 1)
     return make_error("actor engine: scheduler_threads = {}, expected >= 1",
@@ -140,7 +133,9 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
         group->world());
   }
   // "auto": the planner's partition from the measured (or cached) profile
-  auto resolved = resolve_partition(config);
+  AutoPartitionOptions planning;
+  planning.model = options.model.get();
+  auto resolved = resolve_partition(config, planning);
   if (!resolved) return resolved.error();
   auto impl = std::make_unique<Impl>();
   impl->config = *resolved;
@@ -214,7 +209,7 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
     setup->check_every = config.migration.check_every;
     if (config.migration.enabled) {
       // the profile (measured once, or cached) and the planner's options for this pipeline
-      auto profiled = plan_auto_partition(impl->config);
+      auto profiled = plan_auto_partition(impl->config, planning);
       if (!profiled) return make_error("migration.enabled: {}", profiled.error().message);
       setup->policy =
           std::make_unique<MigrationPolicy>(config.migration, profiled->costs, profiled->planner,

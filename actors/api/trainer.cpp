@@ -328,12 +328,12 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
     auto declared = options_for_model(config.model, *options.model);
     if (!declared) return make_error("TrainerOptions::model: {}", declared.error().message);
     given.model = *declared;
-    if (plans_automatically(config.pipeline))
-      return auto_plan_refused_for_own_model(config.pipeline);
   }
   // "auto": the planner's partition from the measured (or cached) profile, for both backends
   // and for the checkpoints' manifests
-  auto resolved = resolve_partition(given);
+  AutoPartitionOptions planning;
+  planning.model = options.model.get();
+  auto resolved = resolve_partition(given, planning);
   if (!resolved) return resolved.error();
   auto impl = std::make_unique<Impl>();
   impl->config = *resolved;

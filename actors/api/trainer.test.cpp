@@ -950,12 +950,21 @@ TEST_CASE("TrainerOptions::model and ::data: errors name the key that does not d
   auto t = Trainer::create(wide, o);
   REQUIRE(!t.ok());
   CHECK(t.error().message == "TrainerOptions::model: model.width = 16, but the model given has 8");
+  // "auto" profiles the model given (never cached) and plans its partition
+  TempDir cache;
+  setenv("ACTORPIPE_CACHE_DIR", cache.str().c_str(), 1);
   Config auto_part = c;
   auto_part.pipeline.partition.automatic = true;
+  auto_part.pipeline.recompute.kind = RecomputeSpec::Kind::automatic;
   t = Trainer::create(auto_part, o);
-  REQUIRE(!t.ok());
-  CHECK(t.error().message.find("pipeline.partition = \"auto\": the profiler measures the built-in "
-                               "models only") == 0);
+  REQUIRE_MESSAGE(t.ok(), (t.ok() ? "" : t.error().message));
+  const auto counts = (*t)->partition();
+  CHECK(counts.size() == 2);
+  CHECK(counts[0] + counts[1] == 4);
+  CHECK(!(*t)->config().pipeline.partition.automatic);
+  train(**t);
+  CHECK(fs::is_empty(cache.path));
+  unsetenv("ACTORPIPE_CACHE_DIR");
   // the same model given: the same bits as the built-in path
   auto given = Trainer::create(c, o);
   REQUIRE(given.ok());
@@ -1085,4 +1094,14 @@ TEST_CASE("a model of one's own moves between stages (forced migration) to the s
   CHECK(same_weights(**a, **b));
   REQUIRE((*a)->last_eval().has_value());
   CHECK((*a)->last_eval()->step == 6);
+  // the automatic rule profiles the model given
+  Config automatic = c;
+  automatic.migration.enabled = true;
+  automatic.migration.check_every = 2;
+  auto r = Trainer::create(automatic, to);
+  REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message));
+  int checks = 0;
+  (*r)->on_migration([&](const MigrationEvent&) { ++checks; });
+  train(**r);
+  CHECK(checks >= 2);
 }

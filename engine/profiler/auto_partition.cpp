@@ -33,10 +33,16 @@ Expected<AutoPartition> plan_auto_partition(const Config& config,
   AutoPartition out;
   out.planner = *planner;
   const ProfileKey key = profile_key(config);
-  const int num_layers = config.model.depth + 2;
-  const std::string dir =
-      options.cache_dir.empty() ? default_profile_cache_dir() : options.cache_dir;
-  if (dir.empty()) {
+  const int num_layers =
+      options.model != nullptr ? options.model->num_layers() : config.model.depth + 2;
+  const std::string dir = options.model != nullptr    ? std::string()
+                          : options.cache_dir.empty() ? default_profile_cache_dir()
+                                                      : options.cache_dir;
+  if (options.model != nullptr) {
+    out.cache_note =
+        "a model of one's own layers is profiled each time (the cache holds the "
+        "built-in models' profiles)";
+  } else if (dir.empty()) {
     out.cache_note = "no cache directory (ACTORPIPE_CACHE_DIR, XDG_CACHE_HOME and HOME unset)";
   } else if (!options.read_cache) {
     out.cache_note =
@@ -52,8 +58,11 @@ Expected<AutoPartition> plan_auto_partition(const Config& config,
     }
   }
   if (!out.from_cache) {
-    auto measured =
-        profile_layers(config.model, config.optimizer, key.B, key.T, key.threads, options.reps);
+    auto measured = options.model != nullptr
+                        ? profile_layers(*options.model, config.optimizer, key.B, key.T,
+                                         key.threads, options.reps)
+                        : profile_layers(config.model, config.optimizer, key.B, key.T, key.threads,
+                                         options.reps);
     if (!measured) return measured.error();
     out.profile = std::move(*measured);
     if (!dir.empty() && options.write_cache) {
@@ -65,7 +74,8 @@ Expected<AutoPartition> plan_auto_partition(const Config& config,
       }
     }
   }
-  auto costs = layer_costs(out.profile, config.model, config.optimizer);
+  auto costs = options.model != nullptr ? layer_costs(out.profile, *options.model, config.optimizer)
+                                        : layer_costs(out.profile, config.model, config.optimizer);
   if (!costs) return costs.error();
   out.costs = std::move(*costs);
 
@@ -140,14 +150,6 @@ Expected<AutoPartition> plan_auto_partition(const Config& config,
 
 bool plans_automatically(const PipelineOptions& p) {
   return p.partition.automatic || p.recompute.kind == RecomputeSpec::Kind::automatic;
-}
-
-Error auto_plan_refused_for_own_model(const PipelineOptions& p) {
-  return make_error(
-      "pipeline.{} = \"auto\": the profiler measures the built-in models only, not a model of "
-      "your own layers; give pipeline.partition as layer counts (or \"even\") and "
-      "pipeline.recompute as a list",
-      p.partition.automatic ? "partition" : "recompute");
 }
 
 Expected<Config> resolve_partition(const Config& config, const AutoPartitionOptions& options) {

@@ -20,6 +20,10 @@ struct AutoPartitionOptions {
   bool read_cache = true;   ///< use a cached profile of the same key; false = measure again
   bool write_cache = true;  ///< store a measured profile
   int reps = 5;             ///< calls timed per layer and kind (medians)
+  /// A model of one's own layers (Model::from_layers) that config.model describes: profiled
+  /// instead of the built-in model, and never cached (the cache is keyed by the built-in
+  /// model's options). Null: the built-in model of config.model.
+  const Model* model = nullptr;
 };
 
 /// What plan_auto_partition found.
@@ -61,10 +65,6 @@ Expected<AutoPartition> plan_auto_partition(const Config& config,
 
 /// pipeline.partition or pipeline.recompute is "auto": the stages need the planner first.
 bool plans_automatically(const PipelineOptions& pipeline);
-
-/// The error for pipeline.partition or pipeline.recompute = "auto" with a user's own model
-/// (Model::from_layers): the profiler measures the built-in model of [model] only.
-Error auto_plan_refused_for_own_model(const PipelineOptions& pipeline);
 
 /// `config` with pipeline.partition = "auto" replaced by the counts of plan_auto_partition's
 /// plan and pipeline.recompute = "auto" by its recomputed layers (a list, or "none"); any other

@@ -81,12 +81,9 @@ double time_median(int reps, F&& fn) {
 /// Context of `threads` threads: the layers of one microbatch, callable one at a time.
 class LayerBench {
  public:
-  static Expected<std::unique_ptr<LayerBench>> create(const ModelOptions& model_opts,
-                                                      const OptimizerOptions& optimizer, int B,
-                                                      int T, int threads) {
-    auto built = Model::build(model_opts);
-    if (!built) return built.error();
-    return std::unique_ptr<LayerBench>(new LayerBench(std::move(*built), optimizer, B, T, threads));
+  static std::unique_ptr<LayerBench> create(Model model, const OptimizerOptions& optimizer, int B,
+                                            int T, int threads) {
+    return std::unique_ptr<LayerBench>(new LayerBench(std::move(model), optimizer, B, T, threads));
   }
 
   int layers() const { return model_.num_layers(); }
@@ -203,14 +200,21 @@ Expected<LayerProfile> profile_layers(const ModelOptions& model_opts,
                                       const OptimizerOptions& optimizer, int B, int T, int threads,
                                       int reps) {
   if (Status ok = check_profile_args(model_opts, B, T, threads, reps); !ok) return ok.error();
-  auto bench = LayerBench::create(model_opts, optimizer, B, T, threads);
-  if (!bench) return bench.error();
-  LayerBench& lb = **bench;
+  auto model = Model::build(model_opts);
+  if (!model) return model.error();
+  return profile_layers(*model, optimizer, B, T, threads, reps);
+}
+
+Expected<LayerProfile> profile_layers(const Model& model, const OptimizerOptions& optimizer, int B,
+                                      int T, int threads, int reps) {
+  if (Status ok = check_profile_args(model.options(), B, T, threads, reps); !ok) return ok.error();
+  auto bench = LayerBench::create(model, optimizer, B, T, threads);
+  LayerBench& lb = *bench;
   const int n = lb.layers();
 
   LayerProfile p;
   p.threads = threads;
-  p.tied = model_opts.tied;
+  p.tied = model.options().tied;
   p.B = B;
   p.T = T;
   p.reps = reps;
@@ -246,12 +250,11 @@ Expected<LayerProfile> profile_layers_loaded(const ModelOptions& model,
   if (Status ok = check_profile_args(model, B, T, threads, reps); !ok) return ok.error();
   // every load thread builds its model and buffers before the profile starts, then runs
   // forward-backward chains of microbatches (the work of a stage) until the profile is done
+  auto built = Model::build(model);
+  if (!built) return built.error();
   std::vector<std::unique_ptr<LayerBench>> benches;
-  for (int i = 0; i < load_threads; ++i) {
-    auto b = LayerBench::create(model, optimizer, B, T, 1);
-    if (!b) return b.error();
-    benches.push_back(std::move(*b));
-  }
+  for (int i = 0; i < load_threads; ++i)
+    benches.push_back(LayerBench::create(*built, optimizer, B, T, 1));
   std::atomic<bool> stop{false};
   std::atomic<int> started{0};
   std::vector<std::thread> load;
@@ -263,7 +266,7 @@ Expected<LayerProfile> profile_layers_loaded(const ModelOptions& model,
     });
   }
   while (started.load() < load_threads) std::this_thread::yield();
-  auto p = profile_layers(model, optimizer, B, T, threads, reps);
+  auto p = profile_layers(*built, optimizer, B, T, threads, reps);
   stop.store(true);
   for (std::thread& t : load) t.join();
   if (p) p->load_threads = load_threads;
@@ -278,11 +281,18 @@ constexpr std::int64_t kFloat = 4;  // bytes of an f32
 
 Expected<std::vector<LayerCosts>> layer_bytes(const ModelOptions& model_opts,
                                               const OptimizerOptions& optimizer, int B, int T) {
+  auto model = Model::build(model_opts);
+  if (!model) return model.error();
+  return layer_bytes(*model, optimizer, B, T);
+}
+
+Expected<std::vector<LayerCosts>> layer_bytes(const Model& m, const OptimizerOptions& optimizer,
+                                              int B, int T) {
+  const ModelOptions& model_opts = m.options();
   if (B < 1 || T < 1 || T > model_opts.context)
     return make_error("layer bytes: B = {}, T = {}: expected B >= 1 and 1 <= T <= context ({})", B,
                       T, model_opts.context);
-  auto model = Model::build(model_opts);
-  if (!model) return model.error();
+  const Model* model = &m;
   const std::int64_t hidden = std::int64_t{B} * T * model_opts.width * kFloat;  // (B, T, C)
   std::vector<LayerCosts> out;
   for (int i = 0; i < model->num_layers(); ++i) {
@@ -305,6 +315,13 @@ Expected<std::vector<LayerCosts>> layer_bytes(const ModelOptions& model_opts,
 
 Expected<std::vector<LayerCosts>> layer_costs(const LayerProfile& profile,
                                               const ModelOptions& model,
+                                              const OptimizerOptions& optimizer) {
+  auto built = Model::build(model);
+  if (!built) return built.error();
+  return layer_costs(profile, *built, optimizer);
+}
+
+Expected<std::vector<LayerCosts>> layer_costs(const LayerProfile& profile, const Model& model,
                                               const OptimizerOptions& optimizer) {
   auto costs = layer_bytes(model, optimizer, profile.B, profile.T);
   if (!costs) return costs.error();

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/expected.hpp"
+#include "engine/model/model.hpp"
 #include "engine/options.hpp"
 #include "engine/planner/layer_costs.hpp"
 
@@ -44,6 +45,9 @@ struct LayerProfile {
 /// medians. Errors: a bad model, B, T or reps ("layer profile: B = 0, ...").
 Expected<LayerProfile> profile_layers(const ModelOptions& model, const OptimizerOptions& optimizer,
                                       int B, int T, int threads, int reps);
+/// The same for a model already built (a model of one's own layers, Model::from_layers).
+Expected<LayerProfile> profile_layers(const Model& model, const OptimizerOptions& optimizer, int B,
+                                      int T, int threads, int reps);
 
 /// profile_layers with `load_threads` other threads busy meanwhile, each running forward and
 /// backward chains of the same model on a Context of 1 thread (its own model and buffers) until
@@ -66,12 +70,18 @@ Expected<LayerProfile> profile_layers_loaded(const ModelOptions& model,
 /// All f32 (4 bytes a float). Errors: a bad model, B < 1 or T outside [1, context].
 Expected<std::vector<LayerCosts>> layer_bytes(const ModelOptions& model,
                                               const OptimizerOptions& optimizer, int B, int T);
+/// The same for a model already built.
+Expected<std::vector<LayerCosts>> layer_bytes(const Model& model, const OptimizerOptions& optimizer,
+                                              int B, int T);
 
 /// The planner's costs: layer_bytes for the profile's (B, T) with the profile's times
 /// (forward, backward, backward_weight, update). Errors: as layer_bytes, or a profile with
 /// another number of layers than the model.
 Expected<std::vector<LayerCosts>> layer_costs(const LayerProfile& profile,
                                               const ModelOptions& model,
+                                              const OptimizerOptions& optimizer);
+/// The same for a model already built.
+Expected<std::vector<LayerCosts>> layer_costs(const LayerProfile& profile, const Model& model,
                                               const OptimizerOptions& optimizer);
 
 }  // namespace actorpipe

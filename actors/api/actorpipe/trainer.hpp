@@ -74,10 +74,10 @@ struct TrainerOptions {
   std::optional<TrainerRestart> relaunched;
   /// A model of your own layers (Model::from_layers, docs/api.md) to train instead of the
   /// built-in GPT or BERT. config.model describes it: vocab_size, context, width, depth (its
-  /// hidden layers) and init_seed must equal the model's. pipeline.partition and recompute
-  /// cannot be "auto" and migration.enabled cannot be true (they profile the built-in models);
-  /// forced migration.moves work. In a job of several processes every process passes the same
-  /// model (the same layers, built the same way).
+  /// hidden layers) and init_seed must equal the model's. pipeline.partition = "auto",
+  /// pipeline.recompute = "auto" and migration.enabled profile this model (each time: the
+  /// profile cache holds the built-in models'). In a job of several processes every process
+  /// passes the same model (the same layers, built the same way).
   std::shared_ptr<const Model> model;
   /// Your own data (DataSource, engine/data/data_source.hpp) instead of [data]: its batch_size()
   /// must be pipeline.microbatch_size, its seq_len() pipeline.seq_len (or model.context), its
