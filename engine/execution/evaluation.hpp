@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <span>
 
-
 namespace actorpipe {
 
 /// The result of one evaluation.
