@@ -1019,6 +1019,23 @@ TEST_CASE("a data source of one's own that makes a bad microbatch fails the run 
   }
 }
 
+namespace {
+
+// A GPT of depth 3 built from its layers, with its embedding tied to the head and the first
+// block's MLP input matrix tied to the third block's (a model of one's own).
+Model tied_blocks(const ModelOptions& o) {
+  auto m = Model::from_layers(
+      o,
+      {internal::make_gpt_embedding(o, 0), internal::make_block(o, 1, true),
+       internal::make_block(o, 2, true), internal::make_block(o, 3, true),
+       internal::make_gpt_head(o, 4)},
+      {{0, "wte", 4, "lm_head.weight"}, {1, "mlp.fc.weight", 3, "mlp.fc.weight"}});
+  REQUIRE_MESSAGE(m.ok(), (m.ok() ? "" : m.error().message));
+  return std::move(m).value();
+}
+
+}  // namespace
+
 TEST_CASE(
     "a model of one's own with a tie between two hidden layers trains in every mode, both "
     "backends equal, the tied copies equal; xpipe refuses a copy off the last stage") {
@@ -1028,21 +1045,14 @@ TEST_CASE(
       CAPTURE(what);
       Config c = tiny(mode, stages, 4);
       c.model.depth = 3;
-      const ModelOptions& o = c.model;
-      auto m = Model::from_layers(
-          o,
-          {internal::make_gpt_embedding(o, 0), internal::make_block(o, 1, true),
-           internal::make_block(o, 2, true), internal::make_block(o, 3, true),
-           internal::make_gpt_head(o, 4)},
-          {{0, "wte", 4, "lm_head.weight"}, {1, "mlp.fc.weight", 3, "mlp.fc.weight"}});
-      REQUIRE_MESSAGE(m.ok(), (m.ok() ? "" : m.error().message));
+      const Model m = tied_blocks(c.model);
       // even partitions of 5 layers: layer 3 is on the last stage of 2, not of 3 or 4
       const bool refused = what == "xpipe d=3" || what == "xpipe d=4";
       std::vector<std::vector<NamedTensor>> w;
       for (Backend b : {Backend::actors, Backend::serial}) {
         TrainerOptions to;
         to.backend = b;
-        to.model = std::make_shared<const Model>(*m);
+        to.model = std::make_shared<const Model>(m);
         auto t = Trainer::create(c, to);
         if (refused) {
           REQUIRE(!t.ok());
@@ -1071,16 +1081,9 @@ TEST_CASE(
 TEST_CASE("a model of one's own moves between stages (forced migration) to the same bits") {
   Config c = tiny("1f1b", 2, 6);
   c.model.depth = 3;
-  const ModelOptions& o = c.model;
-  auto m = Model::from_layers(
-      o,
-      {internal::make_gpt_embedding(o, 0), internal::make_block(o, 1, true),
-       internal::make_block(o, 2, true), internal::make_block(o, 3, true),
-       internal::make_gpt_head(o, 4)},
-      {{0, "wte", 4, "lm_head.weight"}, {1, "mlp.fc.weight", 3, "mlp.fc.weight"}});
-  REQUIRE(m.ok());
+  const Model m = tied_blocks(c.model);
   TrainerOptions to;
-  to.model = std::make_shared<const Model>(*m);
+  to.model = std::make_shared<const Model>(m);
   Config moved = c;
   moved.migration.moves = "2: 2, 3; 4: 4, 1";
   moved.eval.every = 3;
