@@ -181,13 +181,7 @@ class SerialBackend final : public Executor {
   Expected<EvalResult> evaluate(DataLoader& data, int microbatches,
                                 std::vector<ActionSpan>& spans) override {
     spans.clear();
-    std::vector<Microbatch> batches;
-    try {
-      for (int j = 0; j < microbatches; ++j) batches.push_back(data.next());
-    } catch (const std::exception& e) {
-      return make_error("{}", e.what());
-    }
-    return exec_->evaluate(batches);
+    return exec_->evaluate(data, microbatches);
   }
 
  private:
@@ -265,6 +259,22 @@ struct Trainer::Impl {
   Status callback_status;  // the first failure inside a step report (a metrics write)
 
   bool multi() const { return options.group != nullptr && options.group->world() > 1; }
+  // The held-out data of [data] (eval.path, data.holdout) unless it is open already (or given:
+  // TrainerOptions::eval_data). One's own training data has no held-out part of [data].
+  Status open_heldout() {
+    if (heldout) return {};
+    if (options.data) {
+      return make_error(
+          "the training data is your own (TrainerOptions::data), so the held-out data must be "
+          "too: set TrainerOptions::eval_data");
+    }
+    auto held = open_heldout_source(config.data, config.eval.path, config.model.arch,
+                                    config.model.vocab_size, config.pipeline.microbatch_size,
+                                    sequence_length(config));
+    if (!held) return held.error();
+    heldout = std::move(*held);
+    return {};
+  }
   // tokens of one optimizer step (pipedream: one microbatch)
   int64_t tokens_per_step() const {
     const int64_t mbs = config.pipeline.mode == "pipedream" ? 1 : config.pipeline.microbatches;
@@ -396,16 +406,8 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
     impl->heldout = options.eval_data;
   } else if (config.eval.every > 0) {
     // what would fail at the first evaluation fails now
-    if (options.data) {
-      return make_error(
-          "eval.every = {}: the training data is your own (TrainerOptions::data), so the "
-          "held-out data must be too: set TrainerOptions::eval_data",
-          config.eval.every);
-    }
-    auto held = open_heldout_source(config.data, config.eval.path, config.model.arch,
-                                    config.model.vocab_size, B, T);
-    if (!held) return make_error("eval: {}", held.error().message);
-    impl->heldout = std::move(*held);
+    if (Status ok = impl->open_heldout(); !ok)
+      return make_error("eval.every = {}: {}", config.eval.every, ok.error().message);
   }
   if (!config.checkpoint.resume.empty()) {
     auto ckpt = load_checkpoint(config.checkpoint.resume);
@@ -498,19 +500,7 @@ const std::optional<EvalMetrics>& Trainer::last_eval() const {
 
 Expected<EvalMetrics> Trainer::evaluate() {
   Impl& im = *impl_;
-  if (!im.heldout) {
-    if (im.options.data) {
-      return make_error(
-          "evaluate: the training data is your own (TrainerOptions::data); give the held-out "
-          "data as TrainerOptions::eval_data");
-    }
-    const int T = sequence_length(im.config);
-    auto held =
-        open_heldout_source(im.config.data, im.config.eval.path, im.config.model.arch,
-                            im.config.model.vocab_size, im.config.pipeline.microbatch_size, T);
-    if (!held) return make_error("evaluate: {}", held.error().message);
-    im.heldout = std::move(*held);
-  }
+  if (Status ok = im.open_heldout(); !ok) return make_error("evaluate: {}", ok.error().message);
   const auto now = Clock::now();
   if (!im.train_start) im.train_start = now;
   const double offset = std::chrono::duration<double>(now - *im.train_start).count();

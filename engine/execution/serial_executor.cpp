@@ -259,16 +259,33 @@ Expected<std::vector<double>> SerialExecutor::run(int steps, std::span<const Mic
   return losses;
 }
 
+namespace {
+
+// The next n microbatches of `data`; a source's failure (named by the DataLoader) is an error.
+Expected<std::vector<Microbatch>> read_batches(DataLoader& data, int64_t n) {
+  std::vector<Microbatch> batches;
+  try {
+    for (int64_t i = 0; i < n; ++i) batches.push_back(data.next());
+  } catch (const std::exception& e) {
+    return make_error("{}", e.what());
+  }
+  return batches;
+}
+
+}  // namespace
+
 Expected<std::vector<double>> SerialExecutor::run(int steps, DataLoader& data,
                                                   const StepDone& on_step) {
   if (steps < 1) return make_error("steps = {}: must be >= 1", steps);
-  std::vector<Microbatch> batches;
-  try {
-    for (int64_t i = 0; i < microbatches_for(steps); ++i) batches.push_back(data.next());
-  } catch (const std::exception& e) {  // a source's failure, named by the source (DataLoader)
-    return make_error("{}", e.what());
-  }
-  return run(steps, batches, on_step);
+  auto batches = read_batches(data, microbatches_for(steps));
+  if (!batches) return batches.error();
+  return run(steps, *batches, on_step);
+}
+
+Expected<EvalResult> SerialExecutor::evaluate(DataLoader& data, int microbatches) {
+  auto batches = read_batches(data, microbatches);
+  if (!batches) return batches.error();
+  return evaluate(*batches);
 }
 
 Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,

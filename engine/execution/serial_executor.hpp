@@ -93,6 +93,8 @@ class SerialExecutor {
   /// StageWorker::evaluate (stage 0 first), with the newest weights. Errors: a non-finite loss
   /// (naming the microbatch) or a microbatch of another shape.
   Expected<EvalResult> evaluate(std::span<const Microbatch> batches);
+  /// As above, reading `microbatches` microbatches from `data`.
+  Expected<EvalResult> evaluate(DataLoader& data, int microbatches);
   /// Runs one schedule (validated here) of the executor's mode whose microbatch j is
   /// batches[j]; returns one loss per optimizer step of the schedule.
   Expected<std::vector<double>> run_schedule(const Schedule& schedule,
