@@ -13,6 +13,9 @@ set(BLA_VENDOR OpenBLAS)
 find_package(BLAS REQUIRED)
 
 find_package(ucx REQUIRED)
+# Gloo (Debian's libgloo-dev): its config defines the imported target gloo (headers in
+# /usr/include; they warn under -Wshadow, but as an imported target's they are system headers)
+find_package(Gloo REQUIRED)
 find_package(OpenSSL 3 REQUIRED)  # OpenSSL::SSL: CAF's TLS module and the coordinator's checks
 
 # CAF 0.17.6: Debian ships neither a CMake config nor a pkg-config file.
