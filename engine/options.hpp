@@ -85,6 +85,7 @@ struct PipelineOptions {
   bool split_backward = true;  // a B hands its input gradient on before its weight gradients
   int memory_limit_mb = 0;     // per stage, for partition / recompute = "auto"; 0 = no limit
   RecomputeSpec recompute;     // "none", "all", "auto" or global layer indices
+  int replicas = 1;  // w: data-parallel copies of the pipeline; each runs microbatches / w
 };
 
 /// [train]

@@ -6,6 +6,7 @@
 #include <cfloat>
 #include <climits>
 #include <cmath>
+#include <set>
 #include <sstream>
 #include <toml.hpp>
 
@@ -496,6 +497,28 @@ Status validate(const Config& c) {
                     "pipeline.stages = {}",
                     p.microbatches, p.stages));
   }
+  if (p.replicas < 1) {
+    bad(fmt::format("pipeline.replicas = {}: must be >= 1", p.replicas));
+  } else if (p.replicas > 1) {
+    if (p.microbatches >= 1 && p.microbatches % p.replicas != 0) {
+      bad(fmt::format(
+          "pipeline.replicas = {}: must divide pipeline.microbatches = {} (each replica runs "
+          "microbatches / replicas of every step)",
+          p.replicas, p.microbatches));
+    } else if (p.mode == "2bw" && p.stages >= 1 && p.microbatches / p.replicas < p.stages) {
+      bad(fmt::format(
+          "pipeline.replicas = {}: mode 2bw needs at least pipeline.stages = {} microbatches per "
+          "replica, and pipeline.microbatches = {} gives {}",
+          p.replicas, p.stages, p.microbatches, p.microbatches / p.replicas));
+    }
+    if (p.mode == "pipedream" || p.mode == "xpipe") {
+      bad(fmt::format(
+          "pipeline.replicas = {}: mode {} updates every stage after each microbatch on its "
+          "own schedule of weight versions; replicas would need an all-reduce per microbatch "
+          "(supported: gpipe, 1f1b, 2bw)",
+          p.replicas, p.mode));
+    }
+  }
   if (p.microbatch_size < 1) {
     bad(fmt::format("pipeline.microbatch_size = {}: must be >= 1", p.microbatch_size));
   }
@@ -710,6 +733,19 @@ std::string config_reference_markdown() {
         fmt::format("| `{}` | {} | `{}` | {} | {} |\n", spec.name(), internal::kind_name(spec.kind),
                     cell(internal::to_toml_text(spec.kind, spec.get(defaults))), cell(spec.allowed),
                     cell(spec.meaning));
+  }
+  return out;
+}
+
+std::vector<std::string> job_config_lines(const Config& config) {
+  static const std::set<std::string> own = {"cluster.bind",    "cluster.tls_certificate",
+                                            "cluster.tls_key", "cluster.tls_ca",
+                                            "train.metrics",   "train.trace",
+                                            "train.log_every"};
+  std::vector<std::string> out;
+  for (const internal::OptionSpec& spec : internal::option_table()) {
+    if (own.count(spec.name()) != 0) continue;
+    out.push_back(spec.name() + " = " + internal::to_toml_text(spec.kind, spec.get(config)));
   }
   return out;
 }

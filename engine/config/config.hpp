@@ -36,6 +36,12 @@ Expected<std::vector<std::string>> collect_sets(int argc, const char* const* arg
 /// The whole config as TOML, every key explicit; config_from_string(to_toml(c)) gives back c.
 std::string to_toml(const Config& config);
 
+/// "section.key = value" for every key the processes of one job must agree on, in table order:
+/// all but those each process may set for itself (cluster.bind, cluster.tls_certificate,
+/// cluster.tls_key, cluster.tls_ca: its own address and files; train.metrics, train.trace,
+/// train.log_every: rank 0 reports).
+std::vector<std::string> job_config_lines(const Config& config);
+
 /// Checks ranges and combinations: heads divide width, lr > 0, a known mode, 2bw with at least
 /// as many microbatches as stages, at most model.depth + 2 stages, a partition of stages
 /// positive entries summing to depth + 2, seq_len <= context, a path for text and token data,

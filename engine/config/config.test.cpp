@@ -91,6 +91,7 @@ Config everything_changed() {
   c.pipeline.split_backward = false;
   c.pipeline.memory_limit_mb = 64;
   c.pipeline.recompute = {RecomputeSpec::Kind::layers, {7, 1}};
+  c.pipeline.replicas = 2;
   c.optimizer.kind = "sgd";
   c.optimizer.lr = 3e-4f;
   c.optimizer.beta1 = 0.8f;
@@ -421,6 +422,17 @@ TEST_CASE("out-of-range values and impossible combinations are refused") {
   check({"pipeline.seq_len=129"}, "pipeline.seq_len = 129: exceeds model.context = 128");
   check({"pipeline.microbatches=0"}, "pipeline.microbatches = 0: must be >= 1");
   check({"pipeline.microbatches=65537"}, "pipeline.microbatches = 65537: at most 65536 per step");
+  check({"pipeline.replicas=0"}, "pipeline.replicas = 0: must be >= 1");
+  check({"pipeline.replicas=3", "pipeline.microbatches=4"},
+        "pipeline.replicas = 3: must divide pipeline.microbatches = 4");
+  check(
+      {"pipeline.mode=2bw", "pipeline.stages=2", "pipeline.microbatches=2", "pipeline.replicas=2"},
+      "pipeline.replicas = 2: mode 2bw needs at least pipeline.stages = 2 microbatches per "
+      "replica, and pipeline.microbatches = 2 gives 1");
+  check({"pipeline.mode=xpipe", "pipeline.replicas=2"},
+        "pipeline.replicas = 2: mode xpipe updates every stage after each microbatch");
+  check({"pipeline.mode=pipedream", "pipeline.replicas=2"},
+        "pipeline.replicas = 2: mode pipedream updates every stage");
   check({"data.kind=text"}, "data.path = \"\": data.kind = \"text\" needs a file path");
   check({"data.kind=tokens"}, "data.kind = \"tokens\" needs a file path");
   check({"data.kind=csv"},

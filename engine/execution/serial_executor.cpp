@@ -110,6 +110,7 @@ SerialExecutor::SerialExecutor(const Model& model, const Partition& partition,
     w.mode = options.mode;
     w.stage = r;
     w.microbatches = options.microbatches;
+    w.replicas = options.replicas;
     w.B = options.B;
     w.T = options.T;
     w.threads = options.threads.empty() ? 1 : options.threads[static_cast<size_t>(r)];
@@ -130,6 +131,13 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Model& mo
                       partition.num_layers(), model.num_layers());
   }
   if (o.microbatches < 1) return make_error("microbatches = {}: must be >= 1", o.microbatches);
+  if (o.replicas < 1) return make_error("replicas = {}: must be >= 1", o.replicas);
+  if (o.replicas > 1 && o.reducer == nullptr)
+    return make_error("replicas = {}: a replica needs a GradientReducer", o.replicas);
+  if (o.reducer != nullptr && o.reducer->replicas() != o.replicas) {
+    return make_error("replicas = {} but the reducer sums over {}", o.replicas,
+                      o.reducer->replicas());
+  }
   if (o.B < 1) return make_error("microbatch_size = {}: must be >= 1", o.B);
   if (Status ok = check_tied_placement(model, partition, o.mode); !ok) return ok.error();
   if (o.T < 1 || o.T > model.options().context) {
@@ -155,7 +163,8 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Model& mo
 
 Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Config& config,
                                                                  bool log_versions,
-                                                                 const Model* own_model) {
+                                                                 const Model* own_model,
+                                                                 GradientReducer* reducer) {
   auto model = own_model != nullptr ? Expected<Model>(*own_model) : Model::build(config.model);
   if (!model) return model.error();
   auto partition = Partition::from_options(config.pipeline, model->num_layers());
@@ -164,7 +173,13 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Config& c
   if (!mode) return make_error("pipeline.mode: {}", mode.error().message);
   SerialExecutorOptions o;
   o.mode = *mode;
-  o.microbatches = config.pipeline.microbatches;
+  o.replicas = config.pipeline.replicas;
+  if (o.replicas < 1 || config.pipeline.microbatches % o.replicas != 0) {
+    return make_error("pipeline.replicas = {}: must divide pipeline.microbatches = {}", o.replicas,
+                      config.pipeline.microbatches);
+  }
+  o.microbatches = config.pipeline.microbatches / o.replicas;
+  o.reducer = reducer;
   o.B = config.pipeline.microbatch_size;
   o.T = config.pipeline.seq_len > 0 ? config.pipeline.seq_len : config.model.context;
   std::vector<int> all(static_cast<size_t>(partition->stages()));
@@ -328,6 +343,7 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
     return partition_.stage_of(role == TiedRole::owner ? tp.owner_layer : tp.copy_layer);
   };
 
+  Status failure;  // the first error of an action: the run stops after it
   // Whether stage r's next action can run now (and the side effects of reaching a barrier).
   auto ready = [&](int r, const Action& a) -> bool {
     StageWorker& w = *workers_[static_cast<size_t>(r)];
@@ -355,6 +371,15 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
           // the stage's gradients are complete once it reaches the update: it hands them out
           u.arrived[static_cast<size_t>(r)] = true;
           u.jobs[static_cast<size_t>(r)] = &w.begin_update(a);
+          // step 0.5: the gradients summed over the replicas (every replica's executor reaches
+          // its stages' updates in the same order: the sweep depends on the schedule only)
+          if (opts_.reducer != nullptr) {
+            UpdateJob& job = *u.jobs[static_cast<size_t>(r)];
+            if (Status ok = opts_.reducer->all_reduce(r, job.step(), job.gradients()); !ok) {
+              failure = make_error("stage {}: {}", r, ok.error().message);
+              return false;
+            }
+          }
           for (size_t k = 0; k < ntied && !global; ++k) {
             if (!cross(k, r, TiedRole::copy)) continue;
             const auto g = u.jobs[static_cast<size_t>(r)]->tied_grad(k);
@@ -375,7 +400,6 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
     return false;
   };
 
-  Status failure;  // the first error of an action: the run stops after it
   auto execute = [&](int r, const Action& a) {
     StageWorker& w = *workers_[static_cast<size_t>(r)];
     const size_t ru = static_cast<size_t>(r);
@@ -535,7 +559,11 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
         at_flush[ru] = true;
         ++run.flush_arrivals[run.flushes_done[ru]];
       }
-      if (!ready(r, a)) continue;
+      if (!ready(r, a)) {
+        if (!failure.ok())
+          return make_error("{} pipeline: {}", to_string(opts_.mode), failure.error().message);
+        continue;
+      }
       execute(r, a);
       if (!failure.ok())
         return make_error("{} pipeline: {}", to_string(opts_.mode), failure.error().message);

@@ -10,6 +10,7 @@
 
 #include "engine/batch.hpp"
 #include "engine/execution/evaluation.hpp"
+#include "engine/execution/gradient_reducer.hpp"
 #include "engine/execution/optimizer_shard.hpp"
 #include "engine/execution/stage_worker.hpp"
 #include "engine/expected.hpp"
@@ -35,6 +36,12 @@ struct SerialExecutorOptions {
   /// train.nonfinite = "skip" (gpipe and 1f1b only): a step whose loss or gradients are not
   /// finite is dropped on every stage (OptimizerShard::skip_update) instead of failing the run.
   bool skip_nonfinite = false;
+  /// pipeline.replicas w: this executor is one replica of a data-parallel job; `microbatches` is
+  /// its share of a step (m/w). Each stage's gradients are summed over the replicas through
+  /// `reducer` (required when w > 1) as soon as the stage reaches the update, before the tied
+  /// exchange (update protocol step 0.5). ReplicatedExecutor runs all w replicas.
+  int replicas = 1;
+  GradientReducer* reducer = nullptr;
 };
 
 /// d StageWorkers, their OptimizerShards, and the loop that drives them. The loop sweeps the stages
@@ -64,9 +71,12 @@ class SerialExecutor {
   /// threads_per_stage, recompute ("auto" resolved first: resolve_partition). `own_model`:
   /// a user's own model (Model::from_layers) to run instead of the built-in one of
   /// config.model, which then describes it (options_for_model).
+  /// With pipeline.replicas w > 1 the executor is replica `replica`'s pipeline (m/w
+  /// microbatches a step: feed it replica_share's data) and needs `reducer` (that replica's).
   static Expected<std::unique_ptr<SerialExecutor>> create(const Config& config,
                                                           bool log_versions = false,
-                                                          const Model* own_model = nullptr);
+                                                          const Model* own_model = nullptr,
+                                                          GradientReducer* reducer = nullptr);
 
   /// Microbatches a run of `steps` optimizer steps reads: steps·m (pipedream: steps).
   int64_t microbatches_for(int steps) const;

@@ -33,6 +33,7 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
   AP_CHECK(options.B >= 1 && options.T >= 1 && options.T <= model.options().context,
            "B = {}, T = {} (context {})", options.B, options.T, model.options().context);
   AP_CHECK(options.microbatches >= 1, "microbatches = {}", options.microbatches);
+  AP_CHECK(options.replicas >= 1, "replicas = {}", options.replicas);
   AP_CHECK(optimizer.kind == "adamw" || optimizer.kind == "sgd", "optimizer.kind = \"{}\"",
            optimizer.kind);
   first_ = partition.begin(stage_);
@@ -374,7 +375,7 @@ Tensor StageWorker::backward_layers(const Action& a, const Microbatch& mb, const
   }
   Tensor din;
   if (layers_.front()->takes_input()) din = din_pool_->acquire();
-  const float dloss = loss_scale(slot.loss.count, update_mbs_);
+  const float dloss = loss_scale(slot.loss.count, update_mbs_ * opts_.replicas);
   const float* dcur = last.is_loss() ? nullptr : dout.f32();
   for (int i = num_layers() - 1; i >= 0; --i) {
     const size_t k = static_cast<size_t>(i);

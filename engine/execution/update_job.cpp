@@ -32,6 +32,12 @@ std::span<float> UpdateJob::grads(int i) {
   return {grads_ + offsets_[k], layers_[k]->param_floats()};
 }
 
+std::span<float> UpdateJob::gradients() {
+  AP_CHECK(open_, "stage {}: gradients of an update that is not open", stage_);
+  if (layers_.empty()) return {};
+  return {grads_, offsets_.back() + layers_.back()->param_floats()};
+}
+
 std::span<const float> UpdateJob::grads(int i) const {
   return const_cast<UpdateJob*>(this)->grads(i);
 }

@@ -73,6 +73,9 @@ class UpdateJob {
   /// Local layer i's gradients of this update.
   std::span<float> grads(int i);
   std::span<const float> grads(int i) const;
+  /// Every gradient of this update, layer after layer (grads(0), grads(1), ... back to back):
+  /// what a data-parallel job sums over its replicas (GradientReducer) before step 1.
+  std::span<float> gradients();
   /// How the update treats each of layer i's slots (Layer::slots() order).
   std::span<const SlotUpdate> slot_updates(int i) const;
 

@@ -55,6 +55,31 @@ Expected<Placement> Placement::make(const std::vector<int>& ranks, int stages, i
   return Placement(std::move(out), world);
 }
 
+Expected<Placement> Placement::make(const std::vector<int>& ranks, int stages, int world,
+                                    int replicas, int replica) {
+  if (replicas < 1 || replica < 0 || replica >= replicas)
+    return make_error("placement: replica {} of {}", replica, replicas);
+  if (world < replicas || world % replicas != 0) {
+    return make_error(
+        "a job of {} processes for pipeline.replicas = {}: every replica runs on as many "
+        "processes as the others (allowed: a multiple of {} processes)",
+        world, replicas, replicas);
+  }
+  const int per = world / replicas;
+  auto one = make(ranks, stages, per);
+  if (!one) {
+    if (replicas == 1) return one.error();
+    return make_error("each of the {} replicas runs on {} of the {} processes: {}", replicas, per,
+                      world, one.error().message);
+  }
+  std::vector<int> out = one->ranks_;
+  for (int& r : out) r += replica * per;
+  Placement p(std::move(out), world);
+  p.first_ = replica * per;
+  p.pipeline_world_ = per;
+  return p;
+}
+
 int Placement::rank_of(int stage) const {
   AP_CHECK(stage >= 0 && stage < stages(), "stage {} of {}", stage, stages());
   return ranks_[static_cast<size_t>(stage)];
