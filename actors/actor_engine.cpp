@@ -14,12 +14,14 @@
 #include "actors/migration_manager.hpp"
 #include "actors/optimizer_actor.hpp"
 #include "actors/process_group.hpp"
+#include "actors/replica_reducer.hpp"
 #include "actors/stage_actor.hpp"
 #include "engine/config/config.hpp"
 #include "engine/config/forced_moves.hpp"
 #include "engine/data/loader.hpp"
 #include "engine/execution/memory_check.hpp"
 #include "engine/execution/optimizer_shard.hpp"
+#include "engine/execution/replicated_executor.hpp"
 #include "engine/execution/stage_worker.hpp"
 #include "engine/execution/tied_params.hpp"
 #include "engine/migration/layer_move.hpp"
@@ -50,7 +52,11 @@ struct ActorEngine::Impl {
   ProcessGroup* group = nullptr;                        // null or world 1: one process
   Placement placement;
   int rank = 0;
-  int64_t mb_done = 0;  // microbatches consumed by earlier runs
+  int64_t mb_done = 0;  // microbatches consumed by earlier runs (this replica's)
+  // pipeline.replicas: this pipeline is replica `replica` of `replicas`
+  int replicas = 1;
+  int replica = 0;
+  std::unique_ptr<ReplicaReducer> reducer;  // replicas > 1
   bool multi() const { return group != nullptr && placement.world() > 1; }
 
   // migration (one process): the manager's own actor system, alive as long as the engine
@@ -69,6 +75,28 @@ struct ActorEngine::Impl {
 };
 
 namespace {
+
+// Rank `rank`'s job_config_lines (as text) against rank 0's: the first key that differs.
+Status same_job_config(const std::string& first, const std::string& other, int rank) {
+  if (first == other) return {};
+  auto lines = [](const std::string& text) {
+    std::vector<std::string> out;
+    size_t at = 0;
+    for (size_t nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1)
+      out.push_back(text.substr(at, nl - at));
+    return out;
+  };
+  const auto a = lines(first), b = lines(other);
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    if (a[i] == b[i]) continue;
+    return make_error(
+        "rank {} joined with another config than rank 0: {} (rank 0 has {}); every process of "
+        "a job must be started with the same config",
+        rank, b[i], a[i]);
+  }
+  return make_error("rank {} joined with another config than rank 0 ({} keys against {})", rank,
+                    b.size(), a.size());
+}
 
 // ActorEngineOptions::slow_stage and slowdown: off (-1, 1.0) or a stage and a factor >= 1.
 Status check_slowdown(int stage, double factor, int stages) {
@@ -162,10 +190,40 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
   const int world = group != nullptr ? group->world() : 1;
   impl->rank = group != nullptr ? group->rank() : 0;
   impl->placement = Placement(impl->partition->stages());  // one process: cluster.* ignored
+  impl->replicas = config.pipeline.replicas;
+  if (impl->replicas > 1 && world == 1) {
+    return make_error(
+        "pipeline.replicas = {}: the actors backend runs each replica in processes of its own "
+        "(a job of a multiple of {} processes: actorpipe-launch -n ...); in one process the "
+        "serial backend runs replicas (--backend serial)",
+        impl->replicas, impl->replicas);
+  }
+  std::vector<Placement> replica_placements;
   if (world > 1) {
-    auto placement = Placement::make(config.cluster.placement, impl->partition->stages(), world);
-    if (!placement) return placement.error();
-    impl->placement = *placement;
+    // every process must train the same thing: the keys a job shares, compared with rank 0's
+    RankPart shared;
+    for (const std::string& line : job_config_lines(config)) shared.text += line + "\n";
+    auto configs = group->all_gather(std::move(shared));
+    if (!configs)
+      return make_error("rank {}: comparing configs: {}", impl->rank, configs.error().message);
+    for (const RankPart& p : *configs) {
+      if (Status same = same_job_config((*configs)[0].text, p.text, p.rank); !same)
+        return make_error("rank {}: {}", impl->rank, same.error().message);
+    }
+    if (world % impl->replicas != 0) {
+      return make_error(
+          "pipeline.replicas = {}: a job of {} processes cannot be split into {} equal "
+          "replicas (allowed: a multiple of {} processes)",
+          impl->replicas, world, impl->replicas, impl->replicas);
+    }
+    impl->replica = impl->rank / (world / impl->replicas);
+    for (int q = 0; q < impl->replicas; ++q) {
+      auto placement = Placement::make(config.cluster.placement, impl->partition->stages(), world,
+                                       impl->replicas, q);
+      if (!placement) return placement.error();
+      replica_placements.push_back(*placement);
+    }
+    impl->placement = replica_placements[static_cast<size_t>(impl->replica)];
   }
   // a model whose stages here cannot fit is an error naming its size, not std::bad_alloc
   if (Status ok =
@@ -182,7 +240,8 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
     StageWorkerOptions wo;
     wo.mode = impl->mode;
     wo.stage = r;
-    wo.microbatches = config.pipeline.microbatches;
+    wo.microbatches = config.pipeline.microbatches / impl->replicas;
+    wo.replicas = impl->replicas;
     wo.B = impl->B;
     wo.T = impl->T;
     wo.threads = config.pipeline.threads_per_stage;
@@ -226,6 +285,15 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
     impl->migration = setup;
     impl->manager = spawn_migration_manager(*impl->migration_system, std::move(setup));
   }
+  if (impl->replicas > 1) {
+    // one Gloo group per stage across the replicas; an all-reduce may wait for a replica that
+    // runs behind as long as a stalled run may
+    const auto timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(std::max(1.0, options.stall_timeout_seconds) * 1000.0));
+    auto reducer = ReplicaReducer::connect(*group, replica_placements, timeout);
+    if (!reducer) return make_error("rank {}: {}", impl->rank, reducer.error().message);
+    impl->reducer = std::move(*reducer);
+  }
   return std::unique_ptr<ActorEngine>(new ActorEngine(std::move(impl)));
 }
 
@@ -243,6 +311,14 @@ const Placement& ActorEngine::placement() const {
 
 int ActorEngine::rank() const {
   return impl_->rank;
+}
+
+int ActorEngine::replicas() const {
+  return impl_->replicas;
+}
+
+int ActorEngine::replica() const {
+  return impl_->replica;
 }
 
 bool ActorEngine::local(int stage) const {
@@ -358,6 +434,8 @@ Expected<RunOutcome> decode(caf::actor_system& sys, const std::string& text) {
 Expected<RunOutcome> run_ranks(ProcessGroup& group, const std::shared_ptr<RunState>& st) {
   caf::actor_system& sys = group.system();
   const int rank = group.rank();
+  const int lead = st->driver_rank;  // this replica's first rank (0 without replicas)
+  const int per_replica = group.world() / st->replicas;
   std::vector<int> mine;
   for (int r = 0; r < st->stages; ++r)
     if (st->workers[static_cast<size_t>(r)] != nullptr) mine.push_back(r);
@@ -376,11 +454,11 @@ Expected<RunOutcome> run_ranks(ProcessGroup& group, const std::shared_ptr<RunSta
     if (r > 0) st->channels->forward(r - 1).on_announcement(deliver);
     if (r + 1 < st->stages) st->channels->backward(r).on_announcement(deliver);
   }
-  if (rank == 0) local.push_back(spawn_driver(sys, st));
+  if (rank == lead) local.push_back(spawn_driver(sys, st));
 
-  // a lost rank: rank 0's driver fails the run, asking every stage where it stands; elsewhere
-  // this rank's actors stop (the driver may be gone with rank 0)
-  if (rank == 0) {
+  // a lost rank: the driver fails the run, asking every stage where it stands; elsewhere this
+  // rank's actors stop (the driver may be gone with its rank)
+  if (rank == lead) {
     const caf::actor driver = local.back();
     group.on_lost([driver](int lost, const std::string& reason) {
       caf::anon_send(driver, internal::lost_atom::value, static_cast<int32_t>(lost), reason);
@@ -421,9 +499,11 @@ Expected<RunOutcome> run_ranks(ProcessGroup& group, const std::shared_ptr<RunSta
       st->directory.stages[static_cast<size_t>(r)] = p.actors[i++];
       st->directory.optimizers[static_cast<size_t>(r)] = p.actors[i++];
     }
-    if (p.rank == 0) {
-      if (i + 1 != p.actors.size()) return fail(make_error("rank 0 sent no driver"));
-      st->directory.driver = p.actors[i];
+    if (p.rank % per_replica == 0) {  // a replica's first rank: its driver comes last
+      if (p.actors.empty() || (p.rank == lead && i + 1 != p.actors.size()))
+        return fail(make_error("rank {} sent no driver", p.rank));
+      if (p.rank == lead) st->directory.driver = p.actors.back();
+      if (st->replicas > 1) st->directory.drivers.push_back(p.actors.back());
     }
   }
   // every rank holds the directory before the driver's first message
@@ -432,7 +512,7 @@ Expected<RunOutcome> run_ranks(ProcessGroup& group, const std::shared_ptr<RunSta
 
   RankPart result;
   RunOutcome outcome;
-  if (rank == 0) {
+  if (rank == lead) {
     outcome = drive(sys, *st);
     result.text = encode(sys, outcome);
   }
@@ -440,9 +520,11 @@ Expected<RunOutcome> run_ranks(ProcessGroup& group, const std::shared_ptr<RunSta
   group.on_lost({});
   st->directory = Directory{};
   auto all = group.all_gather(std::move(result));
+  // rank 0's outcome (replica 0's: with replicas, its losses are the job's)
   if (all) return decode(sys, (*all)[0].text);
-  // a rank is gone: rank 0 knows why the run failed; the others say where their stages stood
-  if (rank == 0 && !outcome.ok) return outcome;
+  // a rank is gone: the driver knows why the run failed; the others say where their stages
+  // stood
+  if (rank == lead && !outcome.ok) return outcome;
   std::string where;
   for (int r : mine) {
     const size_t pc = static_cast<size_t>(
@@ -467,20 +549,26 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(int steps, DataLoader& d
   using namespace internal;
   const Impl& im = *this;
   const int d = static_cast<int>(workers.size());
-  const int m = im.config.pipeline.microbatches;
   const bool eval = eval_microbatches > 0;
+  // with replicas, each runs its share of every step (ReplicaSplit); an evaluation is whole
+  const int m = im.config.pipeline.microbatches / im.replicas;
 
   auto st = std::make_shared<RunState>();
   st->options = im.options;
   st->mode = im.mode;
   st->stages = d;
   st->rank_of_stage = im.placement.ranks();
+  st->driver_rank = im.placement.first_rank();
+  st->replicas = im.replicas;
+  st->replica = im.replica;
+  st->reducer = eval ? nullptr : im.reducer.get();
   st->split_backward = im.config.pipeline.split_backward;
   st->skip_nonfinite = im.config.train.nonfinite == "skip" && !eval;
   st->eval = eval;
   st->B = im.B;
   st->T = im.T;
-  st->tokens_per_mb = static_cast<int64_t>(im.B) * im.T;
+  // the job's tokens: a replica's microbatch stands for one of each replica's
+  st->tokens_per_mb = static_cast<int64_t>(im.B) * im.T * (eval ? 1 : im.replicas);
   st->grad_clip = im.config.optimizer.grad_clip;
   st->global_offset = eval ? 0 : im.mb_done;
   st->callbacks = callbacks;
@@ -548,7 +636,8 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(int steps, DataLoader& d
   st->channels = &*channels;
   const std::vector<int> mine = im.placement.stages_of(im.rank);
   const uint64_t data_start = data.position();
-  MicrobatchFeed feed(data, im.B, im.T, static_cast<int>(mine.size()));
+  const ReplicaSplit split{im.config.pipeline.microbatches, eval ? 1 : im.replicas};
+  MicrobatchFeed feed(data, im.B, im.T, static_cast<int>(mine.size()), split, im.replica);
   st->feed = &feed;
   st->counters = std::make_unique<StageCounters[]>(static_cast<size_t>(d));
   st->spans.resize(static_cast<size_t>(d));
@@ -574,7 +663,9 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(int steps, DataLoader& d
   AP_CHECK(consumed == st->total_mbs || (outcome->stopped && consumed < st->total_mbs),
            "a run of {} microbatches consumed {}", st->total_mbs, consumed);
   if (!eval) mb_done += consumed;
-  if (consumed < st->total_mbs) data.seek(data_start + static_cast<uint64_t>(consumed));
+  // the job's position: every replica read its share of the same steps
+  if (consumed < st->total_mbs || split.replicas > 1)
+    data.seek(data_start + static_cast<uint64_t>(consumed) * static_cast<uint64_t>(split.replicas));
   ActorRunResult result;
   result.stopped = outcome->stopped;
   result.losses = std::move(outcome->losses);

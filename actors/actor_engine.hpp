@@ -243,6 +243,10 @@ class ActorEngine {
   const Placement& placement() const;
   /// This process's rank (0 for a single process).
   int rank() const;
+  /// pipeline.replicas: how many pipelines the job runs, and which one this process's stages
+  /// belong to (ranks replica·P .. replica·P + P - 1 of a job of replicas·P processes).
+  int replicas() const;
+  int replica() const;
   /// Whether this process runs stage `stage`: worker(), optimizer() and params() of its layers
   /// are only for local stages.
   bool local(int stage) const;

@@ -16,6 +16,7 @@
 #include "actors/internal/spin_wait.hpp"
 #include "engine/data/loader.hpp"
 #include "engine/execution/nonfinite.hpp"
+#include "engine/execution/replicated_executor.hpp"
 #include "engine/execution/stage_worker.hpp"
 #include "engine/model/layer.hpp"
 #include "kernels/check.hpp"
@@ -138,6 +139,24 @@ class DriverActor : public caf::event_based_actor {
           check_done();
         },
         [this](fail_atom, const Failure& f) { fail_with_status(f); },
+        [this](rloss_atom, int32_t replica, int64_t k, uint64_t bits) {
+          ++messages_;
+          AP_CHECK(st_->replica == 0 && replica > 0 && replica < st_->replicas && k >= 0,
+                   "loss of replica {}'s step {} unexpected", replica, k);
+          ReplicaLosses& losses = replica_losses_[k];
+          losses.values.resize(static_cast<size_t>(st_->replicas));
+          losses.values[static_cast<size_t>(replica)] = std::bit_cast<double>(bits);
+          ++losses.in;
+          report_steps();
+          check_done();
+          await_next();
+        },
+        [this](rfail_atom, int32_t replica, const std::string& error) {
+          // another replica cannot finish the run: neither can this one (its gradients never
+          // come); the others were told by that replica's driver
+          from_replica_ = true;
+          fail(Failure{-1, -1, "", fmt::format("replica {} failed: {}", replica, error)});
+        },
         [this](lost_atom, int32_t rank, const std::string& reason) {
           const std::string cause = fmt::format("rank {} was lost ({})", rank, reason);
           note_lost(cause);
@@ -246,7 +265,9 @@ class DriverActor : public caf::event_based_actor {
         !st_->callbacks.stop->requested())
       return;
     stop_seen_ = true;
-    if (st_->repeats <= 1) return;
+    // replicas end at the run's end too: a cut would have to reach every replica's pipeline
+    // after the same step, and each replica's driver releases its own microbatches
+    if (st_->repeats <= 1 || st_->replicas > 1) return;
     // stages of other processes get microbatches ahead (feed): the furthest one released counts
     const int64_t per = st_->schedule.total_microbatches();
     bool any_remote = false;
@@ -259,9 +280,9 @@ class DriverActor : public caf::event_based_actor {
       send(a, cut_atom::value, static_cast<int32_t>(steps));
   }
 
-  // Whether stage r runs in another process than the driver (rank 0's).
+  // Whether stage r runs in another process than the driver.
   bool remote(size_t r) const {
-    return r < st_->rank_of_stage.size() && st_->rank_of_stage[r] != 0;
+    return r < st_->rank_of_stage.size() && st_->rank_of_stage[r] != st_->driver_rank;
   }
 
   // Calls on_step for every complete step, in order: its losses are in and every stage has
@@ -284,6 +305,20 @@ class DriverActor : public caf::event_based_actor {
       for (int64_t j = first; j < first + st_->group; ++j)
         loss += losses_[static_cast<size_t>(j)].mean();
       loss /= st_->group;
+      if (st_->replicas > 1 && !st_->eval) {
+        if (st_->replica == 0) {
+          // the step's loss is the mean of the replicas' (combine_replica_losses)
+          auto it = replica_losses_.find(reported_);
+          if (it == replica_losses_.end() || it->second.in < st_->replicas - 1) return;
+          std::vector<double>& per = it->second.values;
+          per[0] = loss;
+          loss = combine_replica_losses(per);
+          replica_losses_.erase(it);
+        } else if (!st_->directory.drivers.empty()) {
+          send(st_->directory.drivers[0], rloss_atom::value, static_cast<int32_t>(st_->replica),
+               reported_, std::bit_cast<uint64_t>(loss));
+        }
+      }
       step_losses_.push_back(loss);
       ++reported_;
       if (st_->callbacks.on_step) {
@@ -321,6 +356,15 @@ class DriverActor : public caf::event_based_actor {
     if (f.microbatch >= 0) where += fmt::format(", microbatch {}", f.microbatch);
     if (!f.action.empty()) where += fmt::format(" ({})", f.action);
     out.error = fmt::format("{}: {}", where, f.cause);
+    if (st_->replicas > 1) {
+      out.error = fmt::format("replica {}, {}", st_->replica, out.error);
+      // the other replicas' shards would wait for this one's gradients
+      for (size_t q = 0; q < st_->directory.drivers.size() && !from_replica_; ++q) {
+        if (static_cast<int>(q) != st_->replica)
+          send(st_->directory.drivers[q], rfail_atom::value, static_cast<int32_t>(st_->replica),
+               out.error);
+      }
+    }
     finish(std::move(out));
   }
 
@@ -385,6 +429,14 @@ class DriverActor : public caf::event_based_actor {
   std::vector<LossStats> losses_;
   std::vector<bool> have_loss_;
   std::vector<double> step_losses_;
+  // replica 0 (pipeline.replicas): the other replicas' losses of each step of the run not yet
+  // reported, by step
+  struct ReplicaLosses {
+    std::vector<double> values;  // index q: replica q's
+    int in = 0;                  // how many came
+  };
+  std::map<int64_t, ReplicaLosses> replica_losses_;
+  bool from_replica_ = false;  // the run failed because another replica's did
   std::map<int, int> flush_count_;
   std::set<int64_t> skipped_;  // ordinals of the steps dropped (train.nonfinite = "skip")
   std::map<int64_t, std::vector<std::vector<double>>> sumsq_;

@@ -13,6 +13,7 @@
 #include "actors/internal/messages.hpp"
 #include "actors/internal/run_state.hpp"
 #include "actors/internal/spin_wait.hpp"
+#include "engine/execution/gradient_reducer.hpp"
 #include "engine/execution/nonfinite.hpp"
 #include "engine/execution/optimizer_shard.hpp"
 #include "engine/execution/stage_worker.hpp"
@@ -72,6 +73,13 @@ class OptimizerActor : public caf::event_based_actor {
           ticket_ = t;
           busy_ns_ = 0;
           phase_ = Phase::tied;
+          // step 0.5 (pipeline.replicas): the gradients summed over the replicas, in replica
+          // order, before anything reads them (a blocking collective on this shard's thread)
+          if (st_->reducer != nullptr && !skip()) {
+            Status reduced;
+            timed([&] { reduced = st_->reducer->all_reduce(r_, job().step(), job().gradients()); });
+            if (!reduced) return report_failure(reduced.error().message);
+          }
           begin_update();
           proceed_or_spin();
         },

@@ -21,6 +21,7 @@
 #include "engine/checkpoint/pipeline_checkpoint.hpp"
 #include "engine/data/loader.hpp"
 #include "engine/execution/optimizer_shard.hpp"
+#include "engine/execution/replicated_executor.hpp"
 #include "engine/execution/serial_executor.hpp"
 #include "engine/execution/stage_worker.hpp"
 #include "engine/mode.hpp"
@@ -92,6 +93,20 @@ class Executor {
   /// (seconds since it began) when the executor records them.
   virtual Expected<EvalResult> evaluate(DataLoader& data, int microbatches,
                                         std::vector<ActionSpan>& spans) = 0;
+  /// pipeline.replicas: which replica this process's stages belong to (only replica 0 writes
+  /// their tensors into a checkpoint: the others hold the same bits).
+  virtual int replica() const { return 0; }
+  /// Copies of the pipeline this process holds (the serial backend holds every replica): a
+  /// resume loads each; copy 0 is worker()/optimizer().
+  virtual int copies() const { return 1; }
+  virtual StageWorker& copy_worker(int copy, int stage) {
+    AP_CHECK(copy == 0, "copy {} of 1", copy);
+    return worker(stage);
+  }
+  virtual OptimizerShard& copy_optimizer(int copy, int stage) {
+    AP_CHECK(copy == 0, "copy {} of 1", copy);
+    return optimizer(stage);
+  }
 };
 
 class ActorsExecutor final : public Executor {
@@ -103,6 +118,7 @@ class ActorsExecutor final : public Executor {
   StageWorker& worker(int r) override { return engine_->worker(r); }
   const StageWorker& worker(int r) const override { return engine_->worker(r); }
   OptimizerShard& optimizer(int r) override { return engine_->optimizer(r); }
+  int replica() const override { return engine_->replica(); }
 
   Expected<RunOutput> run(int steps, DataLoader& data, const RunStepFn& on_step,
                           const MigrationFn& on_migration, const StopFlag& stop) override {
@@ -188,6 +204,63 @@ class SerialBackend final : public Executor {
   std::unique_ptr<SerialExecutor> exec_;
   int64_t tokens_per_mb_;
   int64_t skipped_ = 0;  // exec_->skipped_steps() at the last step reported
+};
+
+// pipeline.replicas in one process: every replica's serial executor (ReplicatedExecutor), the
+// reference of a replicated job. gpipe and 1f1b run step by step, as SerialBackend; 2bw runs its
+// one schedule and reports its steps at the end.
+class ReplicatedBackend final : public Executor {
+ public:
+  ReplicatedBackend(std::unique_ptr<ReplicatedExecutor> exec, int64_t tokens_per_microbatch)
+      : exec_(std::move(exec)), tokens_per_mb_(tokens_per_microbatch) {}
+  int stages() const override { return first().stages(); }
+  bool measures_stages() const override { return false; }
+  bool local(int) const override { return true; }
+  StageWorker& worker(int r) override { return exec_->replica(0).worker(r); }
+  const StageWorker& worker(int r) const override { return first().worker(r); }
+  OptimizerShard& optimizer(int r) override { return exec_->replica(0).optimizer(r); }
+  int copies() const override { return exec_->replicas(); }
+  StageWorker& copy_worker(int copy, int r) override { return exec_->replica(copy).worker(r); }
+  OptimizerShard& copy_optimizer(int copy, int r) override {
+    return exec_->replica(copy).optimizer(r);
+  }
+
+  Expected<RunOutput> run(int steps, DataLoader& data, const RunStepFn& on_step, const MigrationFn&,
+                          const StopFlag& stop) override {
+    const auto t0 = Clock::now();
+    auto since = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+    RunOutput out;
+    const bool stepwise = is_synchronous(first().options().mode);
+    const int per_run = stepwise ? 1 : steps;
+    const int64_t job_mbs = exec_->split().microbatches;  // per step, all replicas
+    for (int done = 0; done < steps; done += per_run) {
+      if (done > 0 && stop.requested()) break;
+      auto losses = exec_->run(per_run, data);
+      if (!losses) return losses.error();
+      for (size_t i = 0; i < losses->size(); ++i) {
+        const int step = done + static_cast<int>(i) + 1;
+        out.losses.push_back((*losses)[i]);
+        out.tokens = step * job_mbs * tokens_per_mb_;
+        const bool skipped = first().skipped_steps() > skipped_;
+        skipped_ = first().skipped_steps();
+        on_step(RunStep{step, (*losses)[i], out.tokens, since(), {}, skipped});
+      }
+    }
+    out.stopped = stop.requested();
+    return out;
+  }
+
+  Expected<EvalResult> evaluate(DataLoader& data, int microbatches,
+                                std::vector<ActionSpan>& spans) override {
+    spans.clear();  // every replica holds the same weights: one evaluates
+    return exec_->replica(0).evaluate(data, microbatches);
+  }
+
+ private:
+  const SerialExecutor& first() const { return exec_->replica(0); }
+  std::unique_ptr<ReplicatedExecutor> exec_;
+  int64_t tokens_per_mb_;
+  int64_t skipped_ = 0;
 };
 
 // A user's data source must make the microbatches the config's pipeline takes.
@@ -383,6 +456,10 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
     auto engine = ActorEngine::create(impl->config, eo, options.group);
     if (!engine) return engine.error();
     impl->exec = std::make_unique<ActorsExecutor>(std::move(*engine));
+  } else if (impl->config.pipeline.replicas > 1) {
+    auto exec = ReplicatedExecutor::create(impl->config, options.model.get());
+    if (!exec) return exec.error();
+    impl->exec = std::make_unique<ReplicatedBackend>(std::move(*exec), int64_t{B} * T);
   } else {
     auto exec = SerialExecutor::create(impl->config, false, options.model.get());
     if (!exec) return exec.error();
@@ -416,11 +493,19 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
       return make_error("checkpoint.resume = \"{}\" ({}): {}", config.checkpoint.resume, ckpt->path,
                         ok.error().message);
     }
-    auto workers = impl->workers();
-    auto optimizers = impl->optimizers();
-    if (Status ok = load_pipeline_checkpoint(*ckpt, workers, optimizers); !ok) {
-      return make_error("checkpoint.resume = \"{}\": {}", config.checkpoint.resume,
-                        ok.error().message);
+    // every copy of the pipeline this process holds (the serial backend's replicas)
+    for (int c = 0; c < impl->exec->copies(); ++c) {
+      std::vector<StageWorker*> workers;
+      std::vector<OptimizerShard*> optimizers;
+      for (int r = 0; r < impl->exec->stages(); ++r) {
+        if (!impl->exec->local(r)) continue;
+        workers.push_back(&impl->exec->copy_worker(c, r));
+        optimizers.push_back(&impl->exec->copy_optimizer(c, r));
+      }
+      if (Status ok = load_pipeline_checkpoint(*ckpt, workers, optimizers); !ok) {
+        return make_error("checkpoint.resume = \"{}\": {}", config.checkpoint.resume,
+                          ok.error().message);
+      }
     }
     impl->data->seek(ckpt->info.data_position);
     impl->step = ckpt->info.step;
@@ -771,9 +856,10 @@ Expected<std::string> Trainer::save(const std::string& dir, bool final) {
     im.checkpoint_step = final ? -1 : im.step;
     return path;
   }
-  // several processes: each writes its own stages' tensors into the one checkpoint
+  // several processes: each writes its own stages' tensors into the one checkpoint (replica 0's
+  // processes: the other replicas hold the same bits and take part without tensors)
   std::vector<StageRefs> mine;
-  for (size_t i = 0; i < workers.size(); ++i) {
+  for (size_t i = 0; i < workers.size() && im.exec->replica() == 0; ++i) {
     StageWorker* w = workers[i];
     OptimizerShard* o = optimizers[i];
     auto refs = pipeline_checkpoint_refs(std::span<StageWorker* const>(&w, 1),

@@ -43,6 +43,11 @@ using sumsq_atom = caf::atom_constant<caf::atom("sumsq")>;      // (SumSq)
 using scale_atom = caf::atom_constant<caf::atom("scale")>;      // (int64 ordinal, float)
 using tgrad_atom = caf::atom_constant<caf::atom("tgrad")>;      // (TiedAnnouncement)
 using tweight_atom = caf::atom_constant<caf::atom("tweight")>;  // (TiedAnnouncement)
+// driver of replica q > 0 -> replica 0's driver (pipeline.replicas): the loss of its k-th step
+// of the run (int32 q, int64 k, uint64 bits of the double)
+using rloss_atom = caf::atom_constant<caf::atom("rloss")>;
+// a replica's driver -> the others': its run failed (int32 replica, string error)
+using rfail_atom = caf::atom_constant<caf::atom("rfail")>;
 // driver's watchdog
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 // driver -> stages, request: what the stage waits for (-> std::string)

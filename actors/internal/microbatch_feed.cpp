@@ -8,14 +8,23 @@
 
 namespace actorpipe::internal {
 
-MicrobatchFeed::MicrobatchFeed(DataLoader& data, int B, int T, int consumers)
-    : data_(data), B_(B), T_(T), consumers_(consumers) {}
+MicrobatchFeed::MicrobatchFeed(DataLoader& data, int B, int T, int consumers, ReplicaSplit split,
+                               int replica)
+    : data_(data),
+      B_(B),
+      T_(T),
+      consumers_(consumers),
+      split_(split),
+      replica_(replica),
+      start_(data.position()) {}
 
 Expected<MicrobatchPtr> MicrobatchFeed::take(int64_t mb) {
   std::lock_guard<std::mutex> lock(mu_);
   if (mb < 0) return make_error("microbatch {} requested, expected >= 0", mb);
   while (next_ <= mb) {
     std::shared_ptr<Microbatch> m;
+    if (split_.replicas > 1)
+      data_.seek(start_ + static_cast<uint64_t>(split_.global_index(replica_, next_)));
     const uint64_t position = data_.position();
     try {
       m = std::make_shared<Microbatch>(data_.next());

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "engine/batch.hpp"
+#include "engine/execution/replicated_executor.hpp"
 #include "engine/expected.hpp"
 
 namespace actorpipe {
@@ -26,8 +27,11 @@ using MicrobatchPtr = std::shared_ptr<const Microbatch>;
 /// Thread-safe (stages take from their own threads).
 class MicrobatchFeed {
  public:
-  /// `data` at the run's first microbatch; microbatches must be (B, T).
-  MicrobatchFeed(DataLoader& data, int B, int T, int consumers);
+  /// `data` at the run's first microbatch; microbatches must be (B, T). With `split` of several
+  /// replicas, run-local microbatch n is replica `replica`'s n-th: the loader's microbatch
+  /// split.global_index(replica, n) of the run (it seeks there; the loader ends anywhere).
+  MicrobatchFeed(DataLoader& data, int B, int T, int consumers, ReplicaSplit split = {},
+                 int replica = 0);
 
   /// Run-local microbatch `mb`. Errors: the loader threw (naming the data position), a
   /// microbatch of another shape than (B, T) (naming it),
@@ -44,6 +48,9 @@ class MicrobatchFeed {
   };
   DataLoader& data_;
   int B_, T_, consumers_;
+  ReplicaSplit split_;
+  int replica_ = 0;
+  uint64_t start_ = 0;  // the loader's position at the run's start
   mutable std::mutex mu_;
   int64_t next_ = 0;  // run-local index of the loader's next microbatch
   std::map<int64_t, Entry> held_;

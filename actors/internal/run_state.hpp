@@ -17,6 +17,7 @@
 
 namespace actorpipe {
 
+class GradientReducer;
 class OptimizerShard;
 class StageWorker;
 
@@ -45,6 +46,9 @@ struct Directory {
   caf::actor driver;
   std::vector<caf::actor> stages;
   std::vector<caf::actor> optimizers;
+  /// pipeline.replicas > 1: every replica's driver, by replica (replica 0's combines the step
+  /// losses); empty otherwise.
+  std::vector<caf::actor> drivers;
 };
 
 /// Shared by every actor of one run. Immutable while the run goes, except for the atomics, the
@@ -56,12 +60,18 @@ struct RunState {
   Mode mode = Mode::onef1b;
   int stages = 0;
   std::vector<int> rank_of_stage;  ///< the process (rank) each stage runs in (all 0: one process)
-  int group = 1;                   ///< microbatches per optimizer step (the loss of a step)
-  int64_t total_mbs = 0;           ///< microbatches of the run
-  int64_t global_offset = 0;       ///< data position of run-local microbatch 0
-  int B = 1, T = 1;                ///< microbatch shape
-  int64_t tokens_per_mb = 0;       ///< B·T
-  int credits = 1;                 ///< microbatches released ahead of stage 0's backwards
+  int driver_rank = 0;             ///< the process the driver runs in (its replica's first)
+  /// pipeline.replicas: this pipeline is replica `replica` of `replicas`; its shards sum their
+  /// gradients through `reducer` (null with one replica, and in evaluations).
+  int replicas = 1;
+  int replica = 0;
+  GradientReducer* reducer = nullptr;
+  int group = 1;              ///< microbatches per optimizer step (the loss of a step)
+  int64_t total_mbs = 0;      ///< microbatches of the run
+  int64_t global_offset = 0;  ///< data position of run-local microbatch 0
+  int B = 1, T = 1;           ///< microbatch shape
+  int64_t tokens_per_mb = 0;  ///< B·T
+  int credits = 1;            ///< microbatches released ahead of stage 0's backwards
   float grad_clip = 0.0f;
   bool split_backward = true;  ///< pipeline.split_backward: B hands din on before its weight half
   /// train.nonfinite = "skip" (sync modes): a step whose loss or gradients are not finite is

@@ -518,10 +518,17 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
     }
   }
   if (group) {
-    fmt::print(
-        "cluster: {}, stages on ranks {}\n", cluster->describe(),
-        partition_text(
-            Placement::make(c.cluster.placement, c.pipeline.stages, group->world())->ranks()));
+    // the trainer exists: every replica's placement is valid
+    std::vector<std::string> placed;
+    for (int q = 0; q < c.pipeline.replicas; ++q) {
+      auto p = Placement::make(c.cluster.placement, c.pipeline.stages, group->world(),
+                               c.pipeline.replicas, q);
+      placed.push_back(p ? partition_text(p->ranks()) : p.error().message);
+    }
+    fmt::print("cluster: {}, stages on ranks {}{}\n", cluster->describe(), fmt::join(placed, " / "),
+               c.pipeline.replicas > 1
+                   ? fmt::format(" ({} replicas, gradients summed with Gloo)", c.pipeline.replicas)
+                   : std::string());
   }
   fmt::print("data: {}\n", trainer->data_description());
   fmt::print("devices: CPU, {} thread(s) per stage; {}\n", c.pipeline.threads_per_stage,

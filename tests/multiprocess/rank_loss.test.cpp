@@ -124,7 +124,7 @@ int latest_step(const fs::path& ckpt) {
 
 }  // namespace
 
-TEST_CASE("a killed rank stops the other within the peer timeout; the checkpoint resumes bitwise" *
+TEST_CASE("a killed rank stops the other within the peer timeout, the checkpoint resumes bitwise" *
           doctest::timeout(400)) {
   for (int victim : {1, 0}) {
     CAPTURE(victim);
@@ -190,4 +190,68 @@ TEST_CASE("a rank that cannot reach its coordinator gives up within cluster.conn
   CHECK(took < 15.0);
   const std::string out = slurp(dir.path / "rank1.log");
   CHECK_MESSAGE(out.find(fmt::format("127.0.0.1:{}", port)) != std::string::npos, out);
+}
+
+TEST_CASE("a killed replica stops the job, and its checkpoint resumes with any number of replicas" *
+          doctest::timeout(400)) {
+  // two replicas of a one-stage pipeline: rank 1 is replica 1
+  TempDir dir;
+  const int port = free_port();
+  const std::vector<std::string> env = {"ACTORPIPE_JOB_SECRET=0123456789abcdef0123456789abcdef"};
+  const std::vector<std::string> replicas = {"--set", "pipeline.stages=1", "--set",
+                                             "pipeline.replicas=2"};
+  auto args = [&](int rank) {
+    std::vector<std::string> a = rank_args(rank, port, dir.path);
+    a.insert(a.end(), replicas.begin(), replicas.end());
+    return a;
+  };
+  Child r0(args(0), env, dir.path / "rank0.log");
+  Child r1(args(1), env, dir.path / "rank1.log");
+  const auto until = Clock::now() + std::chrono::seconds(120);
+  while (latest_step(dir.path / "ckpt") < 50 && Clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE_MESSAGE(latest_step(dir.path / "ckpt") >= 50, slurp(dir.path / "rank0.log"));
+  r1.kill_now();
+  const auto t0 = Clock::now();
+  const auto status = r0.wait(std::chrono::seconds(20));
+  const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  REQUIRE_MESSAGE(status.has_value(), "replica 0 still runs 20 s after replica 1 was killed");
+  CHECK(took < 5.0 + 5.0);
+  CHECK((WIFEXITED(*status) && WEXITSTATUS(*status) == 1));
+  const std::string out = slurp(dir.path / "rank0.log");
+  CHECK_MESSAGE(out.find("rank 1 was lost") != std::string::npos, out);
+  MESSAGE("replica 0 stopped " << took << " s after replica 1 was killed: "
+                               << out.substr(out.rfind("error:")));
+
+  // the checkpoint continues as an uninterrupted run of two replicas (the serial backend runs
+  // both in one process), and loads into one replica, or into two pipelines of two stages
+  const int k = latest_step(dir.path / "ckpt");
+  const std::string steps = fmt::format("train.steps={}", k + 4);
+  auto with = [&](std::vector<std::string> a, const std::string& out_dir) {
+    a.insert(a.end(), {"--set", steps, "--set", "checkpoint.dir=" + (dir.path / out_dir).string()});
+    return a;
+  };
+  const std::string resume = "checkpoint.resume=" + (dir.path / "ckpt").string();
+  run_one(with({"--backend", "serial", "--set", "pipeline.stages=1", "--set", "pipeline.replicas=2",
+                "--set", resume},
+               "resumed"),
+          dir.path);
+  run_one(
+      with({"--backend", "serial", "--set", "pipeline.stages=1", "--set", "pipeline.replicas=2"},
+           "straight"),
+      dir.path);
+  for (const char* f :
+       {"model.safetensors", "optimizer.safetensors", "versions.safetensors", "manifest.json"}) {
+    CHECK_MESSAGE(
+        slurp(dir.path / "resumed" / "final" / f) == slurp(dir.path / "straight" / "final" / f), f);
+  }
+  run_one(with({"--set", "pipeline.stages=1", "--set", "pipeline.replicas=1", "--set", resume},
+               "one_replica"),
+          dir.path);
+  run_one(with({"--backend", "serial", "--set", "pipeline.stages=2", "--set", "pipeline.replicas=2",
+                "--set", resume},
+               "deeper"),
+          dir.path);
+  CHECK(fs::exists(dir.path / "one_replica" / "final" / "manifest.json"));
+  CHECK(fs::exists(dir.path / "deeper" / "final" / "manifest.json"));
 }

@@ -9,7 +9,8 @@ string(REPLACE "|" ";" args "${ARGS}")
 set(common ${args} --set checkpoint.dir=ckpt --set train.metrics=metrics.jsonl
   --set train.log_every=0)
 
-execute_process(COMMAND "${PROGRAM}" ${common} WORKING_DIRECTORY "${WORKDIR}/one"
+string(REPLACE "|" ";" one_args "${ONE_ARGS}")
+execute_process(COMMAND "${PROGRAM}" ${common} ${one_args} WORKING_DIRECTORY "${WORKDIR}/one"
   RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 300)
 if(NOT code EQUAL 0)
   message(FATAL_ERROR "one process: exit ${code}\n${out}${err}")
