@@ -31,7 +31,7 @@ TEST_CASE("shapes are the documented configurations") {
   CHECK_FALSE(find_bench_shape("medium").ok());
 }
 
-TEST_CASE("parameter counts: GPT-2 small is 124,439,808; the others match a hand count") {
+TEST_CASE("parameter counts: GPT-2 small is 124,439,808, the others match a hand count") {
   auto gpt2 = Model::build(find_bench_shape("gpt2")->model);
   REQUIRE(gpt2.ok());
   CHECK(gpt2->unique_parameters() == 124439808u);

@@ -60,7 +60,7 @@ TEST_CASE("a snapshot reads /proc/stat and this process's CPU time") {
   CHECK_FALSE(interference(CpuSnapshot{}, b).known);
 }
 
-TEST_CASE("this process's own work is not interference; another process's is") {
+TEST_CASE("this process's own work is not interference, another process's is") {
   // our own thread keeps a core busy: it shows as self, not as other
   CpuSnapshot a = cpu_snapshot();
   spin_for(300);

@@ -103,7 +103,7 @@ TEST_CASE("a channel set is created in the fixed order: forward then backward pe
   CHECK(set->pending() == 0);
 }
 
-TEST_CASE("a partial channel set holds the channels of one process; the others fail clearly") {
+TEST_CASE("a partial channel set holds the channels of one process, the others fail clearly") {
   std::vector<std::unique_ptr<TensorChannel>> channels(4);
   channels[2] = std::make_unique<LocalChannel>(channel_ends(1, Direction::forward));
   ChannelSet set = ChannelSet::partial(3, std::move(channels));

@@ -49,7 +49,7 @@ TEST_CASE("a metrics line is one JSON object with every field, the loss exact, t
   CHECK(nlohmann::json::parse(metrics_json(fine)).at("time").get<double>() == 0.064006);
 }
 
-TEST_CASE("a non-finite loss is written as null; no stages give empty arrays") {
+TEST_CASE("a non-finite loss is written as null, no stages give empty arrays") {
   StepMetrics m = sample();
   m.loss = std::numeric_limits<double>::quiet_NaN();
   m.stages.clear();
@@ -162,7 +162,7 @@ TEST_CASE("a resumed run's metrics file keeps the steps up to the checkpoint, on
   CHECK(slurp(path) == before);
 }
 
-TEST_CASE("stopped_json: the step, the signal and the checkpoint; a resume keeps it") {
+TEST_CASE("stopped_json: the step, the signal and the checkpoint, a resume keeps it") {
   CHECK(stopped_json(37, "SIGTERM", "ckpt/step-37") ==
         R"({"stopped":{"step":37,"signal":"SIGTERM","checkpoint":"ckpt/step-37"}})");
   CHECK(stopped_json(3, "", "") == R"({"stopped":{"step":3,"signal":"","checkpoint":""}})");

@@ -129,7 +129,7 @@ TEST_CASE("a mark is a global instant event with its name and detail") {
   CHECK(marks == 1);
 }
 
-TEST_CASE("write_chrome_trace writes the file; an unwritable path is an error naming it") {
+TEST_CASE("write_chrome_trace writes the file, an unwritable path is an error naming it") {
   const auto spans = schedule_spans(2, 2, 1);
   const auto path = std::filesystem::temp_directory_path() /
                     ("actorpipe-trace-test-" + std::to_string(getpid()) + ".json");

@@ -262,7 +262,7 @@ TEST_CASE("metrics: one JSON line per step with step, loss, tokens, time, busy a
   CHECK(last_busy[1] > 0.0);
 }
 
-TEST_CASE("forced moves: reported, in the metrics, the trace and the checkpoint; equal bits") {
+TEST_CASE("forced moves: reported, in the metrics, the trace and the checkpoint, equal bits") {
   TempDir tmp;
   Config c = tiny("1f1b", 2, 6);
   c.train.metrics = tmp.file("m.jsonl");
@@ -893,7 +893,7 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("held-out data: errors name what is missing; a resumed run keeps the eval lines") {
+TEST_CASE("held-out data: errors name what is missing, a resumed run keeps the eval lines") {
   TempDir tmp;
   Config c = tiny("1f1b", 2, 4);
   c.eval.every = 2;

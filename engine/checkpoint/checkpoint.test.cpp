@@ -380,7 +380,7 @@ TEST_CASE("damaged checkpoints are refused naming the file and the mismatch") {
   }
 }
 
-TEST_CASE("re-saving a step replaces it whole; a failed save leaves nothing behind") {
+TEST_CASE("re-saving a step replaces it whole, a failed save leaves nothing behind") {
   TempDir dir;
   REQUIRE(Sample(3).save(dir.str()).ok());
   Sample newer(3);

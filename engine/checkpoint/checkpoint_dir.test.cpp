@@ -33,7 +33,7 @@ void make_checkpoint(const fs::path& dir, const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("one run at a time holds a checkpoint directory; the refusal names the holder") {
+TEST_CASE("one run at a time holds a checkpoint directory, the refusal names the holder") {
   TempDir tmp;
   const std::string dir = (tmp.path / "ckpt").string();
   {

@@ -472,7 +472,7 @@ TEST_CASE("held-out data never overlaps training data: a file's tail, the corpus
   }
 }
 
-TEST_CASE("held-out data: eval.path read whole; a holdout too small for a sequence") {
+TEST_CASE("held-out data: eval.path read whole, a holdout too small for a sequence") {
   const Fixture f;
   DataOptions o;
   o.kind = "text";

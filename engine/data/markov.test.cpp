@@ -54,7 +54,7 @@ TEST_CASE("periodic doubly stochastic chain: uniform stationary distribution (la
   CHECK(c.stationary_entropy() == doctest::Approx(std::log(4.0)).epsilon(1e-12));
 }
 
-TEST_CASE("deterministic cycle: zero entropy rate; branching 1 random chain is one cycle") {
+TEST_CASE("deterministic cycle: zero entropy rate, branching 1 random chain is one cycle") {
   const MarkovChain c = must(MarkovChain::from_rows({{{1, 1.0}}, {{2, 1.0}}, {{0, 1.0}}}));
   CHECK(c.entropy_rate() == 0.0);
   CHECK(c.stationary_entropy() == doctest::Approx(std::log(3.0)).epsilon(1e-12));

@@ -130,7 +130,7 @@ TEST_CASE("auto partition: a limit only recompute fits is an error naming the la
   CHECK(a->planner.memory_limit_bytes == 4096LL << 20);
 }
 
-TEST_CASE("auto partition: measures once, then reads the cache; re-profiles when asked") {
+TEST_CASE("auto partition: measures once, then reads the cache, re-profiles when asked") {
   testing::TempDir dir;
   AutoPartitionOptions o;
   o.cache_dir = (dir.path / "cache").string();

@@ -156,7 +156,7 @@ TEST_CASE("a GPT trained on the synthetic chain samples the chain: its edges, it
   CHECK(std::equal(l1.begin(), l1.end(), l2.begin()));
 }
 
-TEST_CASE("weights from a checkpoint: the same logits; a model that differs is named") {
+TEST_CASE("weights from a checkpoint: the same logits, a model that differs is named") {
   TempDir tmp;
   const ModelOptions o = small_gpt();
   ReferenceTrainer tr(Model::build(o).value(), OptimizerOptions{}, 2, 8);
@@ -193,7 +193,7 @@ TEST_CASE("weights from a checkpoint: the same logits; a model that differs is n
   CHECK(refused.error().message.find("width") != std::string::npos);
 }
 
-TEST_CASE("BERT is refused; bad prompts are errors") {
+TEST_CASE("BERT is refused, bad prompts are errors") {
   ModelOptions b = small_gpt();
   b.arch = Arch::bert;
   b.segments = 2;
