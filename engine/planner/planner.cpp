@@ -65,6 +65,7 @@ struct Range {
   double backward = 0.0;         // Σ backward
   double weight = 0.0;           // Σ backward_weight
   double update = 0.0;           // Σ update
+  double allreduce = 0.0;        // one update's gradient sum over the replicas
   double transfer = 0.0;         // per microbatch
   std::int64_t fixed = 0;        // parameters + gradients + optimizer
   std::int64_t versions = 0;     // Σ version_bytes
@@ -247,6 +248,7 @@ class Planner {
       st.recompute_seconds = k * c.extra;
       st.transfer_seconds = g.transfer;
       st.update_seconds = k * factors_[r].updates_per_step * g.update;
+      st.allreduce_seconds = factors_[r].updates_per_step * g.allreduce;
       st.step_seconds = seconds(i, j, r, c.extra);
       st.bytes = stage_bytes(layers_.subspan(i, j - i), c.flags, factors_[r]);
       p.stages.push_back(st);
@@ -255,6 +257,7 @@ class Planner {
       costs.backward_weight.push_back(
           r == 0 ? 0.0 : std::min(k * g.weight, costs.backward.back()));  // stage 0: one pass
       costs.optimizer.push_back(k * g.update);
+      costs.allreduce.push_back(g.allreduce);
       if (j < n_)
         costs.activation_bytes.push_back(static_cast<double>(layers_[j - 1].output_bytes));
       i = j;
@@ -282,7 +285,17 @@ class Planner {
   double seconds(int i, int j, int r, double extra) const {
     const Range& g = range(i, j);
     return speed(r) * (o_.microbatches * (g.fb + extra) + factors_[r].updates_per_step * g.update) +
-           o_.microbatches * g.transfer;
+           o_.microbatches * g.transfer + factors_[r].updates_per_step * g.allreduce;
+  }
+
+  // One update's gradient sum over the replicas for a stage of `bytes` gradient bytes.
+  double allreduce_seconds(std::int64_t bytes) const {
+    if (o_.replicas <= 1) return 0.0;
+    const double w = o_.replicas;
+    return o_.allreduce_latency +
+           (o_.allreduce_bandwidth > 0
+                ? 2.0 * (w - 1.0) / w * static_cast<double>(bytes) / o_.allreduce_bandwidth
+                : 0.0);
   }
 
   // PlannerOptions::stage_speed of stage r
@@ -317,6 +330,7 @@ class Planner {
     };
     for (int i = 0; i < n_; ++i) {
       Range g;
+      std::int64_t gradient_bytes = 0;
       g.choices.push_back(Choice{});
       for (int j = i; j < n_; ++j) {
         const LayerCosts& l = layers_[j];
@@ -348,6 +362,8 @@ class Planner {
         if (save > 0) g.max_saved += save;
         g.choices = pareto(std::move(next));
         g.transfer = (i > 0 ? link(i - 1) : 0.0) + (j + 1 < n_ ? link(j) : 0.0);
+        gradient_bytes = saturating_add(gradient_bytes, l.gradient_bytes);
+        g.allreduce = allreduce_seconds(gradient_bytes);
         ranges_[static_cast<size_t>(i) * (n_ + 1) + j + 1] = g;
       }
     }
@@ -446,6 +462,16 @@ Status check_options(std::span<const LayerCosts> layers, const PlannerOptions& o
         "planner: bandwidth = {} is not allowed: it must be finite and >= 0 bytes per second (0 = "
         "infinite)",
         o.bandwidth);
+  }
+  if (o.replicas < 1) {
+    return make_error("planner: replicas = {} is not allowed: it must be >= 1", o.replicas);
+  }
+  if (!std::isfinite(o.allreduce_bandwidth) || o.allreduce_bandwidth < 0 ||
+      !std::isfinite(o.allreduce_latency) || o.allreduce_latency < 0) {
+    return make_error(
+        "planner: all-reduce bandwidth {} and latency {} are not allowed: both must be finite and "
+        ">= 0 (bandwidth 0 = infinite)",
+        o.allreduce_bandwidth, o.allreduce_latency);
   }
   if (!std::isfinite(o.latency) || o.latency < 0) {
     return make_error("planner: latency = {} is not allowed: it must be finite and >= 0 seconds",

@@ -34,6 +34,13 @@ struct PlannerOptions {
   /// measured; 2 = a stage on a core shared with another process). Transfers are not scaled.
   /// Empty = 1 for every stage; otherwise one finite factor > 0 per stage.
   std::vector<double> stage_speed;
+  /// pipeline.replicas w: each stage's gradients are summed over w replicas before every update,
+  /// which takes allreduce_latency + 2·(w−1)/w · the stage's gradient bytes / allreduce_bandwidth
+  /// (what a member of GlooGroup::all_reduce_sum sends; 0 bandwidth = infinite). `microbatches`
+  /// is then one replica's share of a step.
+  int replicas = 1;
+  double allreduce_bandwidth = 0.0;  ///< bytes per second one member sends; 0 = infinite
+  double allreduce_latency = 0.0;    ///< seconds per all-reduce
   /// A fixed partition (layers per stage, one per stage): only the recompute flags are planned
   /// (pipeline.recompute = "auto" with an explicit partition); empty = plan the partition too.
   std::vector<int> layers_per_stage;
@@ -50,7 +57,9 @@ struct StagePlan {
   /// sends back (unless first), latency + bytes / bandwidth each.
   double transfer_seconds = 0.0;
   double update_seconds = 0.0;  ///< per step: Σ update · updates per step
-  /// Per step: m · (compute + transfer) + update; the plan minimises the largest.
+  /// Per step: the gradient sums over the replicas (PlannerOptions::replicas), one per update.
+  double allreduce_seconds = 0.0;
+  /// Per step: m · (compute + transfer) + update + all-reduce; the plan minimises the largest.
   double step_seconds = 0.0;
   StageBytes bytes;  ///< the memory model's bytes with the plan's recompute flags
 };

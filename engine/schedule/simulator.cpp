@@ -74,6 +74,7 @@ Expected<Simulation> simulate(const Schedule& input, const CostModel& costs) {
   if (auto st = check_costs("forward", costs.forward, d, false); !st) return st.error();
   if (auto st = check_costs("backward", costs.backward, d, false); !st) return st.error();
   if (auto st = check_costs("optimizer", costs.optimizer, d, true); !st) return st.error();
+  if (auto st = check_costs("allreduce", costs.allreduce, d, true); !st) return st.error();
   if (auto st = check_costs("backward_weight", costs.backward_weight, d, true); !st) {
     return st.error();
   }
@@ -111,10 +112,11 @@ Expected<Simulation> simulate(const Schedule& input, const CostModel& costs) {
       case ActionKind::F:
       case ActionKind::B:
       case ActionKind::OPT_STEP: {
-        const double cost = a.kind == ActionKind::F   ? costs.forward[r]
-                            : a.kind == ActionKind::B ? costs.backward[r]
-                            : costs.optimizer.empty() ? 0.0
-                                                      : costs.optimizer[r];
+        const double cost = a.kind == ActionKind::F ? costs.forward[r]
+                            : a.kind == ActionKind::B
+                                ? costs.backward[r]
+                                : (costs.optimizer.empty() ? 0.0 : costs.optimizer[r]) +
+                                      (costs.allreduce.empty() ? 0.0 : costs.allreduce[r]);
         const double start = std::max(clock, dep_ready);
         double ready = start + cost;
         if (a.kind == ActionKind::B) {

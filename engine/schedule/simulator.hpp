@@ -19,7 +19,11 @@ struct CostModel {
   /// (pipeline.split_backward: the weight gradients of a split B). A SEND_B that directly
   /// follows its B is issued that much before the B ends. Empty = 0 (B sends at its end).
   std::vector<double> backward_weight;
-  std::vector<double> optimizer;         ///< OPT_STEP time per stage; empty = 0
+  std::vector<double> optimizer;  ///< OPT_STEP time per stage; empty = 0
+  /// Per stage: the sum of the stage's gradients over the data-parallel replicas
+  /// (pipeline.replicas), which every OPT_STEP of the stage runs before its update: the
+  /// OPT_STEP takes optimizer + allreduce. Empty = 0 (one replica).
+  std::vector<double> allreduce;
   std::vector<double> activation_bytes;  ///< bytes crossing boundary r -> r+1 (d-1 entries; the
                                          ///< gradient going back has the same size); empty = 0
   double latency = 0;                    ///< seconds added to every transfer

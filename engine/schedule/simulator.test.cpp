@@ -296,3 +296,22 @@ TEST_CASE("bad cost models and schedules are rejected") {
   REQUIRE_FALSE(e.ok());
   CHECK(contains(e.error().message, "<-- ERROR HERE"));
 }
+
+TEST_CASE("simulator: the all-reduce lengthens every OPT_STEP") {
+  auto s = make_schedule(Mode::gpipe, 2, 2, 1);
+  REQUIRE(s.ok());
+  CostModel c = uniform_costs(2, 1.0, 2.0);
+  auto plain = simulate(*s, c);
+  REQUIRE(plain.ok());
+  c.allreduce = {0.5, 3.0};
+  auto summed = simulate(*s, c);
+  REQUIRE(summed.ok());
+  // gpipe, f = 1, b = 2: stage 1's last B ends at 7, stage 0's at 9 (then free updates): the
+  // step now ends with stage 1's OPT_STEP at 7 + 3 = 10, after stage 0's at 9 + 0.5
+  CHECK(plain->makespan == doctest::Approx(9.0));
+  CHECK(summed->makespan == doctest::Approx(10.0));
+  CHECK(summed->busy[0] == doctest::Approx(plain->busy[0] + 0.5));
+  CHECK(summed->busy[1] == doctest::Approx(plain->busy[1] + 3.0));
+  c.allreduce = {1.0};
+  CHECK_FALSE(simulate(*s, c).ok());
+}

@@ -2,7 +2,9 @@
 // the layer profile (measured or cached), a table per stage, the prediction and the runner-up.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -11,8 +13,10 @@
 
 #include "engine/config/config.hpp"
 #include "engine/model/partition.hpp"
+#include "engine/planner/width_depth.hpp"
 #include "engine/profiler/auto_partition.hpp"
 #include "engine/profiler/profile_cache.hpp"
+#include "transport/gloo_bandwidth.hpp"
 
 using namespace actorpipe;
 
@@ -24,6 +28,7 @@ constexpr int kExitUsage = 2;
 constexpr const char* kUsage =
     R"(usage: actorpipe-plan [--config FILE] [--set section.key=value]... [--cache-dir DIR]
                       [--reprofile | --no-cache] [--reps N]
+                      [--ranks R [--allreduce-bandwidth BYTES_PER_S]]
 
 Prints the partition that pipeline.partition = "auto" takes for the config's model, mode, stages
 and microbatches (under pipeline.memory_limit_mb) with the layers the stages will recompute
@@ -38,6 +43,12 @@ threads and cached per model and machine (docs/planner.md).
   --reprofile       measure again even when a cached profile matches, and cache the new one
   --no-cache        neither read nor write a cached profile
   --reps N          calls timed per layer and kind, medians (default 5)
+  --ranks R         also rank every split of R processes into pipeline.replicas w × stages d
+                    (w·d = R) by the simulated step with each update's all-reduce, runner-ups
+                    included (docs/replicas.md)
+  --allreduce-bandwidth BYTES_PER_S
+                    bytes a member of the all-reduce sends per second (between hosts: your
+                    network's); default: measured here, Gloo over loopback TCP
   --help            this text
 Exit codes: 0 planned, 1 config error or no plan the engine can run, 2 bad argument.
 )";
@@ -55,6 +66,8 @@ struct Args {
   std::vector<std::string> sets;
   AutoPartitionOptions auto_options;
   bool help = false;
+  int ranks = 0;                     // --ranks: 0 = no width × depth table
+  double allreduce_bandwidth = 0.0;  // --allreduce-bandwidth: 0 = measure
 };
 
 Expected<Args> parse_args(int argc, char** argv) {
@@ -90,7 +103,8 @@ Expected<Args> parse_args(int argc, char** argv) {
       continue;
     }
     bool handled = false;
-    for (std::string_view flag : {"--config", "--set", "--cache-dir", "--reps"}) {
+    for (std::string_view flag :
+         {"--config", "--set", "--cache-dir", "--reps", "--ranks", "--allreduce-bandwidth"}) {
       auto v = valued(flag);
       if (!v) return v.error();
       if (!*v) continue;
@@ -109,14 +123,22 @@ Expected<Args> parse_args(int argc, char** argv) {
       } else if (flag == "--cache-dir") {
         if (value.empty()) return make_error("--cache-dir needs a directory");
         a.auto_options.cache_dir = value;
+      } else if (flag == "--allreduce-bandwidth") {
+        char* end = nullptr;
+        errno = 0;
+        const double x = std::strtod(value.c_str(), &end);
+        if (value.empty() || *end != '\0' || errno != 0 || !(x > 0) || !std::isfinite(x))
+          return make_error(
+              "--allreduce-bandwidth: \"{}\" is not allowed: expected bytes per second > 0", value);
+        a.allreduce_bandwidth = x;
       } else {
         char* end = nullptr;
         errno = 0;
         const long n = std::strtol(value.c_str(), &end, 10);
         if (value.empty() || *end != '\0' || errno != 0 || n < 1 || n > 10000)
-          return make_error("--reps: \"{}\" is not allowed: expected an integer from 1 to 10000",
+          return make_error("{}: \"{}\" is not allowed: expected an integer from 1 to 10000", flag,
                             value);
-        a.auto_options.reps = static_cast<int>(n);
+        (flag == "--reps" ? a.auto_options.reps : a.ranks) = static_cast<int>(n);
       }
       break;
     }
@@ -185,6 +207,66 @@ size_t slowest(const PartitionPlan& p) {
   for (size_t i = 1; i < p.stages.size(); ++i)
     if (p.stages[i].step_seconds > p.stages[k].step_seconds) k = i;
   return k;
+}
+
+// --ranks: every split of the processes into replicas × stages, ranked by the simulated step.
+int width_depth(const Args& args, const Config& c, const AutoPartition& a, int T) {
+  const PipelineOptions& pl = c.pipeline;
+  PlannerOptions base = a.planner;
+  base.microbatches = pl.microbatches;
+  base.stage_speed.clear();
+  if (args.allreduce_bandwidth > 0) {
+    base.allreduce_bandwidth = args.allreduce_bandwidth;
+    fmt::print("\nall-reduce: {:.1f} MB/s per member (--allreduce-bandwidth), no latency\n",
+               base.allreduce_bandwidth / 1e6);
+  } else {
+    // a typical stage's gradients: half the model's
+    std::int64_t grad = 0;
+    for (const LayerCosts& l : a.costs) grad += l.gradient_bytes;
+    const std::int64_t floats = std::max<std::int64_t>(1, grad / 2 / 4);
+    auto big = time_local_all_reduce(2, floats, 5);
+    auto tiny = big ? time_local_all_reduce(2, 1, 5) : big;
+    if (!tiny) {
+      print_error(tiny.error().message);
+      return kExitError;
+    }
+    // latency: the one-float call; bandwidth: what the larger buffer added over it
+    const double sent_big = big->bytes_per_second * big->seconds;
+    const double sent_tiny = tiny->bytes_per_second * tiny->seconds;
+    base.allreduce_latency = tiny->seconds;
+    base.allreduce_bandwidth = big->seconds > tiny->seconds
+                                   ? (sent_big - sent_tiny) / (big->seconds - tiny->seconds)
+                                   : big->bytes_per_second;
+    fmt::print(
+        "\nall-reduce: measured here, Gloo over loopback TCP, 2 members: {:.1f} MB/s per member "
+        "({} of gradients in {:.3f} ms), latency {:.3f} ms\n",
+        base.allreduce_bandwidth / 1e6, bytes(floats * 4), 1e3 * big->seconds, 1e3 * tiny->seconds);
+  }
+  auto wd = plan_width_depth(a.costs, base, args.ranks);
+  if (!wd) {
+    print_error(wd.error().message);
+    return kExitError;
+  }
+  const double tokens = static_cast<double>(pl.microbatches) * pl.microbatch_size * T;
+  fmt::print("\nwidth × depth for {} processes, {} microbatches of {}x{} tokens per step ({}):\n",
+             args.ranks, pl.microbatches, pl.microbatch_size, T, pl.mode);
+  fmt::print("  {:<4} {:>3} {:>3} {:<18} {:>12} {:>10} {:>14} {:>7}\n", "rank", "w", "d",
+             "partition", "step ms", "tok/s", "all-reduce ms", "bubble");
+  for (size_t i = 0; i < wd->ranked.size(); ++i) {
+    const WidthDepthPlan& p = wd->ranked[i];
+    fmt::print("  {:<4} {:>3} {:>3} {:<18} {:>12.3f} {:>10.0f} {:>14.3f} {:>7.3f}{}\n", i + 1,
+               p.replicas, p.stages, counts(p.plan.layers_per_stage),
+               1e3 * p.predicted_step_seconds, tokens / p.predicted_step_seconds,
+               1e3 * p.allreduce_seconds, p.plan.predicted_bubble, i == 0 ? "  <- the plan" : "");
+  }
+  for (const std::string& s : wd->skipped) fmt::print("  left out: {}\n", s);
+  const WidthDepthPlan& best = wd->ranked[0];
+  fmt::print(
+      "\nto use it: actorpipe-launch -n {} -- PROGRAM --set pipeline.replicas={} --set "
+      "pipeline.stages={} --set pipeline.partition={}\n",
+      args.ranks, best.replicas, best.stages,
+      fmt::format("[{}]", fmt::join(best.plan.layers_per_stage, ",")));
+  return 0;
 }
 
 int run(const Args& args) {
@@ -278,6 +360,7 @@ int run(const Args& args) {
   fmt::print("\nto use it: --set pipeline.partition={} --set pipeline.recompute={} or \"auto\"\n",
              fmt::format("[{}]", fmt::join(plan.layers_per_stage, ",")),
              rc.empty() ? std::string("none") : fmt::format("[{}]", fmt::join(rc, ",")));
+  if (args.ranks > 0) return width_depth(args, c, *a, T);
   return 0;
 }
 
