@@ -646,7 +646,21 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(int steps, DataLoader& d
     for (int r : mine) st->spans[static_cast<size_t>(r)].reserve(st->actions(r));
   }
 
+  // replicas: each layer's gradients go to the stage's reducer thread as soon as the update's
+  // last backward has finished them, so the sum overlaps the rest of the backward
+  const bool overlap = st->reducer != nullptr && !im.options.skip_compute;
+  if (overlap) {
+    im.reducer->take_calls();  // a previous run's
+    for (int r : mine) {
+      GradientReducer* red = st->reducer;
+      workers[static_cast<size_t>(r)]->on_final_gradients(
+          [red, r](int, long step, std::span<float> g) { red->post(r, step, g); });
+    }
+  }
   auto outcome = im.multi() ? run_ranks(*im.group, st) : run_here(st);
+  if (overlap) {
+    for (int r : mine) workers[static_cast<size_t>(r)]->on_final_gradients({});
+  }
   if (!outcome) {
     channels->clear();
     return outcome.error();
@@ -678,6 +692,13 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(int steps, DataLoader& d
       result.spans.insert(result.spans.end(), spans.begin(), spans.end());
     for (auto& spans : st->update_spans)
       result.update_spans.insert(result.update_spans.end(), spans.begin(), spans.end());
+    if (overlap) {
+      auto since = [&](std::chrono::steady_clock::time_point t) {
+        return std::chrono::duration<double>(t - st->start).count();
+      };
+      for (const ReplicaReducer::Call& c : im.reducer->take_calls())
+        result.reduce_spans.push_back({c.stage, c.step, c.floats, since(c.start), since(c.end)});
+    }
   }
   return result;
 }

@@ -65,6 +65,17 @@ struct ActionSpan {
   double end = 0.0;
 };
 
+/// One all-reduce of a stage's gradients over the replicas (pipeline.replicas), as its stage's
+/// reducer thread ran it: which update, how many floats (a layer's, or the stage's whole
+/// buffer), start and end in seconds since the run started.
+struct ReduceSpan {
+  int stage = 0;
+  long step = 0;
+  int64_t floats = 0;
+  double start = 0.0;
+  double end = 0.0;
+};
+
 /// Test hook: makes one stage fail at one microbatch, to exercise failure handling.
 struct FaultInjection {
   enum class Kind : uint8_t {
@@ -176,6 +187,10 @@ struct ActorRunResult {
   /// came from), from the stage's hand-off to the new version's hand-back. In 2bw these overlap
   /// the stage's own spans: the stage computes while its shard writes the next version.
   std::vector<ActionSpan> update_spans;
+  /// record_spans, pipeline.replicas > 1: this process's all-reduces, per stage in order. Each
+  /// layer's gradients are summed as soon as the stage's last backward of the update has
+  /// finished them (StageWorker::on_final_gradients), while the backward goes on.
+  std::vector<ReduceSpan> reduce_spans;
   /// Credits: the most microbatches that were handed to the stages and not yet through stage 0's
   /// backward at once (the activation-stash bound of stage 0 in the mode's schedule).
   int peak_microbatches_ahead = 0;

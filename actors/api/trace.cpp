@@ -75,10 +75,16 @@ std::string chrome_trace_json(std::span<const TraceSpan> spans, int stages,
     const int64_t start = nanos(s.start);
     const int64_t dur = std::max<int64_t>(0, nanos(s.end) - start);
     out += ",\n{\"ph\":\"X\",\"pid\":1,\"tid\":";
-    fmt::format_to(std::back_inserter(out), "{},\"name\":", s.update ? stages + s.stage : s.stage);
-    append_string(out, s.eval ? "eval " + to_string(s.action) : to_string(s.action));
+    fmt::format_to(std::back_inserter(out),
+                   "{},\"name\":", s.update || s.allreduce ? stages + s.stage : s.stage);
+    append_string(out, s.allreduce ? fmt::format("allreduce {}", s.action.version)
+                       : s.eval    ? "eval " + to_string(s.action)
+                                   : to_string(s.action));
     out += ",\"cat\":";
-    append_string(out, s.update ? "update" : s.eval ? "eval" : to_string(s.action.kind));
+    append_string(out, s.allreduce ? "allreduce"
+                       : s.update  ? "update"
+                       : s.eval    ? "eval"
+                                   : to_string(s.action.kind));
     out += ",\"ts\":";
     append_micros(out, start);
     out += ",\"dur\":";

@@ -66,6 +66,7 @@ struct RunOutput {
   std::vector<StageTimes> stages;
   std::vector<ActionSpan> spans;
   std::vector<ActionSpan> update_spans;  ///< the optimizer shards' updates
+  std::vector<ReduceSpan> reduce_spans;  ///< the all-reduces over the replicas
   int64_t tokens = 0;
   bool stopped = false;  ///< a stop was asked: losses.size() steps ran, maybe fewer than asked
 };
@@ -137,6 +138,7 @@ class ActorsExecutor final : public Executor {
                      std::move(r->stages),
                      std::move(r->spans),
                      std::move(r->update_spans),
+                     std::move(r->reduce_spans),
                      r->tokens,
                      r->stopped};
   }
@@ -701,6 +703,17 @@ Expected<StepMetrics> Trainer::run(int steps) {
   }
   for (const ActionSpan& s : out->update_spans) {
     im.spans.push_back(TraceSpan{s.stage, s.action, offset + s.start, offset + s.end, true});
+  }
+  for (const ReduceSpan& s : out->reduce_spans) {
+    TraceSpan t;
+    t.stage = s.stage;
+    t.action.kind = ActionKind::OPT_STEP;
+    t.action.stage = s.stage;
+    t.action.version = static_cast<int>(s.step);
+    t.start = offset + s.start;
+    t.end = offset + s.end;
+    t.allreduce = true;
+    im.spans.push_back(t);
   }
   if (!im.callback_status.ok()) return im.callback_status.error();
   return im.last;

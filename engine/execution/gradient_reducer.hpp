@@ -32,6 +32,13 @@ class GradientReducer {
   /// `step`: the update's optimizer step (1-based), checked to agree where the implementation
   /// can.
   virtual Status all_reduce(int stage, long step, std::span<float> data) = 0;
+  /// Optional, to overlap the sum with the rest of a backward: starts summing `part`, a piece of
+  /// stage `stage`'s gradients of update `step` that is final already
+  /// (StageWorker::on_final_gradients), in the background; the all_reduce of that update then
+  /// waits for the posted pieces. Either the posts of an update cover its whole buffer or there
+  /// are none. Returns false when the reducer does not do this (the default): all_reduce sums
+  /// everything then.
+  virtual bool post(int /*stage*/, long /*step*/, std::span<float> /*part*/) { return false; }
 };
 
 /// The reduction itself: into[i] = ((parts[0][i] + parts[1][i]) + ...) for every i, in float.

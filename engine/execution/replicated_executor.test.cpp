@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -139,4 +140,57 @@ TEST_CASE("replicas refuse a config they cannot run") {
   auto lone = SerialExecutor::create(c);
   REQUIRE_FALSE(lone.ok());
   CHECK(lone.error().message.find("needs a GradientReducer") != std::string::npos);
+}
+
+namespace {
+
+// Records the gradients each update hands to the reducer (one replica: nothing to sum).
+class SpyReducer final : public GradientReducer {
+ public:
+  int replicas() const override { return 1; }
+  Status all_reduce(int stage, long step, std::span<float> data) override {
+    seen[{stage, step}].assign(data.begin(), data.end());
+    return {};
+  }
+  std::map<std::pair<int, long>, std::vector<float>> seen;
+};
+
+}  // namespace
+
+TEST_CASE("a stage reports each layer's gradients once they are final, last layer first") {
+  for (const char* mode : {"1f1b", "2bw", "gpipe"}) {
+    INFO(mode);
+    Config c = tiny(Arch::gpt, mode, 2, 4, 1);
+    SpyReducer spy;
+    auto e = SerialExecutor::create(c, false, nullptr, &spy);
+    REQUIRE(e.ok());
+    // (stage, step) -> the layers reported, in order, and their values when reported
+    std::map<std::pair<int, long>, std::vector<int>> order;
+    std::map<std::pair<int, long>, std::vector<std::vector<float>>> values;
+    for (int r = 0; r < 2; ++r) {
+      (*e)->worker(r).on_final_gradients([&, r](int layer, long step, std::span<float> g) {
+        order[{r, step}].push_back(layer);
+        values[{r, step}].emplace_back(g.begin(), g.end());
+      });
+    }
+    auto data = config_loader(c);
+    REQUIRE((*e)->run(3, *data).ok());
+    REQUIRE((*e)->run(2, *data).ok());  // 2bw: a continued run
+    REQUIRE(spy.seen.size() == 10);     // 5 updates of 2 stages
+    for (const auto& [key, grads] : spy.seen) {
+      CAPTURE(key.first);
+      CAPTURE(key.second);
+      const StageWorker& w = (*e)->worker(key.first);
+      std::vector<int> want;
+      for (int i = w.num_layers() - 1; i >= 0; --i)
+        if (w.model().layer(w.first_layer() + i).param_floats() > 0) want.push_back(i);
+      CHECK(order[key] == want);
+      // what was reported, in layer order, is what the update summed
+      std::vector<float> joined;
+      const auto& vals = values[key];
+      for (size_t k = vals.size(); k-- > 0;)
+        joined.insert(joined.end(), vals[k].begin(), vals[k].end());
+      CHECK(same_bits(joined, grads));
+    }
+  }
 }

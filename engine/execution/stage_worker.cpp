@@ -342,8 +342,18 @@ Tensor StageWorker::exec_backward_input(const Action& a, const Microbatch& mb, c
 void StageWorker::exec_backward_weights() {
   AP_CHECK(pending_ != nullptr, "stage {}: exec_backward_weights() without exec_backward_input()",
            stage_);
-  later_.run(ctx_);
+  later_.run(ctx_, [this](int i) { layer_gradients_final(i); });
   finish_backward();
+}
+
+void StageWorker::layer_gradients_final(int i) {
+  if (!final_backward_ || !final_grads_) return;
+  const size_t k = static_cast<size_t>(i);
+  const size_t n = layers_[k]->param_floats();
+  if (n == 0) return;
+  // while an update is open, backwards accumulate for the one after it (2bw)
+  const long step = static_cast<long>(updates_) + (job_.open() ? 2 : 1);
+  final_grads_(i, step, {grads_ + param_off_[k], n});
 }
 
 Tensor StageWorker::backward_layers(const Action& a, const Microbatch& mb, const Tensor& dout,
@@ -376,6 +386,7 @@ Tensor StageWorker::backward_layers(const Action& a, const Microbatch& mb, const
   Tensor din;
   if (layers_.front()->takes_input()) din = din_pool_->acquire();
   const float dloss = loss_scale(slot.loss.count, update_mbs_ * opts_.replicas);
+  final_backward_ = backwards_since_update_ + 1 == update_mbs_;
   const float* dcur = last.is_loss() ? nullptr : dout.f32();
   for (int i = num_layers() - 1; i >= 0; --i) {
     const size_t k = static_cast<size_t>(i);
@@ -396,6 +407,11 @@ Tensor StageWorker::backward_layers(const Action& a, const Microbatch& mb, const
     ctx_.arena().reset();
     layer.backward(ctx_, P, grads_ + param_off_[k], mb, x, saved_of(slot, i), dcur, dnext, dloss,
                    later);
+    if (later != nullptr) {
+      later->mark(i);  // the layer's deferred weight gradients end here
+    } else {
+      layer_gradients_final(i);
+    }
     dcur = dnext;
   }
   pending_ = &slot;
@@ -404,6 +420,8 @@ Tensor StageWorker::backward_layers(const Action& a, const Microbatch& mb, const
 }
 
 void StageWorker::finish_backward() {
+  ++backwards_since_update_;
+  final_backward_ = false;
   Slot& slot = *pending_;
   const Action& a = pending_action_;
   const int v = base_ + a.version;
@@ -433,6 +451,7 @@ UpdateJob& StageWorker::begin_update(const Action& a) {
   // the job takes the accumulated gradients; later backwards accumulate into the other
   // (zeroed) buffer, when there is one
   job_.grads_ = grads_;
+  backwards_since_update_ = 0;
   if (!grad_buf_[1].empty())
     grads_ = grads_ == grad_buf_[0].data() ? grad_buf_[1].data() : grad_buf_[0].data();
   job_.step_ = updates_ + 1;

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -164,6 +165,16 @@ class StageWorker {
   void exec_backward_weights();
   /// Between exec_backward_input and exec_backward_weights.
   bool backward_pending() const { return pending_ != nullptr; }
+  /// Called on the worker's thread as soon as a layer's gradients of an update are complete: in
+  /// the update's last backward (its microbatches_per_update()-th since the previous
+  /// begin_update), right after the layer's weight gradients are accumulated (in a split
+  /// backward: as exec_backward_weights passes the layer), layers last to first, layers without
+  /// parameters left out. `step` is the update (updates() + 1 when it is begun) and `grads` the
+  /// layer's part of the buffer that update's job will hold: the worker does not touch it again
+  /// before that update is committed, so someone may sum it over the replicas meanwhile
+  /// (pipeline.replicas). Empty: none.
+  using FinalGradients = std::function<void(int local_layer, long step, std::span<float> grads)>;
+  void on_final_gradients(FinalGradients fn) { final_grads_ = std::move(fn); }
   /// OPT_STEP, protocol step 0: opens the update producing version updates() + 1 and hands
   /// out its job (the worker's own object, valid until commit_update). Fails (AP_CHECK) while
   /// another update is open, when the action produces another version, or when the policy
@@ -264,6 +275,8 @@ class StageWorker {
   Tensor backward_layers(const Action& a, const Microbatch& mb, const Tensor& dout,
                          DeferredGrads* later);
   void finish_backward();
+  // local layer i's gradients are complete: tells final_grads_ when this B is its update's last
+  void layer_gradients_final(int i);
   // where local layer i's saved activations live for `slot`'s microbatch
   float* saved_of(Slot& slot, int i);
   void check_action(const Action& a, ActionKind kind) const;
@@ -272,6 +285,9 @@ class StageWorker {
   Partition partition_;
   OptimizerOptions opt_;
   StageWorkerOptions opts_;
+  FinalGradients final_grads_;
+  int backwards_since_update_ = 0;  // finished backwards into the current gradient buffer
+  bool final_backward_ = false;     // the B in progress is its update's last
   int stage_ = 0;
   int first_ = 0;
   int update_mbs_ = 1;

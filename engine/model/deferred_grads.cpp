@@ -22,14 +22,25 @@ void DeferredGrads::add_linear(float* dweight, float* dbias, const float* dout, 
   tasks_.push_back({dweight, dbias, dout, inp, N, C, OC});
 }
 
-void DeferredGrads::run(Context& ctx) {
-  for (const Linear& t : tasks_)
+void DeferredGrads::mark(int tag) {
+  marks_.emplace_back(tasks_.size(), tag);
+}
+
+void DeferredGrads::run(Context& ctx, const std::function<void(int)>& on_mark) {
+  size_t m = 0;
+  for (size_t i = 0; i <= tasks_.size(); ++i) {
+    for (; m < marks_.size() && marks_[m].first == i; ++m)
+      if (on_mark) on_mark(marks_[m].second);
+    if (i == tasks_.size()) break;
+    const Linear& t = tasks_[i];
     matmul_backward_weight(ctx, t.dweight, t.dbias, t.dout, t.inp, t.N, t.C, t.OC);
+  }
   clear();
 }
 
 void DeferredGrads::clear() {
   tasks_.clear();
+  marks_.clear();
   storage_.reset();
 }
 

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "kernels/context.hpp"
@@ -27,11 +29,15 @@ class DeferredGrads {
   /// Records dweight (OC,C) += doutᵀ · inp and dbias (OC) += Σ rows of dout (dbias may be null).
   void add_linear(float* dweight, float* dbias, const float* dout, const float* inp, int N, int C,
                   int OC);
-  /// Nothing recorded.
+  /// Nothing recorded (marks aside).
   bool empty() const { return tasks_.empty(); }
   size_t size() const { return tasks_.size(); }
-  /// Computes every recorded gradient in order, then clear().
-  void run(Context& ctx);
+  /// Records a mark carrying `tag` after what was added so far: run() calls its `on_mark` there
+  /// (e.g. a stage marks the end of each layer's weight gradients).
+  void mark(int tag);
+  /// Computes every recorded gradient in order, calling on_mark(tag) at each mark as it passes
+  /// it, then clear().
+  void run(Context& ctx, const std::function<void(int)>& on_mark = {});
   /// Drops what was recorded (the storage is kept for reuse).
   void clear();
   /// Bytes of storage held (grows to the largest backward's needs, then stays).
@@ -47,6 +53,7 @@ class DeferredGrads {
   };
   Arena storage_;
   std::vector<Linear> tasks_;
+  std::vector<std::pair<size_t, int>> marks_;  // (tasks before it, tag), in order
 };
 
 }  // namespace actorpipe

@@ -21,6 +21,9 @@ struct TraceSpan {
   double end = 0.0;
   bool update = false;
   bool eval = false;
+  /// A sum of the stage's gradients over the replicas (ReduceSpan): on the optimizer's track,
+  /// named "allreduce <step>", category "allreduce"; action.version is the step.
+  bool allreduce = false;
 };
 
 /// A moment of the whole pipeline (a migration, an evaluation's result): an instant event across
