@@ -31,6 +31,7 @@ Other commands (each with --help):
   actorpipe-bench processes   two stages as two processes against two stages in one process
   actorpipe-bench migration   the migration manager rebalancing, beside the static optimum
   actorpipe-bench recompute   pipeline.recompute none / auto / all: peak memory and step time
+  actorpipe-bench allreduce   the replicas' Gloo all-reduce between two processes beside ucx_perftest
 )";
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/allreduce_bench.hpp"
 #include "bench/bench_options.hpp"
 #include "bench/bench_report.hpp"
 #include "bench/channel_bench.hpp"
@@ -94,6 +95,8 @@ int main(int argc, char** argv) {
     return run_process_bench(std::span<const std::string>(args).subspan(1));
   if (!args.empty() && args[0] == "recompute")
     return run_recompute_bench(std::span<const std::string>(args).subspan(1));
+  if (!args.empty() && args[0] == "allreduce")
+    return run_allreduce_bench(std::span<const std::string>(args).subspan(1));
   auto parsed = parse_bench_options(args);
   if (!parsed) {
     fmt::print(stderr, "actorpipe-bench: {}\n", parsed.error().message);
