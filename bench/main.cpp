@@ -15,6 +15,7 @@
 #include "bench/migration_bench.hpp"
 #include "bench/pipeline_bench.hpp"
 #include "bench/process_bench.hpp"
+#include "bench/replica_bench.hpp"
 #include "bench/recompute_bench.hpp"
 #include "bench/step_timing.hpp"
 #include "bench/subprocess.hpp"
@@ -95,6 +96,8 @@ int main(int argc, char** argv) {
     return run_process_bench(std::span<const std::string>(args).subspan(1));
   if (!args.empty() && args[0] == "recompute")
     return run_recompute_bench(std::span<const std::string>(args).subspan(1));
+  if (!args.empty() && args[0] == "replicas")
+    return run_replica_bench(std::span<const std::string>(args).subspan(1));
   if (!args.empty() && args[0] == "allreduce")
     return run_allreduce_bench(std::span<const std::string>(args).subspan(1));
   auto parsed = parse_bench_options(args);

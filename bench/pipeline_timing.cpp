@@ -55,8 +55,10 @@ Expected<PipelineRunResult> measure_pipeline(const PipelineRunSpec& spec) {
   c.pipeline.partition.counts = spec.partition;
   c.pipeline.threads_per_stage = spec.threads_per_stage;
   c.pipeline.split_backward = spec.split_backward;
+  c.pipeline.replicas = spec.replicas;
   ActorEngineOptions o;
   o.skip_compute = spec.skip_compute;
+  o.record_spans = spec.record_spans;
   o.stall_timeout_seconds = 900.0;  // a busy machine slows a step, it does not stall it
   // ACTORPIPE_BENCH_RELEASE_AHEAD=0: stages in other processes get releases with the first, to
   // compare (rank_job.cpp: ACTORPIPE_BENCH_CALLER_PROGRESS)
@@ -75,6 +77,13 @@ Expected<PipelineRunResult> measure_pipeline(const PipelineRunSpec& spec) {
   ReplayLoader data(**source, std::min(per_run, 32));
 
   PipelineRunResult r;
+  auto add_allreduce = [&](const ActorRunResult& run) {
+    std::vector<ActionSpan> backwards;
+    for (const ActionSpan& a : run.spans)
+      if (a.action.kind == ActionKind::B) backwards.push_back(a);
+    for (const ReduceSpan& x : run.reduce_spans) r.allreduce_seconds += x.end - x.start;
+    r.allreduce_hidden_seconds += hidden_seconds(run.reduce_spans, backwards);
+  };
   if (spec.group != nullptr && (*engine)->rank() != 0) {
     // no driver here: this rank's stages compute, rank 0 reports the steps
     for (int run = 0; run < spec.runs; ++run) {
@@ -83,6 +92,7 @@ Expected<PipelineRunResult> measure_pipeline(const PipelineRunSpec& spec) {
       if (!result) return result.error();
       r.cpu_seconds += process_cpu_seconds() - cpu0;
       r.timed_seconds += result->seconds;
+      add_allreduce(*result);
     }
     return r;
   }
@@ -103,6 +113,7 @@ Expected<PipelineRunResult> measure_pipeline(const PipelineRunSpec& spec) {
     if (static_cast<int>(seconds.size()) != steps)
       return make_error("pipeline timing: {} steps reported, expected {}", seconds.size(), steps);
     if (run == 0 && !result->losses.empty()) r.first_loss = result->losses.front();
+    add_allreduce(*result);
     const std::vector<double> periods = step_periods(seconds, group, spec.warmup);
     r.step_seconds_all.insert(r.step_seconds_all.end(), periods.begin(), periods.end());
     const size_t first = static_cast<size_t>(spec.warmup) * group - 1, last = seconds.size() - 1;
@@ -116,6 +127,26 @@ Expected<PipelineRunResult> measure_pipeline(const PipelineRunSpec& spec) {
   r.step_seconds = median(r.step_seconds_all);
   r.tokens_per_s = static_cast<double>(spec.microbatches) * spec.B * spec.T / r.step_seconds;
   return r;
+}
+
+double hidden_seconds(const std::vector<ReduceSpan>& reduces,
+                      const std::vector<ActionSpan>& backwards) {
+  std::vector<std::pair<double, double>> busy;
+  for (const ActionSpan& b : backwards) busy.emplace_back(b.start, b.end);
+  std::sort(busy.begin(), busy.end());
+  std::vector<std::pair<double, double>> merged;
+  for (const auto& [s, e] : busy) {
+    if (!merged.empty() && s <= merged.back().second) {
+      merged.back().second = std::max(merged.back().second, e);
+    } else {
+      merged.emplace_back(s, e);
+    }
+  }
+  double hidden = 0.0;
+  for (const ReduceSpan& x : reduces)
+    for (const auto& [s, e] : merged)
+      hidden += std::max(0.0, std::min(e, x.end) - std::max(s, x.start));
+  return hidden;
 }
 
 }  // namespace actorpipe::bench

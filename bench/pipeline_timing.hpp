@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "actors/actor_engine.hpp"
 #include "engine/data/loader.hpp"
 #include "engine/expected.hpp"
 #include "engine/mode.hpp"
@@ -36,6 +37,10 @@ struct PipelineRunSpec {
   /// stages are placed one per rank by default. Only rank 0 times steps; the others fill in
   /// cpu_seconds and timed_seconds for their whole runs.
   ProcessGroup* group = nullptr;
+  /// pipeline.replicas (a job of replicas × the pipeline's processes).
+  int replicas = 1;
+  /// Record the runs' spans: with replicas, PipelineRunResult's all-reduce figures.
+  bool record_spans = false;
 };
 
 /// What it measured. A "step" is m microbatches (pipedream: m of its one-microbatch steps).
@@ -47,7 +52,16 @@ struct PipelineRunResult {
   double timed_seconds = 0.0;            ///< wall time of the timed steps, all runs
   double cpu_seconds = 0.0;  ///< CPU time of the process (every thread) over the timed steps
   double first_loss = 0.0;   ///< loss of the first step (≈ ln V at initialisation)
+  /// record_spans with replicas, this process, every run: the all-reduces' time, and the part
+  /// of it during a backward of this process's stages (allreduce_hidden_seconds).
+  double allreduce_seconds = 0.0;
+  double allreduce_hidden_seconds = 0.0;
 };
+
+/// How much of `reduces` lies inside the union of `backwards` (seconds): each all-reduce's
+/// overlap with the backward spans, merged first so that overlapping ones count once.
+double hidden_seconds(const std::vector<ReduceSpan>& reduces,
+                      const std::vector<ActionSpan>& backwards);
 
 /// Builds the config of `spec` (synthetic data, default AdamW with clipping), creates an
 /// ActorEngine and runs it `runs` times for warmup+reps steps (pipedream: (warmup+reps)·m).

@@ -100,4 +100,21 @@ Expected<AllReduceTiming> time_local_all_reduce(int members, int64_t floats, int
   return t;
 }
 
+Expected<AllReduceCost> measure_all_reduce_cost(int64_t floats, int reps) {
+  auto large = time_local_all_reduce(2, floats, reps);
+  if (!large) return large.error();
+  auto tiny = time_local_all_reduce(2, 1, reps);
+  if (!tiny) return tiny.error();
+  AllReduceCost c;
+  c.large = *large;
+  c.tiny = *tiny;
+  c.latency = tiny->seconds;
+  const double sent_large = large->bytes_per_second * large->seconds;
+  const double sent_tiny = tiny->bytes_per_second * tiny->seconds;
+  c.bandwidth = large->seconds > tiny->seconds
+                    ? (sent_large - sent_tiny) / (large->seconds - tiny->seconds)
+                    : large->bytes_per_second;
+  return c;
+}
+
 }  // namespace actorpipe

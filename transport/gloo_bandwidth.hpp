@@ -25,4 +25,15 @@ struct AllReduceTiming {
 /// Gloo's (naming the member).
 Expected<AllReduceTiming> time_local_all_reduce(int members, int64_t floats, int reps);
 
+/// The all-reduce's cost model on this host (PlannerOptions::allreduce_latency and
+/// allreduce_bandwidth): two members time a one-float call (the latency) and a call of `floats`
+/// floats; the bandwidth is what the larger call's bytes added over the small one's per second
+/// of the time it added (the larger call's own bytes per second when it was not slower).
+struct AllReduceCost {
+  double latency = 0.0;    ///< seconds
+  double bandwidth = 0.0;  ///< bytes a member sends per second
+  AllReduceTiming tiny, large;
+};
+Expected<AllReduceCost> measure_all_reduce_cost(int64_t floats, int reps);
+
 }  // namespace actorpipe

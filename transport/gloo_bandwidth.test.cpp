@@ -17,3 +17,12 @@ TEST_CASE("the all-reduce timing measures a positive time and bandwidth") {
   CHECK_FALSE(time_local_all_reduce(2, 0, 1).ok());
   CHECK_FALSE(time_local_all_reduce(2, 10, 0).ok());
 }
+
+TEST_CASE("the all-reduce cost: a latency and a bandwidth from two calls") {
+  auto c = measure_all_reduce_cost(1 << 18, 3);
+  REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().message));
+  CHECK(c->latency == c->tiny.seconds);
+  CHECK(c->tiny.floats == 1);
+  CHECK(c->large.floats == 1 << 18);
+  CHECK(c->bandwidth > 0.0);
+}

@@ -224,23 +224,18 @@ int width_depth(const Args& args, const Config& c, const AutoPartition& a, int T
     std::int64_t grad = 0;
     for (const LayerCosts& l : a.costs) grad += l.gradient_bytes;
     const std::int64_t floats = std::max<std::int64_t>(1, grad / 2 / 4);
-    auto big = time_local_all_reduce(2, floats, 5);
-    auto tiny = big ? time_local_all_reduce(2, 1, 5) : big;
-    if (!tiny) {
-      print_error(tiny.error().message);
+    auto cost = measure_all_reduce_cost(floats, 5);
+    if (!cost) {
+      print_error(cost.error().message);
       return kExitError;
     }
-    // latency: the one-float call; bandwidth: what the larger buffer added over it
-    const double sent_big = big->bytes_per_second * big->seconds;
-    const double sent_tiny = tiny->bytes_per_second * tiny->seconds;
-    base.allreduce_latency = tiny->seconds;
-    base.allreduce_bandwidth = big->seconds > tiny->seconds
-                                   ? (sent_big - sent_tiny) / (big->seconds - tiny->seconds)
-                                   : big->bytes_per_second;
+    base.allreduce_bandwidth = cost->bandwidth;
+    base.allreduce_latency = cost->latency;
     fmt::print(
         "\nall-reduce: measured here, Gloo over loopback TCP, 2 members: {:.1f} MB/s per member "
         "({} of gradients in {:.3f} ms), latency {:.3f} ms\n",
-        base.allreduce_bandwidth / 1e6, bytes(floats * 4), 1e3 * big->seconds, 1e3 * tiny->seconds);
+        base.allreduce_bandwidth / 1e6, bytes(floats * 4), 1e3 * cost->large.seconds,
+        1e3 * cost->latency);
   }
   auto wd = plan_width_depth(a.costs, base, args.ranks);
   if (!wd) {
