@@ -154,10 +154,9 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
   }
   if (plans_automatically(config.pipeline) && group != nullptr && group->world() > 1) {
     return make_error(
-        "pipeline.partition or pipeline.recompute = \"auto\": not supported in a job of {} "
-        "processes yet (each would "
-        "measure its own profile and could choose another partition); run actorpipe-plan and "
-        "put its partition in the config",
+        "pipeline.partition or pipeline.recompute = \"auto\" in a job of {} processes: the "
+        "engine would plan in each process, and two could plan differently; plan once for the "
+        "job first (plan_job, actors/job_plan.hpp: Trainer::create does)",
         group->world());
   }
   // "auto": the planner's partition from the measured (or cached) profile
@@ -191,6 +190,11 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
   impl->rank = group != nullptr ? group->rank() : 0;
   impl->placement = Placement(impl->partition->stages());  // one process: cluster.* ignored
   impl->replicas = config.pipeline.replicas;
+  if (impl->replicas == 0) {
+    return make_error(
+        "pipeline.replicas = 0: the planner's choice must be made first (Trainer::create does: "
+        "plan_job)");
+  }
   if (impl->replicas > 1 && world == 1) {
     return make_error(
         "pipeline.replicas = {}: the actors backend runs each replica in processes of its own "

@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "actors/actor_engine.hpp"
+#include "actors/job_plan.hpp"
 #include "actors/process_group.hpp"
 #include "actors/supervisor.hpp"
 #include "engine/checkpoint/checkpoint.hpp"
@@ -398,15 +399,6 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
   if (options.scheduler_threads < 1) {
     return make_error("trainer: scheduler_threads = {}, expected >= 1", options.scheduler_threads);
   }
-  if (plans_automatically(config.pipeline) && options.group != nullptr &&
-      options.group->world() > 1) {
-    return make_error(
-        "pipeline.partition or pipeline.recompute = \"auto\": not supported in a job of {} "
-        "processes yet (each would "
-        "measure its own profile and could choose another partition); run actorpipe-plan and "
-        "put its partition in the config",
-        options.group->world());
-  }
   Config given = config;
   if (options.model) {
     // a model of the user's own layers, which config.model describes
@@ -416,9 +408,10 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
   }
   // "auto": the planner's partition from the measured (or cached) profile, for both backends
   // and for the checkpoints' manifests
+  // in a job rank 0 plans and every process takes its plan (pipeline.replicas = 0 too)
   AutoPartitionOptions planning;
   planning.model = options.model.get();
-  auto resolved = resolve_partition(given, planning);
+  auto resolved = plan_job(given, options.group, planning);
   if (!resolved) return resolved.error();
   auto impl = std::make_unique<Impl>();
   impl->config = *resolved;

@@ -497,8 +497,11 @@ Status validate(const Config& c) {
                     "pipeline.stages = {}",
                     p.microbatches, p.stages));
   }
-  if (p.replicas < 1) {
-    bad(fmt::format("pipeline.replicas = {}: must be >= 1", p.replicas));
+  if (p.replicas < 0) {
+    bad(
+        fmt::format("pipeline.replicas = {}: must be >= 0 (0: the planner chooses the replicas and "
+                    "pipeline.stages for the job's processes)",
+                    p.replicas));
   } else if (p.replicas > 1) {
     if (p.microbatches >= 1 && p.microbatches % p.replicas != 0) {
       bad(fmt::format(

@@ -422,7 +422,7 @@ TEST_CASE("out-of-range values and impossible combinations are refused") {
   check({"pipeline.seq_len=129"}, "pipeline.seq_len = 129: exceeds model.context = 128");
   check({"pipeline.microbatches=0"}, "pipeline.microbatches = 0: must be >= 1");
   check({"pipeline.microbatches=65537"}, "pipeline.microbatches = 65537: at most 65536 per step");
-  check({"pipeline.replicas=0"}, "pipeline.replicas = 0: must be >= 1");
+  check({"pipeline.replicas=-1"}, "pipeline.replicas = -1: must be >= 0");
   check({"pipeline.replicas=3", "pipeline.microbatches=4"},
         "pipeline.replicas = 3: must divide pipeline.microbatches = 4");
   check(

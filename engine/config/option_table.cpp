@@ -182,11 +182,13 @@ std::vector<OptionSpec> build_table() {
   t.push_back(row("pipeline", "microbatches", &C::pipeline, &PipelineOptions::microbatches,
                   "1 .. 65536; 2bw needs >= stages", "Microbatches m per optimizer step."));
   t.push_back(row("pipeline", "replicas", &C::pipeline, &PipelineOptions::replicas,
-                  ">= 1, dividing microbatches; gpipe, 1f1b or 2bw when > 1",
+                  ">= 0; > 1: dividing microbatches, gpipe, 1f1b or 2bw",
                   "Data-parallel width w: w copies of the pipeline (w·d stages on as many "
                   "processes, or fewer holding several stages); replica r runs microbatches "
                   "r·m/w .. (r+1)·m/w - 1 of every step, and each stage's gradients are summed "
-                  "over the replicas in replica order before its update (docs/replicas.md)."));
+                  "over the replicas in replica order before its update. 0: in a job, the "
+                  "planner chooses w and pipeline.stages for its processes (one stage each) and "
+                  "the partition; in one process, 1 (docs/replicas.md)."));
   t.push_back(row("pipeline", "microbatch_size", &C::pipeline, &PipelineOptions::microbatch_size,
                   ">= 1", "Sequences B per microbatch."));
   t.push_back(row("pipeline", "seq_len", &C::pipeline, &PipelineOptions::seq_len,

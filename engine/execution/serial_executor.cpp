@@ -174,6 +174,11 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Config& c
   SerialExecutorOptions o;
   o.mode = *mode;
   o.replicas = config.pipeline.replicas;
+  if (o.replicas == 0) {
+    return make_error(
+        "pipeline.replicas = 0: the planner's choice must be made first (Trainer::create does: "
+        "plan_job)");
+  }
   if (o.replicas < 1 || config.pipeline.microbatches % o.replicas != 0) {
     return make_error("pipeline.replicas = {}: must divide pipeline.microbatches = {}", o.replicas,
                       config.pipeline.microbatches);

@@ -503,6 +503,14 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
       c.pipeline.mode, trainer->stages(), partition_text(trainer->partition()),
       config->pipeline.partition.automatic ? " (auto: the planner's, see actorpipe-plan)" : "",
       c.pipeline.microbatches, c.pipeline.microbatch_size, T, to_string(options.backend));
+  if (config->pipeline.replicas == 0 && group) {
+    fmt::print(
+        "plan: the planner chose pipeline.replicas = {}, pipeline.stages = {}, "
+        "pipeline.partition = {} for the job's {} processes (pipeline.replicas = 0; see "
+        "actorpipe-plan --ranks {})\n",
+        c.pipeline.replicas, c.pipeline.stages, partition_text(trainer->partition()),
+        group->world(), group->world());
+  }
   // the resolved layers ("auto" became the planner's list, or none)
   if (auto flags = recompute_flags(c.pipeline.recompute, c.model.depth + 2); flags) {
     const std::vector<int> layers = recomputed_layers(*flags);

@@ -1,0 +1,58 @@
+# A job whose plan rank 0 makes (pipeline.replicas = 0: the width, the depth and the partition)
+# computes the bits of that plan run in one process: runs PROGRAM under actorpipe-launch with
+# WORLD processes, ARGS ('|'-separated) and pipeline.replicas = 0, reads the plan from its
+# output, runs the serial backend in one process with that plan, and compares every checkpoint
+# file byte for byte and the losses.
+file(REMOVE_RECURSE "${WORKDIR}")
+file(MAKE_DIRECTORY "${WORKDIR}/one" "${WORKDIR}/multi")
+string(REPLACE "|" ";" args "${ARGS}")
+set(common ${args} --set checkpoint.dir=ckpt --set train.metrics=metrics.jsonl
+  --set train.log_every=0)
+execute_process(COMMAND "${LAUNCH}" -n ${WORLD} --grace 5 -- "${PROGRAM}" ${common}
+  --set pipeline.replicas=0 WORKING_DIRECTORY "${WORKDIR}/multi"
+  RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 300)
+message("${out}${err}")
+if(NOT code EQUAL 0)
+  message(FATAL_ERROR "${WORLD} processes: exit ${code}")
+endif()
+if(NOT out MATCHES "plan: the planner chose pipeline.replicas = ([0-9]+), pipeline.stages = ([0-9]+), pipeline.partition = \\[([0-9, ]+)\\] for the job's ${WORLD} processes")
+  message(FATAL_ERROR "no plan in the job's output")
+endif()
+set(w ${CMAKE_MATCH_1})
+set(d ${CMAKE_MATCH_2})
+string(REPLACE " " "" counts "${CMAKE_MATCH_3}")
+math(EXPR slots "${w} * ${d}")
+if(NOT slots EQUAL WORLD)
+  message(FATAL_ERROR "the plan w ${w} × d ${d} does not use the ${WORLD} processes")
+endif()
+execute_process(COMMAND "${PROGRAM}" ${common} --backend serial --set pipeline.replicas=${w}
+  --set pipeline.stages=${d} --set "pipeline.partition=[${counts}]"
+  WORKING_DIRECTORY "${WORKDIR}/one" RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err
+  TIMEOUT 300)
+if(NOT code EQUAL 0)
+  message(FATAL_ERROR "one process with the plan: exit ${code}\n${out}${err}")
+endif()
+file(GLOB_RECURSE files RELATIVE "${WORKDIR}/one/ckpt" "${WORKDIR}/one/ckpt/*")
+list(REMOVE_ITEM files lock)
+list(LENGTH files n)
+if(n EQUAL 0)
+  message(FATAL_ERROR "the one-process run wrote no checkpoint")
+endif()
+foreach(f IN LISTS files)
+  file(SHA256 "${WORKDIR}/one/ckpt/${f}" a)
+  if(NOT EXISTS "${WORKDIR}/multi/ckpt/${f}")
+    message(FATAL_ERROR "${f}: only in the one-process run")
+  endif()
+  file(SHA256 "${WORKDIR}/multi/ckpt/${f}" b)
+  if(NOT a STREQUAL b)
+    message(FATAL_ERROR "${f} differs between the job and its plan in one process")
+  endif()
+endforeach()
+file(READ "${WORKDIR}/one/metrics.jsonl" one)
+file(READ "${WORKDIR}/multi/metrics.jsonl" multi)
+string(REGEX REPLACE "\"time\":[^,]*,\"busy\":[^]]*],\"idle\":[^]]*]" "" one "${one}")
+string(REGEX REPLACE "\"time\":[^,]*,\"busy\":[^]]*],\"idle\":[^]]*]" "" multi "${multi}")
+if(NOT one STREQUAL multi)
+  message(FATAL_ERROR "losses differ:\n  one:   ${one}\n  multi: ${multi}")
+endif()
+message("same bits: w ${w} × d ${d} [${counts}], ${n} checkpoint files")
