@@ -336,16 +336,24 @@ int run_replica_bench(std::span<const std::string> args) {
   }
   const WidthDepthPlan& choice = wd->ranked[0];
 
-  std::vector<Config2> configs(3);
-  configs[0] = {"1 process, w 1 × d 2", false, 1, 2, deep->plan.layers_per_stage, 0.0};
-  configs[1] = {"2 processes, w 1 × d 2",
-                true,
-                1,
-                2,
-                deep->plan.layers_per_stage,
-                step_tokens / deep->predicted_step_seconds};
-  configs[2] = {
-      "2 processes, w 2 × d 1", true, 2, 1, {}, step_tokens / wide->predicted_step_seconds};
+  // the peer, then the planner's two splits of two processes
+  auto config = [](std::string label, bool ranks, int replicas, int stages,
+                   std::vector<int> partition, double predicted) {
+    Config2 run;
+    run.label = std::move(label);
+    run.ranks = ranks;
+    run.replicas = replicas;
+    run.stages = stages;
+    run.partition = std::move(partition);
+    run.predicted_tokens = predicted;
+    return run;
+  };
+  std::vector<Config2> configs;
+  configs.push_back(config("1 process, w 1 × d 2", false, 1, 2, deep->plan.layers_per_stage, 0.0));
+  configs.push_back(config("2 processes, w 1 × d 2", true, 1, 2, deep->plan.layers_per_stage,
+                           step_tokens / deep->predicted_step_seconds));
+  configs.push_back(
+      config("2 processes, w 2 × d 1", true, 2, 1, {}, step_tokens / wide->predicted_step_seconds));
   if (!o.json)
     out(fmt::format(
         "actorpipe-bench replicas: GPT {} ({}), {} mode, m = {} per step, 1 thread per stage\n"
