@@ -114,4 +114,24 @@ std::string profile_table(const Measurement& m) {
   return s;
 }
 
+std::string cells(const std::vector<double>& v, const char* format) {
+  std::string s;
+  for (double x : v) {
+    if (!s.empty()) s += ' ';
+    s += fmt::format(fmt::runtime(format), x);
+  }
+  return s;
+}
+
+std::vector<std::string> split_lines(const std::string& out) {
+  std::vector<std::string> lines;
+  size_t at = 0;
+  while (at < out.size()) {
+    const size_t nl = out.find('\n', at);
+    lines.push_back(out.substr(at, nl == std::string::npos ? nl : nl - at));
+    at = nl == std::string::npos ? out.size() : nl + 1;
+  }
+  return lines;
+}
+
 }  // namespace actorpipe::bench

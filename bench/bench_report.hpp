@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "bench/bench_shapes.hpp"
 #include "bench/machine.hpp"
@@ -33,5 +34,11 @@ std::string table_row(const Measurement& m);
 
 /// The per-category breakdown of m.ours.profile (empty when there is none).
 std::string profile_table(const Measurement& m);
+
+/// The figures of several runs in one table cell, each with `format`: "1562 1361".
+std::string cells(const std::vector<double>& v, const char* format);
+
+/// A child process's standard output as lines (without their '\n').
+std::vector<std::string> split_lines(const std::string& out);
 
 }  // namespace actorpipe::bench

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "actors/process_group.hpp"
+#include "bench/bench_report.hpp"
 #include "bench/bench_shapes.hpp"
 #include "bench/machine.hpp"
 #include "bench/pipeline_timing.hpp"
@@ -155,12 +156,7 @@ Run run_config(const ProcessBenchOptions& o, Mode mode, bool ranks, bool skip_co
           proc ? fmt::format("exited with status {}", proc->exit_code) : proc.error().message;
       return run;
     }
-    size_t at = 0;
-    while (at < proc->out.size()) {
-      const size_t nl = proc->out.find('\n', at);
-      rank0.push_back(proc->out.substr(at, nl == std::string::npos ? nl : nl - at));
-      at = nl == std::string::npos ? proc->out.size() : nl + 1;
-    }
+    rank0 = split_lines(proc->out);
   }
   run.interference = interference(before, cpu_snapshot());
   auto main_line = find_json_line(rank0, "process_run", ranks ? "rank 0" : "the child");
@@ -185,15 +181,6 @@ std::vector<double> field(const std::vector<Run>& runs, const char* name) {
   std::vector<double> v;
   for (const Run& r : runs) v.push_back(r.main[name].get<double>());
   return v;
-}
-
-std::string cells(const std::vector<double>& v, const char* format) {
-  std::string s;
-  for (double x : v) {
-    if (!s.empty()) s += ' ';
-    s += fmt::format(fmt::runtime(format), x);
-  }
-  return s;
 }
 
 }  // namespace

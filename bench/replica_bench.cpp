@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "actors/process_group.hpp"
+#include "bench/bench_report.hpp"
 #include "bench/bench_shapes.hpp"
 #include "bench/machine.hpp"
 #include "bench/pipeline_timing.hpp"
@@ -120,17 +121,6 @@ std::vector<std::string> child_args(const ReplicaBenchOptions& o, const Config2&
   return a;
 }
 
-std::vector<std::string> lines_of(const std::string& out) {
-  std::vector<std::string> lines;
-  size_t at = 0;
-  while (at < out.size()) {
-    const size_t nl = out.find('\n', at);
-    lines.push_back(out.substr(at, nl == std::string::npos ? nl : nl - at));
-    at = nl == std::string::npos ? out.size() : nl + 1;
-  }
-  return lines;
-}
-
 // Runs `c` once and adds its figures; the error, or "".
 std::string run_once(const ReplicaBenchOptions& o, Config2& c) {
   const std::vector<std::pair<std::string, std::string>> env = {{"OPENBLAS_NUM_THREADS", "1"}};
@@ -148,7 +138,7 @@ std::string run_once(const ReplicaBenchOptions& o, Config2& c) {
     auto proc = run_process(argv, env);
     if (!proc) return proc.error().message;
     if (proc->exit_code != 0) return fmt::format("exited with status {}", proc->exit_code);
-    out.push_back(lines_of(proc->out));
+    out.push_back(split_lines(proc->out));
   }
   const Interference i = interference(before, cpu_snapshot());
   if (!c.worst.known || i.other > c.worst.other) c.worst = i;
@@ -168,15 +158,6 @@ std::string run_once(const ReplicaBenchOptions& o, Config2& c) {
   }
   if (c.replicas > 1) c.hidden.push_back(all > 0 ? hidden / all : 0.0);
   return "";
-}
-
-std::string cells(const std::vector<double>& v, const char* format) {
-  std::string s;
-  for (double x : v) {
-    if (!s.empty()) s += ' ';
-    s += fmt::format(fmt::runtime(format), x);
-  }
-  return s;
 }
 
 }  // namespace
