@@ -13,9 +13,20 @@ namespace {
 constexpr int64_t kAlignElems = 16;
 constexpr size_t kSumBlock = size_t{1} << 14;  // elements per grad_sumsq block
 constexpr int kDLanes = 8;
+constexpr float kDcEps = 1e-8f;  // SGD's dc: added to the root of its mean square
 
 struct AdamCoef {
   float b1, b2, step_size, bc2_sqrt, decay, eps, grad_scale;
+};
+
+// NAdam: p -= (a·m + b·g) / denom
+struct NesterovCoef {
+  float a, b;
+};
+
+// DC: g += lambda · g² / (√v · inv_sqrt_bc + eps) · delta
+struct DcCoef {
+  float lambda, inv_sqrt_bc, eps;
 };
 
 // Scalars arrive as parameters (not through the closure) so that gcc knows the stores
@@ -34,10 +45,70 @@ void adamw_range(float* __restrict p, const float* __restrict g, float* __restri
   }
 }
 
+void adamw_nesterov_range(float* __restrict p, const float* __restrict g, float* __restrict m,
+                          float* __restrict v, int64_t n, const AdamCoef c, const NesterovCoef k) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] * c.grad_scale;
+    const float pi = p[i] * c.decay;
+    const float mi = std::fma(1.0f - c.b1, gi - m[i], m[i]);
+    const float vi = c.b2 * v[i] + (1.0f - c.b2) * (gi * gi);
+    const float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
+    p[i] = pi - (k.a * mi + k.b * gi) / denom;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+void adamw_dc_range(float* __restrict p, const float* __restrict g, float* __restrict m,
+                    float* __restrict v, const float* __restrict delta, int64_t n, const AdamCoef c,
+                    const DcCoef k) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g0 = g[i] * c.grad_scale;
+    const float gi =
+        g0 + k.lambda * (g0 * g0) / (std::sqrt(v[i]) * k.inv_sqrt_bc + k.eps) * delta[i];
+    const float pi = p[i] * c.decay;
+    const float mi = std::fma(1.0f - c.b1, gi - m[i], m[i]);
+    const float vi = c.b2 * v[i] + (1.0f - c.b2) * (gi * gi);
+    const float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
+    p[i] = pi - c.step_size * (mi / denom);
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
 void sgd_range(float* __restrict p, const float* __restrict g, float* __restrict buf, int64_t n,
                const float mu, const float wd, const float lr, const float grad_scale) {
   for (int64_t i = 0; i < n; ++i) {
     const float d = g[i] * grad_scale + wd * p[i];
+    const float b = mu * buf[i] + d;
+    buf[i] = b;
+    p[i] = p[i] - lr * b;
+  }
+}
+
+void sgd_nesterov_range(float* __restrict p, const float* __restrict g, float* __restrict buf,
+                        int64_t n, const float mu, const float wd, const float lr,
+                        const float grad_scale) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = g[i] * grad_scale + wd * p[i];
+    const float b = mu * buf[i] + d;
+    buf[i] = b;
+    p[i] = p[i] - lr * (d + mu * b);
+  }
+}
+
+void sgd_dc_range(float* __restrict p, const float* __restrict g, float* __restrict buf,
+                  float* __restrict ms, const float* __restrict delta, int64_t n, const float mu,
+                  const float wd, const float lr, const float grad_scale, const DcCoef k,
+                  const float ms_decay) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g0 = g[i] * grad_scale;
+    const float gi =
+        delta != nullptr
+            ? g0 + k.lambda * (g0 * g0) / (std::sqrt(ms[i]) * k.inv_sqrt_bc + k.eps) * delta[i]
+            : g0;
+    ms[i] = ms_decay * ms[i] + (1.0f - ms_decay) * (g0 * g0);
+    const float d = gi + wd * p[i];
     const float b = mu * buf[i] + d;
     buf[i] = b;
     p[i] = p[i] - lr * b;
@@ -63,8 +134,13 @@ double sumsq_block(const float* __restrict g, size_t len) {
 
 }  // namespace
 
+// 1/√(1 − decay^k), the inverse root of a bias correction (k ≥ 1).
+float inv_sqrt_bias(float decay, long k) {
+  return 1.0f / std::sqrt(1.0f - static_cast<float>(std::pow(static_cast<double>(decay), k)));
+}
+
 void adamw_update(Context& ctx, float* params, const float* grads, float* m, float* v, size_t n,
-                  const AdamWParams& p, long t, float grad_scale) {
+                  const AdamWParams& p, long t, float grad_scale, const DelayCorrection& dc) {
   AP_CHECK(t >= 1, "adamw_update: step t = {}, must be >= 1", t);
   // torch.optim.AdamW (single-tensor path): p *= 1 - lr·wd; m = lerp(m, g, 1-β1);
   // v = β2·v + (1-β2)·g²; p -= (lr / bc1) · m / (sqrt(v) / sqrt(bc2) + eps).
@@ -72,13 +148,53 @@ void adamw_update(Context& ctx, float* params, const float* grads, float* m, flo
   const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(p.beta2), t));
   const AdamCoef c{p.beta1, p.beta2,   p.lr / bc1, std::sqrt(bc2), 1.0f - p.lr * p.weight_decay,
                    p.eps,   grad_scale};
-  ctx.parallel_for_aligned(static_cast<int64_t>(n), kAlignElems, [&](int, int64_t i0, int64_t i1) {
+  const int64_t len = static_cast<int64_t>(n);
+  if (dc.kind == DelayCorrectionKind::nesterov) {
+    const double b1 = static_cast<double>(p.beta1);
+    const NesterovCoef k{
+        static_cast<float>(static_cast<double>(p.lr) * b1 / (1.0 - std::pow(b1, t + 1))),
+        static_cast<float>(static_cast<double>(p.lr) * (1.0 - b1) / (1.0 - std::pow(b1, t)))};
+    ctx.parallel_for_aligned(len, kAlignElems, [&](int, int64_t i0, int64_t i1) {
+      adamw_nesterov_range(params + i0, grads + i0, m + i0, v + i0, i1 - i0, c, k);
+    });
+    return;
+  }
+  if (dc.kind == DelayCorrectionKind::dc && dc.delta != nullptr && t > 1) {
+    const DcCoef k{dc.lambda, inv_sqrt_bias(p.beta2, t - 1), p.eps};
+    ctx.parallel_for_aligned(len, kAlignElems, [&](int, int64_t i0, int64_t i1) {
+      adamw_dc_range(params + i0, grads + i0, m + i0, v + i0, dc.delta + i0, i1 - i0, c, k);
+    });
+    return;
+  }
+  ctx.parallel_for_aligned(len, kAlignElems, [&](int, int64_t i0, int64_t i1) {
     adamw_range(params + i0, grads + i0, m + i0, v + i0, i1 - i0, c);
   });
 }
 
 void sgd_update(Context& ctx, float* params, const float* grads, float* momentum_buf, size_t n,
-                const SGDParams& p, float grad_scale) {
+                const SGDParams& p, float grad_scale, const DelayCorrection& dc) {
+  const int64_t len = static_cast<int64_t>(n);
+  if (dc.kind == DelayCorrectionKind::nesterov) {
+    ctx.parallel_for_aligned(len, kAlignElems, [&](int, int64_t i0, int64_t i1) {
+      sgd_nesterov_range(params + i0, grads + i0, momentum_buf + i0, i1 - i0, p.momentum,
+                         p.weight_decay, p.lr, grad_scale);
+    });
+    return;
+  }
+  if (dc.kind == DelayCorrectionKind::dc) {
+    AP_CHECK(dc.mean_square != nullptr && dc.step >= 1,
+             "sgd_update with dc: needs its mean square and the step (got step {})", dc.step);
+    // without a delta (nothing stale) or at step 1 the correction is 0; the mean square still
+    // takes the gradient
+    const bool on = dc.delta != nullptr && dc.step > 1;
+    const DcCoef k{dc.lambda, on ? inv_sqrt_bias(dc.ms_decay, dc.step - 1) : 1.0f, kDcEps};
+    ctx.parallel_for_aligned(len, kAlignElems, [&](int, int64_t i0, int64_t i1) {
+      sgd_dc_range(params + i0, grads + i0, momentum_buf + i0, dc.mean_square + i0,
+                   on ? dc.delta + i0 : nullptr, i1 - i0, p.momentum, p.weight_decay, p.lr,
+                   grad_scale, k, dc.ms_decay);
+    });
+    return;
+  }
   ctx.parallel_for_aligned(static_cast<int64_t>(n), kAlignElems, [&](int, int64_t i0, int64_t i1) {
     sgd_range(params + i0, grads + i0, momentum_buf + i0, i1 - i0, p.momentum, p.weight_decay, p.lr,
               grad_scale);

@@ -3,10 +3,30 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/context.hpp"
 
 namespace actorpipe {
+
+/// A correction of an update whose gradient was computed at stale weights (docs/modes.md,
+/// "Delay corrections"); `none` is the plain rule.
+///  nesterov  Nesterov look-ahead (NAdam for AdamW, Nesterov momentum for SGD): the update
+///            leans on the momentum it is about to have.
+///  dc        delay compensation (DC-ASGD): g ← g + λ·g²/(√ms + eps)·Δ, a diagonal estimate of
+///            the Hessian times Δ = W_now − W_stale, the weights' change since the gradient's
+///            weights; ms is AdamW's second moment before this update (bias-corrected), or for
+///            SGD a mean square of its own kept with decay `ms_decay`.
+enum class DelayCorrectionKind : uint8_t { none, nesterov, dc };
+
+struct DelayCorrection {
+  DelayCorrectionKind kind = DelayCorrectionKind::none;
+  float lambda = 0.0f;           ///< dc: λ
+  const float* delta = nullptr;  ///< dc: Δ, n floats; nullptr = nothing stale (no correction)
+  float* mean_square = nullptr;  ///< dc with SGD: its mean square, n floats (starts zeroed)
+  float ms_decay = 0.95f;        ///< dc with SGD: decay of mean_square
+  long step = 1;                 ///< dc with SGD: this update's number (1-based), for ms's bias
+};
 
 struct AdamWParams {
   float lr = 3e-4f;
@@ -20,8 +40,13 @@ struct AdamWParams {
 /// p *= 1 − lr·wd; m = β1·m + (1−β1)·g; v = β2·v + (1−β2)·g²;
 /// p −= lr/(1−β1ᵗ) · m / (√v / √(1−β2ᵗ) + eps). grad_scale multiplies
 /// the gradient first (clipping). m and v are the moment buffers (same size as params).
+/// With `dc`, the gradient (after grad_scale) is corrected first and m and v take the corrected
+/// value; √v̂ of the correction is v's before this update, √(v/(1−β2^(t−1))), and at t = 1 there
+/// is no correction. With `nesterov` (NAdam with a constant β1):
+/// p −= lr·(β1·m/(1−β1^(t+1)) + (1−β1)·g/(1−β1ᵗ)) / (√v / √(1−β2ᵗ) + eps).
 void adamw_update(Context& ctx, float* params, const float* grads, float* m, float* v, size_t n,
-                  const AdamWParams& p, long t, float grad_scale = 1.0f);
+                  const AdamWParams& p, long t, float grad_scale = 1.0f,
+                  const DelayCorrection& correction = {});
 
 struct SGDParams {
   float lr = 1e-2f;
@@ -30,8 +55,13 @@ struct SGDParams {
 };
 
 /// buf = momentum·buf + (g + wd·p); p -= lr·buf (buf starts at 0: first step buf = g).
+/// With `nesterov` (torch's nesterov=True): p −= lr·((g + wd·p) + momentum·buf). With `dc` the
+/// gradient is corrected first, with ms/(1−ms_decay^(step−1)) (nothing at step 1), and the
+/// mean square then takes the uncorrected gradient: ms = ms_decay·ms + (1−ms_decay)·g²; its
+/// eps is 1e-8.
 void sgd_update(Context& ctx, float* params, const float* grads, float* momentum_buf, size_t n,
-                const SGDParams& p, float grad_scale = 1.0f);
+                const SGDParams& p, float grad_scale = 1.0f,
+                const DelayCorrection& correction = {});
 
 /// Σ g² in double, in a fixed order independent of the thread count (fixed-size blocks,
 /// partial sums combined in block order).

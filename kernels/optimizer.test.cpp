@@ -74,7 +74,136 @@ TEST_CASE("SGD with momentum and coupled weight decay: four steps against a doub
   }
 }
 
-TEST_CASE("optimizers: same bits for 1, 2 and 3 threads") {
+TEST_CASE("AdamW with the nesterov correction: NAdam with a constant beta1, double reference") {
+  Rng rng(31);
+  const size_t n = 777;
+  AdamWParams hp;
+  hp.lr = 1e-2f;
+  hp.weight_decay = 0.1f;
+  auto p = random_vec(n, rng);
+  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  std::vector<double> pd = to_double(p), md(n, 0.0), vd(n, 0.0);
+  Context ctx(2);
+  DelayCorrection nesterov;
+  nesterov.kind = DelayCorrectionKind::nesterov;
+  for (long t = 1; t <= 5; ++t) {
+    const auto g = random_vec(n, rng, -2.0f, 2.0f);
+    const float gs = t == 2 ? 0.5f : 1.0f;
+    adamw_update(ctx, p.data(), g.data(), m.data(), v.data(), n, hp, t, gs, nesterov);
+    const double b1 = hp.beta1, b2 = hp.beta2, lr = hp.lr;
+    for (size_t i = 0; i < n; ++i) {
+      const double gi = static_cast<double>(g[i]) * gs;
+      pd[i] *= 1.0 - lr * hp.weight_decay;
+      md[i] = b1 * md[i] + (1 - b1) * gi;
+      vd[i] = b2 * vd[i] + (1 - b2) * gi * gi;
+      const double look =
+          b1 * md[i] / (1 - std::pow(b1, t + 1)) + (1 - b1) * gi / (1 - std::pow(b1, t));
+      pd[i] -= lr * look / (std::sqrt(vd[i] / (1 - std::pow(b2, t))) + hp.eps);
+    }
+    check_close("nadam m", m, md, 1e-6, 1e-5);
+    check_close("nadam params", p, pd, 1e-6, 1e-5);
+  }
+}
+
+TEST_CASE(
+    "AdamW with the dc correction: g + lambda g^2 / (sqrt(v_hat) + eps) delta, double reference") {
+  Rng rng(32);
+  const size_t n = 555;
+  AdamWParams hp;
+  hp.lr = 1e-2f;
+  hp.weight_decay = 0.1f;
+  auto p = random_vec(n, rng);
+  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  std::vector<double> pd = to_double(p), md(n, 0.0), vd(n, 0.0);
+  Context ctx(3);
+  for (long t = 1; t <= 5; ++t) {
+    const auto g = random_vec(n, rng, -2.0f, 2.0f);
+    const auto delta = random_vec(n, rng, -0.05f, 0.05f);
+    DelayCorrection dc;
+    dc.kind = DelayCorrectionKind::dc;
+    dc.lambda = 3.0f;
+    dc.delta = t == 4 ? nullptr : delta.data();  // update 4: nothing stale
+    const float gs = t == 3 ? 0.5f : 1.0f;
+    adamw_update(ctx, p.data(), g.data(), m.data(), v.data(), n, hp, t, gs, dc);
+    const double b1 = hp.beta1, b2 = hp.beta2, lr = hp.lr;
+    for (size_t i = 0; i < n; ++i) {
+      double gi = static_cast<double>(g[i]) * gs;
+      if (t > 1 && t != 4) {  // at t = 1 there is no second moment yet
+        const double vhat = vd[i] / (1 - std::pow(b2, t - 1));
+        gi += dc.lambda * gi * gi / (std::sqrt(vhat) + hp.eps) * delta[i];
+      }
+      pd[i] *= 1.0 - lr * hp.weight_decay;
+      md[i] = b1 * md[i] + (1 - b1) * gi;
+      vd[i] = b2 * vd[i] + (1 - b2) * gi * gi;
+      pd[i] -= lr * (md[i] / (1 - std::pow(b1, t))) /
+               (std::sqrt(vd[i] / (1 - std::pow(b2, t))) + hp.eps);
+    }
+    check_close("dc m", m, md, 1e-6, 1e-5);
+    check_close("dc v", v, vd, 1e-7, 1e-5);
+    check_close("dc params", p, pd, 1e-6, 1e-5);
+  }
+}
+
+TEST_CASE("SGD with the nesterov and dc corrections: double references") {
+  Rng rng(33);
+  const size_t n = 333;
+  SGDParams hp;
+  hp.lr = 0.05f;
+  hp.momentum = 0.9f;
+  hp.weight_decay = 0.01f;
+  Context ctx(2);
+  SUBCASE("nesterov") {
+    auto p = random_vec(n, rng);
+    std::vector<float> buf(n, 0.0f);
+    std::vector<double> pd = to_double(p), bd(n, 0.0);
+    DelayCorrection nesterov;
+    nesterov.kind = DelayCorrectionKind::nesterov;
+    for (int step = 0; step < 4; ++step) {
+      const auto g = random_vec(n, rng);
+      sgd_update(ctx, p.data(), g.data(), buf.data(), n, hp, 1.0f, nesterov);
+      for (size_t i = 0; i < n; ++i) {
+        const double d = static_cast<double>(g[i]) + hp.weight_decay * pd[i];
+        bd[i] = step == 0 ? d : hp.momentum * bd[i] + d;
+        pd[i] -= hp.lr * (d + hp.momentum * bd[i]);
+      }
+      check_close("nesterov sgd params", p, pd, 1e-6, 1e-5);
+    }
+  }
+  SUBCASE("dc") {
+    auto p = random_vec(n, rng);
+    std::vector<float> buf(n, 0.0f), ms(n, 0.0f);
+    std::vector<double> pd = to_double(p), bd(n, 0.0), msd(n, 0.0);
+    for (long step = 1; step <= 4; ++step) {
+      const auto g = random_vec(n, rng);
+      const auto delta = random_vec(n, rng, -0.05f, 0.05f);
+      DelayCorrection dc;
+      dc.kind = DelayCorrectionKind::dc;
+      dc.lambda = 2.0f;
+      dc.delta = delta.data();
+      dc.mean_square = ms.data();
+      dc.ms_decay = 0.9f;
+      dc.step = step;
+      const float gs = step == 3 ? 0.25f : 1.0f;
+      sgd_update(ctx, p.data(), g.data(), buf.data(), n, hp, gs, dc);
+      for (size_t i = 0; i < n; ++i) {
+        const double g0 = static_cast<double>(g[i]) * gs;
+        double gi = g0;
+        if (step > 1) {
+          const double mshat = msd[i] / (1 - std::pow(0.9, step - 1));
+          gi += dc.lambda * g0 * g0 / (std::sqrt(mshat) + 1e-8) * delta[i];
+        }
+        msd[i] = 0.9 * msd[i] + 0.1 * g0 * g0;
+        const double d = gi + hp.weight_decay * pd[i];
+        bd[i] = step == 1 ? d : hp.momentum * bd[i] + d;
+        pd[i] -= hp.lr * bd[i];
+      }
+      check_close("dc sgd mean square", ms, msd, 1e-7, 1e-5);
+      check_close("dc sgd params", p, pd, 1e-6, 1e-5);
+    }
+  }
+}
+
+TEST_CASE("optimizers: same bits for 1, 2 and 3 threads, with and without corrections") {
   Rng rng(26);
   const size_t n = 70001;
   const auto p0 = random_vec(n, rng);
@@ -85,9 +214,17 @@ TEST_CASE("optimizers: same bits for 1, 2 and 3 threads") {
     std::vector<float> m(n, 0.0f), v(n, 0.0f), buf(n, 0.0f);
     AdamWParams a;
     a.weight_decay = 0.1f;
+    DelayCorrection nesterov, dc;
+    nesterov.kind = DelayCorrectionKind::nesterov;
+    dc.kind = DelayCorrectionKind::dc;
+    dc.lambda = 2.0f;
+    dc.delta = p0.data();
     for (long t = 1; t <= 3; ++t)
       adamw_update(ctx, p.data(), g.data(), m.data(), v.data(), n, a, t);
+    adamw_update(ctx, p.data(), g.data(), m.data(), v.data(), n, a, 4, 1.0f, nesterov);
+    adamw_update(ctx, p.data(), g.data(), m.data(), v.data(), n, a, 5, 1.0f, dc);
     sgd_update(ctx, p.data(), g.data(), buf.data(), n, SGDParams{}, 0.5f);
+    sgd_update(ctx, p.data(), g.data(), buf.data(), n, SGDParams{}, 0.5f, nesterov);
     return p;
   };
   const auto r1 = run(1);
