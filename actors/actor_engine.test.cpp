@@ -166,6 +166,32 @@ TEST_CASE("xpipe equals the serial executor bitwise") {
   }
 }
 
+TEST_CASE("delay corrections: the actors compute the serial executor's bits") {
+  // nesterov in every async mode, dc in 2bw and pipedream (Δ from the stage's stale version),
+  // AdamW and SGD, over two runs (2bw's second run starts from the kept previous version)
+  for (const char* mode : {"2bw", "pipedream", "xpipe"}) {
+    for (const char* correction : {"nesterov", "dc"}) {
+      if (std::string(mode) == "xpipe" && std::string(correction) == "dc") continue;
+      for (const char* kind : {"adamw", "sgd"}) {
+        for (int d : {2, 3}) {
+          CAPTURE(mode);
+          CAPTURE(correction);
+          CAPTURE(kind);
+          CAPTURE(d);
+          const int m = std::string(mode) == "pipedream" ? 1 : d + 1;
+          Config c = tiny(Arch::gpt, mode, d, m);
+          c.optimizer.kind = kind;
+          if (c.optimizer.kind == "sgd") c.optimizer.lr = 5e-2f;
+          c.optimizer.delay_correction = correction;
+          c.optimizer.dc_lambda = 50.0f;
+          check_against_serial(c, std::string(mode) == "pipedream" ? std::vector<int>{7, 4}
+                                                                   : std::vector<int>{3, 2});
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("untied models, SGD, uneven partitions, no clipping, two threads per stage") {
   SUBCASE("untied 2bw") {
     Config c = tiny(Arch::gpt, "2bw", 3, 4);

@@ -48,6 +48,10 @@ struct OptimizerOptions {
   int warmup_steps = 0;    // linear warm-up of lr from 0
   int decay_steps = 0;     // cosine decay of lr after warm-up, reaching min_lr here; 0 = none
   float min_lr = 0.0f;     // lr from decay_steps on (with decay_steps > 0)
+  // correction of the update for a gradient computed at stale weights (2bw, pipedream, xpipe):
+  // none | nesterov | dc (docs/modes.md, "Delay corrections")
+  std::string delay_correction = "none";
+  float dc_lambda = 3000.0f;  // dc: λ, the weight of the delay-compensation term
 };
 
 /// pipeline.partition: how the model's layers are cut into stages — "even", explicit layer

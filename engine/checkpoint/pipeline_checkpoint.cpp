@@ -18,8 +18,10 @@ int sequence_length(const Config& c) {
 }
 
 // The suffixes of a slot's optimizer state, in the order of the layer's state buffer: AdamW
-// keeps m for the whole layer, then v; SGD one momentum buffer.
+// keeps m for the whole layer, then v; SGD one momentum buffer, and with the dc correction its
+// mean square after it.
 std::vector<std::string> state_suffixes(const OptimizerOptions& o) {
+  if (o.kind == "sgd" && o.delay_correction == "dc") return {".momentum", ".dc_mean_square"};
   if (o.kind == "sgd") return {".momentum"};
   return {".adam_m", ".adam_v"};
 }

@@ -668,6 +668,27 @@ Status validate(const Config& c) {
   if (!(o.min_lr >= 0.0f && o.min_lr <= o.lr) || !finite(o.min_lr)) {
     bad(fmt::format("optimizer.min_lr = {}: must be in [0, optimizer.lr = {}]", o.min_lr, o.lr));
   }
+  if (!(o.dc_lambda >= 0.0f) || !finite(o.dc_lambda)) {
+    bad(fmt::format("optimizer.dc_lambda = {}: must be >= 0", o.dc_lambda));
+  }
+  if (o.delay_correction != "none" && o.delay_correction != "nesterov" &&
+      o.delay_correction != "dc") {
+    bad(fmt::format(
+        "optimizer.delay_correction = \"{}\": unknown correction (allowed: none, nesterov, dc)",
+        o.delay_correction));
+  } else if (o.delay_correction != "none" && from_string(p.mode, mode)) {
+    if (is_synchronous(mode)) {
+      bad(
+          fmt::format("optimizer.delay_correction = \"{}\": pipeline.mode = \"{}\" computes every "
+                      "gradient at the weights it updates, so there is no delay to correct (the "
+                      "corrections apply to 2bw, pipedream and xpipe)",
+                      o.delay_correction, p.mode));
+    } else if (o.delay_correction == "dc" && mode == Mode::xpipe) {
+      bad("optimizer.delay_correction = \"dc\": pipeline.mode = \"xpipe\" runs each backward on "
+          "the weights its update changes (only the forward used a prediction), so there is no "
+          "weight change to compensate (use nesterov, or dc with 2bw or pipedream)");
+    }
+  }
 
   const TrainOptions& t = c.train;
   if (t.steps < 1) bad(fmt::format("train.steps = {}: must be >= 1", t.steps));

@@ -103,6 +103,7 @@ Config everything_changed() {
   c.optimizer.warmup_steps = 10;
   c.optimizer.decay_steps = 11;
   c.optimizer.min_lr = 1e-5f;
+  c.optimizer.dc_lambda = 0.5f;
   c.train.steps = 12;
   c.train.seed = 3;
   c.train.log_every = 0;
@@ -214,9 +215,21 @@ every = 2
 TEST_CASE("to_toml round-trips a config in which every key differs from its default") {
   const Config c = everything_changed();
   const Config defaults;
+  // keys that only an asynchronous mode takes (train.nonfinite = skip above needs a synchronous
+  // one): a second config changes them, and round-trips too
+  Config async = c;
+  async.pipeline.mode = "2bw";
+  async.train.nonfinite = "stop";
+  async.optimizer.delay_correction = "nesterov";
   for (const auto& spec : internal::option_table()) {
-    CHECK_MESSAGE(spec.get(c) != spec.get(defaults), spec.name() << " is not exercised");
+    CHECK_MESSAGE((spec.get(c) != spec.get(defaults) || spec.get(async) != spec.get(defaults)),
+                  spec.name() << " is not exercised");
   }
+  REQUIRE_MESSAGE(validate(async).ok(), validate(async).error().message);
+  auto ra = config_from_string(to_toml(async));
+  REQUIRE_MESSAGE(ra.ok(), ra.error().message);
+  for (const auto& spec : internal::option_table())
+    CHECK_MESSAGE(spec.get(*ra) == spec.get(async), spec.name());
   REQUIRE_MESSAGE(validate(c).ok(), validate(c).error().message);
   const std::string text = to_toml(c);
   auto r = config_from_string(text);
@@ -445,6 +458,18 @@ TEST_CASE("out-of-range values and impossible combinations are refused") {
   check({"optimizer.lr=1e-3", "optimizer.min_lr=0.01"},
         "optimizer.min_lr = 0.01: must be in [0, optimizer.lr = 0.001]");
   check({"optimizer.min_lr=-1e-4"}, "optimizer.min_lr = -0.0001: must be in [0");
+  check({"optimizer.delay_correction=dcasgd"},
+        "optimizer.delay_correction = \"dcasgd\": unknown correction (allowed: none, nesterov, "
+        "dc)");
+  check({"pipeline.mode=1f1b", "optimizer.delay_correction=nesterov"},
+        "optimizer.delay_correction = \"nesterov\": pipeline.mode = \"1f1b\" computes every "
+        "gradient at the weights it updates");
+  check({"pipeline.mode=gpipe", "optimizer.delay_correction=dc"},
+        "optimizer.delay_correction = \"dc\": pipeline.mode = \"gpipe\" computes every");
+  check({"pipeline.mode=xpipe", "optimizer.delay_correction=dc"},
+        "optimizer.delay_correction = \"dc\": pipeline.mode = \"xpipe\" runs each backward on "
+        "the weights its update changes");
+  check({"optimizer.dc_lambda=-1"}, "optimizer.dc_lambda = -1: must be >= 0");
   check({"train.steps=0"}, "train.steps = 0: must be >= 1");
   check({"checkpoint.every=5"}, "checkpoint.every = 5: periodic checkpoints need checkpoint.dir");
   // The same combinations are fine when they are consistent.
@@ -452,6 +477,11 @@ TEST_CASE("out-of-range values and impossible combinations are refused") {
       config_from_string("", {"pipeline.mode=2bw", "pipeline.stages=4", "pipeline.microbatches=4"})
           .ok());
   CHECK(config_from_string("", {"pipeline.stages=6", "pipeline.partition=[1,1,1,1,1,1]"}).ok());
+  CHECK(
+      config_from_string("", {"pipeline.mode=xpipe", "optimizer.delay_correction=nesterov"}).ok());
+  CHECK(config_from_string("", {"pipeline.mode=pipedream", "pipeline.microbatches=1",
+                                "optimizer.delay_correction=dc", "optimizer.kind=sgd"})
+            .ok());
   CHECK(config_from_string("", {"data.kind=text", "data.path=x.txt"}).ok());
   CHECK(config_from_string("", {"checkpoint.every=5", "checkpoint.dir=c"}).ok());
   CHECK(config_from_string(

@@ -251,6 +251,15 @@ std::vector<OptionSpec> build_table() {
                   "updates: microbatches in pipedream); 0 keeps lr constant."));
   t.push_back(row("optimizer", "min_lr", &C::optimizer, &OptimizerOptions::min_lr, "[0, lr]",
                   "Learning rate at the end of the cosine decay (decay_steps > 0)."));
+  t.push_back(row("optimizer", "delay_correction", &C::optimizer,
+                  &OptimizerOptions::delay_correction, "none | nesterov | dc",
+                  "Correction of an update whose gradient was computed at stale weights: nesterov "
+                  "(a Nesterov look-ahead: NAdam, or Nesterov momentum for SGD; 2bw, pipedream, "
+                  "xpipe) or dc (delay compensation: the gradient plus a diagonal Hessian "
+                  "estimate times the weights' change since; 2bw, pipedream); none in gpipe and "
+                  "1f1b. docs/modes.md, \"Delay corrections\"."));
+  t.push_back(row("optimizer", "dc_lambda", &C::optimizer, &OptimizerOptions::dc_lambda, ">= 0",
+                  "delay_correction = dc: the weight of the compensation term."));
   // [train]
   t.push_back(row("train", "steps", &C::train, &TrainOptions::steps, ">= 1",
                   "Optimizer steps to run (in total, counting those before a resume)."));

@@ -8,7 +8,6 @@
 #include <numbers>
 
 #include "kernels/check.hpp"
-#include "kernels/optimizer.hpp"
 
 namespace actorpipe {
 namespace {
@@ -22,7 +21,40 @@ bool is_adamw(const OptimizerOptions& o) {
 }  // namespace
 
 size_t optimizer_state_floats(const OptimizerOptions& o, size_t n) {
-  return is_adamw(o) ? 2 * n : n;
+  return is_adamw(o) || o.delay_correction == "dc" ? 2 * n : n;
+}
+
+bool needs_weight_change(const OptimizerOptions& o) {
+  return o.delay_correction == "dc";
+}
+
+DelayCorrection delay_correction(const OptimizerOptions& o, size_t n, float* state,
+                                 const float* delta, long step) {
+  DelayCorrection c;
+  if (o.delay_correction == "none") return c;
+  if (o.delay_correction == "nesterov") {
+    c.kind = DelayCorrectionKind::nesterov;
+    return c;
+  }
+  AP_CHECK(o.delay_correction == "dc",
+           "optimizer.delay_correction = \"{}\": expected none | nesterov | dc",
+           o.delay_correction);
+  c.kind = DelayCorrectionKind::dc;
+  c.lambda = o.dc_lambda;
+  c.delta = delta;
+  c.step = step;
+  if (!is_adamw(o)) {  // SGD keeps its own mean square after the momentum
+    c.mean_square = state + n;
+    c.ms_decay = o.beta2;
+  }
+  return c;
+}
+
+DelayCorrection offset_correction(const DelayCorrection& c, size_t begin) {
+  DelayCorrection out = c;
+  if (out.delta != nullptr) out.delta += begin;
+  if (out.mean_square != nullptr) out.mean_square += begin;
+  return out;
 }
 
 float scheduled_lr(const OptimizerOptions& o, long step) {
@@ -38,10 +70,12 @@ float scheduled_lr(const OptimizerOptions& o, long step) {
 }
 
 void optimizer_update(Context& ctx, const OptimizerOptions& o, const Layer& layer, float* params,
-                      const float* grads, float* state, long step, float grad_scale) {
+                      const float* grads, float* state, long step, float grad_scale,
+                      const float* delta) {
   const bool adamw = is_adamw(o);
   const size_t n = layer.param_floats();
   const float lr = scheduled_lr(o, step);
+  const DelayCorrection correction = delay_correction(o, n, state, delta, step);
   const auto& slots = layer.slots();
   // one kernel call per maximal run of slots with the same decay flag
   size_t s = 0;
@@ -58,10 +92,11 @@ void optimizer_update(Context& ctx, const OptimizerOptions& o, const Layer& laye
     if (adamw) {
       AdamWParams p{lr, o.beta1, o.beta2, o.eps, wd};
       adamw_update(ctx, params + begin, grads + begin, state + begin, state + n + begin, len, p,
-                   step, grad_scale);
+                   step, grad_scale, offset_correction(correction, begin));
     } else {
       SGDParams p{lr, o.momentum, wd};
-      sgd_update(ctx, params + begin, grads + begin, state + begin, len, p, grad_scale);
+      sgd_update(ctx, params + begin, grads + begin, state + begin, len, p, grad_scale,
+                 offset_correction(correction, begin));
     }
   }
 }

@@ -7,12 +7,26 @@
 #include "engine/model/layer.hpp"
 #include "engine/options.hpp"
 #include "kernels/context.hpp"
+#include "kernels/optimizer.hpp"
 
 namespace actorpipe {
 
 /// Floats of optimizer state for a buffer of n parameters: adamw 2n (m then v), sgd n
-/// (momentum). The state starts zeroed.
+/// (momentum), sgd with delay_correction = dc 2n (momentum, then dc's mean square). The state
+/// starts zeroed.
 size_t optimizer_state_floats(const OptimizerOptions& o, size_t n);
+
+/// The kernels' DelayCorrection for o.delay_correction (none | nesterov | dc) at update `step`
+/// of a buffer of n parameters with optimizer state `state`, Δ = `delta` (W_now − W_stale, n
+/// floats; nullptr = nothing stale). Offsets into the buffer are the caller's (see
+/// offset_correction).
+DelayCorrection delay_correction(const OptimizerOptions& o, size_t n, float* state,
+                                 const float* delta, long step);
+/// The same correction for the elements [begin, ...) of the buffer.
+DelayCorrection offset_correction(const DelayCorrection& c, size_t begin);
+
+/// True when o.delay_correction needs Δ = W_now − W_stale for each update (dc).
+bool needs_weight_change(const OptimizerOptions& o);
 
 /// Learning rate of optimizer step `step` (1-based), W = warmup_steps, D = decay_steps:
 ///   step < W:                  lr·step/W                        (linear warm-up)
@@ -26,8 +40,11 @@ float scheduled_lr(const OptimizerOptions& o, long step);
 /// One update of a layer: params -= f(grad_scale·grads, state) at step `step` (1-based: AdamW
 /// bias correction uses it). Weight decay (o.weight_decay) applies only to slots with
 /// ParamSlot::decay (matrices, embeddings), never to biases and layernorm parameters: decoupled
-/// for AdamW, added to the gradient for SGD. Element-wise, so equal inputs give equal bits.
+/// for AdamW, added to the gradient for SGD. o.delay_correction applies (dc with `delta`, the
+/// layer's Δ = W_now − W_stale, nullptr when nothing is stale). Element-wise, so equal inputs
+/// give equal bits.
 void optimizer_update(Context& ctx, const OptimizerOptions& o, const Layer& layer, float* params,
-                      const float* grads, float* state, long step, float grad_scale);
+                      const float* grads, float* state, long step, float grad_scale,
+                      const float* delta = nullptr);
 
 }  // namespace actorpipe

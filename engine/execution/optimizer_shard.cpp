@@ -16,11 +16,12 @@ namespace {
 // of slots with the same decay flag; the kernels are element-wise, so the runs do not change the
 // bits), except that each slot takes the scale its rule names or is left alone.
 void update_layer(Context& ctx, const OptimizerOptions& o, const Layer& layer, float* params,
-                  const float* grads, float* state, long step, std::span<const SlotUpdate> rules,
-                  const UpdateScales& scales) {
+                  const float* grads, float* state, const float* delta, long step,
+                  std::span<const SlotUpdate> rules, const UpdateScales& scales) {
   const bool adamw = o.kind == "adamw";
   const size_t n = layer.param_floats();
   const float lr = scheduled_lr(o, step);
+  const DelayCorrection correction = delay_correction(o, n, state, delta, step);
   const auto& slots = layer.slots();
   size_t s = 0;
   while (s < slots.size()) {
@@ -41,10 +42,11 @@ void update_layer(Context& ctx, const OptimizerOptions& o, const Layer& layer, f
     if (adamw) {
       const AdamWParams p{lr, o.beta1, o.beta2, o.eps, wd};
       adamw_update(ctx, params + begin, grads + begin, state + begin, state + n + begin,
-                   end - begin, p, step, scale);
+                   end - begin, p, step, scale, offset_correction(correction, begin));
     } else {
       const SGDParams p{lr, o.momentum, wd};
-      sgd_update(ctx, params + begin, grads + begin, state + begin, end - begin, p, scale);
+      sgd_update(ctx, params + begin, grads + begin, state + begin, end - begin, p, scale,
+                 offset_correction(correction, begin));
     }
   }
 }
@@ -88,8 +90,10 @@ void OptimizerShard::run_update(Context& ctx, UpdateJob& job, const UpdateScales
   AP_CHECK(!job.applied(), "stage {}: update to version {} applied twice", stage_, job.step());
   for (int i = 0; i < num_layers(); ++i) {
     const size_t k = static_cast<size_t>(i);
+    const std::span<const float> change = job.weight_change(i);
     update_layer(ctx, opt_, *layers_[k], job.params(i).data(), job.grads(i).data(),
-                 state_.data() + offsets_[k], job.step(), job.slot_updates(i), scales);
+                 state_.data() + offsets_[k], change.empty() ? nullptr : change.data(), job.step(),
+                 job.slot_updates(i), scales);
   }
   for (int i = 0; i < num_layers(); ++i) {
     const std::span<float> g = job.grads(i);

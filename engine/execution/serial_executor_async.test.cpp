@@ -158,14 +158,23 @@ struct Plain {
     return scales;
   }
 
-  // One update of every layer at optimizer step `step`, each layer with its stage's scale; the
-  // tied copy then equals the owner (its values, and with `copy_state` its optimizer state).
-  void update(Buffers& w, Buffers& state, const Buffers& g, long step, bool copy_state) {
+  // One update of every layer at optimizer step `step`, each layer with its stage's scale and,
+  // for the dc correction, its weight change since the weights of its gradient (`stale[i]`,
+  // nullptr when they are the newest: nothing stale); the tied copy then equals the owner (its
+  // values, and with `copy_state` its optimizer state).
+  void update(Buffers& w, Buffers& state, const Buffers& g, long step, bool copy_state,
+              const std::vector<const std::vector<float>*>& stale = {}) {
     const std::vector<float> scales = stage_scales(g);
     for (int i = 0; i < model.num_layers(); ++i) {
       const size_t k = static_cast<size_t>(i);
+      std::vector<float> delta;
+      if (opt.delay_correction == "dc" && k < stale.size() && stale[k] != nullptr) {
+        delta.resize(w[k].size());
+        for (size_t e = 0; e < delta.size(); ++e) delta[e] = w[k][e] - (*stale[k])[e];
+      }
       optimizer_update(ctx, opt, model.layer(i), w[k].data(), g[k].data(), state[k].data(), step,
-                       scales[static_cast<size_t>(partition.stage_of(i))]);
+                       scales[static_cast<size_t>(partition.stage_of(i))],
+                       delta.empty() ? nullptr : delta.data());
     }
     for (const TiedParam& t : model.tied()) {
       const ParamSlot* a = model.layer(t.owner_layer).find_slot(t.owner_slot);
@@ -256,7 +265,11 @@ Simulated simulate_2bw(const Model& model, const Partition& p, const OptimizerOp
     out.losses.push_back(loss / m);
     sim.reduce_tied(g);
     Buffers next = w;
-    sim.update(next, state, g, t + 1, false);
+    // dc: Δ = W(t) − W(t−1); at t = 0 the gradients' weights are the newest (W(−1) = W(0))
+    std::vector<const std::vector<float>*> stale;
+    if (t > 0)
+      for (const auto& b : prev) stale.push_back(&b);
+    sim.update(next, state, g, t + 1, false, stale);
     prev = std::move(w);
     w = std::move(next);
   }
@@ -295,7 +308,13 @@ Simulated simulate_pipedream(const Model& model, const Partition& p, const Optim
         sim.forward_backward(mbs[static_cast<size_t>(k)], pointers(used), pointers(used), g, 1));
     sim.reduce_tied(g);
     Buffers next = versions.back();
-    sim.update(next, state, g, k + 1, false);
+    // dc: each layer's Δ against the version its stage computed microbatch k with
+    std::vector<const std::vector<float>*> stale;
+    for (int i = 0; i < model.num_layers(); ++i) {
+      const size_t v = static_cast<size_t>(staleness_version(d, p.stage_of(i), k));
+      stale.push_back(v + 1 == versions.size() ? nullptr : &versions[v][static_cast<size_t>(i)]);
+    }
+    sim.update(next, state, g, k + 1, false, stale);
     versions.push_back(std::move(next));
   }
   out.weights = versions.back();
@@ -514,4 +533,45 @@ TEST_CASE("async runs continue: a second run restarts the staleness from the cur
   }
   check_tied_identical(*e);
   for (int r = 0; r < 3; ++r) CHECK(e->worker(r).updates() == 10);
+}
+
+TEST_CASE("delay corrections: 2bw, pipedream and xpipe equal their rules with nesterov and dc") {
+  // nesterov changes only the optimizer's formula (kernels/optimizer.test.cpp holds it to its
+  // double reference); dc's Δ is each stage's newest version minus the version its gradient was
+  // computed with, which the simulations take from their own version lists
+  for (const char* correction : {"nesterov", "dc"}) {
+    for (bool use_sgd : {false, true}) {
+      OptimizerOptions opt = use_sgd ? sgd() : adamw();
+      opt.delay_correction = correction;
+      opt.dc_lambda = 50.0f;
+      for (int d = 1; d <= 4; ++d) {
+        INFO(correction << (use_sgd ? " sgd" : " adamw") << " d=" << d);
+        const Partition p = *Partition::even(4, d);
+        compare(Arch::gpt, true, p, opt, Mode::twobw, d + 1, 4);
+        compare(Arch::bert, false, p, opt, Mode::pipedream, 1, 9);
+        if (std::string(correction) == "nesterov")
+          compare(Arch::gpt, true, p, opt, Mode::xpipe, 2, 4);
+      }
+    }
+  }
+}
+
+TEST_CASE("the dc correction changes the bits only where a gradient is stale") {
+  // on one stage pipedream's gradients are never stale: dc computes the bits of none; 2bw's are
+  // (one update behind): dc differs from none after its second update
+  const Partition one = *Partition::even(4, 1);
+  OptimizerOptions none = adamw(), dc = adamw();
+  dc.delay_correction = "dc";
+  dc.dc_lambda = 50.0f;
+  const Model model = build_model(tiny(Arch::gpt));
+  const auto mbs = batches(Arch::gpt, model.options().vocab_size, 12);
+  auto run = [&](const OptimizerOptions& o, Mode mode, int m, int steps) {
+    auto e = executor(model, one, o, mode, m);
+    auto losses = e->run(steps, std::span(mbs).first(static_cast<size_t>(m * steps)));
+    REQUIRE(losses.ok());
+    return std::vector<float>(e->params(1).begin(), e->params(1).end());
+  };
+  CHECK(same_bits(run(none, Mode::pipedream, 1, 9), run(dc, Mode::pipedream, 1, 9)));
+  CHECK(same_bits(run(none, Mode::twobw, 2, 1), run(dc, Mode::twobw, 2, 1)));
+  CHECK_FALSE(same_bits(run(none, Mode::twobw, 2, 3), run(dc, Mode::twobw, 2, 3)));
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "engine/execution/layer_optimizer.hpp"
 #include "engine/execution/optimizer_shard.hpp"
 #include "engine/execution/xpipe_prediction.hpp"
 #include "engine/schedule/simulator.hpp"
@@ -79,6 +80,9 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
   if (versions > 1) grad_buf_[1].assign(params, 0.0f);
   grads_ = grad_buf_[0].data();
   if (predicted_policy) predicted_.assign(params, 0.0f);
+  // the dc correction's Δ = W_now − W_stale, made when an update begins (2bw, pipedream: the
+  // stale version is still stored then)
+  if (needs_weight_change(optimizer) && !predicted_policy) weight_change_.assign(params, 0.0f);
 
   // activation stash
   const int slots = options.stash_slots > 0
@@ -433,6 +437,7 @@ void StageWorker::finish_backward() {
                     tied_version.lookahead});
   }
   if (store_->policy() != VersionPolicy::predicted) store_->release(a.microbatch);
+  last_backward_version_ = v;
   ActivationStash::release(slot);
   pending_ = nullptr;
 }
@@ -445,6 +450,20 @@ UpdateJob& StageWorker::begin_update(const Action& a) {
   // the copy slot of a follow_owner copy is not updated: the new version holds what the newest
   // one holds now
   tied_.carry(store_->latest());
+  job_.change_ = nullptr;
+  if (!weight_change_.empty()) {
+    // the version this update's gradients were computed at: the last backward's (2bw: every
+    // backward of the step; pipedream: the update's one microbatch)
+    const int now = store_->latest(), stale = last_backward_version_;
+    if (stale >= 0 && stale != now && store_->holds(stale)) {
+      for (int i = 0; i < num_layers(); ++i) {
+        const std::span<const float> w = store_->params(now, i), w0 = store_->params(stale, i);
+        float* out = weight_change_.data() + param_off_[static_cast<size_t>(i)];
+        for (size_t e = 0; e < w.size(); ++e) out[e] = w[e] - w0[e];
+      }
+      job_.change_ = weight_change_.data();
+    }
+  }
   store_->begin_update();
   for (int i = 0; i < num_layers(); ++i)
     job_.params_[static_cast<size_t>(i)] = store_->update_params(i);

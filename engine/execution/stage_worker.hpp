@@ -311,6 +311,8 @@ class StageWorker {
   TiedParams tied_;
   UpdateJob job_;                            // the update handed out (layout fixed at build)
   const OptimizerShard* moments_ = nullptr;  // xpipe prediction
+  std::vector<float> weight_change_;         // dc: Δ of the open update (empty: not needed)
+  int last_backward_version_ = -1;           // the version the last backward used
 
   ActivationStash stash_;
   std::vector<float> dh_a_, dh_b_;  // backward ping-pong (B,T,C)

@@ -42,6 +42,14 @@ std::span<const float> UpdateJob::grads(int i) const {
   return const_cast<UpdateJob*>(this)->grads(i);
 }
 
+std::span<const float> UpdateJob::weight_change(int i) const {
+  AP_CHECK(open_, "stage {}: weight change of an update that is not open", stage_);
+  AP_CHECK(i >= 0 && i < num_layers(), "layer {} of {}", i, num_layers());
+  if (change_ == nullptr) return {};
+  const size_t k = static_cast<size_t>(i);
+  return {change_ + offsets_[k], layers_[k]->param_floats()};
+}
+
 std::span<const SlotUpdate> UpdateJob::slot_updates(int i) const {
   AP_CHECK(i >= 0 && i < num_layers(), "layer {} of {}", i, num_layers());
   return updates_[static_cast<size_t>(i)];

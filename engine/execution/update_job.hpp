@@ -76,6 +76,11 @@ class UpdateJob {
   /// Every gradient of this update, layer after layer (grads(0), grads(1), ... back to back):
   /// what a data-parallel job sums over its replicas (GradientReducer) before step 1.
   std::span<float> gradients();
+  /// Local layer i's weight change since the weights this update's gradients were computed at,
+  /// Δ = W_now − W_stale (W_now: the newest version, which the update starts from), for the
+  /// delay correction dc (optimizer.delay_correction); empty when nothing is stale or the
+  /// correction needs no Δ.
+  std::span<const float> weight_change(int i) const;
   /// How the update treats each of layer i's slots (Layer::slots() order).
   std::span<const SlotUpdate> slot_updates(int i) const;
 
@@ -113,6 +118,7 @@ class UpdateJob {
   std::vector<TiedLayout> tied_;
   std::vector<double> sumsq_;
   std::vector<std::span<float>> params_;  // per local layer, in the version being produced
+  const float* change_ = nullptr;         // Δ of every layer, at offsets_; nullptr = none
 
   // the update
   float* grads_ = nullptr;
