@@ -2,6 +2,8 @@
 # Installs the Debian packages actorpipe builds against (idempotent).
 #   scripts/setup.sh           build and test dependencies
 #   scripts/setup.sh --bench   also the benchmark peer (python3-torch, large)
+#   scripts/setup.sh --realtext  also the real-text benchmark's corpus and plotting
+#                              (fortunes, gnuplot-nox, python3; scripts/realtext.sh)
 set -euo pipefail
 
 # clang and libclang-rt-14-dev (libFuzzer and the sanitizer runtimes, only recommended by clang):
@@ -11,6 +13,8 @@ pkgs=(cmake g++ ninja-build pkg-config clang-format clang libclang-rt-14-dev
       libtoml11-dev nlohmann-json3-dev libgloo-dev libssl-dev openssl openmpi-bin iproute2)
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(python3 python3-torch python3-numpy)
+elif [[ "${1:-}" == "--realtext" ]]; then
+  pkgs+=(python3 fortunes gnuplot-nox)
 fi
 
 missing=()
