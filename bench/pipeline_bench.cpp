@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bench/bench_shapes.hpp"
+#include "bench/correction_bench.hpp"
 #include "bench/layer_profile.hpp"
 #include "bench/machine.hpp"
 #include "bench/pipe_peer.hpp"
@@ -633,6 +634,10 @@ int run_pipeline_bench(std::span<const std::string> args) {
                         p.torch_version, p.attention, p.parameters, p.partitions));
     }
   }
+
+  if (o.correction_rounds > 0 && !o.overhead_only)
+    failures += run_correction_rows(shape, o.modes, split, m, o.warmup, o.reps, o.correction_rounds,
+                                    o.json, out);
 
   if (o.json) {
     out(json{{"name", "pipeline_end"}, {"failures", failures}, {"distorted_runs", disturbed}}

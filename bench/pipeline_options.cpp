@@ -29,6 +29,9 @@ prediction from a per-layer profile against each measurement.
   --overhead-steps N   steps of each compute-free run, 0 to skip them (default: 100)
   --overhead-only      only the profile and the compute-free runs: no training runs, no peer
   --profile-reps N     timed calls per layer and pass in the profile (default: 3)
+  --corrections N      also each asynchronous mode on 2 stages without and with each delay
+                       correction (optimizer.delay_correction), N rounds interleaved: tokens/s,
+                       the floats kept, the cost of an update (default: 0, none)
   --no-peer            do not run PyTorch's Pipe
   --json               one JSON object per line instead of tables
   --python PATH        interpreter of the peer (default: /usr/bin/python3)
@@ -69,6 +72,10 @@ Expected<PipelineBenchOptions> parse_pipeline_options(std::span<const std::strin
        : a == "--reps"       ? o.reps
        : a == "--warmup"     ? o.warmup
                              : o.profile_reps) = *n;
+    } else if (a == "--corrections") {
+      auto n = int_option(args, i, 1, 1000);
+      if (!n) return n.error();
+      o.correction_rounds = *n;
     } else if (a == "--overhead-only") {
       o.overhead_only = true;
     } else if (a == "--overhead-steps") {

@@ -11,6 +11,7 @@
 #include "actors/actor_engine.hpp"
 #include "bench/machine.hpp"
 #include "bench/step_timing.hpp"
+#include "engine/execution/stage_worker.hpp"
 
 namespace actorpipe::bench {
 
@@ -56,6 +57,7 @@ Expected<PipelineRunResult> measure_pipeline(const PipelineRunSpec& spec) {
   c.pipeline.threads_per_stage = spec.threads_per_stage;
   c.pipeline.split_backward = spec.split_backward;
   c.pipeline.replicas = spec.replicas;
+  c.optimizer.delay_correction = spec.delay_correction;
   ActorEngineOptions o;
   o.skip_compute = spec.skip_compute;
   o.record_spans = spec.record_spans;
@@ -77,6 +79,9 @@ Expected<PipelineRunResult> measure_pipeline(const PipelineRunSpec& spec) {
   ReplayLoader data(**source, std::min(per_run, 32));
 
   PipelineRunResult r;
+  for (int s = 0; s < c.pipeline.stages; ++s)
+    if ((*engine)->local(s))
+      r.delay_correction_floats += (*engine)->worker(s).delay_correction_floats();
   auto add_allreduce = [&](const ActorRunResult& run) {
     std::vector<ActionSpan> backwards;
     for (const ActionSpan& a : run.spans)

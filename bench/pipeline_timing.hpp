@@ -41,6 +41,8 @@ struct PipelineRunSpec {
   int replicas = 1;
   /// Record the runs' spans: with replicas, PipelineRunResult's all-reduce figures.
   bool record_spans = false;
+  /// optimizer.delay_correction: none, nesterov, dc (asynchronous modes).
+  std::string delay_correction = "none";
 };
 
 /// What it measured. A "step" is m microbatches (pipedream: m of its one-microbatch steps).
@@ -56,6 +58,9 @@ struct PipelineRunResult {
   /// of it during a backward of this process's stages (allreduce_hidden_seconds).
   double allreduce_seconds = 0.0;
   double allreduce_hidden_seconds = 0.0;
+  /// Floats this process's stages keep for the delay correction (StageWorker::
+  /// delay_correction_floats, summed over its stages).
+  size_t delay_correction_floats = 0;
 };
 
 /// How much of `reduces` lies inside the union of `backwards` (seconds): each all-reduce's

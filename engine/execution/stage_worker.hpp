@@ -230,6 +230,9 @@ class StageWorker {
 
   /// Updates committed so far (the optimizer's step counter, the newest version id).
   long updates() const { return updates_; }
+  /// Floats the stage keeps for optimizer.delay_correction besides the optimizer state: dc's
+  /// weight change Δ (one float per parameter in 2bw and pipedream), else 0.
+  size_t delay_correction_floats() const { return weight_change_.size(); }
   /// Sets the update counter of idle weights (a resume): the newest version is renamed to it.
   void set_updates(long updates);
   /// 2bw: the stage stores version updates() - 1 beside the newest one (after a run, or a resume

@@ -1,0 +1,147 @@
+// The delay corrections in the pipeline benchmark: throughput of each asynchronous mode without
+// and with each correction, interleaved; the floats kept; the cost of one update.
+#include "bench/correction_bench.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "bench/pipeline_timing.hpp"
+#include "bench/step_timing.hpp"
+#include "engine/model/model.hpp"
+#include "kernels/context.hpp"
+#include "kernels/optimizer.hpp"
+
+namespace actorpipe::bench {
+
+std::vector<std::string> corrections_of(Mode mode) {
+  if (is_synchronous(mode)) return {};
+  if (mode == Mode::xpipe) return {"none", "nesterov"};
+  return {"none", "nesterov", "dc"};
+}
+
+double update_seconds(size_t n, const std::string& correction, int reps) {
+  Context ctx(1);
+  std::vector<float> p(n, 0.01f), g(n, 1e-3f), m(n, 0.0f), v(n, 1e-6f), older(n, 0.0f),
+      delta(n, 0.0f);
+  for (size_t i = 0; i < n; ++i) g[i] = 1e-3f * static_cast<float>((i % 7) + 1);
+  AdamWParams hp;
+  hp.lr = 1e-3f;
+  hp.weight_decay = 0.1f;
+  DelayCorrection c;
+  if (correction == "nesterov") c.kind = DelayCorrectionKind::nesterov;
+  if (correction == "dc") {
+    c.kind = DelayCorrectionKind::dc;
+    c.lambda = 1.0f;
+    c.delta = delta.data();
+  }
+  std::vector<double> times;
+  for (int r = 0; r < reps + 1; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (correction == "dc")  // the stage worker's Δ pass: newest minus stale version
+      for (size_t i = 0; i < n; ++i) delta[i] = p[i] - older[i];
+    adamw_update(ctx, p.data(), g.data(), m.data(), v.data(), n, hp, 10 + r, 1.0f, c);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (r > 0) times.push_back(std::chrono::duration<double>(t1 - t0).count());
+  }
+  return median(times);
+}
+
+int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
+                        const std::vector<int>& counts, int m, int warmup, int reps, int rounds,
+                        bool as_json, const std::function<void(const std::string&)>& out) {
+  int failures = 0;
+  size_t params = 0;
+  {
+    auto model = Model::build(shape.model);
+    if (model)
+      for (int i = 0; i < model->num_layers(); ++i) params += model->layer(i).param_floats();
+  }
+  if (!as_json) {
+    out(fmt::format(
+        "\ndelay corrections (optimizer.delay_correction), 2 stages x 1 thread, partition {}:{}, "
+        "{} rounds interleaved, median tokens/s; kept: floats per job beside the optimizer "
+        "state; update: one AdamW update of all {} parameters at 1 thread\n",
+        counts[0], counts[1], rounds, params));
+    out(fmt::format("  {:<10} {:<10} {:>10} {:>9} {:>12} {:>11} {:>9}\n", "mode", "correction",
+                    "tokens/s", "x none", "kept floats", "update ms", "x none"));
+  }
+  std::map<std::string, double> update_ms;
+  for (const char* corr : {"none", "nesterov", "dc"})
+    update_ms[corr] = update_seconds(params, corr, 7) * 1e3;
+  for (Mode mode : modes) {
+    const std::vector<std::string> corrections = corrections_of(mode);
+    if (corrections.empty()) continue;
+    std::map<std::string, std::vector<double>> tps;
+    std::map<std::string, size_t> kept;
+    std::map<std::string, std::string> failed;
+    for (int round = 0; round < rounds; ++round) {
+      for (const std::string& corr : corrections) {
+        if (failed.count(corr)) continue;
+        PipelineRunSpec spec;
+        spec.model = shape.model;
+        spec.B = shape.B;
+        spec.T = shape.T;
+        spec.mode = mode;
+        spec.stages = 2;
+        spec.microbatches = m;
+        spec.partition = counts;
+        spec.warmup = warmup;
+        spec.reps = reps;
+        spec.delay_correction = corr;
+        auto r = measure_pipeline(spec);
+        if (!r) {
+          failed[corr] = r.error().message;
+          ++failures;
+          continue;
+        }
+        tps[corr].push_back(r->tokens_per_s);
+        kept[corr] = r->delay_correction_floats;
+      }
+    }
+    const double base = tps["none"].empty() ? 0.0 : median(tps["none"]);
+    for (const std::string& corr : corrections) {
+      if (failed.count(corr)) {
+        out(as_json
+                ? nlohmann::json{{"name", "pipeline_correction"},
+                                 {"mode", std::string(to_string(mode))},
+                                 {"correction", corr},
+                                 {"error", failed[corr]}}
+                          .dump() +
+                      "\n"
+                : fmt::format("  {:<10} {:<10} FAILED: {}\n", to_string(mode), corr, failed[corr]));
+        continue;
+      }
+      const double t = median(tps[corr]);
+      const bool has_ratio = base > 0.0;
+      const double ratio = has_ratio ? t / base : 0.0;
+      const double u = update_ms[corr], u0 = update_ms["none"];
+      if (as_json) {
+        nlohmann::json j{{"name", "pipeline_correction"},
+                         {"shape", shape.name},
+                         {"mode", std::string(to_string(mode))},
+                         {"correction", corr},
+                         {"stages", 2},
+                         {"microbatches", m},
+                         {"partition", counts},
+                         {"tokens_per_s", t},
+                         {"tokens_per_s_all", tps[corr]},
+                         {"kept_floats", kept[corr]},
+                         {"update_ms", u},
+                         {"update_ms_none", u0}};
+        j["ratio_to_none"] = has_ratio ? nlohmann::json(ratio) : nlohmann::json(nullptr);
+        out(j.dump() + "\n");
+      } else {
+        out(fmt::format("  {:<10} {:<10} {:>10.1f} {:>9} {:>12} {:>11.2f} {:>8.2f}x\n",
+                        to_string(mode), corr, t,
+                        has_ratio ? fmt::format("{:.3f}x", ratio) : std::string("-"), kept[corr], u,
+                        u / u0));
+      }
+    }
+  }
+  return failures;
+}
+
+}  // namespace actorpipe::bench
