@@ -2,19 +2,20 @@
 # Installs the Debian packages actorpipe builds against (idempotent).
 #   scripts/setup.sh           build and test dependencies
 #   scripts/setup.sh --bench   also the benchmark peer (python3-torch, large)
-#   scripts/setup.sh --realtext  also the real-text benchmark's corpus and plotting
-#                              (fortunes, gnuplot-nox, python3; scripts/realtext.sh)
+#   scripts/setup.sh --realtext  also the real-text benchmark's plotting (gnuplot-nox, python3;
+#                              scripts/realtext.sh; its corpus, fortunes, is a test dependency)
 set -euo pipefail
 
 # clang and libclang-rt-14-dev (libFuzzer and the sanitizer runtimes, only recommended by clang):
 # the fuzz harnesses of scripts/fuzz.sh
 pkgs=(cmake g++ ninja-build pkg-config clang-format clang libclang-rt-14-dev
       libcaf-dev libucx-dev ucx-utils libfmt-dev doctest-dev libopenblas-dev
-      libtoml11-dev nlohmann-json3-dev libgloo-dev libssl-dev openssl openmpi-bin iproute2)
+      libtoml11-dev nlohmann-json3-dev libgloo-dev libssl-dev openssl openmpi-bin iproute2
+      fortunes)
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(python3 python3-torch python3-numpy)
 elif [[ "${1:-}" == "--realtext" ]]; then
-  pkgs+=(python3 fortunes gnuplot-nox)
+  pkgs+=(python3 gnuplot-nox)
 fi
 
 missing=()
