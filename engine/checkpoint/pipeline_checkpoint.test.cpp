@@ -316,6 +316,38 @@ TEST_CASE("SGD state is saved as momentum and resumes bitwise") {
   check_same_state(whole, resumed);
 }
 
+TEST_CASE("2bw with the dc correction resumes bitwise: the kept previous version gives its delta") {
+  // the first update after the resume compensates with W(N) − W(N−1), the restored previous
+  // version; SGD's mean square of dc is saved beside its momentum
+  constexpr int N = 3;
+  for (const char* kind : {"adamw", "sgd"}) {
+    CAPTURE(kind);
+    Config c = tiny_config("2bw", 2);
+    c.optimizer.kind = kind;
+    if (c.optimizer.kind == "sgd") c.optimizer.lr = 0.1f;
+    c.optimizer.delay_correction = "dc";
+    c.optimizer.dc_lambda = 50.0f;
+    TempDir dir;
+    Pipeline whole(c);
+    whole.run(2 * N);
+    Pipeline first(c);
+    first.run(N);
+    auto path = first.save(c, dir.str(), N);
+    auto ckpt = load_checkpoint(path);
+    REQUIRE(ckpt.ok());
+    CHECK(static_cast<bool>(
+              find_tensor(ckpt->optimizer, "layers.1.attn.qkv.weight.dc_mean_square")) ==
+          (c.optimizer.kind == "sgd"));
+    Pipeline resumed(c);
+    Status ok = resumed.load(c, path);
+    REQUIRE_MESSAGE(ok.ok(), ok.error().message);
+    resumed.run(N);
+    check_same_state(whole, resumed);
+    CHECK(same_bits(std::vector<double>(whole.losses.begin() + N, whole.losses.end()),
+                    resumed.losses));
+  }
+}
+
 TEST_CASE("mismatched checkpoints are refused naming what does not match") {
   const Config c = tiny_config("1f1b", 2);
   TempDir dir;
