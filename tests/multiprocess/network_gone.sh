@@ -41,7 +41,8 @@ status=0
 for i in 0 1; do
   p=${pids[$i]}
   if ! timeout "$limit" tail --pid="$p" -f /dev/null; then
-    echo "rank $i still runs ${limit} s after the link went down"
+    echo "rank $i still runs ${limit} s after the link went down: killed"
+    kill -KILL "$p" 2>/dev/null || true  # the wait below must not outlive the test's bound
     status=1
   fi
 done
@@ -57,7 +58,7 @@ echo "both ranks stopped ${took} s after the link went down (peer_timeout ${peer
 [[ $status == 0 ]] || exit 1
 # the last complete checkpoint loads and continues in one process
 k=$(ls "$work/ckpt" | sed -n 's/^step-\([0-9]*\)$/\1/p' | sort -n | tail -1)
-(cd "$work" && "$program" "${args[@]}" --set checkpoint.resume=ckpt --set checkpoint.dir=resumed \
+(cd "$work" && timeout 300 "$program" "${args[@]}" --set checkpoint.resume=ckpt --set checkpoint.dir=resumed \
   --set train.steps=$((k + 2)) \
   --set train.log_every=0 > resume.log 2>&1) || { cat "$work/resume.log"; exit 1; }
 grep -q "resumed from" "$work/resume.log"
