@@ -10,6 +10,7 @@
 
 #include "bench/pipeline_timing.hpp"
 #include "bench/step_timing.hpp"
+#include "engine/execution/layer_optimizer.hpp"
 #include "engine/model/model.hpp"
 #include "kernels/context.hpp"
 #include "kernels/optimizer.hpp"
@@ -30,13 +31,11 @@ double update_seconds(size_t n, const std::string& correction, int reps) {
   AdamWParams hp;
   hp.lr = 1e-3f;
   hp.weight_decay = 0.1f;
-  DelayCorrection c;
-  if (correction == "nesterov") c.kind = DelayCorrectionKind::nesterov;
-  if (correction == "dc") {
-    c.kind = DelayCorrectionKind::dc;
-    c.lambda = 1.0f;
-    c.delta = delta.data();
-  }
+  OptimizerOptions o;
+  o.delay_correction = correction;
+  o.dc_lambda = 1.0f;
+  // AdamW keeps no state of its own for a correction: the state pointer is not read
+  const DelayCorrection c = delay_correction(o, n, nullptr, delta.data(), 10);
   std::vector<double> times;
   for (int r = 0; r < reps + 1; ++r) {
     const auto t0 = std::chrono::steady_clock::now();

@@ -31,18 +31,20 @@ struct DcCoef {
 
 // Scalars arrive as parameters (not through the closure) so that gcc knows the stores
 // cannot change them and vectorises the loop.
+// One AdamW element given its gradient gi (already scaled, and corrected by dc).
+inline void adamw_element(float& p, float& m, float& v, const float gi, const AdamCoef& c) {
+  const float pi = p * c.decay;
+  const float mi = std::fma(1.0f - c.b1, gi - m, m);
+  const float vi = c.b2 * v + (1.0f - c.b2) * (gi * gi);
+  const float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
+  p = pi - c.step_size * (mi / denom);
+  m = mi;
+  v = vi;
+}
+
 void adamw_range(float* __restrict p, const float* __restrict g, float* __restrict m,
                  float* __restrict v, int64_t n, const AdamCoef c) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i] * c.grad_scale;
-    const float pi = p[i] * c.decay;
-    const float mi = std::fma(1.0f - c.b1, gi - m[i], m[i]);
-    const float vi = c.b2 * v[i] + (1.0f - c.b2) * (gi * gi);
-    const float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
-    p[i] = pi - c.step_size * (mi / denom);
-    m[i] = mi;
-    v[i] = vi;
-  }
+  for (int64_t i = 0; i < n; ++i) adamw_element(p[i], m[i], v[i], g[i] * c.grad_scale, c);
 }
 
 void adamw_nesterov_range(float* __restrict p, const float* __restrict g, float* __restrict m,
@@ -66,13 +68,7 @@ void adamw_dc_range(float* __restrict p, const float* __restrict g, float* __res
     const float g0 = g[i] * c.grad_scale;
     const float gi =
         g0 + k.lambda * (g0 * g0) / (std::sqrt(v[i]) * k.inv_sqrt_bc + k.eps) * delta[i];
-    const float pi = p[i] * c.decay;
-    const float mi = std::fma(1.0f - c.b1, gi - m[i], m[i]);
-    const float vi = c.b2 * v[i] + (1.0f - c.b2) * (gi * gi);
-    const float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
-    p[i] = pi - c.step_size * (mi / denom);
-    m[i] = mi;
-    v[i] = vi;
+    adamw_element(p[i], m[i], v[i], gi, c);
   }
 }
 
