@@ -19,6 +19,7 @@
 #include "engine/config/config.hpp"
 #include "engine/config/forced_moves.hpp"
 #include "engine/data/loader.hpp"
+#include "engine/execution/compute_precision.hpp"
 #include "engine/execution/memory_check.hpp"
 #include "engine/execution/optimizer_shard.hpp"
 #include "engine/execution/replicated_executor.hpp"
@@ -235,6 +236,8 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
                             impl->placement.stages_of(impl->rank), impl->B, impl->T);
       !ok)
     return world > 1 ? make_error("rank {}: {}", impl->rank, ok.error().message) : ok.error();
+  auto precision = resolve_precision(config.pipeline.precision);
+  if (!precision) return precision.error();
   for (int r = 0; r < impl->partition->stages(); ++r) {
     if (impl->placement.rank_of(r) != impl->rank) {
       impl->workers.push_back(nullptr);
@@ -249,6 +252,7 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
     wo.B = impl->B;
     wo.T = impl->T;
     wo.threads = config.pipeline.threads_per_stage;
+    wo.precision = *precision;
     wo.log_versions = options.log_versions;
     wo.recompute = *recompute;
     impl->workers.push_back(

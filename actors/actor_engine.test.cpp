@@ -16,6 +16,7 @@
 #include "engine/execution/serial_executor.hpp"
 #include "engine/execution/stage_worker.hpp"
 #include "engine/profiler/auto_partition.hpp"
+#include "kernels/bf16_gemm.hpp"
 #include "tests/support/bits.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/tiny_model.hpp"
@@ -188,6 +189,36 @@ TEST_CASE("delay corrections: the actors compute the serial executor's bits") {
                                                                    : std::vector<int>{3, 2});
         }
       }
+    }
+  }
+}
+
+TEST_CASE("bf16: every mode's actors compute the serial executor's bits, near fp32's losses" *
+          doctest::skip(!bf16_support().native)) {
+  // skipped on a CPU without bf16 instructions, where pipeline.precision = "bf16" is refused
+  for (const char* mode : {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"}) {
+    for (Arch arch : {Arch::gpt, Arch::bert}) {
+      CAPTURE(mode);
+      CAPTURE(static_cast<int>(arch));
+      const int d = 3, m = std::string(mode) == "pipedream" ? 1 : 4;
+      Config c = tiny(arch, mode, d, m);
+      c.pipeline.precision = "bf16";
+      c.pipeline.threads_per_stage = 2;
+      check_against_serial(
+          c, std::string(mode) == "pipedream" ? std::vector<int>{6, 3} : std::vector<int>{3, 2});
+      // the products really ran in bf16: other bits than fp32, the same losses to bf16's width
+      Config f = c;
+      f.pipeline.precision = "fp32";
+      auto lb = SerialExecutor::create(c), lf = SerialExecutor::create(f);
+      REQUIRE(lb.ok());
+      REQUIRE(lf.ok());
+      auto db = config_loader(c), df = config_loader(f);
+      auto rb = (*lb)->run(5, *db), rf = (*lf)->run(5, *df);
+      REQUIRE(rb.ok());
+      REQUIRE(rf.ok());
+      CHECK(!same_bits(*rb, *rf));
+      for (size_t i = 0; i < rb->size(); ++i)
+        CHECK((*rb)[i] == doctest::Approx((*rf)[i]).epsilon(0.01));
     }
   }
 }

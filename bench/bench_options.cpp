@@ -6,6 +6,7 @@
 
 #include "bench/bench_shapes.hpp"
 #include "bench/cli_args.hpp"
+#include "kernels/precision.hpp"
 
 namespace actorpipe::bench {
 
@@ -17,6 +18,8 @@ GEMM-only floor of the same step and a PyTorch peer running the same model.
 
   --shapes a,b,...   shapes to measure: tiny, small, gpt2 (default: all three)
   --threads 1,2      thread counts (default: 1,2)
+  --precision a,b    what the products compute in: fp32, bf16 (default: both; bf16 only where
+                     the CPU has bf16 instructions, docs/modes.md "Precision")
   --reps N           timed steps per configuration, median reported (default: 5)
   --warmup N         untimed steps before timing, at least 1 (default: 1)
   --no-peer          do not run the PyTorch peer
@@ -53,6 +56,16 @@ Expected<BenchOptions> parse_bench_options(std::span<const std::string> args) {
       auto n = int_list_option(args, i, 1, 256);
       if (!n) return n.error();
       o.threads = std::move(*n);
+    } else if (a == "--precision") {
+      auto v = option_value(args, i);
+      if (!v) return v.error();
+      o.precisions.clear();
+      for (const std::string& name : split_commas(*v)) {
+        if (!parse_precision(name))
+          return make_error("--precision {}: unknown precision '{}' (allowed: fp32, bf16)", *v,
+                            name);
+        o.precisions.push_back(name);
+      }
     } else if (a == "--reps" || a == "--warmup") {
       auto n = int_option(args, i, 1, 100000);
       if (!n) return n.error();

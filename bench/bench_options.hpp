@@ -15,6 +15,8 @@ namespace actorpipe::bench {
 struct BenchOptions : CommonOptions {
   std::vector<std::string> shapes = {"tiny", "small", "gpt2"};  // --shapes a,b
   std::vector<int> threads = {1, 2};                            // --threads 1,2
+  /// --precision fp32,bf16: what the products compute in (bf16 needs bf16 instructions)
+  std::vector<std::string> precisions = {"fp32", "bf16"};
   int reps = 5;          // --reps N: timed steps per configuration (median reported)
   int warmup = 1;        // --warmup N: untimed steps first (at least 1)
   bool profile = false;  // --profile: per-kernel-category breakdown of a step

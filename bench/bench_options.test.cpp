@@ -19,6 +19,7 @@ TEST_CASE("defaults measure every shape at 1 and 2 threads with the peer") {
   REQUIRE(o.ok());
   CHECK(o->shapes == std::vector<std::string>{"tiny", "small", "gpt2"});
   CHECK(o->threads == std::vector<int>{1, 2});
+  CHECK(o->precisions == std::vector<std::string>{"fp32", "bf16"});
   CHECK(o->reps == 5);
   CHECK(o->warmup == 1);
   CHECK(o->peer);
@@ -41,6 +42,14 @@ TEST_CASE("lists and flags") {
   CHECK(o->profile);
   CHECK(o->python == "/opt/py");
   CHECK(o->peer_script == "/x/y.py");
+}
+
+TEST_CASE("--precision picks what the products compute in") {
+  auto o = parse({"--precision", "bf16"});
+  REQUIRE(o.ok());
+  CHECK(o->precisions == std::vector<std::string>{"bf16"});
+  CHECK(error_has(parse({"--precision", "fp32,fp16"}),
+                  "--precision fp32,fp16: unknown precision 'fp16' (allowed: fp32, bf16)"));
 }
 
 TEST_CASE("errors name the option, the value and what is allowed") {

@@ -23,6 +23,7 @@ nlohmann::ordered_json measurement_json(const Measurement& m) {
       {"shape", m.shape.name},
       {"config", m.shape.describe()},
       {"threads", o.threads},
+      {"precision", o.precision},
       {"tokens_per_s", o.tokens_per_s},
       {"gflops", o.gflops},
       {"peak_rss_mb", o.peak_rss_mb},
@@ -59,12 +60,13 @@ nlohmann::ordered_json measurement_json(const Measurement& m) {
 
 std::string table_header() {
   return fmt::format(
-             "{:<6} {:>3} {:>9} {:>9} {:>8} {:>8} {:>9} {:>6} {:>9} {:>9} {:>8} {:>6}  {}\n",
-             "shape", "thr", "step ms", "tok/s", "GFLOP/s", "RSS MiB", "floor ms", "/floor",
+             "{:<6} {:>3} {:>4} {:>9} {:>9} {:>8} {:>8} {:>9} {:>6} {:>9} {:>9} {:>8} {:>6}  {}\n",
+             "shape", "thr", "prec", "step ms", "tok/s", "GFLOP/s", "RSS MiB", "floor ms", "/floor",
              "torch ms", "tok/s", "RSS MiB", "ratio", "other") +
          fmt::format(
-             "{:<6} {:>3} {:>9} {:>9} {:>8} {:>8} {:>9} {:>6} {:>9} {:>9} {:>8} {:>6}  {}\n", "",
-             "", "actorpipe", "", "", "", "GEMM-only", "", "PyTorch", "", "", "ap/pt", "cores");
+             "{:<6} {:>3} {:>4} {:>9} {:>9} {:>8} {:>8} {:>9} {:>6} {:>9} {:>9} {:>8} {:>6}  {}\n",
+             "", "", "", "actorpipe", "", "", "", "GEMM-only", "", "PyTorch", "", "", "ap/pt",
+             "cores");
 }
 
 std::string table_row(const Measurement& m) {
@@ -75,9 +77,9 @@ std::string table_row(const Measurement& m) {
                          ? fmt::format("{:>9.1f} {:>9.0f} {:>8.0f} {:>5.2f}x", m.peer.step_ms,
                                        m.peer.tokens_per_s, m.peer.peak_rss_mb, peer_ratio(m))
                          : fmt::format("{:>9} {:>9} {:>8} {:>6}", "-", "-", "-", "-");
-  return fmt::format("{:<6} {:>3} {:>9.1f} {:>9.0f} {:>8.1f} {:>8.0f} {} {}  {}\n", m.shape.name,
-                     o.threads, o.step_ms, o.tokens_per_s, o.gflops, o.peak_rss_mb, floor, peer,
-                     interference_cell(m.other));
+  return fmt::format("{:<6} {:>3} {:>4} {:>9.1f} {:>9.0f} {:>8.1f} {:>8.0f} {} {}  {}\n",
+                     m.shape.name, o.threads, o.precision, o.step_ms, o.tokens_per_s, o.gflops,
+                     o.peak_rss_mb, floor, peer, interference_cell(m.other));
 }
 
 std::string profile_table(const Measurement& m) {

@@ -31,9 +31,34 @@ pid_t this_tid() {
 }
 
 void call_real(SgemmFn fn, const SgemmCall& c) {
+  if (c.is_bf16()) {
+    gemm_bf16_serial(c.trans_a, c.trans_b, c.M, c.N, c.K, c.A16, c.lda, c.B16, c.ldb,
+                     c.beta != 0.0f, c.C, c.ldc);
+    return;
+  }
   fn(c.row_major ? CblasRowMajor : CblasColMajor, c.trans_a ? CblasTrans : CblasNoTrans,
      c.trans_b ? CblasTrans : CblasNoTrans, c.M, c.N, c.K, c.alpha, c.A, c.lda, c.B, c.ldb, c.beta,
      c.C, c.ldc);
+}
+
+// The kernels' bf16 observer: a bf16 product made while a recorder records.
+void record_bf16(const Bf16GemmCall& b) {
+  if (GemmRecorder* rec = g_active.load(std::memory_order_acquire); rec != nullptr) {
+    SgemmCall c;
+    c.trans_a = b.trans_a;
+    c.trans_b = b.trans_b;
+    c.M = b.M;
+    c.N = b.N;
+    c.K = b.K;
+    c.A16 = b.A;
+    c.lda = b.lda;
+    c.B16 = b.B;
+    c.ldb = b.ldb;
+    c.beta = b.accumulate ? 1.0f : 0.0f;
+    c.C = b.C;
+    c.ldc = b.ldc;
+    rec->record(c);
+  }
 }
 
 }  // namespace
@@ -69,11 +94,12 @@ void GemmRecorder::start() {
   }
   foreign_.store(0);
   recording_ = true;
+  set_bf16_gemm_observer(&record_bf16);
 }
 
 void GemmRecorder::stop() {
   GemmRecorder* expected = this;
-  g_active.compare_exchange_strong(expected, nullptr);
+  if (g_active.compare_exchange_strong(expected, nullptr)) set_bf16_gemm_observer(nullptr);
   recording_ = false;
 }
 

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "kernels/bf16_gemm.hpp"
 #include "kernels/context.hpp"
 
 namespace actorpipe::bench {
@@ -27,12 +28,18 @@ struct SgemmCall {
   float beta = 0.0f;
   float* C = nullptr;
   int ldc = 0;
+  /// A bf16 product (gemm_bf16_serial, pipeline.precision = "bf16"): its operands; alpha 1,
+  /// beta 0 or 1 (accumulate), A and B above null.
+  const bf16* A16 = nullptr;
+  const bf16* B16 = nullptr;
+  bool is_bf16() const { return A16 != nullptr; }
   double flops() const { return 2.0 * M * N * K; }
 };
 
 /// Records the sgemm calls made by the threads of one Context while recording. The program
 /// that links this file defines cblas_sgemm itself: every call the kernels make goes through
-/// it and on to OpenBLAS's (found with dlsym(RTLD_NEXT)). At most one recorder records at a
+/// it and on to OpenBLAS's (found with dlsym(RTLD_NEXT)). The bf16 products come from the
+/// kernels' observer (set_bf16_gemm_observer) while recording. At most one recorder records at a
 /// time. The recorded pointers stay valid as long as the buffers of the step do.
 class GemmRecorder {
  public:

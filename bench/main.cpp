@@ -15,11 +15,12 @@
 #include "bench/migration_bench.hpp"
 #include "bench/pipeline_bench.hpp"
 #include "bench/process_bench.hpp"
-#include "bench/replica_bench.hpp"
 #include "bench/recompute_bench.hpp"
+#include "bench/replica_bench.hpp"
 #include "bench/step_timing.hpp"
 #include "bench/subprocess.hpp"
 #include "bench/torch_peer.hpp"
+#include "kernels/bf16_gemm.hpp"
 
 #ifndef ACTORPIPE_BENCH_PEER_SCRIPT
 #define ACTORPIPE_BENCH_PEER_SCRIPT "bench/peers/torch_step.py"
@@ -45,7 +46,8 @@ int run_child(const BenchOptions& o) {
     return 2;
   }
   try {
-    auto r = measure_step(*shape, o.threads.at(0), o.reps, o.warmup, o.profile);
+    auto r = measure_step(*shape, o.threads.at(0), *parse_precision(o.precisions.at(0)), o.reps,
+                          o.warmup, o.profile);
     if (!r) {
       fmt::print(stderr, "actorpipe-bench: {}\n", r.error().message);
       return 1;
@@ -60,11 +62,12 @@ int run_child(const BenchOptions& o) {
 }
 
 // Runs one configuration of actorpipe in a fresh child process (its own peak RSS).
-Expected<StepResult> measure_in_child(const BenchOptions& o, const std::string& shape,
-                                      int threads) {
+Expected<StepResult> measure_in_child(const BenchOptions& o, const std::string& shape, int threads,
+                                      const std::string& precision) {
   std::vector<std::string> argv = {self_executable(), "--child",
                                    "--shapes",        shape,
                                    "--threads",       std::to_string(threads),
+                                   "--precision",     precision,
                                    "--reps",          std::to_string(o.reps),
                                    "--warmup",        std::to_string(o.warmup)};
   if (o.profile) argv.push_back("--profile");
@@ -128,8 +131,10 @@ int main(int argc, char** argv) {
         "GFLOP/s: model FLOPs 6*N*tokens + 12*L*T*d*tokens (N: parameters without the "
         "position table)\n");
     fmt::print(
-        "floor: the step's own sgemm calls replayed alone, each on the thread that made "
-        "it (the Context's partition; OpenBLAS single-threaded)\n");
+        "floor: the step's own sgemm (and bf16: oneDNN matmul) calls replayed alone, each on the "
+        "thread that made it (the Context's partition; one thread per call)\n");
+    fmt::print("bf16: {}{}\n", bf16_support().describe(),
+               bf16_support().native ? "" : " (bf16 rows skipped: no bf16 instructions)");
     if (o.peer) {
       fmt::print("peer: PyTorch, the same GPT and step, one child process per configuration:\n");
       for (int t : o.threads) fmt::print("  {}\n", describe_peer_command(o.python, script, t));
@@ -146,46 +151,52 @@ int main(int argc, char** argv) {
   for (const std::string& name : o.shapes) {
     const BenchShape shape = find_bench_shape(name).value();
     for (int t : o.threads) {
-      const CpuSnapshot before = cpu_snapshot();
-      auto ours = measure_in_child(o, name, t);
-      if (!ours) {
-        fmt::print(stderr, "actorpipe-bench: {}\n", ours.error().message);
-        ++failures;
-        continue;
-      }
-      Measurement m{shape, std::move(*ours), {}, {}};
-      if (!peer_missing) {
-        m.peer = run_torch_peer(o.python, script, shape, OptimizerOptions{}, t, o.reps, o.warmup);
-        if (!m.peer.ran) {
-          fmt::print(stderr, "actorpipe-bench: PyTorch peer: {}\n", m.peer.error);
-          if (m.peer.missing) {
-            peer_missing = true;
-            peer_missing_reason = m.peer.error;
-          }
-        } else if (m.peer.parameters != m.ours.parameters) {
-          fmt::print(stderr,
-                     "actorpipe-bench: warning: the peer's model has {} parameters, "
-                     "actorpipe's {}\n",
-                     m.peer.parameters, m.ours.parameters);
+      for (const std::string& precision : o.precisions) {
+        if (precision == "bf16" && !bf16_support().native) continue;
+        const CpuSnapshot before = cpu_snapshot();
+        auto ours = measure_in_child(o, name, t, precision);
+        if (!ours) {
+          fmt::print(stderr, "actorpipe-bench: {}\n", ours.error().message);
+          ++failures;
+          continue;
         }
-      } else if (o.peer) {
-        m.peer.error = peer_missing_reason;
+        Measurement m{shape, std::move(*ours), {}, {}};
+        // the peer runs the same step in fp32, once per shape and thread count (the fp32 row)
+        if (precision != "fp32") {
+          m.peer.error = "PyTorch runs fp32: see the fp32 row";
+        } else if (!peer_missing) {
+          m.peer = run_torch_peer(o.python, script, shape, OptimizerOptions{}, t, o.reps, o.warmup);
+          if (!m.peer.ran) {
+            fmt::print(stderr, "actorpipe-bench: PyTorch peer: {}\n", m.peer.error);
+            if (m.peer.missing) {
+              peer_missing = true;
+              peer_missing_reason = m.peer.error;
+            }
+          } else if (m.peer.parameters != m.ours.parameters) {
+            fmt::print(stderr,
+                       "actorpipe-bench: warning: the peer's model has {} parameters, "
+                       "actorpipe's {}\n",
+                       m.peer.parameters, m.ours.parameters);
+          }
+        } else if (o.peer) {
+          m.peer.error = peer_missing_reason;
+        }
+        m.other = interference(before, cpu_snapshot());
+        disturbed += distorted(m.other) ? 1 : 0;
+        if (o.json) {
+          nlohmann::ordered_json j = measurement_json(m);
+          j["machine"] = machine;
+          nlohmann::ordered_json at_start;
+          add_interference(at_start, start);
+          j["interference_at_start"] = at_start;
+          if (m.peer.ran) j["peer_command"] = describe_peer_command(o.python, script, t);
+          fmt::print("{}\n", j.dump());
+        } else {
+          fmt::print("{}", table_row(m));
+        }
+        std::fflush(stdout);
+        done.push_back(std::move(m));
       }
-      m.other = interference(before, cpu_snapshot());
-      disturbed += distorted(m.other) ? 1 : 0;
-      if (o.json) {
-        nlohmann::ordered_json j = measurement_json(m);
-        j["machine"] = machine;
-        nlohmann::ordered_json at_start;
-        add_interference(at_start, start);
-        j["interference_at_start"] = at_start;
-        if (m.peer.ran) j["peer_command"] = describe_peer_command(o.python, script, t);
-        fmt::print("{}\n", j.dump());
-      } else {
-        fmt::print("{}", table_row(m));
-      }
-      std::fflush(stdout);
-      done.push_back(std::move(m));
     }
   }
 

@@ -62,8 +62,8 @@ double median(std::vector<double> v) {
   return v.size() % 2 == 1 ? v[h] : 0.5 * (v[h - 1] + v[h]);
 }
 
-Expected<StepResult> measure_step(const BenchShape& shape, int threads, int reps, int warmup,
-                                  bool profile) {
+Expected<StepResult> measure_step(const BenchShape& shape, int threads, Precision precision,
+                                  int reps, int warmup, bool profile) {
   if (reps < 1 || warmup < 1)
     return make_error("reps = {}, warmup = {}: both must be at least 1", reps, warmup);
   auto model = Model::build(shape.model);
@@ -71,6 +71,7 @@ Expected<StepResult> measure_step(const BenchShape& shape, int threads, int reps
   StepResult r;
   r.shape = shape.name;
   r.threads = threads;
+  r.precision = std::string(to_string(precision));
   r.reps = reps;
   r.warmup = warmup;
   r.parameters = static_cast<long>(model->unique_parameters());
@@ -78,6 +79,7 @@ Expected<StepResult> measure_step(const BenchShape& shape, int threads, int reps
 
   OptimizerOptions opt;  // AdamW, lr 1e-3, betas (0.9, 0.95), eps 1e-8, no decay, clip 1.0
   ReferenceTrainer trainer(std::move(*model), opt, shape.B, shape.T, threads);
+  trainer.context().set_precision(precision);
   const std::vector<Microbatch> mbs = {
       random_microbatch(shape.model.vocab_size, shape.B, shape.T, 1234)};
   for (int i = 0; i < warmup; ++i) {
@@ -154,6 +156,7 @@ nlohmann::ordered_json to_json(const StepResult& r) {
   nlohmann::ordered_json j = {
       {"shape", r.shape},
       {"threads", r.threads},
+      {"precision", r.precision},
       {"reps", r.reps},
       {"warmup", r.warmup},
       {"parameters", r.parameters},
@@ -196,6 +199,7 @@ Expected<StepResult> step_result_from_json(const nlohmann::json& j) {
     StepResult r;
     r.shape = j.at("shape").get<std::string>();
     r.threads = j.at("threads").get<int>();
+    r.precision = j.value("precision", std::string("fp32"));
     r.reps = j.at("reps").get<int>();
     r.warmup = j.at("warmup").get<int>();
     r.parameters = j.at("parameters").get<long>();

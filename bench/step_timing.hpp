@@ -12,6 +12,7 @@
 #include "bench/sampling_profiler.hpp"
 #include "engine/batch.hpp"
 #include "engine/expected.hpp"
+#include "kernels/precision.hpp"
 
 namespace actorpipe::bench {
 
@@ -19,6 +20,7 @@ namespace actorpipe::bench {
 struct StepResult {
   std::string shape;
   int threads = 1;
+  std::string precision = "fp32";  // of the matrix products (kernels/precision.hpp)
   int reps = 0;
   int warmup = 0;
   long parameters = 0;              // unique trainable parameters
@@ -29,7 +31,8 @@ struct StepResult {
   double gflops = 0.0;              // model_flops / step
   double peak_rss_mb = 0.0;         // high-water mark after the timed steps (MiB)
   double first_loss = 0.0;          // loss of the first step (≈ ln V at init)
-  // GEMM-only floor: the sgemm calls of one step replayed alone on the same threads.
+  // GEMM-only floor: the step's matrix products (sgemm calls, and in bf16 its gemm_bf16 calls)
+  // replayed alone on the same threads.
   bool floor_ok = false;
   std::string floor_note;  // why there is no floor
   size_t gemm_calls = 0;
@@ -39,11 +42,12 @@ struct StepResult {
   std::optional<ProfileReport> profile;
 };
 
-/// Builds the model and a ReferenceTrainer at `threads`, runs `warmup` untimed steps, times
-/// `reps` steps, records one step's sgemm calls and replays them `reps` times for the
-/// floor, and with `profile` samples whole steps (at least 0.5 s of them) for the profile.
-Expected<StepResult> measure_step(const BenchShape& shape, int threads, int reps, int warmup,
-                                  bool profile);
+/// Builds the model and a ReferenceTrainer at `threads` computing its products in `precision`,
+/// runs `warmup` untimed steps, times `reps` steps, records one step's products and replays them
+/// `reps` times for the floor, and with `profile` samples whole steps (at least 0.5 s of them)
+/// for the profile.
+Expected<StepResult> measure_step(const BenchShape& shape, int threads, Precision precision,
+                                  int reps, int warmup, bool profile);
 
 nlohmann::ordered_json to_json(const StepResult& r);
 Expected<StepResult> step_result_from_json(const nlohmann::json& j);

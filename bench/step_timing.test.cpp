@@ -6,6 +6,8 @@
 
 #include <cmath>
 
+#include "kernels/bf16_gemm.hpp"
+
 using namespace actorpipe;
 using namespace actorpipe::bench;
 
@@ -55,7 +57,7 @@ TEST_CASE("median") {
 
 TEST_CASE("one configuration: step, floor and profile, and back from JSON") {
   const BenchShape shape = micro_shape();
-  auto r = measure_step(shape, 2, 3, 1, true);
+  auto r = measure_step(shape, 2, Precision::fp32, 3, 1, true);
   REQUIRE(r.ok());
   CHECK(r->step_ms_all.size() == 3);
   CHECK(r->step_ms > 0.0);
@@ -85,7 +87,24 @@ TEST_CASE("one configuration: step, floor and profile, and back from JSON") {
   CHECK_FALSE(step_result_from_json(bad).ok());
 }
 
+TEST_CASE("bf16: the floor replays the step's oneDNN products, which the GEMM FLOPs count" *
+          doctest::skip(!bf16_support().native)) {
+  const BenchShape shape = micro_shape();
+  auto f = measure_step(shape, 1, Precision::fp32, 2, 1, false);
+  auto b = measure_step(shape, 1, Precision::bf16, 2, 1, false);
+  REQUIRE(f.ok());
+  REQUIRE(b.ok());
+  CHECK(b->precision == "bf16");
+  REQUIRE(b->floor_ok);
+  // the same products, the linear ones now bf16: as many calls and FLOPs as in fp32
+  CHECK(b->gemm_calls == f->gemm_calls);
+  CHECK(b->gemm_flops == doctest::Approx(f->gemm_flops));
+  CHECK(b->floor_ms > 0.0);
+  CHECK(b->first_loss == doctest::Approx(f->first_loss).epsilon(0.01));
+  CHECK(b->first_loss != f->first_loss);  // rounded products: other bits
+}
+
 TEST_CASE("reps and warm-up must be at least 1") {
-  CHECK_FALSE(measure_step(micro_shape(), 1, 0, 1, false).ok());
-  CHECK_FALSE(measure_step(micro_shape(), 1, 1, 0, false).ok());
+  CHECK_FALSE(measure_step(micro_shape(), 1, Precision::fp32, 0, 1, false).ok());
+  CHECK_FALSE(measure_step(micro_shape(), 1, Precision::fp32, 1, 0, false).ok());
 }

@@ -86,6 +86,9 @@ struct PipelineOptions {
   int seq_len = 0;            // T; 0 = model.context
   PartitionSpec partition;    // "even", layer counts per stage, or "auto"
   int threads_per_stage = 1;
+  /// What matrix products compute in: "fp32", or "bf16" (bf16 operands, f32 accumulation;
+  /// weights, gradients and optimizer state stay f32). kernels/precision.hpp.
+  std::string precision = "fp32";
   bool split_backward = true;  // a B hands its input gradient on before its weight gradients
   int memory_limit_mb = 0;     // per stage, for partition / recompute = "auto"; 0 = no limit
   RecomputeSpec recompute;     // "none", "all", "auto" or global layer indices

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/precision.hpp"
+
 namespace actorpipe {
 
 class ThreadPool;
@@ -63,6 +65,11 @@ class Context {
 
   int threads() const { return threads_; }
 
+  /// What the matrix products of this Context's callers compute in (matmul_*, attention):
+  /// fp32 (the default) or bf16 (kernels/bf16_gemm.hpp). Set it before the first call.
+  Precision precision() const { return precision_; }
+  void set_precision(Precision p) { precision_ = p; }
+
   /// Runs fn(chunk, begin, end) for chunk = 0..threads()-1 over [0, n); chunk c covers
   /// [c*n/t, (c+1)*n/t) (possibly empty). Blocks until every chunk is done. Chunk 0 runs on
   /// the caller. Called from inside a chunk, it runs its chunks one after another on the
@@ -91,6 +98,7 @@ class Context {
   void run_chunks(int64_t n, int64_t align, ChunkFn fn);
 
   int threads_;
+  Precision precision_ = Precision::fp32;
   std::unique_ptr<ThreadPool> pool_;
   Arena arena_;
   std::vector<double> reduce_;

@@ -1,6 +1,8 @@
 // Linear layer: out = inp · weightᵀ + bias. N rows, C input channels, OC output channels.
 // GEMMs go through gemm(); dbias sums rows in order per column slice: bitwise the same
-// results for any thread count.
+// results for any thread count. With ctx.precision() == bf16 the products take bf16 copies of
+// their operands (made in the call, in the Context's arena) and accumulate in f32 through
+// gemm_bf16(); bias, dbias and every output stay f32.
 #pragma once
 
 #include "kernels/context.hpp"

@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include "kernels/bf16.hpp"
 #include "kernels/internal/test_util.hpp"
 
 using namespace actorpipe;
@@ -115,5 +116,60 @@ TEST_CASE("matmul: the input and weight halves give matmul_backward's bits, in e
     CHECK(bitwise_equal(di2, di));
     CHECK(bitwise_equal(dw2, dw));
     CHECK(bitwise_equal(db2, db));
+  }
+}
+
+TEST_CASE("matmul in bf16: the products of the bf16-rounded operands, accumulated in f32") {
+  const int N = 130, C = 72, OC = 96;
+  Rng rng(6);
+  const auto inp = random_vec(static_cast<size_t>(N) * C, rng);
+  const auto w = random_vec(static_cast<size_t>(OC) * C, rng);
+  const auto b = random_vec(static_cast<size_t>(OC), rng);
+  const auto g = random_vec(static_cast<size_t>(N) * OC, rng);
+  const auto init_i = random_vec(inp.size(), rng), init_w = random_vec(w.size(), rng),
+             init_b = random_vec(b.size(), rng);
+  auto rounded = [](const std::vector<float>& v) {
+    std::vector<double> r(v.size());
+    for (size_t i = 0; i < v.size(); ++i) r[i] = round_bf16(v[i]);
+    return r;
+  };
+  const auto ri = rounded(inp), rw = rounded(w), rg = rounded(g), db = to_double(b);
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    Context ctx(threads);
+    ctx.set_precision(Precision::bf16);
+    std::vector<float> out(static_cast<size_t>(N) * OC);
+    matmul_forward(ctx, out.data(), inp.data(), w.data(), b.data(), N, C, OC);
+    // f32 accumulation of at most C + 1 terms of magnitude <= 1: a few 1e-6
+    check_close("out", out, ref_forward(ri, rw, &db, N, C, OC), 2e-5, 1e-5);
+    // and within bf16's rounding of the fp32 result (8 significant bits per operand)
+    check_close("out vs fp32", out, ref_forward(to_double(inp), to_double(w), &db, N, C, OC),
+                C * 0x1p-8, 0.0);
+
+    auto dinp = init_i, dweight = init_w, dbias = init_b;
+    matmul_backward(ctx, dinp.data(), dweight.data(), dbias.data(), g.data(), inp.data(), w.data(),
+                    N, C, OC);
+    std::vector<double> want_i(inp.size()), want_w(w.size()), want_b(b.size());
+    for (int n = 0; n < N; ++n)
+      for (int c = 0; c < C; ++c) {
+        double s = init_i[static_cast<size_t>(n) * C + c];
+        for (int o = 0; o < OC; ++o)
+          s += rg[static_cast<size_t>(n) * OC + o] * rw[static_cast<size_t>(o) * C + c];
+        want_i[static_cast<size_t>(n) * C + c] = s;
+      }
+    for (int o = 0; o < OC; ++o) {
+      double sb = init_b[static_cast<size_t>(o)];
+      for (int n = 0; n < N; ++n) sb += g[static_cast<size_t>(n) * OC + o];  // dbias: f32 dout
+      want_b[static_cast<size_t>(o)] = sb;
+      for (int c = 0; c < C; ++c) {
+        double s = init_w[static_cast<size_t>(o) * C + c];
+        for (int n = 0; n < N; ++n)
+          s += rg[static_cast<size_t>(n) * OC + o] * ri[static_cast<size_t>(n) * C + c];
+        want_w[static_cast<size_t>(o) * C + c] = s;
+      }
+    }
+    check_close("dinp", dinp, want_i, 2e-5, 1e-5);
+    check_close("dweight", dweight, want_w, 4e-5, 1e-5);
+    check_close("dbias", dbias, want_b, 2e-5, 1e-5);
   }
 }

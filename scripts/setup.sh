@@ -7,11 +7,11 @@
 set -euo pipefail
 
 # clang and libclang-rt-14-dev (libFuzzer and the sanitizer runtimes, only recommended by clang):
-# the fuzz harnesses of scripts/fuzz.sh
+# the fuzz harnesses of scripts/fuzz.sh; libdnnl-dev: the bf16 matrix products (pipeline.precision)
 pkgs=(cmake g++ ninja-build pkg-config clang-format clang libclang-rt-14-dev
       libcaf-dev libucx-dev ucx-utils libfmt-dev doctest-dev libopenblas-dev
       libtoml11-dev nlohmann-json3-dev libgloo-dev libssl-dev openssl openmpi-bin iproute2
-      fortunes)
+      fortunes libdnnl-dev)
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(python3 python3-torch python3-numpy)
 elif [[ "${1:-}" == "--realtext" ]]; then

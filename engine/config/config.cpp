@@ -558,6 +558,10 @@ Status validate(const Config& c) {
   if (p.threads_per_stage < 1) {
     bad(fmt::format("pipeline.threads_per_stage = {}: must be >= 1", p.threads_per_stage));
   }
+  if (p.precision != "fp32" && p.precision != "bf16") {  // kernels/precision.hpp
+    bad(fmt::format("pipeline.precision = \"{}\": unknown precision (allowed: fp32, bf16)",
+                    p.precision));
+  }
   if (p.memory_limit_mb < 0) {
     bad(fmt::format("pipeline.memory_limit_mb = {}: must be >= 0 (MiB per stage; 0 = no limit)",
                     p.memory_limit_mb));

@@ -88,6 +88,7 @@ Config everything_changed() {
   c.pipeline.seq_len = 32;
   c.pipeline.partition.counts = {2, 3, 3};
   c.pipeline.threads_per_stage = 2;
+  c.pipeline.precision = "bf16";
   c.pipeline.split_backward = false;
   c.pipeline.memory_limit_mb = 64;
   c.pipeline.recompute = {RecomputeSpec::Kind::layers, {7, 1}};
@@ -470,6 +471,8 @@ TEST_CASE("out-of-range values and impossible combinations are refused") {
         "optimizer.delay_correction = \"dc\": pipeline.mode = \"xpipe\" runs each backward on "
         "the weights its update changes");
   check({"optimizer.dc_lambda=-1"}, "optimizer.dc_lambda = -1: must be >= 0");
+  check({"pipeline.precision=fp16"},
+        "pipeline.precision = \"fp16\": unknown precision (allowed: fp32, bf16)");
   check({"train.steps=0"}, "train.steps = 0: must be >= 1");
   check({"checkpoint.every=5"}, "checkpoint.every = 5: periodic checkpoints need checkpoint.dir");
   // The same combinations are fine when they are consistent.

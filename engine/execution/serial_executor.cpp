@@ -12,6 +12,7 @@
 #include <numeric>
 
 #include "engine/data/loader.hpp"
+#include "engine/execution/compute_precision.hpp"
 #include "engine/execution/memory_check.hpp"
 #include "engine/execution/nonfinite.hpp"
 #include "engine/execution/tied_params.hpp"
@@ -114,6 +115,7 @@ SerialExecutor::SerialExecutor(const Model& model, const Partition& partition,
     w.B = options.B;
     w.T = options.T;
     w.threads = options.threads.empty() ? 1 : options.threads[static_cast<size_t>(r)];
+    w.precision = options.precision;
     w.log_versions = options.log_versions;
     w.recompute = options.recompute;
     workers_.push_back(std::make_unique<StageWorker>(model, partition, optimizer, w));
@@ -149,6 +151,7 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Model& mo
   }
   for (int t : o.threads)
     if (t < 1) return make_error("threads = {}: every stage needs at least 1", t);
+  if (auto p = resolve_precision(to_string(o.precision)); !p) return p.error();
   if (!o.recompute.empty() && static_cast<int>(o.recompute.size()) != model.num_layers()) {
     return make_error("recompute: {} flags for a model of {} layers", o.recompute.size(),
                       model.num_layers());
@@ -194,6 +197,9 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Config& c
       !ok)
     return ok.error();
   o.threads.assign(static_cast<size_t>(partition->stages()), config.pipeline.threads_per_stage);
+  auto precision = resolve_precision(config.pipeline.precision);
+  if (!precision) return precision.error();
+  o.precision = *precision;
   o.log_versions = log_versions;
   o.skip_nonfinite = config.train.nonfinite == "skip";
   auto recompute = recompute_flags(config.pipeline.recompute, model->num_layers());

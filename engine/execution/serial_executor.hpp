@@ -29,7 +29,8 @@ struct SerialExecutorOptions {
   int B = 1;                 ///< sequences per microbatch
   int T = 1;                 ///< tokens per sequence
   std::vector<int> threads;  ///< Context threads per stage; empty = 1 each
-  bool lowered = true;       ///< run the schedules with their SEND/RECV actions
+  Precision precision = Precision::fp32;  ///< pipeline.precision (resolve_precision)
+  bool lowered = true;                    ///< run the schedules with their SEND/RECV actions
   /// pipeline.recompute: one flag per global layer (empty = none), StageWorkerOptions::recompute
   std::vector<bool> recompute;
   bool log_versions = false;  ///< keep every F/B's VersionUse (version_log())

@@ -26,6 +26,7 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
       opts_(options),
       stage_(options.stage),
       ctx_(options.threads) {
+  ctx_.set_precision(options.precision);
   AP_CHECK(partition.num_layers() == model.num_layers(),
            "partition of {} layers for a model of {} layers", partition.num_layers(),
            model.num_layers());

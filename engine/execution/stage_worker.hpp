@@ -60,9 +60,10 @@ struct StageWorkerOptions {
   /// summed over the w replicas before the update; a backward scales its loss by
   /// 1/(microbatches·w) (as the one pipeline running all w·microbatches would).
   int replicas = 1;
-  int B = 1;        ///< sequences per microbatch
-  int T = 1;        ///< tokens per sequence
-  int threads = 1;  ///< the stage Context's thread budget
+  int B = 1;                              ///< sequences per microbatch
+  int T = 1;                              ///< tokens per sequence
+  int threads = 1;                        ///< the stage Context's thread budget
+  Precision precision = Precision::fp32;  ///< what the stage's matrix products compute in
   /// Activation stash slots; 0 = the mode's bound (peak_stash of its schedule at this stage).
   int stash_slots = 0;
   /// pipeline.recompute, one flag per global layer of the model (empty = none): a recomputed

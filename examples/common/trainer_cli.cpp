@@ -26,6 +26,7 @@
 #include "engine/model/partition.hpp"
 #include "engine/model/placement.hpp"
 #include "engine/stop_flag.hpp"
+#include "kernels/bf16_gemm.hpp"
 #include "kernels/device.hpp"
 
 namespace actorpipe {
@@ -539,7 +540,10 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
                    : std::string());
   }
   fmt::print("data: {}\n", trainer->data_description());
-  fmt::print("devices: CPU, {} thread(s) per stage; {}\n", c.pipeline.threads_per_stage,
+  fmt::print("devices: CPU, {} thread(s) per stage, {} matrix products{}; {}\n",
+             c.pipeline.threads_per_stage, c.pipeline.precision,
+             c.pipeline.precision == "bf16" ? fmt::format(" ({})", bf16_support().describe())
+                                            : std::string(),
              probe_devices().status);
   const std::optional<double> floor = trainer->loss_floor();
   if (floor) fmt::print("loss floor (entropy rate of the data): {:.4f} nats/token\n", *floor);

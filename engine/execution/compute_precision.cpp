@@ -1,0 +1,21 @@
+#include "engine/execution/compute_precision.hpp"
+
+#include "kernels/bf16_gemm.hpp"
+
+namespace actorpipe {
+
+Expected<Precision> resolve_precision(std::string_view name) {
+  const auto p = parse_precision(name);
+  if (!p) {
+    return make_error("pipeline.precision = \"{}\": unknown precision (allowed: fp32, bf16)", name);
+  }
+  if (*p == Precision::bf16 && !bf16_support().native) {
+    return make_error(
+        "pipeline.precision = \"bf16\": this CPU has no bf16 instructions oneDNN can use ({}); "
+        "emulated bf16 products would be slower than fp32: use pipeline.precision = \"fp32\"",
+        bf16_support().describe());
+  }
+  return *p;
+}
+
+}  // namespace actorpipe

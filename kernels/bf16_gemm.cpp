@@ -1,0 +1,223 @@
+// bf16 GEMM through oneDNN: per thread, a cache of matmul primitives keyed by shape, strides and
+// accumulation, each with its memory objects; the scratchpad is the thread's own (user mode), so
+// concurrent calls on several threads share nothing inside oneDNN.
+#include "kernels/bf16_gemm.hpp"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <unordered_map>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+#include "kernels/check.hpp"
+
+namespace actorpipe {
+
+namespace {
+
+// Row blocks of a split product start at multiples of this (a whole number of oneDNN's M blocks).
+constexpr int kRowAlign = 96;
+// A product is split only when every piece has at least this many multiply-adds.
+constexpr double kMinPieceMNK = 4.0 * 1024 * 1024;
+
+dnnl::engine& cpu_engine() {
+  static auto* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);  // lives as long as the process
+  return *e;
+}
+
+struct Key {
+  int M, N, K, lda, ldb, ldc;
+  bool ta, tb, acc;
+  friend bool operator==(const Key&, const Key&) = default;
+};
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    size_t h = 1469598103934665603ull;
+    for (int v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc, int(k.ta) | int(k.tb) << 1 | int(k.acc) << 2})
+      h = (h ^ static_cast<size_t>(v)) * 1099511628211ull;
+    return h;
+  }
+};
+
+struct Prim {
+  dnnl::matmul matmul;
+  dnnl::memory a, b, c, scratch;
+  size_t scratch_bytes = 0;
+};
+
+// One per thread that computes bf16 products: its stream, primitives and scratchpad.
+struct ThreadState {
+  ThreadState() : stream(cpu_engine()) {
+    // oneDNN (OpenMP runtime) sizes its parallel regions and picks its blocking by this thread's
+    // OpenMP budget; the Context already splits the work, so every call runs on one thread
+    omp_set_num_threads(1);
+  }
+  dnnl::stream stream;
+  std::unordered_map<Key, std::unique_ptr<Prim>, KeyHash> prims;
+  std::vector<std::byte> scratch;
+};
+
+ThreadState& thread_state() {
+  thread_local ThreadState s;
+  return s;
+}
+
+Prim& primitive(ThreadState& ts, const Key& k) {
+  auto it = ts.prims.find(k);
+  if (it != ts.prims.end()) return *it->second;
+  using dt = dnnl::memory::data_type;
+  using dims = dnnl::memory::dims;
+  const dnnl::memory::desc a({k.M, k.K}, dt::bf16, k.ta ? dims{1, k.lda} : dims{k.lda, 1});
+  const dnnl::memory::desc b({k.K, k.N}, dt::bf16, k.tb ? dims{1, k.ldb} : dims{k.ldb, 1});
+  const dnnl::memory::desc c({k.M, k.N}, dt::f32, dims{k.ldc, 1});
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (k.acc) {
+    dnnl::post_ops po;
+    po.append_sum(1.0f);
+    attr.set_post_ops(po);
+  }
+  auto& eng = cpu_engine();
+  dnnl::matmul::primitive_desc pd;
+  try {
+    pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, eng);
+  } catch (const dnnl::error& e) {
+    AP_CHECK(false, "oneDNN has no bf16 matmul for M={} N={} K={} (trans {} {}): {}", k.M, k.N, k.K,
+             k.ta, k.tb, e.what());
+  }
+  auto p = std::make_unique<Prim>();
+  p->matmul = dnnl::matmul(pd);
+  p->a = dnnl::memory(a, eng, DNNL_MEMORY_NONE);
+  p->b = dnnl::memory(b, eng, DNNL_MEMORY_NONE);
+  p->c = dnnl::memory(c, eng, DNNL_MEMORY_NONE);
+  p->scratch = dnnl::memory(pd.scratchpad_desc(), eng, DNNL_MEMORY_NONE);
+  p->scratch_bytes = pd.scratchpad_desc().get_size();
+  return *ts.prims.emplace(k, std::move(p)).first->second;
+}
+
+// The smallest non-empty chunk of [0, n) as Context::parallel_for_aligned cuts it.
+int64_t smallest_chunk(int64_t n, int64_t align, int t) {
+  const int64_t units = (n + align - 1) / align;
+  int64_t smallest = n;
+  for (int c = 0; c < t; ++c) {
+    const int64_t b = std::min(n, units * c / t * align);
+    const int64_t e = std::min(n, units * (c + 1) / t * align);
+    if (e > b) smallest = std::min(smallest, e - b);
+  }
+  return smallest;
+}
+
+std::atomic<void (*)(const Bf16GemmCall&)> g_observer{nullptr};
+
+}  // namespace
+
+void set_bf16_gemm_observer(void (*fn)(const Bf16GemmCall&)) {
+  g_observer.store(fn);
+}
+
+void gemm_bf16_serial(bool trans_a, bool trans_b, int M, int N, int K, const bf16* A, int lda,
+                      const bf16* B, int ldb, bool accumulate, float* C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (auto* observe = g_observer.load(std::memory_order_relaxed))
+    observe(Bf16GemmCall{trans_a, trans_b, M, N, K, A, lda, B, ldb, accumulate, C, ldc});
+  if (K <= 0) {  // an empty sum: C = 0, or C unchanged
+    if (!accumulate)
+      for (int i = 0; i < M; ++i) std::fill_n(C + static_cast<int64_t>(i) * ldc, N, 0.0f);
+    return;
+  }
+  ThreadState& ts = thread_state();
+  Prim& p = primitive(ts, Key{M, N, K, lda, ldb, ldc, trans_a, trans_b, accumulate});
+  if (ts.scratch.size() < p.scratch_bytes) ts.scratch.resize(p.scratch_bytes);
+  p.a.set_data_handle(const_cast<bf16*>(A));
+  p.b.set_data_handle(const_cast<bf16*>(B));
+  p.c.set_data_handle(C);
+  p.scratch.set_data_handle(ts.scratch.data());
+  p.matmul.execute(ts.stream, {{DNNL_ARG_SRC, p.a},
+                               {DNNL_ARG_WEIGHTS, p.b},
+                               {DNNL_ARG_DST, p.c},
+                               {DNNL_ARG_SCRATCHPAD, p.scratch}});
+  ts.stream.wait();
+}
+
+void gemm_bf16(Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, const bf16* A,
+               int lda, const bf16* B, int ldb, bool accumulate, float* C, int ldc) {
+  AP_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_bf16: negative size M={} N={} K={}", M, N, K);
+  if (M == 0 || N == 0) return;
+  const double piece = static_cast<double>(smallest_chunk(M, kRowAlign, ctx.threads())) * N * K;
+  if (ctx.threads() == 1 || piece < kMinPieceMNK) {
+    gemm_bf16_serial(trans_a, trans_b, M, N, K, A, lda, B, ldb, accumulate, C, ldc);
+    return;
+  }
+  ctx.parallel_for_aligned(M, kRowAlign, [&](int, int64_t b, int64_t e) {
+    if (b == e) return;
+    const int m0 = static_cast<int>(b);
+    const bf16* a0 = trans_a ? A + m0 : A + static_cast<int64_t>(m0) * lda;
+    gemm_bf16_serial(trans_a, trans_b, static_cast<int>(e - b), N, K, a0, lda, B, ldb, accumulate,
+                     C + static_cast<int64_t>(m0) * ldc, ldc);
+  });
+}
+
+std::string Bf16Support::describe() const {
+  const char* units = amx_bf16 ? "AMX-BF16" : avx512_bf16 ? "AVX512_BF16 (no AMX)" : "none";
+  return fmt::format("bf16 instructions: {}, oneDNN ISA {}", units, isa);
+}
+
+const Bf16Support& bf16_support() {
+  static const Bf16Support s = [] {
+    Bf16Support r;
+#if defined(__x86_64__)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+      r.amx_bf16 = (d >> 22) & 1u;
+      const unsigned max_sub = a;
+      if (max_sub >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) r.avx512_bf16 = (a >> 5) & 1u;
+    }
+#endif
+    using isa = dnnl::cpu_isa;
+    const isa e = dnnl::get_effective_cpu_isa();
+    switch (e) {
+      case isa::avx512_core_amx:
+        r.isa = "avx512_core_amx";
+        break;
+      case isa::avx512_core_bf16:
+        r.isa = "avx512_core_bf16";
+        break;
+      case isa::avx512_core_vnni:
+        r.isa = "avx512_core_vnni";
+        break;
+      case isa::avx512_core:
+        r.isa = "avx512_core";
+        break;
+      case isa::avx2_vnni:
+        r.isa = "avx2_vnni";
+        break;
+      case isa::avx2:
+        r.isa = "avx2";
+        break;
+      case isa::avx:
+        r.isa = "avx";
+        break;
+      case isa::sse41:
+        r.isa = "sse41";
+        break;
+      default:
+        r.isa = fmt::format("0x{:x}", static_cast<unsigned>(e));
+        break;
+    }
+    r.native =
+        (r.avx512_bf16 || r.amx_bf16) && (e == isa::avx512_core_bf16 || e == isa::avx512_core_amx);
+    return r;
+  }();
+  return s;
+}
+
+}  // namespace actorpipe

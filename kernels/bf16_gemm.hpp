@@ -1,0 +1,55 @@
+// bf16 GEMM: row-major C = op(A)·op(B) (+ C) with bf16 A and B and an f32 C, accumulated in f32,
+// through oneDNN matmul primitives. Partitioned over the Context's threads by blocks of output
+// rows like gemm(); each block is one oneDNN call on one thread (its OpenMP budget set to 1), so
+// stages in one process never oversubscribe the cores. A primitive is created once per shape and
+// thread, and reused.
+#pragma once
+
+#include <string>
+
+#include "kernels/bf16.hpp"
+#include "kernels/context.hpp"
+
+namespace actorpipe {
+
+/// op(A) is (M, K), op(B) is (K, N), C is (M, N); lda/ldb/ldc are row strides of the stored
+/// matrices. accumulate: C += op(A)·op(B); otherwise C = op(A)·op(B). The same inputs and thread
+/// count give the same bits.
+void gemm_bf16(Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, const bf16* A,
+               int lda, const bf16* B, int ldb, bool accumulate, float* C, int ldc);
+
+/// The same on the calling thread alone (inside parallel regions).
+void gemm_bf16_serial(bool trans_a, bool trans_b, int M, int N, int K, const bf16* A, int lda,
+                      const bf16* B, int ldb, bool accumulate, float* C, int ldc);
+
+/// One gemm_bf16_serial call as an observer sees it (the operands are the caller's).
+struct Bf16GemmCall {
+  bool trans_a = false, trans_b = false;
+  int M = 0, N = 0, K = 0;
+  const bf16* A = nullptr;
+  int lda = 0;
+  const bf16* B = nullptr;
+  int ldb = 0;
+  bool accumulate = false;
+  float* C = nullptr;
+  int ldc = 0;
+};
+/// Installs `fn` (null: none), called on the calling thread with every gemm_bf16_serial call
+/// before it runs: the benchmarks record a step's bf16 products with it to replay them alone.
+void set_bf16_gemm_observer(void (*fn)(const Bf16GemmCall&));
+
+/// What this machine offers bf16 products.
+struct Bf16Support {
+  bool avx512_bf16 = false;  ///< the CPU has AVX512_BF16 (cpuid)
+  bool amx_bf16 = false;     ///< the CPU has AMX-BF16 tiles (cpuid)
+  std::string isa;           ///< the instruction set oneDNN dispatches to, e.g. "avx512_core_bf16"
+  /// oneDNN runs bf16 products on bf16 instructions (AVX512_BF16 or AMX) here; without them it
+  /// would emulate them, slower than fp32, and pipeline.precision = "bf16" is refused.
+  bool native = false;
+  /// "bf16 instructions: AMX-BF16" ("AVX512_BF16 (no AMX)", "none"), ", oneDNN ISA <isa>".
+  std::string describe() const;
+};
+/// Detected once per process (ONEDNN_MAX_CPU_ISA, read by oneDNN at its first use, lowers isa).
+const Bf16Support& bf16_support();
+
+}  // namespace actorpipe
