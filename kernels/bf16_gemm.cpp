@@ -104,18 +104,6 @@ Prim& primitive(ThreadState& ts, const Key& k) {
   return *ts.prims.emplace(k, std::move(p)).first->second;
 }
 
-// The smallest non-empty chunk of [0, n) as Context::parallel_for_aligned cuts it.
-int64_t smallest_chunk(int64_t n, int64_t align, int t) {
-  const int64_t units = (n + align - 1) / align;
-  int64_t smallest = n;
-  for (int c = 0; c < t; ++c) {
-    const int64_t b = std::min(n, units * c / t * align);
-    const int64_t e = std::min(n, units * (c + 1) / t * align);
-    if (e > b) smallest = std::min(smallest, e - b);
-  }
-  return smallest;
-}
-
 std::atomic<void (*)(const Bf16GemmCall&)> g_observer{nullptr};
 
 }  // namespace
@@ -152,7 +140,8 @@ void gemm_bf16(Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, co
                int lda, const bf16* B, int ldb, bool accumulate, float* C, int ldc) {
   AP_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_bf16: negative size M={} N={} K={}", M, N, K);
   if (M == 0 || N == 0) return;
-  const double piece = static_cast<double>(smallest_chunk(M, kRowAlign, ctx.threads())) * N * K;
+  const double piece =
+      static_cast<double>(smallest_aligned_chunk(M, kRowAlign, ctx.threads())) * N * K;
   if (ctx.threads() == 1 || piece < kMinPieceMNK) {
     gemm_bf16_serial(trans_a, trans_b, M, N, K, A, lda, B, ldb, accumulate, C, ldc);
     return;

@@ -209,6 +209,17 @@ class ThreadPool {
 // ---------------------------------------------------------------------------------------
 // Context
 
+int64_t smallest_aligned_chunk(int64_t n, int64_t align, int threads) {
+  const int64_t units = (n + align - 1) / align;
+  int64_t smallest = n;
+  for (int c = 0; c < threads; ++c) {
+    const int64_t b = std::min(n, units * c / threads * align);
+    const int64_t e = std::min(n, units * (c + 1) / threads * align);
+    if (e > b) smallest = std::min(smallest, e - b);
+  }
+  return smallest;
+}
+
 void pin_blas_single_threaded() {
   static std::once_flag once;
   std::call_once(once, [] { openblas_set_num_threads(1); });

@@ -104,6 +104,10 @@ class Context {
   std::vector<double> reduce_;
 };
 
+/// The smallest non-empty chunk of [0, n) as Context::parallel_for_aligned(n, align) cuts it for
+/// `threads` threads (n itself when n <= align).
+int64_t smallest_aligned_chunk(int64_t n, int64_t align, int threads);
+
 /// Sets OpenBLAS to one thread for the whole process (called once by every Context ctor).
 void pin_blas_single_threaded();
 

@@ -25,17 +25,6 @@ constexpr int kGemmAlign = 96;
 // every piece on the blocked path makes the result independent of the thread count.
 constexpr double kMinPieceMNK = 8.0 * 1024 * 1024;
 
-// The smallest non-empty chunk of [0, n) as Context::parallel_for_aligned cuts it.
-int64_t smallest_chunk(int64_t n, int64_t align, int t) {
-  const int64_t units = (n + align - 1) / align;
-  int64_t smallest = n;
-  for (int c = 0; c < t; ++c) {
-    const int64_t b = std::min(n, units * c / t * align);
-    const int64_t e = std::min(n, units * (c + 1) / t * align);
-    if (e > b) smallest = std::min(smallest, e - b);
-  }
-  return smallest;
-}
 }  // namespace
 
 void gemm_serial(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
@@ -49,7 +38,8 @@ void gemm(Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, float a
           const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
   AP_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M={} N={} K={}", M, N, K);
   if (M == 0 || N == 0) return;
-  const double piece = static_cast<double>(smallest_chunk(M, kGemmAlign, ctx.threads())) * N * K;
+  const double piece =
+      static_cast<double>(smallest_aligned_chunk(M, kGemmAlign, ctx.threads())) * N * K;
   if (ctx.threads() == 1 || piece < kMinPieceMNK) {
     gemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
