@@ -19,15 +19,16 @@ find_package(Gloo REQUIRED)
 find_package(OpenSSL 3 REQUIRED)  # OpenSSL::SSL: CAF's TLS module and the coordinator's checks
 
 # oneDNN 2.6 (libdnnl-dev): the bf16 matrix products. Debian ships no CMake config for it. Its
-# threading runtime is OpenMP (libgomp): kernels/bf16_gemm.cpp sets each calling thread's OpenMP
-# budget to one thread, since the Context partitions the work itself.
+# threading runtime is GCC's OpenMP (libgomp.so.1, whatever compiler builds actorpipe):
+# kernels/bf16_gemm.cpp sets each calling thread's OpenMP budget to one thread through that
+# runtime's omp_set_num_threads, since the Context partitions the work itself.
 find_path(DNNL_INCLUDE_DIR oneapi/dnnl/dnnl.hpp REQUIRED)
 find_library(DNNL_LIBRARY dnnl REQUIRED)
-find_package(OpenMP REQUIRED COMPONENTS CXX)
+find_library(GOMP_LIBRARY NAMES libgomp.so.1 gomp REQUIRED)
 if(NOT TARGET DNNL::dnnl)
   add_library(DNNL::dnnl UNKNOWN IMPORTED)
   set_target_properties(DNNL::dnnl PROPERTIES IMPORTED_LOCATION ${DNNL_LIBRARY}
-    INTERFACE_INCLUDE_DIRECTORIES ${DNNL_INCLUDE_DIR} INTERFACE_LINK_LIBRARIES OpenMP::OpenMP_CXX)
+    INTERFACE_INCLUDE_DIRECTORIES ${DNNL_INCLUDE_DIR} INTERFACE_LINK_LIBRARIES ${GOMP_LIBRARY})
 endif()
 
 # CAF 0.17.6: Debian ships neither a CMake config nor a pkg-config file.

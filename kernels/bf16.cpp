@@ -8,7 +8,9 @@ namespace actorpipe {
 
 namespace {
 // The loops are compiled for AVX-512 as well as the baseline; the loader picks one per CPU.
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+// (GCC only: clang's target_clones takes other names; sanitizers and ifuncs do not mix)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define AP_BF16_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define AP_BF16_CLONES

@@ -4,7 +4,6 @@
 #include "kernels/bf16_gemm.hpp"
 
 #include <fmt/format.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -19,6 +18,10 @@
 #endif
 
 #include "kernels/check.hpp"
+
+// libgomp's (oneDNN's OpenMP runtime, linked explicitly): declared here rather than through
+// <omp.h>, which under clang would be libomp's
+extern "C" void omp_set_num_threads(int);
 
 namespace actorpipe {
 
