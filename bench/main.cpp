@@ -138,6 +138,8 @@ int main(int argc, char** argv) {
     if (o.peer) {
       fmt::print("peer: PyTorch, the same GPT and step, one child process per configuration:\n");
       for (int t : o.threads) fmt::print("  {}\n", describe_peer_command(o.python, script, t));
+      fmt::print(
+          "  bf16 rows: the same with --bf16 (its forward under torch.autocast(cpu, bfloat16))\n");
     }
     fmt::print("\n{}", table_header());
     std::fflush(stdout);
@@ -161,11 +163,11 @@ int main(int argc, char** argv) {
           continue;
         }
         Measurement m{shape, std::move(*ours), {}, {}};
-        // the peer runs the same step in fp32, once per shape and thread count (the fp32 row)
-        if (precision != "fp32") {
-          m.peer.error = "PyTorch runs fp32: see the fp32 row";
-        } else if (!peer_missing) {
-          m.peer = run_torch_peer(o.python, script, shape, OptimizerOptions{}, t, o.reps, o.warmup);
+        // the peer runs the same step in the same precision (bf16: PyTorch's CPU autocast)
+        const bool bf16 = precision == "bf16";
+        if (!peer_missing) {
+          m.peer = run_torch_peer(o.python, script, shape, OptimizerOptions{}, t, o.reps, o.warmup,
+                                  bf16);
           if (!m.peer.ran) {
             fmt::print(stderr, "actorpipe-bench: PyTorch peer: {}\n", m.peer.error);
             if (m.peer.missing) {
@@ -189,7 +191,7 @@ int main(int argc, char** argv) {
           nlohmann::ordered_json at_start;
           add_interference(at_start, start);
           j["interference_at_start"] = at_start;
-          if (m.peer.ran) j["peer_command"] = describe_peer_command(o.python, script, t);
+          if (m.peer.ran) j["peer_command"] = describe_peer_command(o.python, script, t, bf16);
           fmt::print("{}\n", j.dump());
         } else {
           fmt::print("{}", table_row(m));

@@ -79,7 +79,7 @@ Expected<StepResult> measure_step(const BenchShape& shape, int threads, Precisio
 
   OptimizerOptions opt;  // AdamW, lr 1e-3, betas (0.9, 0.95), eps 1e-8, no decay, clip 1.0
   ReferenceTrainer trainer(std::move(*model), opt, shape.B, shape.T, threads);
-  trainer.context().set_precision(precision);
+  trainer.set_precision(precision);
   const std::vector<Microbatch> mbs = {
       random_microbatch(shape.model.vocab_size, shape.B, shape.T, 1234)};
   for (int i = 0; i < warmup; ++i) {

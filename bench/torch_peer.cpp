@@ -8,17 +8,17 @@
 
 namespace actorpipe::bench {
 
-std::string describe_peer_command(const std::string& python, const std::string& script,
-                                  int threads) {
+std::string describe_peer_command(const std::string& python, const std::string& script, int threads,
+                                  bool bf16) {
   std::string s;
   for (const auto& [k, v] : peer_environment(threads)) s += k + "=" + v + " ";
-  return s + fmt::format("{} {} --threads {} (torch.set_num_threads({}))", python, script, threads,
-                         threads);
+  return s + fmt::format("{} {} --threads {}{} (torch.set_num_threads({}))", python, script,
+                         threads, bf16 ? " --bf16" : "", threads);
 }
 
 PeerResult run_torch_peer(const std::string& python, const std::string& script,
                           const BenchShape& shape, const OptimizerOptions& opt, int threads,
-                          int reps, int warmup) {
+                          int reps, int warmup, bool bf16) {
   PeerResult r;
   auto read = [&r](const nlohmann::json& j) {
     r.torch_version = j.at("torch").get<std::string>();
@@ -30,7 +30,9 @@ PeerResult run_torch_peer(const std::string& python, const std::string& script,
     r.peak_rss_mb = j.at("peak_rss_mb").get<double>();
     r.import_rss_mb = j.at("import_rss_mb").get<double>();
   };
-  run_peer(peer_argv(python, script, shape, {}, opt, threads, reps, warmup), threads, r, read);
+  const std::vector<std::string> extra =
+      bf16 ? std::vector<std::string>{"--bf16"} : std::vector<std::string>{};
+  run_peer(peer_argv(python, script, shape, extra, opt, threads, reps, warmup), threads, r, read);
   return r;
 }
 

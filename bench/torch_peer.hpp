@@ -24,14 +24,15 @@ struct PeerResult : PeerStatus {
 };
 
 /// "OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 ... python3 torch_step.py ... --threads 2"
-/// (the script then calls torch.set_num_threads(threads)).
-std::string describe_peer_command(const std::string& python, const std::string& script,
-                                  int threads);
+/// (the script then calls torch.set_num_threads(threads)); with bf16, "--bf16" (its forward
+/// under torch.autocast(cpu, bfloat16)).
+std::string describe_peer_command(const std::string& python, const std::string& script, int threads,
+                                  bool bf16 = false);
 
 /// Runs the peer for `shape` at `threads` with the same optimizer options, reps and
-/// warm-up as actorpipe's measurement.
+/// warm-up as actorpipe's measurement; bf16: PyTorch's CPU bf16 autocast.
 PeerResult run_torch_peer(const std::string& python, const std::string& script,
                           const BenchShape& shape, const OptimizerOptions& opt, int threads,
-                          int reps, int warmup);
+                          int reps, int warmup, bool bf16 = false);
 
 }  // namespace actorpipe::bench

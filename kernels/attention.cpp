@@ -1,5 +1,8 @@
 // Multi-head attention through sgemm on strided q/k/v views of the fused qkv buffer, one
 // (batch, head) pair per task. The causal case computes only blocks on or below the diagonal.
+// In bf16 (ctx.precision()) the same products run through gemm_bf16_serial on a bf16 copy of
+// qkv (and of dout), and on each head's probabilities (and their gradient) rounded to bf16 in a
+// per-thread scratch; softmax, its backward and every output stay f32.
 #include "kernels/attention.hpp"
 
 #include <algorithm>
@@ -7,6 +10,8 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/bf16.hpp"
+#include "kernels/bf16_gemm.hpp"
 #include "kernels/check.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/internal/vecmath.hpp"
@@ -60,6 +65,127 @@ void softmax_backward_row(float* __restrict d, const float* __restrict a, const 
   for (int j = 0; j < n; ++j) d[j] = a[j] * (d[j] - dot) * scale;
   for (int j = n; j < end; ++j) d[j] = 0.0f;
 }
+
+// The bf16 forward: the fp32 one's loops with bf16 operands. The scores come unscaled out of the
+// product (gemm_bf16 has no alpha) and are scaled in f32 before the softmax.
+void attention_forward_bf16(Context& ctx, float* out, float* att, const float* qkv,
+                            const uint8_t* key_mask, bool causal, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const int C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const int64_t TT = static_cast<int64_t>(T) * T;
+  bf16* qkv16 = alloc_bf16(ctx, static_cast<int64_t>(B) * T * C3);
+  convert_to_bf16(ctx, qkv, qkv16, static_cast<int64_t>(B) * T * C3);
+  bf16* a16_all = alloc_bf16(ctx, ctx.threads() * TT);
+  ctx.parallel_for(static_cast<int64_t>(B) * NH, [&](int chunk, int64_t i0, int64_t i1) {
+    bf16* a16 = a16_all + chunk * TT;
+    for (int64_t bh = i0; bh < i1; ++bh) {
+      const int64_t b = bh / NH;
+      const int64_t h = bh % NH;
+      const bf16* q = qkv16 + b * T * C3 + h * hs;
+      const bf16* k = q + C;
+      const bf16* v = q + 2 * C;
+      float* A = att + bh * TT;
+      float* o = out + b * T * C + h * hs;
+      const uint8_t* km = key_mask != nullptr ? key_mask + b * T : nullptr;
+      if (causal) {
+        for (int r0 = 0; r0 < T; r0 += kBlock) {
+          const int r1 = std::min(T, r0 + kBlock);
+          gemm_bf16_serial(false, true, r1 - r0, r1, hs, q + static_cast<int64_t>(r0) * C3, C3, k,
+                           C3, false, A + static_cast<int64_t>(r0) * T, T);
+        }
+      } else {
+        gemm_bf16_serial(false, true, T, T, hs, q, C3, k, C3, false, A, T);
+      }
+      for (int t = 0; t < T; ++t) {
+        float* row = A + static_cast<int64_t>(t) * T;
+        const int nv = causal ? t + 1 : T;
+        for (int j = 0; j < nv; ++j) row[j] *= scale;
+        softmax_row(row, km, nv, T);
+      }
+      convert_to_bf16(A, a16, TT);
+      if (causal) {
+        for (int r0 = 0; r0 < T; r0 += kBlock) {
+          const int r1 = std::min(T, r0 + kBlock);
+          gemm_bf16_serial(false, false, r1 - r0, hs, r1, a16 + static_cast<int64_t>(r0) * T, T, v,
+                           C3, false, o + static_cast<int64_t>(r0) * C, C);
+        }
+      } else {
+        gemm_bf16_serial(false, false, T, hs, T, a16, T, v, C3, false, o, C);
+      }
+    }
+  });
+}
+
+// The bf16 backward: the fp32 one's loops with bf16 operands; D (the scores' gradient) is
+// computed and differentiated through the softmax in f32, then rounded for its two products.
+void attention_backward_bf16(Context& ctx, float* dqkv, float* scratch, const float* dout,
+                             const float* qkv, const float* att, int B, int T, int C, int NH,
+                             bool causal) {
+  const int hs = C / NH;
+  const int C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const int64_t TT = static_cast<int64_t>(T) * T;
+  bf16* qkv16 = alloc_bf16(ctx, static_cast<int64_t>(B) * T * C3);
+  convert_to_bf16(ctx, qkv, qkv16, static_cast<int64_t>(B) * T * C3);
+  bf16* go16_all = alloc_bf16(ctx, static_cast<int64_t>(B) * T * C);
+  convert_to_bf16(ctx, dout, go16_all, static_cast<int64_t>(B) * T * C);
+  bf16* a16_all = alloc_bf16(ctx, ctx.threads() * TT);
+  bf16* d16_all = alloc_bf16(ctx, ctx.threads() * TT);
+  ctx.parallel_for(static_cast<int64_t>(B) * NH, [&](int chunk, int64_t i0, int64_t i1) {
+    float* D = scratch + chunk * TT;
+    bf16* a16 = a16_all + chunk * TT;
+    bf16* d16 = d16_all + chunk * TT;
+    for (int64_t bh = i0; bh < i1; ++bh) {
+      const int64_t b = bh / NH;
+      const int64_t h = bh % NH;
+      const int64_t base = b * T * C3 + h * hs;
+      const bf16* q = qkv16 + base;
+      const bf16* k = q + C;
+      const bf16* v = q + 2 * C;
+      float* dq = dqkv + base;
+      float* dk = dq + C;
+      float* dv = dq + 2 * C;
+      const float* A = att + bh * TT;
+      const bf16* go = go16_all + b * T * C + h * hs;
+      convert_to_bf16(A, a16, TT);
+      if (causal) {
+        for (int r0 = 0; r0 < T; r0 += kBlock) {
+          const int r1 = std::min(T, r0 + kBlock);
+          const int64_t o0 = r0;
+          gemm_bf16_serial(false, true, r1 - r0, r1, hs, go + o0 * C, C, v, C3, false, D + o0 * T,
+                           T);
+          gemm_bf16_serial(true, false, r1 - r0, hs, T - r0, a16 + o0 * T + o0, T, go + o0 * C, C,
+                           true, dv + o0 * C3, C3);
+        }
+      } else {
+        gemm_bf16_serial(false, true, T, T, hs, go, C, v, C3, false, D, T);
+        gemm_bf16_serial(true, false, T, hs, T, a16, T, go, C, true, dv, C3);
+      }
+      for (int t = 0; t < T; ++t) {
+        const int n = causal ? std::min(T, (t + kL) / kL * kL) : T;
+        const int end = causal ? std::min(T, (t / kBlock + 1) * kBlock) : T;
+        softmax_backward_row(D + static_cast<int64_t>(t) * T, A + static_cast<int64_t>(t) * T,
+                             scale, n, end);
+        // the products below read each row up to `end` only
+        convert_to_bf16(D + static_cast<int64_t>(t) * T, d16 + static_cast<int64_t>(t) * T, end);
+      }
+      if (causal) {
+        for (int r0 = 0; r0 < T; r0 += kBlock) {
+          const int r1 = std::min(T, r0 + kBlock);
+          const int64_t o0 = r0;
+          gemm_bf16_serial(false, false, r1 - r0, hs, r1, d16 + o0 * T, T, k, C3, true,
+                           dq + o0 * C3, C3);
+          gemm_bf16_serial(true, false, r1 - r0, hs, T - r0, d16 + o0 * T + o0, T, q + o0 * C3, C3,
+                           true, dk + o0 * C3, C3);
+        }
+      } else {
+        gemm_bf16_serial(false, false, T, hs, T, d16, T, k, C3, true, dq, C3);
+        gemm_bf16_serial(true, false, T, hs, T, d16, T, q, C3, true, dk, C3);
+      }
+    }
+  });
+}
 }  // namespace
 
 void attention_forward(Context& ctx, float* out, float* att, const float* qkv,
@@ -69,6 +195,10 @@ void attention_forward(Context& ctx, float* out, float* att, const float* qkv,
   const int C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int64_t TT = static_cast<int64_t>(T) * T;
+  if (ctx.precision() == Precision::bf16) {
+    attention_forward_bf16(ctx, out, att, qkv, key_mask, causal, B, T, C, NH);
+    return;
+  }
   ctx.parallel_for(static_cast<int64_t>(B) * NH, [&](int, int64_t i0, int64_t i1) {
     for (int64_t bh = i0; bh < i1; ++bh) {
       const int64_t b = bh / NH;
@@ -114,6 +244,10 @@ void attention_backward(Context& ctx, float* dqkv, float* scratch, const float* 
   const int C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int64_t TT = static_cast<int64_t>(T) * T;
+  if (ctx.precision() == Precision::bf16) {
+    attention_backward_bf16(ctx, dqkv, scratch, dout, qkv, att, B, T, C, NH, causal);
+    return;
+  }
   ctx.parallel_for(static_cast<int64_t>(B) * NH, [&](int chunk, int64_t i0, int64_t i1) {
     float* D = scratch + chunk * TT;
     for (int64_t bh = i0; bh < i1; ++bh) {

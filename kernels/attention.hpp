@@ -8,6 +8,8 @@
 
 namespace actorpipe {
 
+/// In bf16 (ctx.precision()) the products take bf16 copies of q, k, v (and dout) and of each
+/// head's probabilities and their gradient, accumulated in f32; softmax stays f32.
 /// out (B,T,C); att (B,NH,T,T) keeps the softmax probabilities for the backward.
 /// key_mask (B,T): 1 = attend, 0 = padding (may be null = all keys valid). For causal
 /// attention key t2 > t is excluded too. A query whose every key is masked gets zeros.

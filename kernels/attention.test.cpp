@@ -194,3 +194,36 @@ TEST_CASE("attention: same bits for 1, 2 and 3 threads, causal backward flag onl
     }
   }
 }
+
+TEST_CASE("attention in bf16: near the double reference, the same bits for 1, 2 and 3 threads") {
+  // bf16 operands carry 8 significant bits: the scores, the probabilities and the outputs are
+  // within a few 2^-8 of the exact values (inputs in [-1, 1), head size 12)
+  const Shape s{2, 130, 48, 4};
+  Rng rng(24);
+  const auto qkv = random_vec(static_cast<size_t>(s.B) * s.T * 3 * s.C, rng);
+  const auto g = random_vec(static_cast<size_t>(s.B) * s.T * s.C, rng);
+  const auto init = random_vec(qkv.size(), rng);
+  std::vector<uint8_t> mask(static_cast<size_t>(s.B) * s.T, 1);
+  for (int j = 100; j < 130; ++j) mask[static_cast<size_t>(s.T + j)] = 0;
+  for (bool causal : {true, false}) {
+    CAPTURE(causal);
+    Context f1(1), c1(1), c2(2), c3(3);
+    for (Context* c : {&c1, &c2, &c3}) c->set_precision(Precision::bf16);
+    const Run fp = run(f1, qkv, &mask, causal, s, g, init, causal);
+    const Run r1 = run(c1, qkv, &mask, causal, s, g, init, causal);
+    std::vector<double> att_ref;
+    const auto out_ref = ref_forward(to_double(qkv), &mask, causal, s, &att_ref);
+    check_close("out", r1.out, out_ref, 2e-2, 2e-2);
+    check_close("att", r1.att, att_ref, 5e-3, 2e-2);
+    double big = 0.0;
+    for (float x : fp.dqkv) big = std::max(big, std::fabs(static_cast<double>(x)));
+    check_close("dqkv vs fp32", r1.dqkv, to_double(fp.dqkv), 2e-2 * big, 2e-2);
+    CHECK_FALSE(bitwise_equal(r1.out, fp.out));  // the bf16 products ran
+    for (Context* c : {&c2, &c3}) {
+      const Run r = run(*c, qkv, &mask, causal, s, g, init, causal);
+      CHECK(bitwise_equal(r.out, r1.out));
+      CHECK(bitwise_equal(r.att, r1.att));
+      CHECK(bitwise_equal(r.dqkv, r1.dqkv));
+    }
+  }
+}

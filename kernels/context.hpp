@@ -14,6 +14,7 @@
 namespace actorpipe {
 
 class ThreadPool;
+class Bf16Weights;
 
 /// Grow-only bump allocator for per-step scratch; `reset()` at a step boundary makes the
 /// next step reuse the same memory, so a steady-state step performs no allocation.
@@ -69,6 +70,10 @@ class Context {
   /// fp32 (the default) or bf16 (kernels/bf16_gemm.hpp). Set it before the first call.
   Precision precision() const { return precision_; }
   void set_precision(Precision p) { precision_ = p; }
+  /// In bf16: where the linear layers take their weights' bf16 copies (kernels/bf16_weights.hpp),
+  /// or null (the default): a copy per product. Owned by the caller.
+  Bf16Weights* bf16_weights() const { return bf16_weights_; }
+  void set_bf16_weights(Bf16Weights* w) { bf16_weights_ = w; }
 
   /// Runs fn(chunk, begin, end) for chunk = 0..threads()-1 over [0, n); chunk c covers
   /// [c*n/t, (c+1)*n/t) (possibly empty). Blocks until every chunk is done. Chunk 0 runs on
@@ -99,6 +104,7 @@ class Context {
 
   int threads_;
   Precision precision_ = Precision::fp32;
+  Bf16Weights* bf16_weights_ = nullptr;
   std::unique_ptr<ThreadPool> pool_;
   Arena arena_;
   std::vector<double> reduce_;

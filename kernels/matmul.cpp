@@ -5,6 +5,7 @@
 
 #include "kernels/bf16.hpp"
 #include "kernels/bf16_gemm.hpp"
+#include "kernels/bf16_weights.hpp"
 #include "kernels/gemm.hpp"
 
 namespace actorpipe {
@@ -23,6 +24,10 @@ const bf16* bf16_copy(Context& ctx, const float* src, int64_t n) {
   convert_to_bf16(ctx, src, d, n);
   return d;
 }
+// A weight's bf16 copy: the Context's cached one (once per version) when it has a cache.
+const bf16* bf16_weight(Context& ctx, const float* w, int64_t n) {
+  return ctx.bf16_weights() != nullptr ? ctx.bf16_weights()->copy(ctx, w, n) : bf16_copy(ctx, w, n);
+}
 }  // namespace
 
 void matmul_forward(Context& ctx, float* out, const float* inp, const float* weight,
@@ -34,7 +39,7 @@ void matmul_forward(Context& ctx, float* out, const float* inp, const float* wei
   }
   if (ctx.precision() == Precision::bf16) {
     const bf16* a = bf16_copy(ctx, inp, int64_t{N} * C);
-    const bf16* w = bf16_copy(ctx, weight, int64_t{OC} * C);
+    const bf16* w = bf16_weight(ctx, weight, int64_t{OC} * C);
     gemm_bf16(ctx, false, true, N, OC, C, a, C, w, C, bias != nullptr, out, OC);
     return;
   }
@@ -51,7 +56,7 @@ void matmul_backward_input(Context& ctx, float* dinp, const float* dout, const f
                            int C, int OC) {
   if (ctx.precision() == Precision::bf16) {
     const bf16* g = bf16_copy(ctx, dout, int64_t{N} * OC);
-    const bf16* w = bf16_copy(ctx, weight, int64_t{OC} * C);
+    const bf16* w = bf16_weight(ctx, weight, int64_t{OC} * C);
     gemm_bf16(ctx, false, false, N, C, OC, g, OC, w, C, true, dinp, C);
     return;
   }

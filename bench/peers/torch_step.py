@@ -15,6 +15,10 @@ OPENBLAS_NUM_THREADS set to --threads. By hand (tiny shape, one thread):
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/peers/torch_step.py \\
         --vocab 256 --context 128 --width 128 --depth 4 --heads 4 --batch 8 --seq 128 --threads 1
 
+With --bf16 the forward runs under torch.autocast("cpu", dtype=torch.bfloat16) (PyTorch's CPU
+mixed precision: its linear layers and matmuls take bf16 operands; parameters, gradients and
+optimizer state stay float32), the peer of actorpipe's pipeline.precision = "bf16".
+
 Exit status 3 (with a JSON line saying so) when torch cannot be imported.
 """
 
@@ -32,6 +36,8 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     peer_common.add_shape_arguments(p, "B sequences per step")
     peer_common.add_run_arguments(p, reps=5)
+    p.add_argument("--bf16", action="store_true",
+                   help="forward under torch.autocast(cpu, bfloat16)")
     a = p.parse_args(argv)
     peer_common.check_shape(p, a)
     if a.reps < 1 or a.warmup < 1:
@@ -67,7 +73,11 @@ def main(argv):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = model(idx, targets)
+        if a.bf16:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(idx, targets)
+        else:
+            loss = model(idx, targets)
         loss.backward()
         if a.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(params, a.grad_clip)
@@ -79,6 +89,7 @@ def main(argv):
     print(json.dumps({
         **peer_common.torch_config(torch, attention),
         "optimizer": "torch.optim.AdamW (default implementation)",
+        "precision": "bf16 autocast" if a.bf16 else "fp32",
         "parameters": sum(p.numel() for p in params),
         "first_loss": first_loss,
         "step_ms_all": times,

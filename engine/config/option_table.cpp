@@ -204,12 +204,12 @@ std::vector<OptionSpec> build_table() {
                   &PipelineOptions::threads_per_stage, ">= 1", "Compute threads of each stage."));
   t.push_back(row("pipeline", "precision", &C::pipeline, &PipelineOptions::precision,
                   "\"fp32\" | \"bf16\"",
-                  "What the matrix products (linear layers, the tied output projection) "
-                  "compute in. \"bf16\": their operands are rounded to bf16 and the products "
-                  "accumulate in f32 (oneDNN); master weights, gradients, optimizer state, "
-                  "softmax, layernorm, attention and the loss stay f32 (docs/modes.md, "
-                  "\"Precision\"). Refused on a CPU without bf16 instructions (AVX512_BF16 or "
-                  "AMX)."));
+                  "What the matrix products (linear layers, the tied output projection, "
+                  "attention's per-head products) compute in. \"bf16\": their operands are "
+                  "rounded to bf16 and the products accumulate in f32 (oneDNN); master weights, "
+                  "gradients, optimizer state, softmax, layernorm, GELU and the loss stay f32 "
+                  "(docs/modes.md, \"Precision\"). Refused on a CPU without bf16 instructions "
+                  "(AVX512_BF16 or AMX)."));
   t.push_back(row("pipeline", "split_backward", &C::pipeline, &PipelineOptions::split_backward,
                   "true | false",
                   "A stage's backward computes the gradient of its input, hands it to the "

@@ -10,7 +10,11 @@
 #include <vector>
 
 #include "engine/execution/serial_executor.hpp"
+#include "engine/mode.hpp"
+#include "engine/model/partition.hpp"
 #include "kernels/bf16_gemm.hpp"
+#include "kernels/bf16_weights.hpp"
+#include "tests/support/bits.hpp"
 #include "tests/support/tiny_model.hpp"
 
 using namespace actorpipe;
@@ -71,5 +75,74 @@ TEST_CASE("bf16 training follows fp32's loss within 1% over 300 steps, GPT and B
     CHECK(lf < 0.9 * f.front());  // it learns: the comparison is not of two flat lines
     CHECK(std::fabs(lb - lf) <= 0.01 * lf);
     for (double x : b) REQUIRE(std::isfinite(x));
+  }
+}
+
+TEST_CASE("bf16 weight copies made once per version compute the bits of a copy per product" *
+          doctest::skip(!bf16_support().native)) {
+  // every mode, GPT (tied: the copy stage installs the owner's value into its weights) and BERT,
+  // two runs (2bw continues the first), an evaluation, and weights overwritten between runs as a
+  // checkpoint load does: a stale copy anywhere would change bits
+  for (const char* mode_name : {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"}) {
+    for (Arch arch : {Arch::gpt, Arch::bert}) {
+      for (int d : {2, 3}) {
+        CAPTURE(mode_name);
+        CAPTURE(static_cast<int>(arch));
+        CAPTURE(d);
+        const Mode mode = *parse_mode(mode_name);
+        const Model model = build_model(tiny_model(arch, true, 5));
+        const Partition p = *Partition::even(model.num_layers(), d);
+        const int m = mode == Mode::pipedream ? 1 : d + 1;
+        auto make = [&](bool copies) {
+          SerialExecutorOptions o;
+          o.mode = mode;
+          o.microbatches = m;
+          o.B = kB;
+          o.T = kT;
+          o.threads.assign(static_cast<size_t>(d), 2);
+          o.precision = Precision::bf16;
+          o.bf16_weight_copies = copies;
+          auto e = SerialExecutor::create(model, p, clipped_adamw(), o);
+          REQUIRE_MESSAGE(e.ok(), (e.ok() ? "" : e.error().message));
+          return std::move(e).value();
+        };
+        auto once = make(true), each = make(false);
+        const int steps = mode == Mode::pipedream ? 6 : 3;
+        const auto batches = tiny_batches(arch, model.options().vocab_size, 4 * steps * m, 9);
+        std::span<const Microbatch> all(batches);
+        size_t at = 0;
+        for (int run = 0; run < 2; ++run) {
+          const auto n = static_cast<size_t>(once->microbatches_for(steps));
+          auto lo = once->run(steps, all.subspan(at, n));
+          auto le = each->run(steps, all.subspan(at, n));
+          at += n;
+          REQUIRE(lo.ok());
+          REQUIRE(le.ok());
+          CHECK(same_bits(*lo, *le));
+          auto eo = once->evaluate(all.subspan(0, 2)), ee = each->evaluate(all.subspan(0, 2));
+          REQUIRE(eo.ok());
+          REQUIRE(ee.ok());
+          CHECK(eo->loss == ee->loss);
+          if (run == 0) {
+            // as a checkpoint load would: new values written into the newest weights
+            for (SerialExecutor* e : {once.get(), each.get()})
+              for (int r = 0; r < d; ++r)
+                for (int i = 0; i < e->worker(r).num_layers(); ++i)
+                  for (float& w : e->worker(r).mutable_params(i)) w *= 0.75f;
+          }
+        }
+        for (int i = 0; i < model.num_layers(); ++i)
+          CHECK(same_bits(once->params(i), each->params(i)));
+        // fewer conversions: at most one per weight matrix and version change, not per product
+        uint64_t made = 0;
+        for (int r = 0; r < d; ++r) {
+          const Bf16Weights* w = once->worker(r).context().bf16_weights();
+          REQUIRE(w != nullptr);
+          made += w->copies_made();
+          CHECK(each->worker(r).context().bf16_weights() == nullptr);
+        }
+        CHECK(made > 0);
+      }
+    }
   }
 }

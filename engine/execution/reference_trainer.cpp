@@ -37,9 +37,18 @@ ReferenceTrainer::ReferenceTrainer(Model model, const OptimizerOptions& opt, int
   dhidden_b_.assign(hidden, 0.0f);
 }
 
+void ReferenceTrainer::set_precision(Precision p) {
+  ctx_.set_precision(p);
+  if (p == Precision::bf16 && ctx_.bf16_weights() == nullptr) {
+    for (const LayerBuffers& b : buffers_) bf16_weights_.cover(b.params.data(), b.params.size());
+    ctx_.set_bf16_weights(&bf16_weights_);
+  }
+}
+
 LossStats ReferenceTrainer::forward(const Microbatch& mb) {
   AP_CHECK(mb.B == B_ && mb.T == T_, "microbatch ({}, {}) but the trainer was built for ({}, {})",
            mb.B, mb.T, B_, T_);
+  bf16_weights_.sync(weights_generation_);
   LossStats loss;
   for (int i = 0; i < model_.num_layers(); ++i) {
     const size_t k = static_cast<size_t>(i);
@@ -53,6 +62,7 @@ LossStats ReferenceTrainer::forward(const Microbatch& mb) {
 }
 
 void ReferenceTrainer::run_backward(const Microbatch& mb, float dloss) {
+  bf16_weights_.sync(weights_generation_);
   float* dout = nullptr;  // gradient w.r.t. the current layer's output
   for (int i = model_.num_layers() - 1; i >= 0; --i) {
     const size_t k = static_cast<size_t>(i);
@@ -99,6 +109,7 @@ void ReferenceTrainer::apply_update() {
   for (int i = 0; i < model_.num_layers(); ++i)
     optimizer_update(ctx_, opt_, model_.layer(i), params(i).data(), grads(i).data(),
                      optimizer_state(i).data(), steps_, scale);
+  ++weights_generation_;
 }
 
 double ReferenceTrainer::step(std::span<const Microbatch> mbs) {

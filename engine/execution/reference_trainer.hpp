@@ -10,6 +10,7 @@
 #include "engine/model/layer.hpp"
 #include "engine/model/model.hpp"
 #include "engine/options.hpp"
+#include "kernels/bf16_weights.hpp"
 #include "kernels/context.hpp"
 
 namespace actorpipe {
@@ -40,11 +41,19 @@ class ReferenceTrainer {
   /// logit_rows() (every position for GPT, the masked ones for BERT).
   const float* logits() const;
 
+  /// What the matrix products compute in (fp32 by default). In bf16 the linear layers take a
+  /// bf16 copy of each weight made once per update (kernels/bf16_weights.hpp), as a stage does.
+  void set_precision(Precision p);
+
   const Model& model() const { return model_; }
   const OptimizerOptions& optimizer_options() const { return opt_; }
   Context& context() { return ctx_; }
   int num_layers() const { return model_.num_layers(); }
-  std::span<float> params(int layer) { return buffers_.at(static_cast<size_t>(layer)).params; }
+  /// Writable: the weights' bf16 copies are made again after any call.
+  std::span<float> params(int layer) {
+    ++weights_generation_;
+    return buffers_.at(static_cast<size_t>(layer)).params;
+  }
   std::span<float> grads(int layer) { return buffers_.at(static_cast<size_t>(layer)).grads; }
   /// AdamW: m then v (2·param_floats); SGD: momentum (param_floats).
   std::span<float> optimizer_state(int layer) {
@@ -73,6 +82,8 @@ class ReferenceTrainer {
   std::vector<float> dhidden_a_, dhidden_b_;
   long steps_ = 0;
   double last_grad_norm_ = 0.0;
+  Bf16Weights bf16_weights_;
+  uint64_t weights_generation_ = 0;  // changes whenever the weights may have been written
 };
 
 }  // namespace actorpipe

@@ -17,6 +17,7 @@
 #include "engine/data/loader.hpp"
 #include "engine/execution/layer_optimizer.hpp"
 #include "engine/rng.hpp"
+#include "kernels/bf16_gemm.hpp"
 #include "kernels/crossentropy.hpp"
 
 using namespace actorpipe;
@@ -229,6 +230,35 @@ TEST_CASE("two runs of 20 steps give bitwise identical weights and optimizer sta
   ReferenceTrainer fresh(build(mo), oo, 2, 16);
   CHECK(std::memcmp(fresh.params(1).data(), a.data() + fresh.params(0).size() * 3,
                     fresh.params(1).size() * sizeof(float)) != 0);
+}
+
+TEST_CASE("bf16: weight copies made once per update give the bits of a copy per product" *
+          doctest::skip(!bf16_support().native)) {
+  const ModelOptions mo = small_gpt();
+  OptimizerOptions oo;
+  auto run = [&](bool once) {
+    ReferenceTrainer tr(build(mo), oo, 2, 16, 2);
+    if (once)
+      tr.set_precision(Precision::bf16);  // cached copies
+    else
+      tr.context().set_precision(Precision::bf16);  // no cache: a copy per product
+    std::vector<double> losses;
+    for (int s = 0; s < 6; ++s) {
+      losses.push_back(
+          tr.step(random_batches(2, 2, 16, mo.vocab_size, 2000 + static_cast<uint64_t>(s))));
+      if (s == 2)
+        for (float& w : tr.params(1)) w *= 0.5f;  // a write between steps (as a resume does)
+    }
+    std::vector<float> all;
+    for (int i = 0; i < tr.num_layers(); ++i)
+      all.insert(all.end(), tr.params(i).begin(), tr.params(i).end());
+    return std::make_pair(losses, all);
+  };
+  const auto [la, wa] = run(true);
+  const auto [lb, wb] = run(false);
+  CHECK(std::memcmp(la.data(), lb.data(), la.size() * sizeof(double)) == 0);
+  REQUIRE(wa.size() == wb.size());
+  CHECK(std::memcmp(wa.data(), wb.data(), wa.size() * sizeof(float)) == 0);
 }
 
 TEST_CASE("tied copies stay bitwise identical and the global norm counts the tied weight once") {

@@ -116,6 +116,7 @@ SerialExecutor::SerialExecutor(const Model& model, const Partition& partition,
     w.T = options.T;
     w.threads = options.threads.empty() ? 1 : options.threads[static_cast<size_t>(r)];
     w.precision = options.precision;
+    w.bf16_weight_copies = options.bf16_weight_copies;
     w.log_versions = options.log_versions;
     w.recompute = options.recompute;
     workers_.push_back(std::make_unique<StageWorker>(model, partition, optimizer, w));

@@ -30,6 +30,7 @@ struct SerialExecutorOptions {
   int T = 1;                 ///< tokens per sequence
   std::vector<int> threads;  ///< Context threads per stage; empty = 1 each
   Precision precision = Precision::fp32;  ///< pipeline.precision (resolve_precision)
+  bool bf16_weight_copies = true;         ///< StageWorkerOptions::bf16_weight_copies
   bool lowered = true;                    ///< run the schedules with their SEND/RECV actions
   /// pipeline.recompute: one flag per global layer (empty = none), StageWorkerOptions::recompute
   std::vector<bool> recompute;

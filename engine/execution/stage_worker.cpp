@@ -102,6 +102,10 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
   if (options.init_params) {
     for (int i = 0; i < L; ++i) model.init_layer(first_ + i, store_->mutable_params(0, i).data());
   }
+  if (options.precision == Precision::bf16 && options.bf16_weight_copies) {
+    for (std::span<const float> b : store_->buffers()) bf16_weights_.cover(b.data(), b.size());
+    ctx_.set_bf16_weights(&bf16_weights_);
+  }
 
   // the update job's layout: per-slot update rules, tied parameters
   job_.model_ = &model_;
@@ -262,6 +266,7 @@ ForwardOutput StageWorker::exec_forward(const Action& a, const Microbatch& mb, c
 
   ForwardOutput result;
   if (!layers_.back()->is_loss()) result.out = out_pool_->acquire();
+  bf16_weights_.sync(store_->generation());
   const int L = num_layers();
   for (int i = 0; i < L; ++i) {
     const size_t k = static_cast<size_t>(i);
@@ -321,6 +326,7 @@ ForwardOutput StageWorker::evaluate(const Microbatch& mb, const Tensor& in) {
     result.out = Tensor::zeros({opts_.B, opts_.T, model_.options().width});
   const int L = num_layers();
   const float* x = first.takes_input() ? in.f32() : nullptr;
+  bf16_weights_.sync(store_->generation());
   for (int i = 0; i < L; ++i) {
     const Layer& layer = *layers_[static_cast<size_t>(i)];
     float* y = i + 1 < L ? eval_hidden_.data() + static_cast<size_t>(i % 2) * bth
@@ -393,6 +399,7 @@ Tensor StageWorker::backward_layers(const Action& a, const Microbatch& mb, const
   const float dloss = loss_scale(slot.loss.count, update_mbs_ * opts_.replicas);
   final_backward_ = backwards_since_update_ + 1 == update_mbs_;
   const float* dcur = last.is_loss() ? nullptr : dout.f32();
+  bf16_weights_.sync(store_->generation());
   for (int i = num_layers() - 1; i >= 0; --i) {
     const size_t k = static_cast<size_t>(i);
     const Layer& layer = *layers_[k];

@@ -22,6 +22,7 @@
 #include "engine/model/partition.hpp"
 #include "engine/options.hpp"
 #include "engine/schedule/schedule.hpp"
+#include "kernels/bf16_weights.hpp"
 #include "kernels/context.hpp"
 #include "kernels/tensor.hpp"
 #include "kernels/tensor_pool.hpp"
@@ -64,6 +65,10 @@ struct StageWorkerOptions {
   int T = 1;                              ///< tokens per sequence
   int threads = 1;                        ///< the stage Context's thread budget
   Precision precision = Precision::fp32;  ///< what the stage's matrix products compute in
+  /// bf16: the linear layers take a bf16 copy of each weight version made once (kept until the
+  /// version's buffer changes, kernels/bf16_weights.hpp: half the stored versions' bytes more);
+  /// false: a copy per product (the oracle of the tests).
+  bool bf16_weight_copies = true;
   /// Activation stash slots; 0 = the mode's bound (peak_stash of its schedule at this stage).
   int stash_slots = 0;
   /// pipeline.recompute, one flag per global layer of the model (empty = none): a recomputed
@@ -297,6 +302,7 @@ class StageWorker {
   int update_mbs_ = 1;
   std::vector<std::shared_ptr<const Layer>> layers_;
   Context ctx_;
+  Bf16Weights bf16_weights_;  // the weight versions' bf16 copies (bf16_weight_copies)
 
   std::unique_ptr<WeightStore> store_;
   // gradients: the buffer backwards accumulate into, and a second one while the policy keeps

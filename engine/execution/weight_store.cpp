@@ -110,6 +110,7 @@ std::span<float> WeightStore::mutable_params(int version, int layer) {
     AP_CHECK(buffer != b, "version {} is written while microbatch {} is bound to it", version, mb);
   }
   AP_CHECK(layer >= 0 && layer < num_layers(), "layer {} of {}", layer, num_layers());
+  ++generation_;  // the caller writes it
   const size_t l = static_cast<size_t>(layer);
   return {buffers_[static_cast<size_t>(b)].data() + layer_offsets_[l], layer_sizes_[l]};
 }
@@ -119,6 +120,7 @@ void WeightStore::reset(int version) {
   AP_CHECK(version >= 0, "version {}", version);
   for (size_t b = 0; b < ids_.size(); ++b) ids_[b] = -1;
   ids_[static_cast<size_t>(latest_buffer_)] = version;
+  ++generation_;
 }
 
 void WeightStore::add_older(int version) {
@@ -129,6 +131,7 @@ void WeightStore::add_older(int version) {
   for (size_t b = 0; b < ids_.size(); ++b) {
     if (ids_[b] >= 0) continue;
     ids_[b] = version;
+    ++generation_;
     return;
   }
   AP_CHECK(false, "add_older({}): every buffer holds a version (stored: {})", version,
@@ -194,6 +197,7 @@ void WeightStore::begin_update() {
              "(a saved activation would see other weights at its backward)",
              to_string(policy_), bound_.size());
     updating_ = latest_buffer_;
+    ++generation_;
     return;
   }
   // the oldest stored, unpinned buffer; else an empty one
@@ -213,11 +217,13 @@ void WeightStore::begin_update() {
   const auto& src = buffers_[static_cast<size_t>(latest_buffer_)];
   std::copy(src.begin(), src.end(), buffers_[static_cast<size_t>(target)].begin());
   updating_ = target;
+  ++generation_;
 }
 
 std::span<float> WeightStore::update_params(int layer) {
   AP_CHECK(updating_ >= 0, "no update is open");
   AP_CHECK(layer >= 0 && layer < num_layers(), "layer {} of {}", layer, num_layers());
+  ++generation_;  // the caller writes it
   const size_t l = static_cast<size_t>(layer);
   return {buffers_[static_cast<size_t>(updating_)].data() + layer_offsets_[l], layer_sizes_[l]};
 }
@@ -228,7 +234,18 @@ void WeightStore::commit_update() {
   ids_[static_cast<size_t>(updating_)] = next;
   latest_buffer_ = updating_;
   updating_ = -1;
+  ++generation_;
   note_peak();
+}
+
+}  // namespace actorpipe
+
+namespace actorpipe {
+
+std::vector<std::span<const float>> WeightStore::buffers() const {
+  std::vector<std::span<const float>> out;
+  for (const auto& b : buffers_) out.emplace_back(b.data(), b.size());
+  return out;
 }
 
 }  // namespace actorpipe

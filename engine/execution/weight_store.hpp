@@ -90,6 +90,14 @@ class WeightStore {
   /// The produced version becomes the newest one.
   void commit_update();
 
+  /// Counts the changes a buffer's content may have seen: every writable access
+  /// (mutable_params, update_params), begin_update's copy, commit_update, reset and add_older
+  /// add one. Equal values mean no buffer was written in between (the bf16 weight copies of
+  /// kernels/bf16_weights.hpp are kept while it stays the same).
+  uint64_t generation() const { return generation_; }
+  /// Every version buffer (allocated up front; they never move).
+  std::vector<std::span<const float>> buffers() const;
+
   /// Versions that are the newest or bound by a microbatch in flight, now / at most so far.
   int versions_pinned() const;
   int peak_versions() const { return peak_versions_; }
@@ -110,6 +118,7 @@ class WeightStore {
   std::vector<std::pair<int, int>> bound_;  // (microbatch, buffer)
   size_t max_in_flight_ = 0;
   int peak_versions_ = 1;
+  uint64_t generation_ = 0;
 };
 
 }  // namespace actorpipe

@@ -1,0 +1,48 @@
+#include "kernels/bf16_weights.hpp"
+
+namespace actorpipe {
+
+void Bf16Weights::cover(const float* p, size_t n) {
+  if (n > 0) ranges_.emplace_back(p, n);
+}
+
+void Bf16Weights::sync(uint64_t generation) {
+  if (synced_ && generation == generation_) return;
+  generation_ = generation;
+  synced_ = true;
+  for (auto& [w, e] : entries_) e.generation = ~uint64_t{0};  // stale: made before the change
+}
+
+bool Bf16Weights::covered(const float* w, int64_t n) const {
+  for (const auto& [p, size] : ranges_)
+    if (w >= p && w + n <= p + size) return true;
+  return false;
+}
+
+const bf16* Bf16Weights::copy(Context& ctx, const float* w, int64_t n) {
+  if (!synced_ || !covered(w, n)) {
+    bf16* d = alloc_bf16(ctx, n);
+    convert_to_bf16(ctx, w, d, n);
+    return d;
+  }
+  Entry& e = entries_[w];
+  if (e.n != n) {
+    e.data = std::make_unique<bf16[]>(static_cast<size_t>(n));
+    e.n = n;
+    e.generation = ~uint64_t{0};
+  }
+  if (e.generation != generation_) {
+    convert_to_bf16(ctx, w, e.data.get(), n);
+    e.generation = generation_;
+    ++made_;
+  }
+  return e.data.get();
+}
+
+size_t Bf16Weights::bytes() const {
+  size_t b = 0;
+  for (const auto& [w, e] : entries_) b += static_cast<size_t>(e.n) * sizeof(bf16);
+  return b;
+}
+
+}  // namespace actorpipe

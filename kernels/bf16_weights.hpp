@@ -1,0 +1,47 @@
+// Bf16Weights: the bf16 copies of a stage's weight versions, made once per version instead of
+// once per product. The owner of the weights (a stage worker) says which float ranges hold
+// weights (cover) and when any of them may have changed (sync with a new generation); a product
+// whose operand lies in a covered range takes the copy made since the last change, or makes it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/bf16.hpp"
+#include "kernels/context.hpp"
+
+namespace actorpipe {
+
+class Bf16Weights {
+ public:
+  /// Floats [p, p + n) hold weights: operands inside are copied once per generation.
+  void cover(const float* p, size_t n);
+  /// The weights' owner's change counter: a value other than the last one forgets every copy.
+  void sync(uint64_t generation);
+  /// The bf16 copy of w[0, n): the cached one when w lies in a covered range (made now, over
+  /// ctx's threads, if none was made since the last change), otherwise a fresh copy in ctx's
+  /// arena.
+  const bf16* copy(Context& ctx, const float* w, int64_t n);
+
+  /// Copies made so far (a test's count of conversions saved) and bytes held.
+  uint64_t copies_made() const { return made_; }
+  size_t bytes() const;
+
+ private:
+  struct Entry {
+    std::unique_ptr<bf16[]> data;
+    int64_t n = 0;
+    uint64_t generation = 0;
+  };
+  bool covered(const float* w, int64_t n) const;
+
+  std::vector<std::pair<const float*, size_t>> ranges_;
+  std::unordered_map<const float*, Entry> entries_;
+  uint64_t generation_ = 0;
+  bool synced_ = false;
+  uint64_t made_ = 0;
+};
+
+}  // namespace actorpipe
