@@ -10,6 +10,7 @@
 
 #include "bench/pipeline_timing.hpp"
 #include "bench/step_timing.hpp"
+#include "bench/variant_rows.hpp"
 #include "engine/execution/layer_optimizer.hpp"
 #include "engine/model/model.hpp"
 #include "kernels/context.hpp"
@@ -73,32 +74,32 @@ int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
   for (Mode mode : modes) {
     const std::vector<std::string> corrections = corrections_of(mode);
     if (corrections.empty()) continue;
+    PipelineRunSpec spec;
+    spec.model = shape.model;
+    spec.B = shape.B;
+    spec.T = shape.T;
+    spec.mode = mode;
+    spec.stages = 2;
+    spec.microbatches = m;
+    spec.partition = counts;
+    spec.warmup = warmup;
+    spec.reps = reps;
+    std::vector<Variant> variants;
+    for (const std::string& corr : corrections)
+      variants.push_back({corr, [corr](PipelineRunSpec& s) { s.delay_correction = corr; }});
+    const std::vector<VariantResult> results = run_variants(spec, variants, rounds);
     std::map<std::string, std::vector<double>> tps;
     std::map<std::string, size_t> kept;
     std::map<std::string, std::string> failed;
-    for (int round = 0; round < rounds; ++round) {
-      for (const std::string& corr : corrections) {
-        if (failed.count(corr)) continue;
-        PipelineRunSpec spec;
-        spec.model = shape.model;
-        spec.B = shape.B;
-        spec.T = shape.T;
-        spec.mode = mode;
-        spec.stages = 2;
-        spec.microbatches = m;
-        spec.partition = counts;
-        spec.warmup = warmup;
-        spec.reps = reps;
-        spec.delay_correction = corr;
-        auto r = measure_pipeline(spec);
-        if (!r) {
-          failed[corr] = r.error().message;
-          ++failures;
-          continue;
-        }
-        tps[corr].push_back(r->tokens_per_s);
-        kept[corr] = r->delay_correction_floats;
+    for (size_t i = 0; i < corrections.size(); ++i) {
+      const VariantResult& r = results[i];
+      if (!r.ok()) {
+        failed[corrections[i]] = r.error;
+        ++failures;
+        continue;
       }
+      tps[corrections[i]] = r.tokens_per_s;
+      kept[corrections[i]] = r.last.delay_correction_floats;
     }
     const double base = tps["none"].empty() ? 0.0 : median(tps["none"]);
     for (const std::string& corr : corrections) {

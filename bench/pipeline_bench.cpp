@@ -20,6 +20,7 @@
 #include "bench/pipeline_options.hpp"
 #include "bench/pipeline_prediction.hpp"
 #include "bench/pipeline_timing.hpp"
+#include "bench/precision_bench.hpp"
 #include "bench/step_timing.hpp"
 
 #ifndef ACTORPIPE_BENCH_PEER_SCRIPT
@@ -638,6 +639,9 @@ int run_pipeline_bench(std::span<const std::string> args) {
   if (o.correction_rounds > 0 && !o.overhead_only)
     failures += run_correction_rows(shape, o.modes, split, m, o.warmup, o.reps, o.correction_rounds,
                                     o.json, out);
+  if (o.precision_rounds > 0 && !o.overhead_only)
+    failures += run_precision_rows(shape, o.modes, split, m, o.warmup, o.reps, o.precision_rounds,
+                                   o.json, out);
 
   if (o.json) {
     out(json{{"name", "pipeline_end"}, {"failures", failures}, {"distorted_runs", disturbed}}

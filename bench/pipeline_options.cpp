@@ -32,6 +32,9 @@ prediction from a per-layer profile against each measurement.
   --corrections N      also each asynchronous mode on 2 stages without and with each delay
                        correction (optimizer.delay_correction), N rounds interleaved: tokens/s,
                        the floats kept, the cost of an update (default: 0, none)
+  --precisions N       also every mode on 2 stages in fp32 and in bf16 (pipeline.precision), N
+                       rounds interleaved: tokens/s and the ratio (default: 0, none; bf16 rows
+                       only where the CPU has bf16 instructions)
   --no-peer            do not run PyTorch's Pipe
   --json               one JSON object per line instead of tables
   --python PATH        interpreter of the peer (default: /usr/bin/python3)
@@ -72,10 +75,10 @@ Expected<PipelineBenchOptions> parse_pipeline_options(std::span<const std::strin
        : a == "--reps"       ? o.reps
        : a == "--warmup"     ? o.warmup
                              : o.profile_reps) = *n;
-    } else if (a == "--corrections") {
+    } else if (a == "--corrections" || a == "--precisions") {
       auto n = int_option(args, i, 1, 1000);
       if (!n) return n.error();
-      o.correction_rounds = *n;
+      (a == "--corrections" ? o.correction_rounds : o.precision_rounds) = *n;
     } else if (a == "--overhead-only") {
       o.overhead_only = true;
     } else if (a == "--overhead-steps") {

@@ -2,8 +2,9 @@
 # must exit 0 and print only JSON lines: the setup, three profiles (1 thread, 2 threads, 1 thread
 # with the other core busy), 17 runs (5 modes x 3 configurations, and gpipe and 1f1b on two stages
 # with a one-pass backward) with predictions, 10 overhead runs, the GPipe peer (4 lines, or a line saying
-# torch is missing), the 8 delay-correction rows of --corrections and the end line, with sane
-# values. Then --overhead-only: the same setup and
+# torch is missing), the 8 delay-correction rows of --corrections, the 5 fp32 / bf16 rows of
+# --precisions (one line saying why not on a CPU without bf16 instructions) and the end line, with
+# sane values. Then --overhead-only: the same setup and
 # profiles, the overhead runs of the modes asked for and the end line, nothing else.
 # Usage: cmake -DBENCH=<path to actorpipe-bench> -P pipeline_smoke_test.cmake
 if(NOT BENCH)
@@ -11,7 +12,7 @@ if(NOT BENCH)
 endif()
 execute_process(
   COMMAND ${BENCH} pipeline --shape tiny --microbatches 2 --reps 1 --warmup 1
-          --overhead-steps 4 --profile-reps 1 --corrections 1 --json
+          --overhead-steps 4 --profile-reps 1 --corrections 1 --precisions 1 --json
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "actorpipe-bench pipeline exited with ${rc}\nstdout:\n${out}\nstderr:\n${err}")
@@ -36,6 +37,8 @@ set(n_overhead 0)
 set(n_peer 0)
 set(n_end 0)
 set(n_correction 0)
+set(n_precision 0)
+set(precision_skipped FALSE)
 foreach(line IN LISTS lines)
   string(JSON name ERROR_VARIABLE jerr GET "${line}" name)
   if(jerr)
@@ -114,6 +117,16 @@ foreach(line IN LISTS lines)
     if((corr STREQUAL "dc" AND NOT kept GREATER 0) OR (NOT corr STREQUAL "dc" AND NOT kept EQUAL 0))
       message(FATAL_ERROR "correction ${corr} keeps ${kept} floats:\n${line}")
     endif()
+  elseif(name STREQUAL "pipeline_precision")
+    math(EXPR n_precision "${n_precision} + 1")
+    string(JSON skipped ERROR_VARIABLE not_skipped GET "${line}" skipped)
+    if(not_skipped)
+      require_positive("${line}" fp32_tokens_per_s)
+      require_positive("${line}" bf16_tokens_per_s)
+      require_positive("${line}" ratio)
+    else()
+      set(precision_skipped TRUE)
+    endif()
   elseif(name STREQUAL "pipeline_end")
     math(EXPR n_end "${n_end} + 1")
   else()
@@ -122,10 +135,12 @@ foreach(line IN LISTS lines)
 endforeach()
 if(NOT n_setup EQUAL 1 OR NOT n_profile EQUAL 3 OR NOT n_loaded EQUAL 1 OR NOT n_run EQUAL 17
    OR NOT n_one_pass EQUAL 2 OR NOT n_overhead EQUAL 10 OR NOT n_end EQUAL 1
-   OR NOT n_correction EQUAL 8)
+   OR NOT n_correction EQUAL 8
+   OR NOT (n_precision EQUAL 5 OR (precision_skipped AND n_precision EQUAL 1)))
   message(FATAL_ERROR "lines: setup ${n_setup}, profile ${n_profile} (${n_loaded} loaded), run "
-                      "${n_run} (${n_one_pass} one-pass), overhead ${n_overhead}, end ${n_end}; "
-                      "expected 1, 3 (1), 17 (2), 10, 1:\n${out}")
+                      "${n_run} (${n_one_pass} one-pass), overhead ${n_overhead}, end ${n_end}, "
+                      "corrections ${n_correction}, precisions ${n_precision}; "
+                      "expected 1, 3 (1), 17 (2), 10, 1, 8, 5:\n${out}")
 endif()
 if(NOT peer_missing AND NOT n_peer EQUAL 4)
   message(FATAL_ERROR "expected 4 peer lines (unsplit and pipe at 1 and 2 threads), got ${n_peer}")

@@ -43,6 +43,8 @@ struct PipelineRunSpec {
   bool record_spans = false;
   /// optimizer.delay_correction: none, nesterov, dc (asynchronous modes).
   std::string delay_correction = "none";
+  /// pipeline.precision: fp32, bf16.
+  std::string precision = "fp32";
 };
 
 /// What it measured. A "step" is m microbatches (pipedream: m of its one-microbatch steps).

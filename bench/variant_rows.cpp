@@ -1,0 +1,31 @@
+#include "bench/variant_rows.hpp"
+
+#include "bench/step_timing.hpp"
+
+namespace actorpipe::bench {
+
+double VariantResult::median_tokens_per_s() const {
+  return ok() && !tokens_per_s.empty() ? median(tokens_per_s) : 0.0;
+}
+
+std::vector<VariantResult> run_variants(const PipelineRunSpec& base,
+                                        const std::vector<Variant>& variants, int rounds) {
+  std::vector<VariantResult> out(variants.size());
+  for (int round = 0; round < rounds; ++round) {
+    for (size_t i = 0; i < variants.size(); ++i) {
+      if (!out[i].ok()) continue;
+      PipelineRunSpec spec = base;
+      variants[i].apply(spec);
+      auto r = measure_pipeline(spec);
+      if (!r) {
+        out[i].error = r.error().message;
+        continue;
+      }
+      out[i].tokens_per_s.push_back(r->tokens_per_s);
+      out[i].last = std::move(*r);
+    }
+  }
+  return out;
+}
+
+}  // namespace actorpipe::bench

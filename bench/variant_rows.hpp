@@ -1,0 +1,35 @@
+// Variant rows of the pipeline benchmark: one pipeline configuration measured in several
+// variants (a delay correction, a precision), the variants interleaved round by round so that a
+// noisy machine slows them alike; tokens/s per round and the last run's result per variant.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench/pipeline_timing.hpp"
+
+namespace actorpipe::bench {
+
+/// A named change of the base spec.
+struct Variant {
+  std::string label;
+  std::function<void(PipelineRunSpec&)> apply;
+};
+
+/// What one variant measured: tokens/s of every round, the last round's result, or why it
+/// failed (a failed variant is not run again).
+struct VariantResult {
+  std::vector<double> tokens_per_s;
+  PipelineRunResult last;
+  std::string error;
+  bool ok() const { return error.empty(); }
+  /// Median tokens/s (0 when it failed).
+  double median_tokens_per_s() const;
+};
+
+/// Runs `rounds` rounds, each measuring every variant of `base` once, in order.
+std::vector<VariantResult> run_variants(const PipelineRunSpec& base,
+                                        const std::vector<Variant>& variants, int rounds);
+
+}  // namespace actorpipe::bench
