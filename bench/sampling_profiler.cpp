@@ -18,6 +18,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -157,7 +158,7 @@ KernelCategory classify(std::string_view demangled, std::string_view source_file
                         std::string_view library) {
   if (!library.empty()) {
     const std::string_view lib = basename(library);
-    if (contains(lib, "blas")) return KernelCategory::gemm;
+    if (contains(lib, "blas") || contains(lib, "libdnnl")) return KernelCategory::gemm;
     if (contains(lib, "libc.so") || contains(lib, "libstdc++") || contains(lib, "libm.so") ||
         contains(lib, "libgcc") || contains(lib, "ld-linux"))
       return KernelCategory::libc;
@@ -402,6 +403,30 @@ std::vector<FuncSym> read_program_functions() {
 
 }  // namespace
 
+// True when pc lies in an executable mapping backed by no file (/proc/self/maps, read now: the
+// generated code exists by the time samples are resolved).
+static bool in_anonymous_code(uintptr_t pc) {
+  FILE* f = std::fopen("/proc/self/maps", "r");
+  if (f == nullptr) return false;
+  char line[512];
+  bool anonymous_code = false;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    unsigned long lo = 0, hi = 0, offset = 0, inode = 0;
+    char perms[8] = {};
+    char dev[16] = {};
+    int path_at = 0;
+    if (std::sscanf(line, "%lx-%lx %7s %lx %15s %lu %n", &lo, &hi, perms, &offset, dev, &inode,
+                    &path_at) < 6)
+      continue;
+    if (pc < lo || pc >= hi) continue;
+    const bool no_file = inode == 0 && (line[path_at] == '\n' || line[path_at] == '\0');
+    anonymous_code = perms[2] == 'x' && no_file;
+    break;
+  }
+  std::fclose(f);
+  return anonymous_code;
+}
+
 struct Symbolizer::Impl {
   std::vector<FuncSym> funcs;
   std::unordered_map<uintptr_t, ResolvedSymbol> by_start;  // program functions
@@ -440,6 +465,17 @@ const ResolvedSymbol& Symbolizer::resolve(uintptr_t pc) {
   std::string lib = "?";
   if (dladdr(reinterpret_cast<void*>(pc), &info) != 0 && info.dli_fname != nullptr)
     lib = info.dli_fname;
+  else if (in_anonymous_code(pc)) {
+    // executable memory of no file: code generated at run time, which in this program only
+    // oneDNN does (its bf16 matmul kernels)
+    auto [slot, fresh] = impl_->by_library.try_emplace("[jit]");
+    if (fresh) {
+      slot->second.name = "[JIT code: oneDNN's matmul kernels]";
+      slot->second.where = "anonymous executable memory";
+      slot->second.category = KernelCategory::gemm;
+    }
+    return slot->second;
+  }
   auto [slot, fresh] = impl_->by_library.try_emplace(lib);
   if (fresh) {
     slot->second.name = lib == "?" ? std::string("?") : fmt::format("[{}]", basename(lib));

@@ -3,6 +3,8 @@
 #include "bench/sampling_profiler.hpp"
 
 #include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -87,6 +89,21 @@ TEST_CASE("the program's functions and OpenBLAS's resolve") {
   void* blas = dlsym(RTLD_NEXT, "cblas_sgemm");
   REQUIRE(blas != nullptr);
   CHECK(sym.resolve(reinterpret_cast<uintptr_t>(blas)).category == KernelCategory::gemm);
+}
+
+TEST_CASE("code generated at run time (oneDNN's kernels) counts as gemm, data as other") {
+  Symbolizer sym;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* code = mmap(nullptr, page, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* data = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(code != MAP_FAILED);
+  REQUIRE(data != MAP_FAILED);
+  const ResolvedSymbol& jit = sym.resolve(reinterpret_cast<uintptr_t>(code) + 16);
+  CHECK(jit.category == KernelCategory::gemm);
+  CHECK(jit.name.find("JIT") != std::string::npos);
+  CHECK(sym.resolve(reinterpret_cast<uintptr_t>(data) + 16).category == KernelCategory::other);
+  munmap(code, page);
+  munmap(data, page);
 }
 
 TEST_CASE("a thread busy in one kernel is sampled in that kernel's category") {
