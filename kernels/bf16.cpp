@@ -1,8 +1,6 @@
 // bf16 conversions: branch-free loops that the compiler vectorises, so the vector and scalar
-// tails round identically; the transposed conversion goes in 32×32 tiles.
+// tails round identically.
 #include "kernels/bf16.hpp"
-
-#include <algorithm>
 
 namespace actorpipe {
 
@@ -23,8 +21,6 @@ AP_BF16_CLONES void to_bf16_loop(const float* __restrict src, bf16* __restrict d
 AP_BF16_CLONES void to_f32_loop(const bf16* __restrict src, float* __restrict dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = to_f32(src[i]);
 }
-
-constexpr int64_t kTile = 32;
 }  // namespace
 
 void convert_to_bf16(const float* src, bf16* dst, int64_t n) {
@@ -35,23 +31,6 @@ void convert_to_bf16(Context& ctx, const float* src, bf16* dst, int64_t n) {
   // 64-element chunks keep every thread's stores on whole cache lines
   ctx.parallel_for_aligned(n, 64, [&](int, int64_t b, int64_t e) {
     if (e > b) to_bf16_loop(src + b, dst + b, e - b);
-  });
-}
-
-void convert_to_bf16_transposed(Context& ctx, const float* src, int64_t rows, int64_t cols,
-                                int64_t lda, bf16* dst) {
-  // each thread owns whole tiles of destination rows (source columns)
-  ctx.parallel_for_aligned(cols, kTile, [&](int, int64_t c0, int64_t c1) {
-    for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
-      const int64_t r1 = std::min(rows, r0 + kTile);
-      for (int64_t cb = c0; cb < c1; cb += kTile) {
-        const int64_t ce = std::min(c1, cb + kTile);
-        for (int64_t c = cb; c < ce; ++c) {
-          bf16* d = dst + c * rows;
-          for (int64_t r = r0; r < r1; ++r) d[r] = to_bf16(src[r * lda + c]);
-        }
-      }
-    }
   });
 }
 

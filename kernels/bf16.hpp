@@ -45,11 +45,6 @@ void convert_to_bf16(const float* src, bf16* dst, int64_t n);
 /// The same over the Context's threads (same bits for any thread count).
 void convert_to_bf16(Context& ctx, const float* src, bf16* dst, int64_t n);
 
-/// A (rows, cols) f32 matrix with row stride lda, converted and transposed: dst (cols, rows)
-/// contiguous, dst[c·rows + r] = to_bf16(src[r·lda + c]). Over the Context's threads.
-void convert_to_bf16_transposed(Context& ctx, const float* src, int64_t rows, int64_t cols,
-                                int64_t lda, bf16* dst);
-
 /// dst[i] = to_f32(src[i]) for i < n.
 void convert_to_f32(const bf16* src, float* dst, int64_t n);
 

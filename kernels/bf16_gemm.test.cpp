@@ -97,6 +97,26 @@ TEST_CASE("gemm_bf16 keeps its bits across calls and Contexts of the same thread
   if (!bitwise_equal(one, two)) MESSAGE("gemm_bf16: 1 and 2 threads differ in some bits");
 }
 
+// libgomp's, oneDNN's OpenMP runtime (linked with the kernels)
+extern "C" int omp_get_max_threads();
+
+TEST_CASE("every thread of a Context that computed a bf16 product gives oneDNN one thread") {
+  // oneDNN (OpenMP runtime) sizes its parallel regions by the calling thread's OpenMP budget:
+  // 1 on each of the Context's threads, so stages never oversubscribe the cores
+  Rng rng(12);
+  const int M = 960, N = 256, K = 256;  // big enough to be split between the threads
+  const auto A = random_bf16(M, K, rng);
+  const auto B = random_bf16(K, N, rng);
+  std::vector<float> C(static_cast<size_t>(M) * N);
+  Context ctx(2);
+  gemm_bf16(ctx, false, false, M, N, K, A.data(), K, B.data(), N, false, C.data(), N);
+  std::vector<int> budget(2, -1);
+  ctx.parallel_for(
+      2, [&](int c, int64_t, int64_t) { budget[static_cast<size_t>(c)] = omp_get_max_threads(); });
+  CHECK(budget[0] == 1);
+  CHECK(budget[1] == 1);
+}
+
 TEST_CASE("bf16_support names the instructions and oneDNN's ISA") {
   const Bf16Support& s = bf16_support();
   CHECK(!s.isa.empty());
