@@ -33,6 +33,7 @@ Expected<AutoPartition> plan_auto_partition(const Config& config,
   AutoPartition out;
   out.planner = *planner;
   const ProfileKey key = profile_key(config);
+  const Precision precision = parse_precision(key.precision).value_or(Precision::fp32);
   const int num_layers =
       options.model != nullptr ? options.model->num_layers() : config.model.depth + 2;
   const std::string dir = options.model != nullptr    ? std::string()
@@ -60,9 +61,9 @@ Expected<AutoPartition> plan_auto_partition(const Config& config,
   if (!out.from_cache) {
     auto measured = options.model != nullptr
                         ? profile_layers(*options.model, config.optimizer, key.B, key.T,
-                                         key.threads, options.reps)
+                                         key.threads, options.reps, precision)
                         : profile_layers(config.model, config.optimizer, key.B, key.T, key.threads,
-                                         options.reps);
+                                         options.reps, precision);
     if (!measured) return measured.error();
     out.profile = std::move(*measured);
     if (!dir.empty() && options.write_cache) {

@@ -24,20 +24,23 @@ constexpr int kVersion = 1;
 
 json key_json(const ProfileKey& k) {
   const ModelOptions& m = k.model;
-  return json{{"arch", m.arch == Arch::gpt ? "gpt" : "bert"},
-              {"vocab_size", m.vocab_size},
-              {"context", m.context},
-              {"width", m.width},
-              {"depth", m.depth},
-              {"heads", m.heads},
-              {"segments", m.segments},
-              {"tied", m.tied},
-              {"optimizer", k.optimizer},
-              {"B", k.B},
-              {"T", k.T},
-              {"threads", k.threads},
-              {"cpu", k.cpu},
-              {"cores", k.cores}};
+  json j{{"arch", m.arch == Arch::gpt ? "gpt" : "bert"},
+         {"vocab_size", m.vocab_size},
+         {"context", m.context},
+         {"width", m.width},
+         {"depth", m.depth},
+         {"heads", m.heads},
+         {"segments", m.segments},
+         {"tied", m.tied},
+         {"optimizer", k.optimizer},
+         {"B", k.B},
+         {"T", k.T},
+         {"threads", k.threads},
+         {"cpu", k.cpu},
+         {"cores", k.cores}};
+  // fp32 profiles keep the key (and file name) they had before precisions existed
+  if (k.precision != "fp32") j["precision"] = k.precision;
+  return j;
 }
 
 // FNV-1a, 64 bits: a stable file name for a key (a collision only costs a re-profile: the file
@@ -110,6 +113,7 @@ ProfileKey profile_key(const Config& config) {
   k.B = config.pipeline.microbatch_size;
   k.T = config.pipeline.seq_len > 0 ? config.pipeline.seq_len : config.model.context;
   k.threads = config.pipeline.threads_per_stage;
+  k.precision = config.pipeline.precision;
   k.cpu = cpu_model();
   k.cores = static_cast<int>(std::thread::hardware_concurrency());
   return k;

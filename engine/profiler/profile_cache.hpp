@@ -20,8 +20,9 @@ struct ProfileKey {
   int B = 0;
   int T = 0;
   int threads = 1;
-  std::string cpu;  ///< cpu_model()
-  int cores = 0;    ///< std::thread::hardware_concurrency()
+  std::string precision = "fp32";  ///< pipeline.precision (in the key text only when not fp32)
+  std::string cpu;                 ///< cpu_model()
+  int cores = 0;                   ///< std::thread::hardware_concurrency()
 
   /// The key as canonical JSON text (what a cache file stores and is compared by).
   std::string text() const;
@@ -30,8 +31,8 @@ struct ProfileKey {
 };
 
 /// The key of `config`'s profile on this machine: model.*, optimizer.kind,
-/// pipeline.microbatch_size, the sequence length (pipeline.seq_len, or model.context) and
-/// pipeline.threads_per_stage.
+/// pipeline.microbatch_size, the sequence length (pipeline.seq_len, or model.context),
+/// pipeline.threads_per_stage and pipeline.precision.
 ProfileKey profile_key(const Config& config);
 
 /// The CPU's "model name" from /proc/cpuinfo, or "unknown".

@@ -123,6 +123,9 @@ TEST_CASE("a cached profile of another key, format or shape is ignored, with the
   other("optimizer", [](ProfileKey& k) { k.optimizer = "sgd"; });
   other("cpu", [](ProfileKey& k) { k.cpu = "another CPU"; });
   other("cores", [](ProfileKey& k) { k.cores += 1; });
+  other("precision", [](ProfileKey& k) { k.precision = "bf16"; });
+  // an fp32 key names no precision: the files measured before pipeline.precision still match
+  CHECK(key.text().find("precision") == std::string::npos);
   // the seed changes no time: same key
   ProfileKey seeded = key;
   seeded.model.init_seed = 99;

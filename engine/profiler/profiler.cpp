@@ -82,8 +82,11 @@ double time_median(int reps, F&& fn) {
 class LayerBench {
  public:
   static std::unique_ptr<LayerBench> create(Model model, const OptimizerOptions& optimizer, int B,
-                                            int T, int threads) {
-    return std::unique_ptr<LayerBench>(new LayerBench(std::move(model), optimizer, B, T, threads));
+                                            int T, int threads, Precision precision) {
+    auto b =
+        std::unique_ptr<LayerBench>(new LayerBench(std::move(model), optimizer, B, T, threads));
+    b->ctx_.set_precision(precision);
+    return b;
   }
 
   int layers() const { return model_.num_layers(); }
@@ -198,17 +201,17 @@ Status check_profile_args(const ModelOptions& model_opts, int B, int T, int thre
 
 Expected<LayerProfile> profile_layers(const ModelOptions& model_opts,
                                       const OptimizerOptions& optimizer, int B, int T, int threads,
-                                      int reps) {
+                                      int reps, Precision precision) {
   if (Status ok = check_profile_args(model_opts, B, T, threads, reps); !ok) return ok.error();
   auto model = Model::build(model_opts);
   if (!model) return model.error();
-  return profile_layers(*model, optimizer, B, T, threads, reps);
+  return profile_layers(*model, optimizer, B, T, threads, reps, precision);
 }
 
 Expected<LayerProfile> profile_layers(const Model& model, const OptimizerOptions& optimizer, int B,
-                                      int T, int threads, int reps) {
+                                      int T, int threads, int reps, Precision precision) {
   if (Status ok = check_profile_args(model.options(), B, T, threads, reps); !ok) return ok.error();
-  auto bench = LayerBench::create(model, optimizer, B, T, threads);
+  auto bench = LayerBench::create(model, optimizer, B, T, threads, precision);
   LayerBench& lb = *bench;
   const int n = lb.layers();
 
@@ -244,7 +247,8 @@ Expected<LayerProfile> profile_layers(const Model& model, const OptimizerOptions
 
 Expected<LayerProfile> profile_layers_loaded(const ModelOptions& model,
                                              const OptimizerOptions& optimizer, int B, int T,
-                                             int threads, int reps, int load_threads) {
+                                             int threads, int reps, int load_threads,
+                                             Precision precision) {
   if (load_threads < 0)
     return make_error("layer profile: load_threads = {}, expected >= 0", load_threads);
   if (Status ok = check_profile_args(model, B, T, threads, reps); !ok) return ok.error();
@@ -254,7 +258,7 @@ Expected<LayerProfile> profile_layers_loaded(const ModelOptions& model,
   if (!built) return built.error();
   std::vector<std::unique_ptr<LayerBench>> benches;
   for (int i = 0; i < load_threads; ++i)
-    benches.push_back(LayerBench::create(*built, optimizer, B, T, 1));
+    benches.push_back(LayerBench::create(*built, optimizer, B, T, 1, precision));
   std::atomic<bool> stop{false};
   std::atomic<int> started{0};
   std::vector<std::thread> load;
@@ -266,7 +270,7 @@ Expected<LayerProfile> profile_layers_loaded(const ModelOptions& model,
     });
   }
   while (started.load() < load_threads) std::this_thread::yield();
-  auto p = profile_layers(*built, optimizer, B, T, threads, reps);
+  auto p = profile_layers(*built, optimizer, B, T, threads, reps, precision);
   stop.store(true);
   for (std::thread& t : load) t.join();
   if (p) p->load_threads = load_threads;

@@ -10,6 +10,7 @@
 #include "engine/model/model.hpp"
 #include "engine/options.hpp"
 #include "engine/planner/layer_costs.hpp"
+#include "kernels/precision.hpp"
 
 namespace actorpipe {
 
@@ -42,12 +43,16 @@ struct LayerProfile {
 /// over all layers with random tokens (BERT: segments 0 and every seventh position masked) to
 /// warm up and to get realistic inputs, then times every layer's forward, backward, the weight
 /// half of a split backward, update (with `optimizer`), copy and prediction `reps` times each;
-/// medians. Errors: a bad model, B, T or reps ("layer profile: B = 0, ...").
+/// medians. The products compute in `precision` (pipeline.precision), the weights rounded per
+/// product (a stage keeps them once per version: its forward and backward are a little faster
+/// in bf16 than profiled). Errors: a bad model, B, T or reps ("layer profile: B = 0, ...").
 Expected<LayerProfile> profile_layers(const ModelOptions& model, const OptimizerOptions& optimizer,
-                                      int B, int T, int threads, int reps);
+                                      int B, int T, int threads, int reps,
+                                      Precision precision = Precision::fp32);
 /// The same for a model already built (a model of one's own layers, Model::from_layers).
 Expected<LayerProfile> profile_layers(const Model& model, const OptimizerOptions& optimizer, int B,
-                                      int T, int threads, int reps);
+                                      int T, int threads, int reps,
+                                      Precision precision = Precision::fp32);
 
 /// profile_layers with `load_threads` other threads busy meanwhile, each running forward and
 /// backward chains of the same model on a Context of 1 thread (its own model and buffers) until
@@ -56,7 +61,8 @@ Expected<LayerProfile> profile_layers(const Model& model, const OptimizerOptions
 /// profile_layers, or load_threads < 0.
 Expected<LayerProfile> profile_layers_loaded(const ModelOptions& model,
                                              const OptimizerOptions& optimizer, int B, int T,
-                                             int threads, int reps, int load_threads);
+                                             int threads, int reps, int load_threads,
+                                             Precision precision = Precision::fp32);
 
 /// The bytes of every layer for microbatches of (B, T), from the model's own sizes (times 0):
 ///  - parameter, gradient, version: Layer::param_floats() floats each (a tied copy counts at

@@ -5,8 +5,10 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <string>
 
+#include "kernels/bf16_gemm.hpp"
 #include "tests/support/tiny_model.hpp"
 
 using namespace actorpipe;
@@ -72,6 +74,24 @@ TEST_CASE("profiles repeat in shape: the same layers, every time positive, at an
   CHECK(p->layers.front().name == "bert_embedding 0");
   CHECK(p->layers.back().name == "bert_head 5");
   for (const LayerTiming& c : p->layers) CHECK(c.forward > 0.0);
+}
+
+namespace {
+std::atomic<int> bf16_products{0};
+void count_bf16(const Bf16GemmCall&) {
+  bf16_products.fetch_add(1);
+}
+}  // namespace
+
+TEST_CASE("a bf16 profile times bf16 products, an fp32 one none" *
+          doctest::skip(!bf16_support().native)) {
+  set_bf16_gemm_observer(&count_bf16);
+  bf16_products = 0;
+  REQUIRE(profile_layers(small_gpt(), OptimizerOptions{}, 2, 16, 1, 1).ok());
+  CHECK(bf16_products.load() == 0);
+  REQUIRE(profile_layers(small_gpt(), OptimizerOptions{}, 2, 16, 1, 1, Precision::bf16).ok());
+  CHECK(bf16_products.load() > 0);
+  set_bf16_gemm_observer(nullptr);
 }
 
 TEST_CASE("a loaded profile runs with other threads computing and records them") {
