@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -18,6 +19,7 @@
 #endif
 
 #include "kernels/check.hpp"
+#include "kernels/gemm.hpp"
 
 // libgomp's (oneDNN's OpenMP runtime, linked explicitly): declared here rather than through
 // <omp.h>, which under clang would be libomp's
@@ -156,6 +158,44 @@ void gemm_bf16(Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, co
     gemm_bf16_serial(trans_a, trans_b, static_cast<int>(e - b), N, K, a0, lda, B, ldb, accumulate,
                      C + static_cast<int64_t>(m0) * ldc, ldc);
   });
+}
+
+std::string Bf16Speed::describe() const {
+  return fmt::format("bf16 products {:.0f} GFLOP/s against fp32's {:.0f} ({:.1f}x) on one thread",
+                     bf16_gflops, fp32_gflops, ratio());
+}
+
+std::string Bf16Speed::slowdown_warning() const {
+  if (ratio() >= 1.0 || fp32_gflops <= 0.0) return {};
+  return fmt::format(
+      "on this CPU bf16 products are slower than fp32 ({}): pipeline.precision = \"fp32\" "
+      "would compute faster",
+      describe());
+}
+
+Bf16Speed measure_bf16_speed() {
+  constexpr int M = 512, N = 768, K = 768;
+  std::vector<bf16> a(size_t{M} * K, to_bf16(0.5f)), b(size_t{K} * N, to_bf16(0.25f));
+  std::vector<float> af(size_t{M} * K, 0.5f), bfl(size_t{K} * N, 0.25f), c(size_t{M} * N);
+  auto gflops = [](const auto& run) {
+    run();  // warm-up: the primitive, the pages
+    std::vector<double> t;
+    for (int r = 0; r < 5; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      run();
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(t.begin(), t.end());
+    return 2.0 * M * N * K / t[2] / 1e9;
+  };
+  Bf16Speed s;
+  s.bf16_gflops = gflops([&] {
+    gemm_bf16_serial(false, false, M, N, K, a.data(), K, b.data(), N, false, c.data(), N);
+  });
+  s.fp32_gflops = gflops([&] {
+    gemm_serial(false, false, M, N, K, 1.0f, af.data(), K, bfl.data(), N, 0.0f, c.data(), N);
+  });
+  return s;
 }
 
 std::string Bf16Support::describe() const {

@@ -52,4 +52,20 @@ struct Bf16Support {
 /// Detected once per process (ONEDNN_MAX_CPU_ISA, read by oneDNN at its first use, lowers isa).
 const Bf16Support& bf16_support();
 
+/// One product of a transformer's shape (512×768 · 768×768) timed on this machine's calling
+/// thread in bf16 (gemm_bf16_serial) and fp32 (gemm_serial): the median of 5 after a warm-up.
+/// On Intel processors without AMX the bf16 kernels can be slower than fp32; a run asked to
+/// compute in bf16 measures this (about 30 ms) to say so.
+struct Bf16Speed {
+  double bf16_gflops = 0.0;
+  double fp32_gflops = 0.0;
+  /// bf16 / fp32 (0 when nothing was measured).
+  double ratio() const { return fp32_gflops > 0.0 ? bf16_gflops / fp32_gflops : 0.0; }
+  /// "bf16 products 310 GFLOP/s against fp32's 92 (3.4x) on one thread".
+  std::string describe() const;
+  /// A warning when bf16 products are slower than fp32 here, else empty.
+  std::string slowdown_warning() const;
+};
+Bf16Speed measure_bf16_speed();
+
 }  // namespace actorpipe

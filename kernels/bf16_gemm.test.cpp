@@ -117,6 +117,20 @@ TEST_CASE("every thread of a Context that computed a bf16 product gives oneDNN o
   CHECK(budget[1] == 1);
 }
 
+TEST_CASE("the bf16 speed measurement, and its warning when bf16 is the slower") {
+  if (bf16_support().native) {
+    const Bf16Speed s = measure_bf16_speed();
+    CHECK(s.bf16_gflops > 0.0);
+    CHECK(s.fp32_gflops > 0.0);
+    MESSAGE(s.describe());
+  }
+  Bf16Speed slower{117.0, 196.0};  // an Intel Xeon's AVX512_BF16 kernels without AMX
+  CHECK(slower.slowdown_warning() ==
+        "on this CPU bf16 products are slower than fp32 (bf16 products 117 GFLOP/s against "
+        "fp32's 196 (0.6x) on one thread): pipeline.precision = \"fp32\" would compute faster");
+  CHECK(Bf16Speed{205.0, 91.0}.slowdown_warning().empty());
+}
+
 TEST_CASE("bf16_support names the instructions and oneDNN's ISA") {
   const Bf16Support& s = bf16_support();
   CHECK(!s.isa.empty());

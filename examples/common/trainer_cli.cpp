@@ -540,11 +540,16 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
                    : std::string());
   }
   fmt::print("data: {}\n", trainer->data_description());
+  std::string bf16_note;
+  std::string bf16_warning;
+  if (c.pipeline.precision == "bf16") {
+    const Bf16Speed speed = measure_bf16_speed();
+    bf16_note = fmt::format(" ({}, measured: {})", bf16_support().describe(), speed.describe());
+    bf16_warning = speed.slowdown_warning();
+  }
   fmt::print("devices: CPU, {} thread(s) per stage, {} matrix products{}; {}\n",
-             c.pipeline.threads_per_stage, c.pipeline.precision,
-             c.pipeline.precision == "bf16" ? fmt::format(" ({})", bf16_support().describe())
-                                            : std::string(),
-             probe_devices().status);
+             c.pipeline.threads_per_stage, c.pipeline.precision, bf16_note, probe_devices().status);
+  if (!bf16_warning.empty()) fmt::print("{}: warning: {}\n", program.name, bf16_warning);
   const std::optional<double> floor = trainer->loss_floor();
   if (floor) fmt::print("loss floor (entropy rate of the data): {:.4f} nats/token\n", *floor);
   if (const auto& r = options.relaunched) {
