@@ -33,7 +33,7 @@ pid_t this_tid() {
 void call_real(SgemmFn fn, const SgemmCall& c) {
   if (c.is_bf16()) {
     gemm_bf16_serial(c.trans_a, c.trans_b, c.M, c.N, c.K, c.A16, c.lda, c.B16, c.ldb,
-                     c.beta != 0.0f, c.C, c.ldc);
+                     c.beta != 0.0f, c.C, c.ldc, c.bias);
     return;
   }
   fn(c.row_major ? CblasRowMajor : CblasColMajor, c.trans_a ? CblasTrans : CblasNoTrans,
@@ -57,6 +57,7 @@ void record_bf16(const Bf16GemmCall& b) {
     c.beta = b.accumulate ? 1.0f : 0.0f;
     c.C = b.C;
     c.ldc = b.ldc;
+    c.bias = b.bias;
     rec->record(c);
   }
 }

@@ -32,6 +32,7 @@ struct SgemmCall {
   /// beta 0 or 1 (accumulate), A and B above null.
   const bf16* A16 = nullptr;
   const bf16* B16 = nullptr;
+  const float* bias = nullptr;
   bool is_bf16() const { return A16 != nullptr; }
   double flops() const { return 2.0 * M * N * K; }
 };

@@ -41,13 +41,14 @@ dnnl::engine& cpu_engine() {
 
 struct Key {
   int M, N, K, lda, ldb, ldc;
-  bool ta, tb, acc;
+  bool ta, tb, acc, bias;
   friend bool operator==(const Key&, const Key&) = default;
 };
 struct KeyHash {
   size_t operator()(const Key& k) const {
     size_t h = 1469598103934665603ull;
-    for (int v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc, int(k.ta) | int(k.tb) << 1 | int(k.acc) << 2})
+    for (int v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc,
+                  int(k.ta) | int(k.tb) << 1 | int(k.acc) << 2 | int(k.bias) << 3})
       h = (h ^ static_cast<size_t>(v)) * 1099511628211ull;
     return h;
   }
@@ -55,7 +56,7 @@ struct KeyHash {
 
 struct Prim {
   dnnl::matmul matmul;
-  dnnl::memory a, b, c, scratch;
+  dnnl::memory a, b, c, bias, scratch;
   size_t scratch_bytes = 0;
 };
 
@@ -94,7 +95,11 @@ Prim& primitive(ThreadState& ts, const Key& k) {
   auto& eng = cpu_engine();
   dnnl::matmul::primitive_desc pd;
   try {
-    pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, eng);
+    pd = k.bias
+             ? dnnl::matmul::primitive_desc(
+                   dnnl::matmul::desc(a, b, dnnl::memory::desc({1, k.N}, dt::f32, dims{k.N, 1}), c),
+                   attr, eng)
+             : dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, eng);
   } catch (const dnnl::error& e) {
     AP_CHECK(false, "oneDNN has no bf16 matmul for M={} N={} K={} (trans {} {}): {}", k.M, k.N, k.K,
              k.ta, k.tb, e.what());
@@ -104,6 +109,9 @@ Prim& primitive(ThreadState& ts, const Key& k) {
   p->a = dnnl::memory(a, eng, DNNL_MEMORY_NONE);
   p->b = dnnl::memory(b, eng, DNNL_MEMORY_NONE);
   p->c = dnnl::memory(c, eng, DNNL_MEMORY_NONE);
+  if (k.bias)
+    p->bias =
+        dnnl::memory(dnnl::memory::desc({1, k.N}, dt::f32, dims{k.N, 1}), eng, DNNL_MEMORY_NONE);
   p->scratch = dnnl::memory(pd.scratchpad_desc(), eng, DNNL_MEMORY_NONE);
   p->scratch_bytes = pd.scratchpad_desc().get_size();
   return *ts.prims.emplace(k, std::move(p)).first->second;
@@ -118,37 +126,48 @@ void set_bf16_gemm_observer(void (*fn)(const Bf16GemmCall&)) {
 }
 
 void gemm_bf16_serial(bool trans_a, bool trans_b, int M, int N, int K, const bf16* A, int lda,
-                      const bf16* B, int ldb, bool accumulate, float* C, int ldc) {
+                      const bf16* B, int ldb, bool accumulate, float* C, int ldc,
+                      const float* bias) {
   if (M <= 0 || N <= 0) return;
   if (auto* observe = g_observer.load(std::memory_order_relaxed))
-    observe(Bf16GemmCall{trans_a, trans_b, M, N, K, A, lda, B, ldb, accumulate, C, ldc});
-  if (K <= 0) {  // an empty sum: C = 0, or C unchanged
-    if (!accumulate)
-      for (int i = 0; i < M; ++i) std::fill_n(C + static_cast<int64_t>(i) * ldc, N, 0.0f);
+    observe(Bf16GemmCall{trans_a, trans_b, M, N, K, A, lda, B, ldb, accumulate, C, ldc, bias});
+  if (K <= 0) {  // an empty sum: C = bias (or 0), C += bias (or unchanged)
+    for (int i = 0; i < M; ++i) {
+      float* row = C + static_cast<int64_t>(i) * ldc;
+      for (int j = 0; j < N; ++j)
+        row[j] = (accumulate ? row[j] : 0.0f) + (bias != nullptr ? bias[j] : 0.0f);
+    }
     return;
   }
   ThreadState& ts = thread_state();
-  Prim& p = primitive(ts, Key{M, N, K, lda, ldb, ldc, trans_a, trans_b, accumulate});
+  Prim& p =
+      primitive(ts, Key{M, N, K, lda, ldb, ldc, trans_a, trans_b, accumulate, bias != nullptr});
   if (ts.scratch.size() < p.scratch_bytes) ts.scratch.resize(p.scratch_bytes);
   p.a.set_data_handle(const_cast<bf16*>(A));
   p.b.set_data_handle(const_cast<bf16*>(B));
   p.c.set_data_handle(C);
   p.scratch.set_data_handle(ts.scratch.data());
-  p.matmul.execute(ts.stream, {{DNNL_ARG_SRC, p.a},
-                               {DNNL_ARG_WEIGHTS, p.b},
-                               {DNNL_ARG_DST, p.c},
-                               {DNNL_ARG_SCRATCHPAD, p.scratch}});
+  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, p.a},
+                                                {DNNL_ARG_WEIGHTS, p.b},
+                                                {DNNL_ARG_DST, p.c},
+                                                {DNNL_ARG_SCRATCHPAD, p.scratch}};
+  if (bias != nullptr) {
+    p.bias.set_data_handle(const_cast<float*>(bias));
+    args.emplace(DNNL_ARG_BIAS, p.bias);
+  }
+  p.matmul.execute(ts.stream, args);
   ts.stream.wait();
 }
 
 void gemm_bf16(Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, const bf16* A,
-               int lda, const bf16* B, int ldb, bool accumulate, float* C, int ldc) {
+               int lda, const bf16* B, int ldb, bool accumulate, float* C, int ldc,
+               const float* bias) {
   AP_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_bf16: negative size M={} N={} K={}", M, N, K);
   if (M == 0 || N == 0) return;
   const double piece =
       static_cast<double>(smallest_aligned_chunk(M, kRowAlign, ctx.threads())) * N * K;
   if (ctx.threads() == 1 || piece < kMinPieceMNK) {
-    gemm_bf16_serial(trans_a, trans_b, M, N, K, A, lda, B, ldb, accumulate, C, ldc);
+    gemm_bf16_serial(trans_a, trans_b, M, N, K, A, lda, B, ldb, accumulate, C, ldc, bias);
     return;
   }
   ctx.parallel_for_aligned(M, kRowAlign, [&](int, int64_t b, int64_t e) {
@@ -156,7 +175,7 @@ void gemm_bf16(Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, co
     const int m0 = static_cast<int>(b);
     const bf16* a0 = trans_a ? A + m0 : A + static_cast<int64_t>(m0) * lda;
     gemm_bf16_serial(trans_a, trans_b, static_cast<int>(e - b), N, K, a0, lda, B, ldb, accumulate,
-                     C + static_cast<int64_t>(m0) * ldc, ldc);
+                     C + static_cast<int64_t>(m0) * ldc, ldc, bias);
   });
 }
 

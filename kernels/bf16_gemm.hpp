@@ -13,14 +13,17 @@
 namespace actorpipe {
 
 /// op(A) is (M, K), op(B) is (K, N), C is (M, N); lda/ldb/ldc are row strides of the stored
-/// matrices. accumulate: C += op(A)·op(B); otherwise C = op(A)·op(B). The same inputs and thread
-/// count give the same bits.
+/// matrices. accumulate: C += op(A)·op(B); otherwise C = op(A)·op(B). bias (N floats, or null)
+/// is added to every row by the product itself. The same inputs and thread count give the same
+/// bits.
 void gemm_bf16(Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, const bf16* A,
-               int lda, const bf16* B, int ldb, bool accumulate, float* C, int ldc);
+               int lda, const bf16* B, int ldb, bool accumulate, float* C, int ldc,
+               const float* bias = nullptr);
 
 /// The same on the calling thread alone (inside parallel regions).
 void gemm_bf16_serial(bool trans_a, bool trans_b, int M, int N, int K, const bf16* A, int lda,
-                      const bf16* B, int ldb, bool accumulate, float* C, int ldc);
+                      const bf16* B, int ldb, bool accumulate, float* C, int ldc,
+                      const float* bias = nullptr);
 
 /// One gemm_bf16_serial call as an observer sees it (the operands are the caller's).
 struct Bf16GemmCall {
@@ -33,6 +36,7 @@ struct Bf16GemmCall {
   bool accumulate = false;
   float* C = nullptr;
   int ldc = 0;
+  const float* bias = nullptr;
 };
 /// Installs `fn` (null: none), called on the calling thread with every gemm_bf16_serial call
 /// before it runs: the benchmarks record a step's bf16 products with it to replay them alone.

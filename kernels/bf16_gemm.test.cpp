@@ -138,3 +138,26 @@ TEST_CASE("bf16_support names the instructions and oneDNN's ISA") {
   if (s.native) CHECK((s.avx512_bf16 || s.amx_bf16));
   MESSAGE(s.describe());
 }
+
+TEST_CASE("gemm_bf16 with a bias adds it to every row, split between threads or not") {
+  Rng rng(13);
+  const int M = 500, N = 70, K = 40;
+  const auto A = random_bf16(M, K, rng);
+  const auto B = random_bf16(N, K, rng);
+  const auto bias = random_vec(static_cast<size_t>(N), rng);
+  for (int threads : {1, 2}) {
+    Context ctx(threads);
+    std::vector<float> with(static_cast<size_t>(M) * N, 9.0f), without(with.size(), 9.0f);
+    gemm_bf16(ctx, false, true, M, N, K, A.data(), K, B.data(), K, false, with.data(), N,
+              bias.data());
+    gemm_bf16(ctx, false, true, M, N, K, A.data(), K, B.data(), K, false, without.data(), N);
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) {
+        const size_t at = static_cast<size_t>(i) * N + j;
+        // one f32 rounding of the sum apart at most
+        REQUIRE(std::fabs(with[at] - (without[at] + bias[static_cast<size_t>(j)])) <=
+                0x1p-22 * (std::fabs(without[at]) + std::fabs(bias[static_cast<size_t>(j)])) +
+                    1e-30);
+      }
+  }
+}

@@ -32,16 +32,17 @@ const bf16* bf16_weight(Context& ctx, const float* w, int64_t n) {
 
 void matmul_forward(Context& ctx, float* out, const float* inp, const float* weight,
                     const float* bias, int N, int C, int OC) {
+  if (ctx.precision() == Precision::bf16) {
+    // the bias goes into the product (oneDNN adds it to each row as it writes it)
+    const bf16* a = bf16_copy(ctx, inp, int64_t{N} * C);
+    const bf16* w = bf16_weight(ctx, weight, int64_t{OC} * C);
+    gemm_bf16(ctx, false, true, N, OC, C, a, C, w, C, false, out, OC, bias);
+    return;
+  }
   if (bias != nullptr) {
     ctx.parallel_for(N, [&](int, int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) copy_row(out + r * OC, bias, OC);
     });
-  }
-  if (ctx.precision() == Precision::bf16) {
-    const bf16* a = bf16_copy(ctx, inp, int64_t{N} * C);
-    const bf16* w = bf16_weight(ctx, weight, int64_t{OC} * C);
-    gemm_bf16(ctx, false, true, N, OC, C, a, C, w, C, bias != nullptr, out, OC);
-    return;
   }
   gemm(ctx, false, true, N, OC, C, 1.0f, inp, C, weight, C, bias != nullptr ? 1.0f : 0.0f, out, OC);
 }
