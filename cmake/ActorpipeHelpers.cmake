@@ -120,9 +120,13 @@ function(actorpipe_add_tests)
         "${PROJECT_SOURCE_DIR}/tests/sanitizers/tsan_run.sh;--preload;${ACTORPIPE_TSAN_PRELOAD}")
       add_dependencies(${exe} actorpipe_caf_happens_before)
     endif()
+    # one value per property: doctest writes each list element of PROPERTIES as an argument of
+    # its own, so the two variables go into two properties (a list in ENVIRONMENT would set only
+    # the first and take the second for a property name)
     doctest_discover_tests(${exe} TEST_PREFIX "${prefix}.${name}." ADD_LABELS 1
       PROPERTIES LABELS "${top};${A_LABELS}" TIMEOUT ${A_TIMEOUT}
-      ENVIRONMENT "ACTORPIPE_SOURCE_DIR=${PROJECT_SOURCE_DIR};OPENBLAS_NUM_THREADS=1"
+      ENVIRONMENT "ACTORPIPE_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
+      ENVIRONMENT_MODIFICATION "OPENBLAS_NUM_THREADS=set:1"
       WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   endforeach()
 endfunction()
