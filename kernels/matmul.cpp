@@ -47,8 +47,41 @@ void matmul_forward(Context& ctx, float* out, const float* inp, const float* wei
   gemm(ctx, false, true, N, OC, C, 1.0f, inp, C, weight, C, bias != nullptr ? 1.0f : 0.0f, out, OC);
 }
 
+namespace {
+// The bias gradient: dbias (OC) += Σ rows of dout, in row order per column slice.
+void bias_backward(Context& ctx, float* dbias, const float* dout, int N, int OC) {
+  ctx.parallel_for_aligned(OC, 16, [&](int, int64_t o0, int64_t o1) {
+    if (o0 == o1) return;
+    for (int64_t r = 0; r < N; ++r) add_row(dbias + o0, dout + r * OC + o0, o1 - o0);
+  });
+}
+
+// The bf16 products of the two halves, on one bf16 copy of dout (g) given by the caller.
+void backward_input_bf16(Context& ctx, float* dinp, const bf16* g, const float* weight, int N,
+                         int C, int OC) {
+  const bf16* w = bf16_weight(ctx, weight, int64_t{OC} * C);
+  gemm_bf16(ctx, false, false, N, C, OC, g, OC, w, C, true, dinp, C);
+}
+void backward_weight_bf16(Context& ctx, float* dweight, const bf16* g, const float* inp, int N,
+                          int C, int OC) {
+  // doutᵀ as a transposed view of dout's copy: oneDNN's kernels for a transposed source run
+  // within 8% of a plain one at these shapes (K = the microbatch's rows), while a transposing
+  // conversion cost several times that
+  const bf16* x = bf16_copy(ctx, inp, int64_t{N} * C);
+  gemm_bf16(ctx, true, false, OC, C, N, g, OC, x, C, true, dweight, C);
+}
+}  // namespace
+
 void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int N, int C, int OC) {
+  if (ctx.precision() == Precision::bf16) {
+    // one bf16 copy of dout for both halves (the same bits as the halves called one by one)
+    const bf16* g = bf16_copy(ctx, dout, int64_t{N} * OC);
+    if (dinp != nullptr) backward_input_bf16(ctx, dinp, g, weight, N, C, OC);
+    backward_weight_bf16(ctx, dweight, g, inp, N, C, OC);
+    if (dbias != nullptr) bias_backward(ctx, dbias, dout, N, OC);
+    return;
+  }
   if (dinp != nullptr) matmul_backward_input(ctx, dinp, dout, weight, N, C, OC);
   matmul_backward_weight(ctx, dweight, dbias, dout, inp, N, C, OC);
 }
@@ -56,9 +89,7 @@ void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, co
 void matmul_backward_input(Context& ctx, float* dinp, const float* dout, const float* weight, int N,
                            int C, int OC) {
   if (ctx.precision() == Precision::bf16) {
-    const bf16* g = bf16_copy(ctx, dout, int64_t{N} * OC);
-    const bf16* w = bf16_weight(ctx, weight, int64_t{OC} * C);
-    gemm_bf16(ctx, false, false, N, C, OC, g, OC, w, C, true, dinp, C);
+    backward_input_bf16(ctx, dinp, bf16_copy(ctx, dout, int64_t{N} * OC), weight, N, C, OC);
     return;
   }
   gemm(ctx, false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
@@ -66,22 +97,11 @@ void matmul_backward_input(Context& ctx, float* dinp, const float* dout, const f
 
 void matmul_backward_weight(Context& ctx, float* dweight, float* dbias, const float* dout,
                             const float* inp, int N, int C, int OC) {
-  if (ctx.precision() == Precision::bf16) {
-    // doutᵀ as a transposed view of dout's copy: oneDNN's kernels for a transposed source
-    // run within 8% of a plain one at these shapes (K = the microbatch's rows), while a
-    // transposing conversion cost several times that
-    const bf16* g = bf16_copy(ctx, dout, int64_t{N} * OC);
-    const bf16* x = bf16_copy(ctx, inp, int64_t{N} * C);
-    gemm_bf16(ctx, true, false, OC, C, N, g, OC, x, C, true, dweight, C);
-  } else {
+  if (ctx.precision() == Precision::bf16)
+    backward_weight_bf16(ctx, dweight, bf16_copy(ctx, dout, int64_t{N} * OC), inp, N, C, OC);
+  else
     gemm(ctx, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
-  }
-  if (dbias != nullptr) {
-    ctx.parallel_for_aligned(OC, 16, [&](int, int64_t o0, int64_t o1) {
-      if (o0 == o1) return;
-      for (int64_t r = 0; r < N; ++r) add_row(dbias + o0, dout + r * OC + o0, o1 - o0);
-    });
-  }
+  if (dbias != nullptr) bias_backward(ctx, dbias, dout, N, OC);
 }
 
 }  // namespace actorpipe

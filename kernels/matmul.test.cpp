@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include "kernels/bf16.hpp"
+#include "kernels/bf16_gemm.hpp"
 #include "kernels/internal/test_util.hpp"
 
 using namespace actorpipe;
@@ -95,27 +96,32 @@ TEST_CASE("matmul: same bits for 1 and 2 threads and across runs") {
 }
 
 TEST_CASE("matmul: the input and weight halves give matmul_backward's bits, in either order") {
-  const int N = 96, C = 64, OC = 80;
-  Rng rng(5);
-  const auto inp = random_vec(static_cast<size_t>(N) * C, rng);
-  const auto w = random_vec(static_cast<size_t>(OC) * C, rng);
-  const auto g = random_vec(static_cast<size_t>(N) * OC, rng);
-  const auto init_i = random_vec(inp.size(), rng), init_w = random_vec(w.size(), rng),
-             init_b = random_vec(static_cast<size_t>(OC), rng);
-  Context ctx(2);
-  auto di = init_i, dw = init_w, db = init_b;
-  matmul_backward(ctx, di.data(), dw.data(), db.data(), g.data(), inp.data(), w.data(), N, C, OC);
-  for (bool weight_first : {false, true}) {
-    CAPTURE(weight_first);
-    auto di2 = init_i, dw2 = init_w, db2 = init_b;
-    if (weight_first)
-      matmul_backward_weight(ctx, dw2.data(), db2.data(), g.data(), inp.data(), N, C, OC);
-    matmul_backward_input(ctx, di2.data(), g.data(), w.data(), N, C, OC);
-    if (!weight_first)
-      matmul_backward_weight(ctx, dw2.data(), db2.data(), g.data(), inp.data(), N, C, OC);
-    CHECK(bitwise_equal(di2, di));
-    CHECK(bitwise_equal(dw2, dw));
-    CHECK(bitwise_equal(db2, db));
+  for (Precision precision : {Precision::fp32, Precision::bf16}) {
+    if (precision == Precision::bf16 && !bf16_support().native) continue;
+    CAPTURE(to_string(precision));
+    const int N = 96, C = 64, OC = 80;
+    Rng rng(5);
+    const auto inp = random_vec(static_cast<size_t>(N) * C, rng);
+    const auto w = random_vec(static_cast<size_t>(OC) * C, rng);
+    const auto g = random_vec(static_cast<size_t>(N) * OC, rng);
+    const auto init_i = random_vec(inp.size(), rng), init_w = random_vec(w.size(), rng),
+               init_b = random_vec(static_cast<size_t>(OC), rng);
+    Context ctx(2);
+    ctx.set_precision(precision);
+    auto di = init_i, dw = init_w, db = init_b;
+    matmul_backward(ctx, di.data(), dw.data(), db.data(), g.data(), inp.data(), w.data(), N, C, OC);
+    for (bool weight_first : {false, true}) {
+      CAPTURE(weight_first);
+      auto di2 = init_i, dw2 = init_w, db2 = init_b;
+      if (weight_first)
+        matmul_backward_weight(ctx, dw2.data(), db2.data(), g.data(), inp.data(), N, C, OC);
+      matmul_backward_input(ctx, di2.data(), g.data(), w.data(), N, C, OC);
+      if (!weight_first)
+        matmul_backward_weight(ctx, dw2.data(), db2.data(), g.data(), inp.data(), N, C, OC);
+      CHECK(bitwise_equal(di2, di));
+      CHECK(bitwise_equal(dw2, dw));
+      CHECK(bitwise_equal(db2, db));
+    }
   }
 }
 
