@@ -52,6 +52,8 @@ std::string_view to_string(KernelCategory c) {
       return "elementwise";
     case KernelCategory::bias:
       return "bias";
+    case KernelCategory::convert:
+      return "convert";
     case KernelCategory::threads:
       return "threads";
     case KernelCategory::blocked:
@@ -91,7 +93,7 @@ KernelCategory classify_file(std::string_view file, bool& known) {
     std::string_view file;
     KernelCategory category;
   };
-  static constexpr std::array<Entry, 12> kFiles = {{
+  static constexpr std::array<Entry, 13> kFiles = {{
       {"gemm.cpp", KernelCategory::gemm},
       {"gemm_recorder.cpp", KernelCategory::gemm},
       {"attention.cpp", KernelCategory::attention},
@@ -103,6 +105,7 @@ KernelCategory classify_file(std::string_view file, bool& known) {
       {"layer_optimizer.cpp", KernelCategory::optimizer},
       {"elementwise.cpp", KernelCategory::elementwise},
       {"matmul.cpp", KernelCategory::bias},
+      {"bf16.cpp", KernelCategory::convert},
       {"context.cpp", KernelCategory::threads},
   }};
   const std::string_view base = basename(file);
@@ -123,7 +126,7 @@ KernelCategory classify_name(std::string_view name) {
   };
   // First match wins: kernel entry points (their lambdas carry the enclosing function's
   // name) before the thread pool that runs them.
-  static constexpr std::array<Entry, 22> kNames = {{
+  static constexpr std::array<Entry, 24> kNames = {{
       {"attention_", KernelCategory::attention},
       {"layernorm_", KernelCategory::layernorm},
       {"gelu_", KernelCategory::gelu},
@@ -142,6 +145,8 @@ KernelCategory classify_name(std::string_view name) {
       {"fill_zero", KernelCategory::elementwise},
       {"scale_inplace", KernelCategory::elementwise},
       {"matmul_", KernelCategory::bias},
+      {"to_bf16", KernelCategory::convert},
+      {"convert_to_bf16", KernelCategory::convert},
       {"gemm", KernelCategory::gemm},
       {"ThreadPool", KernelCategory::threads},
       {"run_chunks", KernelCategory::threads},

@@ -18,7 +18,7 @@ namespace actorpipe::bench {
 
 /// Where the time of a training step goes, by the kernel that executes it.
 enum class KernelCategory : uint8_t {
-  gemm,       // OpenBLAS sgemm (all matrix products, attention's included)
+  gemm,       // the matrix products: OpenBLAS sgemm, oneDNN's bf16 kernels (attention's included)
   attention,  // attention outside its GEMMs: softmax and its backward
   layernorm,
   gelu,
@@ -27,13 +27,14 @@ enum class KernelCategory : uint8_t {
   optimizer,     // AdamW, gradient norm, clip, tied-gradient sum
   elementwise,   // residual adds, zero fills, accumulation
   bias,          // bias broadcast and bias gradient of the linear layers
+  convert,       // f32 -> bf16 copies of the products' operands (pipeline.precision = bf16)
   threads,       // thread pool: dispatch, and spinning while other chunks finish
   blocked,       // in a system call: asleep (a pool thread waiting for work or for other
                  // chunks), or woken and waiting for a CPU
   libc,          // C/C++ runtime outside system calls: memcpy/memset, allocation
   other,         // everything else (layer glue, validation, unresolved addresses)
 };
-inline constexpr int kNumKernelCategories = 13;
+inline constexpr int kNumKernelCategories = 14;
 
 std::string_view to_string(KernelCategory c);
 /// The category whose to_string is `name`; false if there is none.

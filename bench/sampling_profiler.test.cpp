@@ -72,6 +72,9 @@ TEST_CASE("classify: libraries, source files of local symbols, then names") {
         KernelCategory::crossentropy);
   CHECK(classify("actorpipe::encoder_backward(...)", {}, {}) == KernelCategory::embedding);
   CHECK(classify("actorpipe::residual_forward(...)", {}, {}) == KernelCategory::elementwise);
+  CHECK(classify("actorpipe::(anonymous namespace)::to_bf16_loop(float const*, ...)", "bf16.cpp",
+                 {}) == KernelCategory::convert);
+  CHECK(classify({}, {}, "/lib/x86_64-linux-gnu/libdnnl.so.2") == KernelCategory::gemm);
   CHECK(classify("actorpipe::ReferenceTrainer::forward(actorpipe::Microbatch const&)",
                  "reference_trainer.cpp", {}) == KernelCategory::other);
   for (int c = 0; c < kNumKernelCategories; ++c)
