@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <unordered_map>
 #include <vector>
@@ -60,9 +61,23 @@ struct Prim {
   size_t scratch_bytes = 0;
 };
 
+// oneDNN's process-wide state, set up once before any thread uses it. Each thread keeps its own
+// primitives (ThreadState), so oneDNN's global primitive cache is turned off: no primitive or
+// cache entry is then shared between threads inside oneDNN, whose own synchronisation the thread
+// sanitizer cannot see (it reported its cache's locks and keys as races). std::call_once orders
+// every later call after the set-up.
+void init_onednn() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    dnnl::set_primitive_cache_capacity(0);
+    (void)cpu_engine();
+    (void)dnnl::get_effective_cpu_isa();
+  });
+}
+
 // One per thread that computes bf16 products: its stream, primitives and scratchpad.
 struct ThreadState {
-  ThreadState() : stream(cpu_engine()) {
+  ThreadState() : stream((init_onednn(), cpu_engine())) {
     // oneDNN (OpenMP runtime) sizes its parallel regions and picks its blocking by this thread's
     // OpenMP budget; the Context already splits the work, so every call runs on one thread
     omp_set_num_threads(1);
@@ -234,6 +249,7 @@ const Bf16Support& bf16_support() {
     }
 #endif
     using isa = dnnl::cpu_isa;
+    init_onednn();
     const isa e = dnnl::get_effective_cpu_isa();
     switch (e) {
       case isa::avx512_core_amx:
