@@ -11,8 +11,8 @@ mode=$4
 procs=$5
 kills=$6
 seed=$7
-# enough steps that the job outlives its kills on a fast machine: each kill comes 20-170 ms
-# after a step (a few to a few tens of steps), and rolls the job back to its last checkpoint
+# enough steps that the job outlives its kills on a fast machine: each kill comes 0.1-0.4 s after
+# a step (a few tens of steps), and rolls the job back to its last checkpoint
 steps=600
 every=10
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
@@ -64,7 +64,7 @@ while [ $k -lt "$kills" ]; do
     sleep 0.05
   done
   next_rand
-  sleep "0.$(printf %03d $((rand % 150 + 20)))"
+  sleep "0.$((rand % 300 + 100))"
   ranks=$(pgrep -P "$launcher_pid")
   n=$(echo "$ranks" | wc -w)
   [ "$n" -eq "$procs" ] || continue  # between attempts: try again
