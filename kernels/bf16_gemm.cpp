@@ -21,6 +21,7 @@
 
 #include "kernels/check.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/internal/row_split.hpp"
 
 // libgomp's (oneDNN's OpenMP runtime, linked explicitly): declared here rather than through
 // <omp.h>, which under clang would be libomp's
@@ -58,6 +59,8 @@ struct KeyHash {
 struct Prim {
   dnnl::matmul matmul;
   dnnl::memory a, b, c, bias, scratch;
+  // the execution arguments, made once: a call only sets the memory objects' data handles
+  std::unordered_map<int, dnnl::memory> args;
   size_t scratch_bytes = 0;
 };
 
@@ -129,6 +132,11 @@ Prim& primitive(ThreadState& ts, const Key& k) {
         dnnl::memory(dnnl::memory::desc({1, k.N}, dt::f32, dims{k.N, 1}), eng, DNNL_MEMORY_NONE);
   p->scratch = dnnl::memory(pd.scratchpad_desc(), eng, DNNL_MEMORY_NONE);
   p->scratch_bytes = pd.scratchpad_desc().get_size();
+  p->args = {{DNNL_ARG_SRC, p->a},
+             {DNNL_ARG_WEIGHTS, p->b},
+             {DNNL_ARG_DST, p->c},
+             {DNNL_ARG_SCRATCHPAD, p->scratch}};
+  if (k.bias) p->args.emplace(DNNL_ARG_BIAS, p->bias);
   return *ts.prims.emplace(k, std::move(p)).first->second;
 }
 
@@ -162,15 +170,8 @@ void gemm_bf16_serial(bool trans_a, bool trans_b, int M, int N, int K, const bf1
   p.b.set_data_handle(const_cast<bf16*>(B));
   p.c.set_data_handle(C);
   p.scratch.set_data_handle(ts.scratch.data());
-  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, p.a},
-                                                {DNNL_ARG_WEIGHTS, p.b},
-                                                {DNNL_ARG_DST, p.c},
-                                                {DNNL_ARG_SCRATCHPAD, p.scratch}};
-  if (bias != nullptr) {
-    p.bias.set_data_handle(const_cast<float*>(bias));
-    args.emplace(DNNL_ARG_BIAS, p.bias);
-  }
-  p.matmul.execute(ts.stream, args);
+  if (bias != nullptr) p.bias.set_data_handle(const_cast<float*>(bias));
+  p.matmul.execute(ts.stream, p.args);
   ts.stream.wait();
 }
 
@@ -179,19 +180,12 @@ void gemm_bf16(Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, co
                const float* bias) {
   AP_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_bf16: negative size M={} N={} K={}", M, N, K);
   if (M == 0 || N == 0) return;
-  const double piece =
-      static_cast<double>(smallest_aligned_chunk(M, kRowAlign, ctx.threads())) * N * K;
-  if (ctx.threads() == 1 || piece < kMinPieceMNK) {
-    gemm_bf16_serial(trans_a, trans_b, M, N, K, A, lda, B, ldb, accumulate, C, ldc, bias);
-    return;
-  }
-  ctx.parallel_for_aligned(M, kRowAlign, [&](int, int64_t b, int64_t e) {
-    if (b == e) return;
-    const int m0 = static_cast<int>(b);
-    const bf16* a0 = trans_a ? A + m0 : A + static_cast<int64_t>(m0) * lda;
-    gemm_bf16_serial(trans_a, trans_b, static_cast<int>(e - b), N, K, a0, lda, B, ldb, accumulate,
-                     C + static_cast<int64_t>(m0) * ldc, ldc, bias);
-  });
+  internal::split_rows(ctx, M, kRowAlign, static_cast<double>(N) * K, kMinPieceMNK,
+                       [&](int m0, int rows) {
+                         const bf16* a0 = trans_a ? A + m0 : A + static_cast<int64_t>(m0) * lda;
+                         gemm_bf16_serial(trans_a, trans_b, rows, N, K, a0, lda, B, ldb, accumulate,
+                                          C + static_cast<int64_t>(m0) * ldc, ldc, bias);
+                       });
 }
 
 std::string Bf16Speed::describe() const {

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/check.hpp"
+#include "kernels/internal/row_split.hpp"
 
 namespace actorpipe {
 
@@ -38,19 +39,12 @@ void gemm(Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, float a
           const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
   AP_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M={} N={} K={}", M, N, K);
   if (M == 0 || N == 0) return;
-  const double piece =
-      static_cast<double>(smallest_aligned_chunk(M, kGemmAlign, ctx.threads())) * N * K;
-  if (ctx.threads() == 1 || piece < kMinPieceMNK) {
-    gemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    return;
-  }
-  ctx.parallel_for_aligned(M, kGemmAlign, [&](int, int64_t b, int64_t e) {
-    if (b == e) return;
-    const int m0 = static_cast<int>(b);
-    const float* a0 = trans_a ? A + m0 : A + static_cast<int64_t>(m0) * lda;
-    gemm_serial(trans_a, trans_b, static_cast<int>(e - b), N, K, alpha, a0, lda, B, ldb, beta,
-                C + static_cast<int64_t>(m0) * ldc, ldc);
-  });
+  internal::split_rows(ctx, M, kGemmAlign, static_cast<double>(N) * K, kMinPieceMNK,
+                       [&](int m0, int rows) {
+                         const float* a0 = trans_a ? A + m0 : A + static_cast<int64_t>(m0) * lda;
+                         gemm_serial(trans_a, trans_b, rows, N, K, alpha, a0, lda, B, ldb, beta,
+                                     C + static_cast<int64_t>(m0) * ldc, ldc);
+                       });
 }
 
 }  // namespace actorpipe
