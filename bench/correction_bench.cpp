@@ -74,16 +74,7 @@ int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
   for (Mode mode : modes) {
     const std::vector<std::string> corrections = corrections_of(mode);
     if (corrections.empty()) continue;
-    PipelineRunSpec spec;
-    spec.model = shape.model;
-    spec.B = shape.B;
-    spec.T = shape.T;
-    spec.mode = mode;
-    spec.stages = 2;
-    spec.microbatches = m;
-    spec.partition = counts;
-    spec.warmup = warmup;
-    spec.reps = reps;
+    const PipelineRunSpec spec = two_stage_spec(shape, mode, counts, m, warmup, reps);
     std::vector<Variant> variants;
     for (const std::string& corr : corrections)
       variants.push_back({corr, [corr](PipelineRunSpec& s) { s.delay_correction = corr; }});

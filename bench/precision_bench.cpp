@@ -30,16 +30,7 @@ int run_precision_rows(const BenchShape& shape, std::span<const Mode> modes,
   }
   int failures = 0;
   for (Mode mode : modes) {
-    PipelineRunSpec base;
-    base.model = shape.model;
-    base.B = shape.B;
-    base.T = shape.T;
-    base.mode = mode;
-    base.stages = 2;
-    base.microbatches = m;
-    base.partition = counts;
-    base.warmup = warmup;
-    base.reps = reps;
+    const PipelineRunSpec base = two_stage_spec(shape, mode, counts, m, warmup, reps);
     const std::vector<Variant> variants = {
         {"fp32", [](PipelineRunSpec& s) { s.precision = "fp32"; }},
         {"bf16", [](PipelineRunSpec& s) { s.precision = "bf16"; }}};

@@ -8,6 +8,21 @@ double VariantResult::median_tokens_per_s() const {
   return ok() && !tokens_per_s.empty() ? median(tokens_per_s) : 0.0;
 }
 
+PipelineRunSpec two_stage_spec(const BenchShape& shape, Mode mode, const std::vector<int>& counts,
+                               int m, int warmup, int reps) {
+  PipelineRunSpec spec;
+  spec.model = shape.model;
+  spec.B = shape.B;
+  spec.T = shape.T;
+  spec.mode = mode;
+  spec.stages = 2;
+  spec.microbatches = m;
+  spec.partition = counts;
+  spec.warmup = warmup;
+  spec.reps = reps;
+  return spec;
+}
+
 std::vector<VariantResult> run_variants(const PipelineRunSpec& base,
                                         const std::vector<Variant>& variants, int rounds) {
   std::vector<VariantResult> out(variants.size());

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_shapes.hpp"
 #include "bench/pipeline_timing.hpp"
 
 namespace actorpipe::bench {
@@ -27,6 +28,11 @@ struct VariantResult {
   /// Median tokens/s (0 when it failed).
   double median_tokens_per_s() const;
 };
+
+/// The base of a mode's variant rows: `shape`'s GPT in `mode` on 2 stages of `counts` layers,
+/// m microbatches a step, `warmup` + `reps` steps per run.
+PipelineRunSpec two_stage_spec(const BenchShape& shape, Mode mode, const std::vector<int>& counts,
+                               int m, int warmup, int reps);
 
 /// Runs `rounds` rounds, each measuring every variant of `base` once, in order.
 std::vector<VariantResult> run_variants(const PipelineRunSpec& base,
