@@ -22,6 +22,21 @@ namespace {
 constexpr int kBlock = 64;  // query/key block of the causal triangle
 constexpr int kL = internal::kLanes;
 
+// The row blocks of one head's products: for causal attention blocks [r0, r1) of kBlock query
+// rows, each of which needs the keys [0, r1) only; otherwise one block of all T rows and keys.
+// fn(r0, r1, keys).
+template <class F>
+void for_blocks(int T, bool causal, F&& fn) {
+  if (!causal) {
+    fn(0, T, T);
+    return;
+  }
+  for (int r0 = 0; r0 < T; r0 += kBlock) {
+    const int r1 = std::min(T, r0 + kBlock);
+    fn(r0, r1, r1);
+  }
+}
+
 // Softmax of row[0, nv) over the keys allowed by km (null = all); row[nv, T) and masked
 // entries become 0, as does a row without any allowed key. The loops run over whole groups
 // of kL lanes up to n = min(T, nv rounded up), the entries past nv set to -inf first: they
@@ -88,15 +103,10 @@ void attention_forward_bf16(Context& ctx, float* out, float* att, const float* q
       float* A = att + bh * TT;
       float* o = out + b * T * C + h * hs;
       const uint8_t* km = key_mask != nullptr ? key_mask + b * T : nullptr;
-      if (causal) {
-        for (int r0 = 0; r0 < T; r0 += kBlock) {
-          const int r1 = std::min(T, r0 + kBlock);
-          gemm_bf16_serial(false, true, r1 - r0, r1, hs, q + static_cast<int64_t>(r0) * C3, C3, k,
-                           C3, false, A + static_cast<int64_t>(r0) * T, T);
-        }
-      } else {
-        gemm_bf16_serial(false, true, T, T, hs, q, C3, k, C3, false, A, T);
-      }
+      for_blocks(T, causal, [&](int r0, int r1, int keys) {
+        gemm_bf16_serial(false, true, r1 - r0, keys, hs, q + static_cast<int64_t>(r0) * C3, C3, k,
+                         C3, false, A + static_cast<int64_t>(r0) * T, T);
+      });
       for (int t = 0; t < T; ++t) {
         float* row = A + static_cast<int64_t>(t) * T;
         const int nv = causal ? t + 1 : T;
@@ -104,15 +114,10 @@ void attention_forward_bf16(Context& ctx, float* out, float* att, const float* q
         softmax_row(row, km, nv, T);
       }
       convert_to_bf16(A, a16, TT);
-      if (causal) {
-        for (int r0 = 0; r0 < T; r0 += kBlock) {
-          const int r1 = std::min(T, r0 + kBlock);
-          gemm_bf16_serial(false, false, r1 - r0, hs, r1, a16 + static_cast<int64_t>(r0) * T, T, v,
-                           C3, false, o + static_cast<int64_t>(r0) * C, C);
-        }
-      } else {
-        gemm_bf16_serial(false, false, T, hs, T, a16, T, v, C3, false, o, C);
-      }
+      for_blocks(T, causal, [&](int r0, int r1, int keys) {
+        gemm_bf16_serial(false, false, r1 - r0, hs, keys, a16 + static_cast<int64_t>(r0) * T, T, v,
+                         C3, false, o + static_cast<int64_t>(r0) * C, C);
+      });
     }
   });
 }
@@ -149,19 +154,13 @@ void attention_backward_bf16(Context& ctx, float* dqkv, float* scratch, const fl
       const float* A = att + bh * TT;
       const bf16* go = go16_all + b * T * C + h * hs;
       convert_to_bf16(A, a16, TT);
-      if (causal) {
-        for (int r0 = 0; r0 < T; r0 += kBlock) {
-          const int r1 = std::min(T, r0 + kBlock);
-          const int64_t o0 = r0;
-          gemm_bf16_serial(false, true, r1 - r0, r1, hs, go + o0 * C, C, v, C3, false, D + o0 * T,
-                           T);
-          gemm_bf16_serial(true, false, r1 - r0, hs, T - r0, a16 + o0 * T + o0, T, go + o0 * C, C,
-                           true, dv + o0 * C3, C3);
-        }
-      } else {
-        gemm_bf16_serial(false, true, T, T, hs, go, C, v, C3, false, D, T);
-        gemm_bf16_serial(true, false, T, hs, T, a16, T, go, C, true, dv, C3);
-      }
+      for_blocks(T, causal, [&](int r0, int r1, int keys) {
+        const int64_t o0 = r0;
+        gemm_bf16_serial(false, true, r1 - r0, keys, hs, go + o0 * C, C, v, C3, false, D + o0 * T,
+                         T);
+        gemm_bf16_serial(true, false, r1 - r0, hs, T - r0, a16 + o0 * T + o0, T, go + o0 * C, C,
+                         true, dv + o0 * C3, C3);
+      });
       for (int t = 0; t < T; ++t) {
         const int n = causal ? std::min(T, (t + kL) / kL * kL) : T;
         const int end = causal ? std::min(T, (t / kBlock + 1) * kBlock) : T;
@@ -170,19 +169,13 @@ void attention_backward_bf16(Context& ctx, float* dqkv, float* scratch, const fl
         // the products below read each row up to `end` only
         convert_to_bf16(D + static_cast<int64_t>(t) * T, d16 + static_cast<int64_t>(t) * T, end);
       }
-      if (causal) {
-        for (int r0 = 0; r0 < T; r0 += kBlock) {
-          const int r1 = std::min(T, r0 + kBlock);
-          const int64_t o0 = r0;
-          gemm_bf16_serial(false, false, r1 - r0, hs, r1, d16 + o0 * T, T, k, C3, true,
-                           dq + o0 * C3, C3);
-          gemm_bf16_serial(true, false, r1 - r0, hs, T - r0, d16 + o0 * T + o0, T, q + o0 * C3, C3,
-                           true, dk + o0 * C3, C3);
-        }
-      } else {
-        gemm_bf16_serial(false, false, T, hs, T, d16, T, k, C3, true, dq, C3);
-        gemm_bf16_serial(true, false, T, hs, T, d16, T, q, C3, true, dk, C3);
-      }
+      for_blocks(T, causal, [&](int r0, int r1, int keys) {
+        const int64_t o0 = r0;
+        gemm_bf16_serial(false, false, r1 - r0, hs, keys, d16 + o0 * T, T, k, C3, true,
+                         dq + o0 * C3, C3);
+        gemm_bf16_serial(true, false, r1 - r0, hs, T - r0, d16 + o0 * T + o0, T, q + o0 * C3, C3,
+                         true, dk + o0 * C3, C3);
+      });
     }
   });
 }
@@ -210,28 +203,18 @@ void attention_forward(Context& ctx, float* out, float* att, const float* qkv,
       float* o = out + b * T * C + h * hs;
       const uint8_t* km = key_mask != nullptr ? key_mask + b * T : nullptr;
       // Scores.
-      if (causal) {
-        for (int r0 = 0; r0 < T; r0 += kBlock) {
-          const int r1 = std::min(T, r0 + kBlock);
-          gemm_serial(false, true, r1 - r0, r1, hs, scale, q + static_cast<int64_t>(r0) * C3, C3, k,
-                      C3, 0.0f, A + static_cast<int64_t>(r0) * T, T);
-        }
-      } else {
-        gemm_serial(false, true, T, T, hs, scale, q, C3, k, C3, 0.0f, A, T);
-      }
+      for_blocks(T, causal, [&](int r0, int r1, int keys) {
+        gemm_serial(false, true, r1 - r0, keys, hs, scale, q + static_cast<int64_t>(r0) * C3, C3, k,
+                    C3, 0.0f, A + static_cast<int64_t>(r0) * T, T);
+      });
       // Softmax over the valid keys of each row; invalid entries become 0.
       for (int t = 0; t < T; ++t)
         softmax_row(A + static_cast<int64_t>(t) * T, km, causal ? t + 1 : T, T);
       // out_h = att · v.
-      if (causal) {
-        for (int r0 = 0; r0 < T; r0 += kBlock) {
-          const int r1 = std::min(T, r0 + kBlock);
-          gemm_serial(false, false, r1 - r0, hs, r1, 1.0f, A + static_cast<int64_t>(r0) * T, T, v,
-                      C3, 0.0f, o + static_cast<int64_t>(r0) * C, C);
-        }
-      } else {
-        gemm_serial(false, false, T, hs, T, 1.0f, A, T, v, C3, 0.0f, o, C);
-      }
+      for_blocks(T, causal, [&](int r0, int r1, int keys) {
+        gemm_serial(false, false, r1 - r0, hs, keys, 1.0f, A + static_cast<int64_t>(r0) * T, T, v,
+                    C3, 0.0f, o + static_cast<int64_t>(r0) * C, C);
+      });
     }
   });
 }
@@ -262,21 +245,15 @@ void attention_backward(Context& ctx, float* dqkv, float* scratch, const float* 
       float* dv = dq + 2 * C;
       const float* A = att + bh * TT;
       const float* go = dout + b * T * C + h * hs;
-      if (causal) {
-        for (int r0 = 0; r0 < T; r0 += kBlock) {
-          const int r1 = std::min(T, r0 + kBlock);
-          const int64_t o0 = r0;
-          // datt rows [r0, r1), keys [0, r1).
-          gemm_serial(false, true, r1 - r0, r1, hs, 1.0f, go + o0 * C, C, v, C3, 0.0f, D + o0 * T,
-                      T);
-          // dv[keys r0..r1) += att[queries r0..T, keys r0..r1)ᵀ · dout[queries r0..T).
-          gemm_serial(true, false, r1 - r0, hs, T - r0, 1.0f, A + o0 * T + o0, T, go + o0 * C, C,
-                      1.0f, dv + o0 * C3, C3);
-        }
-      } else {
-        gemm_serial(false, true, T, T, hs, 1.0f, go, C, v, C3, 0.0f, D, T);
-        gemm_serial(true, false, T, hs, T, 1.0f, A, T, go, C, 1.0f, dv, C3);
-      }
+      for_blocks(T, causal, [&](int r0, int r1, int keys) {
+        const int64_t o0 = r0;
+        // datt rows [r0, r1), keys [0, keys).
+        gemm_serial(false, true, r1 - r0, keys, hs, 1.0f, go + o0 * C, C, v, C3, 0.0f, D + o0 * T,
+                    T);
+        // dv[keys r0..r1) += att[queries r0..T, keys r0..r1)ᵀ · dout[queries r0..T).
+        gemm_serial(true, false, r1 - r0, hs, T - r0, 1.0f, A + o0 * T + o0, T, go + o0 * C, C,
+                    1.0f, dv + o0 * C3, C3);
+      });
       // Softmax backward, scale folded in: D = att ⊙ (datt − Σ att·datt) · scale. In the
       // causal case the entries right of the diagonal up to the block end are zeroed, as
       // the blocked GEMMs below read them.
@@ -286,21 +263,15 @@ void attention_backward(Context& ctx, float* dqkv, float* scratch, const float* 
         softmax_backward_row(D + static_cast<int64_t>(t) * T, A + static_cast<int64_t>(t) * T,
                              scale, n, end);
       }
-      if (causal) {
-        for (int r0 = 0; r0 < T; r0 += kBlock) {
-          const int r1 = std::min(T, r0 + kBlock);
-          const int64_t o0 = r0;
-          // dq[rows r0..r1) += D[rows, keys 0..r1) · k[keys 0..r1).
-          gemm_serial(false, false, r1 - r0, hs, r1, 1.0f, D + o0 * T, T, k, C3, 1.0f, dq + o0 * C3,
-                      C3);
-          // dk[keys r0..r1) += D[queries r0..T, keys r0..r1)ᵀ · q[queries r0..T).
-          gemm_serial(true, false, r1 - r0, hs, T - r0, 1.0f, D + o0 * T + o0, T, q + o0 * C3, C3,
-                      1.0f, dk + o0 * C3, C3);
-        }
-      } else {
-        gemm_serial(false, false, T, hs, T, 1.0f, D, T, k, C3, 1.0f, dq, C3);
-        gemm_serial(true, false, T, hs, T, 1.0f, D, T, q, C3, 1.0f, dk, C3);
-      }
+      for_blocks(T, causal, [&](int r0, int r1, int keys) {
+        const int64_t o0 = r0;
+        // dq[rows r0..r1) += D[rows, keys 0..keys) · k[keys 0..keys).
+        gemm_serial(false, false, r1 - r0, hs, keys, 1.0f, D + o0 * T, T, k, C3, 1.0f, dq + o0 * C3,
+                    C3);
+        // dk[keys r0..r1) += D[queries r0..T, keys r0..r1)ᵀ · q[queries r0..T).
+        gemm_serial(true, false, r1 - r0, hs, T - r0, 1.0f, D + o0 * T + o0, T, q + o0 * C3, C3,
+                    1.0f, dk + o0 * C3, C3);
+      });
     }
   });
 }
