@@ -73,6 +73,29 @@ bool parse_uint_array(const json& j, std::vector<uint64_t>& out, std::string& wh
   return true;
 }
 
+// The header length in the first 8 bytes of a file or buffer of `total` bytes, checked
+// against the limit and what follows it.
+Expected<uint64_t> header_length(const unsigned char* len_bytes, uint64_t total,
+                                 const std::string& path) {
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
+  if (n == 0) return make_error("{}: header length is 0; a header needs at least \"{{}}\"", path);
+  if (n > kMaxHeaderBytes) {
+    return make_error("{}: header length {} exceeds the limit of {} bytes", path, n,
+                      kMaxHeaderBytes);
+  }
+  if (n > total - 8) {
+    return make_error(
+        "{}: header length {} exceeds the {} bytes after the length field "
+        "(truncated file?)",
+        path, n, total - 8);
+  }
+  return n;
+}
+
+// Parses and validates the JSON header `text` of a file or buffer of `file_size` bytes.
+Expected<Header> parse_header(const std::string& text, uint64_t file_size, const std::string& path);
+
 Expected<Header> read_header(int fd, const std::string& path) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return make_error("{}: cannot stat: {}", path, internal::errno_text());
@@ -84,21 +107,16 @@ Expected<Header> read_header(int fd, const std::string& path) {
   }
   unsigned char len_bytes[8];
   if (auto s = internal::read_exact(fd, len_bytes, 8, 0, path); !s) return s.error();
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
-  if (n == 0) return make_error("{}: header length is 0; a header needs at least \"{{}}\"", path);
-  if (n > kMaxHeaderBytes) {
-    return make_error("{}: header length {} exceeds the limit of {} bytes", path, n,
-                      kMaxHeaderBytes);
-  }
-  if (n > file_size - 8) {
-    return make_error(
-        "{}: header length {} exceeds the {} bytes after the length field "
-        "(truncated file?)",
-        path, n, file_size - 8);
-  }
-  std::string text(static_cast<std::size_t>(n), '\0');
+  auto n = header_length(len_bytes, file_size, path);
+  if (!n) return n.error();
+  std::string text(static_cast<std::size_t>(*n), '\0');
   if (auto s = internal::read_exact(fd, text.data(), text.size(), 8, path); !s) return s.error();
+  return parse_header(text, file_size, path);
+}
+
+Expected<Header> parse_header(const std::string& text, uint64_t file_size,
+                              const std::string& path) {
+  const uint64_t n = text.size();
   if (auto nul = text.find('\0'); nul != std::string::npos) {
     return make_error("{}: header contains a NUL byte at offset {} (padding must be spaces)", path,
                       nul);
@@ -302,6 +320,57 @@ Expected<std::vector<NamedTensor>> read_safetensors(const std::string& path) {
       }
     }
     out.push_back(std::move(t));
+  }
+  return out;
+}
+
+Expected<SafetensorsBuffer> decode_safetensors(std::span<const std::byte> bytes,
+                                               const std::string& what) {
+  const auto total = static_cast<uint64_t>(bytes.size());
+  if (total < 8) {
+    return make_error("{}: {} bytes, too short for the 8-byte header length", what, total);
+  }
+  auto n = header_length(reinterpret_cast<const unsigned char*>(bytes.data()), total, what);
+  if (!n) return n.error();
+  const std::string text(reinterpret_cast<const char*>(bytes.data()) + 8,
+                         static_cast<std::size_t>(*n));
+  auto header = parse_header(text, total, what);
+  if (!header) return header.error();
+  SafetensorsBuffer out;
+  out.metadata = std::move(header->metadata);
+  out.tensors.reserve(header->entries.size());
+  for (auto& e : header->entries) {
+    NamedTensor t;
+    t.name = std::move(e.name);
+    t.dtype = std::move(e.dtype);
+    t.shape = std::move(e.shape);
+    void* dst = nullptr;
+    if (t.dtype == "F32") {
+      t.f32.resize(static_cast<std::size_t>(e.numel));
+      dst = t.f32.data();
+    } else {
+      t.i32.resize(static_cast<std::size_t>(e.numel));
+      dst = t.i32.data();
+    }
+    if (e.end > e.begin)
+      std::memcpy(dst, bytes.data() + header->data_start + e.begin, e.end - e.begin);
+    out.tensors.push_back(std::move(t));
+  }
+  return out;
+}
+
+Expected<std::vector<std::byte>> encode_safetensors(
+    const std::vector<TensorRef>& tensors, const std::map<std::string, std::string>& metadata,
+    const std::string& what) {
+  auto layout = safetensors_layout(what, tensors, metadata);
+  if (!layout) return layout.error();
+  std::vector<std::byte> out(static_cast<std::size_t>(layout->file_size));
+  std::memcpy(out.data(), layout->head.data(), layout->head.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const void* src = tensors[i].i32 ? static_cast<const void*>(tensors[i].i32)
+                                     : static_cast<const void*>(tensors[i].data);
+    if (layout->bytes[i] == 0) continue;
+    std::memcpy(out.data() + layout->data_start + layout->offsets[i], src, layout->bytes[i]);
   }
   return out;
 }

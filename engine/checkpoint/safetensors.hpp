@@ -2,8 +2,10 @@
 // header of name -> {dtype, shape, data_offsets} plus "__metadata__", then the raw data).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -66,6 +68,24 @@ struct SafetensorsLayout {
 Expected<SafetensorsLayout> safetensors_layout(const std::string& path,
                                                const std::vector<TensorRef>& tensors,
                                                const std::map<std::string, std::string>& metadata);
+
+/// The bytes of a safetensors file held in memory (what crosses processes when layers move).
+struct SafetensorsBuffer {
+  std::vector<NamedTensor> tensors;  ///< in the order of their data offsets
+  std::map<std::string, std::string> metadata;
+};
+
+/// Exactly the bytes write_safetensors would write for `tensors` and `metadata`, in memory.
+/// Errors as write_safetensors's, naming `what`.
+Expected<std::vector<std::byte>> encode_safetensors(
+    const std::vector<TensorRef>& tensors, const std::map<std::string, std::string>& metadata,
+    const std::string& what);
+
+/// Reads safetensors bytes from memory, validated exactly as read_safetensors validates a file
+/// (header length and JSON, dtypes, shapes against spans, contiguous offsets covering the data);
+/// errors name `what` (say, the peer the bytes came from).
+Expected<SafetensorsBuffer> decode_safetensors(std::span<const std::byte> bytes,
+                                               const std::string& what);
 
 /// Returns the tensor called `name` in `tensors`, or nullptr.
 const NamedTensor* find_tensor(const std::vector<NamedTensor>& tensors, const std::string& name);

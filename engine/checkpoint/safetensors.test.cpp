@@ -335,3 +335,48 @@ TEST_CASE("the writer refuses bad input and leaves no temporary files") {
   CHECK(s.error().message.find("no/such/dir/x.safetensors") != std::string::npos);
   CHECK(s.error().message.find("cannot create") != std::string::npos);
 }
+
+TEST_CASE("in memory: the bytes of the file, and the same checks on reading them") {
+  TempDir dir;
+  const std::string p = dir.file("m.safetensors");
+  std::vector<float> w = {1.0f, -0.0f, std::numeric_limits<float>::denorm_min(), 3.25f};
+  std::vector<int32_t> ids = {5, -7};
+  const std::vector<TensorRef> tensors = {{"layers.3.w", {2, 2}, w.data()},
+                                          {.name = "ids", .shape = {2}, .i32 = ids.data()},
+                                          {"empty", {0}, nullptr}};
+  const std::map<std::string, std::string> meta = {{"model", "2"}};
+  REQUIRE(write_safetensors(p, tensors, meta).ok());
+  auto bytes = encode_safetensors(tensors, meta, "the test");
+  REQUIRE(bytes.ok());
+  const std::string file = slurp(p);
+  REQUIRE(file.size() == bytes->size());
+  CHECK(std::memcmp(file.data(), bytes->data(), file.size()) == 0);
+
+  auto back = decode_safetensors(*bytes, "rank 1's layers");
+  REQUIRE(back.ok());
+  CHECK(back->metadata == meta);
+  REQUIRE(back->tensors.size() == 3);
+  CHECK(back->tensors[0].name == "layers.3.w");
+  CHECK(back->tensors[0].shape == std::vector<int64_t>{2, 2});
+  CHECK(std::memcmp(back->tensors[0].f32.data(), w.data(), w.size() * 4) == 0);
+  CHECK(back->tensors[1].i32 == ids);
+  CHECK(back->tensors[2].numel() == 0);
+
+  // every corruption a file reader refuses, a buffer reader refuses too, naming the source
+  auto refused = [](std::vector<std::byte> b) {
+    auto r = decode_safetensors(b, "rank 1's layers");
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message.rfind("rank 1's layers: ", 0) == 0);
+    return r.error().message;
+  };
+  CHECK(refused({}).find("too short") != std::string::npos);
+  std::vector<std::byte> cut(bytes->begin(), bytes->end() - 4);
+  CHECK(refused(cut).find("truncated") != std::string::npos);
+  std::vector<std::byte> longer = *bytes;
+  longer.push_back(std::byte{0});
+  CHECK(refused(longer).find("trailing garbage") != std::string::npos);
+  std::vector<std::byte> huge = *bytes;
+  huge[5] = std::byte{0x7f};  // a header length far beyond the buffer
+  CHECK(refused(huge).find("exceeds") != std::string::npos);
+  CHECK_FALSE(encode_safetensors({{"__x", {1}, w.data()}}, {}, "the test").ok());
+}
