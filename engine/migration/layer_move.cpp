@@ -9,20 +9,9 @@
 #include "engine/checkpoint/pipeline_checkpoint.hpp"
 #include "engine/execution/optimizer_shard.hpp"
 #include "engine/execution/stage_worker.hpp"
-#include "kernels/check.hpp"
 
 namespace actorpipe {
 namespace {
-
-// The global layer a checkpoint tensor name belongs to: "layers.<i>.<slot>[...]".
-int layer_of(const std::string& name) {
-  constexpr std::string_view prefix = "layers.";
-  AP_CHECK(name.rfind(prefix, 0) == 0, "tensor {} names no layer", name);
-  int layer = 0;
-  for (size_t k = prefix.size(); k < name.size() && name[k] != '.'; ++k)
-    layer = layer * 10 + (name[k] - '0');
-  return layer;
-}
 
 NamedTensor copy_of(const TensorRef& ref) {
   NamedTensor t;
@@ -34,93 +23,150 @@ NamedTensor copy_of(const TensorRef& ref) {
   return t;
 }
 
-}  // namespace
-
-Expected<MoveReport> move_layers(const Partition& from, const Partition& to,
-                                 std::vector<std::unique_ptr<StageWorker>>& workers,
-                                 std::vector<std::unique_ptr<OptimizerShard>>& shards) {
-  const auto started = std::chrono::steady_clock::now();
+Status check_sizes(const Partition& from, const Partition& to, size_t workers, size_t shards) {
   const int d = from.stages();
   if (to.stages() != d || to.num_layers() != from.num_layers()) {
     return make_error("migration: a move from {} stages over {} layers to {} stages over {} layers",
                       d, from.num_layers(), to.stages(), to.num_layers());
   }
-  if (static_cast<int>(workers.size()) != d || static_cast<int>(shards.size()) != d) {
-    return make_error("migration: {} workers and {} shards for {} stages", workers.size(),
-                      shards.size(), d);
-  }
-  MoveReport report;
-  report.from = from.counts();
-  report.to = to.counts();
-  std::vector<int> rebuilt;
-  for (int r = 0; r < d; ++r) {
-    if (!workers[static_cast<size_t>(r)] || !shards[static_cast<size_t>(r)])
-      return make_error("migration: stage {} is not in this process", r);
-    if (from.begin(r) != to.begin(r) || from.end(r) != to.end(r)) rebuilt.push_back(r);
-  }
-  for (int l = 0; l < from.num_layers(); ++l)
-    report.layers_moved += from.stage_of(l) != to.stage_of(l) ? 1 : 0;
-  if (rebuilt.empty()) {
-    report.seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    return report;
-  }
+  if (static_cast<int>(workers) != d || static_cast<int>(shards) != d)
+    return make_error("migration: {} workers and {} shards for {} stages", workers, shards, d);
+  return {};
+}
 
-  // the rebuilt stages' state by layer-granular name (pipeline_checkpoint_refs checks that
-  // they are idle and agree on the update count)
+}  // namespace
+
+int checkpoint_layer(const std::string& name) {
+  constexpr std::string_view prefix = "layers.";
+  if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size()) return -1;
+  int layer = 0;
+  size_t k = prefix.size();
+  for (; k < name.size() && name[k] != '.'; ++k) {
+    if (name[k] < '0' || name[k] > '9' || layer > 100'000'000) return -1;
+    layer = layer * 10 + (name[k] - '0');
+  }
+  return k == prefix.size() ? -1 : layer;
+}
+
+Expected<std::vector<int>> rebuilt_stages(const Partition& from, const Partition& to) {
+  if (to.stages() != from.stages() || to.num_layers() != from.num_layers()) {
+    return make_error("migration: a move from {} stages over {} layers to {} stages over {} layers",
+                      from.stages(), from.num_layers(), to.stages(), to.num_layers());
+  }
+  std::vector<int> out;
+  for (int r = 0; r < from.stages(); ++r)
+    if (from.begin(r) != to.begin(r) || from.end(r) != to.end(r)) out.push_back(r);
+  return out;
+}
+
+Expected<CheckpointContents> rebuilt_state(
+    const Partition& from, const Partition& to,
+    std::span<const std::unique_ptr<StageWorker>> workers,
+    std::span<const std::unique_ptr<OptimizerShard>> shards) {
+  if (Status ok = check_sizes(from, to, workers.size(), shards.size()); !ok) return ok.error();
+  auto rebuilt = rebuilt_stages(from, to);
+  if (!rebuilt) return rebuilt.error();
   std::vector<StageWorker*> old_workers;
   std::vector<OptimizerShard*> old_shards;
-  for (int r : rebuilt) {
-    old_workers.push_back(workers[static_cast<size_t>(r)].get());
-    old_shards.push_back(shards[static_cast<size_t>(r)].get());
+  for (int r : *rebuilt) {
+    const size_t k = static_cast<size_t>(r);
+    if ((workers[k] == nullptr) != (shards[k] == nullptr))
+      return make_error("migration: stage {} has a worker or a shard but not both here", r);
+    if (workers[k] == nullptr) continue;  // another process's
+    old_workers.push_back(workers[k].get());
+    old_shards.push_back(shards[k].get());
   }
+  CheckpointContents state;
+  state.path = "(the stages' memory)";
+  if (old_workers.empty()) return state;
+  // pipeline_checkpoint_refs checks that they are idle and agree on the update count
   auto refs = pipeline_checkpoint_refs(old_workers, old_shards);
   if (!refs) return make_error("migration: {}", refs.error().message);
   const StageWorker& any = *old_workers.front();
-  CheckpointContents state;
-  state.path = "(the stages' memory)";
   state.info.model = any.model().options();
   state.info.optimizer = any.optimizer_options();
   state.info.extra["updates"] = std::to_string(any.updates());
-  auto take = [&](const std::vector<TensorRef>& from_refs, std::vector<NamedTensor>& into) {
-    for (const TensorRef& ref : from_refs) {
-      NamedTensor t = copy_of(ref);
-      const int64_t bytes = t.numel() * static_cast<int64_t>(sizeof(float));
-      report.bytes_copied += bytes;
-      const int layer = layer_of(t.name);
-      if (from.stage_of(layer) != to.stage_of(layer)) report.bytes_moved += bytes;
-      into.push_back(std::move(t));
-    }
-  };
-  take(refs->model, state.model);
-  take(refs->optimizer, state.optimizer);
-  take(refs->versions, state.versions);
+  for (const TensorRef& ref : refs->model) state.model.push_back(copy_of(ref));
+  for (const TensorRef& ref : refs->optimizer) state.optimizer.push_back(copy_of(ref));
+  for (const TensorRef& ref : refs->versions) state.versions.push_back(copy_of(ref));
+  return state;
+}
 
-  std::vector<std::unique_ptr<StageWorker>> new_workers;
-  std::vector<std::unique_ptr<OptimizerShard>> new_shards;
+Expected<RebuiltStages> build_rebuilt_stages(
+    const Partition& from, const Partition& to, const CheckpointContents& state,
+    std::span<const std::unique_ptr<StageWorker>> workers,
+    std::span<const std::unique_ptr<OptimizerShard>> shards) {
+  if (Status ok = check_sizes(from, to, workers.size(), shards.size()); !ok) return ok.error();
+  auto stages = rebuilt_stages(from, to);
+  if (!stages) return stages.error();
+  RebuiltStages out;
   std::vector<StageWorker*> new_w;
   std::vector<OptimizerShard*> new_s;
-  for (int r : rebuilt) {
-    const StageWorker& old = *workers[static_cast<size_t>(r)];
+  for (int r : *stages) {
+    const size_t k = static_cast<size_t>(r);
+    if (workers[k] == nullptr || shards[k] == nullptr) continue;  // another process's
+    const StageWorker& old = *workers[k];
     StageWorkerOptions wo = old.options();
     wo.init_params = false;  // every parameter is loaded below
-    new_workers.push_back(
+    out.stages.push_back(r);
+    out.workers.push_back(
         std::make_unique<StageWorker>(old.model(), to, old.optimizer_options(), wo));
-    new_shards.push_back(
+    out.shards.push_back(
         std::make_unique<OptimizerShard>(old.model(), to, r, old.optimizer_options()));
-    new_workers.back()->predict_from(*new_shards.back());
-    new_w.push_back(new_workers.back().get());
-    new_s.push_back(new_shards.back().get());
+    out.workers.back()->predict_from(*out.shards.back());
+    new_w.push_back(out.workers.back().get());
+    new_s.push_back(out.shards.back().get());
   }
+  if (new_w.empty()) return out;
   if (Status ok = load_pipeline_checkpoint(state, new_w, new_s); !ok)
     return make_error("migration: installing the moved state: {}", ok.error().message);
-  // nothing can fail from here on: the new stages take their places
-  for (size_t k = 0; k < rebuilt.size(); ++k) {
-    workers[static_cast<size_t>(rebuilt[k])] = std::move(new_workers[k]);
-    shards[static_cast<size_t>(rebuilt[k])] = std::move(new_shards[k]);
+  return out;
+}
+
+void install_rebuilt_stages(RebuiltStages rebuilt, const Partition& to,
+                            std::vector<std::unique_ptr<StageWorker>>& workers,
+                            std::vector<std::unique_ptr<OptimizerShard>>& shards) {
+  for (size_t k = 0; k < rebuilt.stages.size(); ++k) {
+    workers[static_cast<size_t>(rebuilt.stages[k])] = std::move(rebuilt.workers[k]);
+    shards[static_cast<size_t>(rebuilt.stages[k])] = std::move(rebuilt.shards[k]);
   }
-  for (int r = 0; r < d; ++r) workers[static_cast<size_t>(r)]->repartition(to);
-  report.stages_rebuilt = std::move(rebuilt);
+  for (auto& w : workers)
+    if (w) w->repartition(to);
+}
+
+Expected<MoveReport> move_layers(const Partition& from, const Partition& to,
+                                 std::vector<std::unique_ptr<StageWorker>>& workers,
+                                 std::vector<std::unique_ptr<OptimizerShard>>& shards) {
+  const auto started = std::chrono::steady_clock::now();
+  if (Status ok = check_sizes(from, to, workers.size(), shards.size()); !ok) return ok.error();
+  for (int r = 0; r < from.stages(); ++r) {
+    if (!workers[static_cast<size_t>(r)] || !shards[static_cast<size_t>(r)])
+      return make_error("migration: stage {} is not in this process", r);
+  }
+  auto rebuilt = rebuilt_stages(from, to);
+  if (!rebuilt) return rebuilt.error();
+  MoveReport report;
+  report.from = from.counts();
+  report.to = to.counts();
+  for (int l = 0; l < from.num_layers(); ++l)
+    report.layers_moved += from.stage_of(l) != to.stage_of(l) ? 1 : 0;
+  if (!rebuilt->empty()) {
+    auto state = rebuilt_state(from, to, workers, shards);
+    if (!state) return state.error();
+    for (const auto* group : {&state->model, &state->optimizer, &state->versions}) {
+      for (const NamedTensor& t : *group) {
+        const int64_t bytes = t.numel() * static_cast<int64_t>(sizeof(float));
+        report.bytes_copied += bytes;
+        const int layer = checkpoint_layer(t.name);
+        if (from.stage_of(layer) != to.stage_of(layer)) report.bytes_moved += bytes;
+      }
+    }
+    auto built = build_rebuilt_stages(from, to, *state, workers, shards);
+    if (!built) return built.error();
+    // nothing can fail from here on: the new stages take their places
+    install_rebuilt_stages(std::move(*built), to, workers, shards);
+  }
+  report.stages_rebuilt = std::move(*rebuilt);
   report.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return report;

@@ -140,3 +140,78 @@ TEST_CASE("a move that cannot be made changes nothing and says why") {
   CHECK(same->bytes_moved == 0);
   CHECK(s.workers[0].get() == w0);
 }
+
+TEST_CASE("the three phases of a move, in two 'processes' with the state routed between them") {
+  const Model model = build_model(tiny_model(Arch::gpt, false, 5));
+  // stages 0 and 1 in process 0, stage 2 in process 1
+  const std::vector<int> rank_of = {0, 0, 1};
+  for (Mode mode : {Mode::onef1b, Mode::twobw}) {
+    CAPTURE(to_string(mode));
+    Stages s = patterned(model, counts({1, 2, 1}), mode);
+    const StageWorker* kept = s.workers[0].get();
+    auto move = [&](const Partition& from, const Partition& to) {
+      // each process holds only its stages
+      std::vector<Stages> procs(2);
+      for (auto& p : procs) {
+        p.workers.resize(3);
+        p.shards.resize(3);
+      }
+      for (size_t r = 0; r < 3; ++r) {
+        procs[static_cast<size_t>(rank_of[r])].workers[r] = std::move(s.workers[r]);
+        procs[static_cast<size_t>(rank_of[r])].shards[r] = std::move(s.shards[r]);
+      }
+      // phase 1 in each; every tensor goes to the process of its layer's new stage
+      std::vector<CheckpointContents> inbox(2);
+      for (size_t p = 0; p < 2; ++p) {
+        auto state = rebuilt_state(from, to, procs[p].workers, procs[p].shards);
+        REQUIRE_MESSAGE(state.ok(), (state.ok() ? "" : state.error().message));
+        for (auto* group : {&state->model, &state->optimizer, &state->versions}) {
+          for (NamedTensor& t : *group) {
+            const int layer = checkpoint_layer(t.name);
+            REQUIRE(layer >= 0);
+            CheckpointContents& dst =
+                inbox[static_cast<size_t>(rank_of[static_cast<size_t>(to.stage_of(layer))])];
+            auto& into = group == &state->model       ? dst.model
+                         : group == &state->optimizer ? dst.optimizer
+                                                      : dst.versions;
+            into.push_back(std::move(t));
+          }
+        }
+      }
+      // phases 2 and 3 in each, with the manifest's update count of its own stages
+      for (size_t p = 0; p < 2; ++p) {
+        inbox[p].info.model = model.options();
+        inbox[p].info.extra["updates"] = std::to_string(3);  // patterned()'s count
+        auto built = build_rebuilt_stages(from, to, inbox[p], procs[p].workers, procs[p].shards);
+        REQUIRE_MESSAGE(built.ok(), (built.ok() ? "" : built.error().message));
+        install_rebuilt_stages(std::move(*built), to, procs[p].workers, procs[p].shards);
+      }
+      for (size_t r = 0; r < 3; ++r) {
+        s.workers[r] = std::move(procs[static_cast<size_t>(rank_of[r])].workers[r]);
+        s.shards[r] = std::move(procs[static_cast<size_t>(rank_of[r])].shards[r]);
+      }
+    };
+    // layer 2 crosses from process 0 to process 1; stage 0 keeps its objects
+    move(counts({1, 2, 1}), counts({1, 1, 2}));
+    CHECK(s.workers[0].get() == kept);
+    CHECK(s.workers[0]->partition().counts() == std::vector<int>{1, 1, 2});
+    CHECK(s.workers[2]->first_layer() == 2);
+    check_patterned(s, mode);
+    // and back over two boundaries: layer 2 to process 0, layer 1 within process 0
+    move(counts({1, 1, 2}), counts({2, 1, 1}));
+    CHECK(s.workers[0]->num_layers() == 2);
+    CHECK(s.workers[1]->first_layer() == 2);
+    check_patterned(s, mode);
+  }
+}
+
+TEST_CASE("checkpoint names name their layer") {
+  CHECK(checkpoint_layer("layers.0.wte") == 0);
+  CHECK(checkpoint_layer("layers.12.attn.qkv.weight@v3") == 12);
+  CHECK(checkpoint_layer("layers.7.ln.bias.adam_m") == 7);
+  CHECK(checkpoint_layer("layers..x") == -1);
+  CHECK(checkpoint_layer("layers.") == -1);
+  CHECK(checkpoint_layer("layers.1x.w") == -1);
+  CHECK(checkpoint_layer("head.w") == -1);
+  CHECK(checkpoint_layer("layers.99999999999.w") == -1);
+}
