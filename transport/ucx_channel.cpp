@@ -114,6 +114,7 @@ UcxChannel::UcxChannel(std::shared_ptr<UcxWorker> worker, ChannelEnds ends, End 
   AP_CHECK(opts_.pool_capacity >= 0, "{}: pool_capacity = {}", name(), opts_.pool_capacity);
   AP_CHECK(!opts_.carry_announcements || ends.tag < kUcxAnnouncementTagBit,
            "{}: tag {} leaves no bit to mark its announcements", name(), ends.tag);
+  AP_CHECK(ends.tag != kUcxExchangeChannelTag, "{}: tag {} is ucx_exchange's", name(), ends.tag);
 }
 
 std::unique_ptr<UcxChannel> UcxChannel::sender(std::shared_ptr<UcxWorker> worker, ChannelEnds ends,

@@ -31,6 +31,10 @@ constexpr uint64_t ucx_tag(uint32_t channel_tag, uint64_t sequence) {
 /// rather than a payload: such channels have tags below it.
 inline constexpr uint32_t kUcxAnnouncementTagBit = 0x8000;
 
+/// The channel tag that ucx_exchange's messages use (transport/ucx_exchange.hpp): no channel
+/// takes it.
+inline constexpr uint32_t kUcxExchangeChannelTag = 0x7FFF;
+
 /// Options of a UcxChannel.
 struct UcxChannelOptions {
   /// post() also sends the announcement (its bytes, tagged with kUcxAnnouncementTagBit) right
