@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <caf/all.hpp>
+#include <charconv>
 #include <cmath>
 #include <optional>
 
@@ -14,6 +15,7 @@
 #include "actors/migration_manager.hpp"
 #include "actors/optimizer_actor.hpp"
 #include "actors/process_group.hpp"
+#include "actors/process_move.hpp"
 #include "actors/replica_reducer.hpp"
 #include "actors/stage_actor.hpp"
 #include "engine/config/config.hpp"
@@ -60,18 +62,29 @@ struct ActorEngine::Impl {
   std::unique_ptr<ReplicaReducer> reducer;  // replicas > 1
   bool multi() const { return group != nullptr && placement.world() > 1; }
 
-  // migration (one process): the manager's own actor system, alive as long as the engine
+  // migration: the manager's own actor system, alive as long as the engine; in a job of
+  // several processes only the driver's process runs the manager, and the others follow its
+  // verdicts (they hold the setup's forced moves and check interval, no manager)
   std::shared_ptr<MigrationManagerSetup> migration;
   std::unique_ptr<caf::actor_system_config> migration_config;  // the system refers to it
   std::unique_ptr<caf::actor_system> migration_system;
   caf::actor manager;
   bool first_run = true;
+  uint32_t moves = 0;       // moves across processes so far (every rank counts alike)
+  bool announcing = false;  // the lead rank asks its manager at a boundary: a move announces
+  bool announced = false;   // ... and did
+  bool lead() const { return rank == placement.first_rank(); }
 
   // eval_microbatches > 0: a held-out evaluation of that many microbatches (steps ignored)
   Expected<ActorRunResult> run_segment(int steps, DataLoader& data, const ActorCallbacks& callbacks,
                                        int eval_microbatches = 0);
   Expected<MoveReport> move_to(const std::vector<int>& counts);
+  Expected<std::optional<MigrationEvent>> ask_manager(long step);
   Expected<std::optional<MigrationEvent>> boundary(long step);
+  // a job of several processes: the lead rank tells the others what its manager decided at a
+  // boundary (counts, or none), before any move
+  Status announce(const std::optional<std::vector<int>>& counts);
+  Expected<std::optional<std::vector<int>>> await_verdict();
   long updates() const;
 };
 
@@ -265,33 +278,38 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
   auto forced = parse_forced_moves(config.migration.moves);
   if (!forced) return forced.error();
   if (!forced->empty() || config.migration.enabled) {
-    if (world > 1) {
+    if (impl->replicas > 1) {
       return make_error(
-          "migration.moves / migration.enabled: layers move between the stages of one process "
-          "only, not yet in a job of {} processes",
-          world);
+          "migration.moves / migration.enabled with pipeline.replicas = {}: layers move within "
+          "one pipeline; a move in one replica only would change what the replicas sum",
+          impl->replicas);
     }
     auto setup = std::make_shared<MigrationManagerSetup>();
     setup->forced = std::move(*forced);
     setup->check_every = config.migration.check_every;
-    if (config.migration.enabled) {
-      // the profile (measured once, or cached) and the planner's options for this pipeline
-      auto profiled = plan_auto_partition(impl->config, planning);
-      if (!profiled) return make_error("migration.enabled: {}", profiled.error().message);
-      setup->policy =
-          std::make_unique<MigrationPolicy>(config.migration, profiled->costs, profiled->planner,
-                                            layer_move_bytes(profiled->costs, impl->mode));
-    }
+    setup->checks = config.migration.enabled;
     Impl* im = impl.get();
     setup->move = [im](const std::vector<int>& counts) { return im->move_to(counts); };
-    impl->migration_config = std::make_unique<caf::actor_system_config>();
-    caf::actor_system_config& cfg = *impl->migration_config;
-    internal::add_message_types(cfg);
-    cfg.set("scheduler.max-threads", 1);
-    cfg.set("work-stealing.moderate-poll-attempts", size_t{0});
-    impl->migration_system = std::make_unique<caf::actor_system>(cfg);
     impl->migration = setup;
-    impl->manager = spawn_migration_manager(*impl->migration_system, std::move(setup));
+    // in a job of several processes the lead rank's manager decides for all: the others hold
+    // the setup (the boundaries, the move) and follow its verdicts
+    if (impl->lead()) {
+      if (config.migration.enabled) {
+        // the profile (measured once, or cached) and the planner's options for this pipeline
+        auto profiled = plan_auto_partition(impl->config, planning);
+        if (!profiled) return make_error("migration.enabled: {}", profiled.error().message);
+        setup->policy =
+            std::make_unique<MigrationPolicy>(config.migration, profiled->costs, profiled->planner,
+                                              layer_move_bytes(profiled->costs, impl->mode));
+      }
+      impl->migration_config = std::make_unique<caf::actor_system_config>();
+      caf::actor_system_config& cfg = *impl->migration_config;
+      internal::add_message_types(cfg);
+      cfg.set("scheduler.max-threads", 1);
+      cfg.set("work-stealing.moderate-poll-attempts", size_t{0});
+      impl->migration_system = std::make_unique<caf::actor_system>(cfg);
+      impl->manager = spawn_migration_manager(*impl->migration_system, std::move(setup));
+    }
   }
   if (impl->replicas > 1) {
     // one Gloo group per stage across the replicas; an all-reduce may wait for a replica that
@@ -718,11 +736,18 @@ long ActorEngine::Impl::updates() const {
 }
 
 Expected<MoveReport> ActorEngine::Impl::move_to(const std::vector<int>& counts) {
+  if (multi() && lead() && announcing) {
+    // the others learn the verdict first, whatever becomes of it
+    if (Status ok = announce(counts); !ok) return ok.error();
+    announced = true;
+  }
   auto to = Partition::from_counts(model->num_layers(), counts);
   if (!to) return make_error("migration: {}", to.error().message);
   if (Status ok = check_tied_placement(*model, *to, mode); !ok)
     return make_error("migration to [{}]: {}", fmt::join(counts, ", "), ok.error().message);
-  auto report = move_layers(*partition, *to, workers, shards);
+  auto report = multi() ? move_layers_across(*group, placement, *partition, *to, workers, shards,
+                                             moves++, group->options().peer_timeout)
+                        : move_layers(*partition, *to, workers, shards);
   if (!report) return report.error();
   *partition = std::move(*to);
   config.pipeline.partition.automatic = false;
@@ -730,7 +755,39 @@ Expected<MoveReport> ActorEngine::Impl::move_to(const std::vector<int>& counts) 
   return report;
 }
 
-Expected<std::optional<MigrationEvent>> ActorEngine::Impl::boundary(long step) {
+Status ActorEngine::Impl::announce(const std::optional<std::vector<int>>& counts) {
+  RankPart part;
+  part.text = counts ? fmt::format("move {}", fmt::join(*counts, " ")) : "none";
+  auto all = group->all_gather(std::move(part));
+  if (!all) return make_error("rank {}: migration verdict: {}", rank, all.error().message);
+  return {};
+}
+
+Expected<std::optional<std::vector<int>>> ActorEngine::Impl::await_verdict() {
+  auto all = group->all_gather({});
+  if (!all) return make_error("rank {}: migration verdict: {}", rank, all.error().message);
+  const std::string& text = (*all)[static_cast<size_t>(placement.first_rank())].text;
+  if (text == "none") return std::optional<std::vector<int>>{};
+  std::vector<int> counts;
+  if (text.rfind("move", 0) == 0) {
+    const char* p = text.data() + 4;
+    const char* end = text.data() + text.size();
+    while (p < end) {
+      while (p < end && *p == ' ') ++p;
+      if (p == end) break;
+      int c = 0;
+      auto [next, ec] = std::from_chars(p, end, c);
+      if (ec != std::errc()) break;
+      counts.push_back(c);
+      p = next;
+    }
+    if (p == end && !counts.empty()) return std::optional<std::vector<int>>(counts);
+  }
+  return make_error("rank {}: rank {}'s migration verdict is unreadable: \"{}\"", rank,
+                    placement.first_rank(), text);
+}
+
+Expected<std::optional<MigrationEvent>> ActorEngine::Impl::ask_manager(long step) {
   std::vector<int32_t> counts;
   for (int c : partition->counts()) counts.push_back(c);
   std::optional<MigrationEvent> out;
@@ -745,6 +802,53 @@ Expected<std::optional<MigrationEvent>> ActorEngine::Impl::boundary(long step) {
           [&](caf::error& err) { failure = migration_system->render(err); });
   if (!failure.empty()) return make_error("migration manager: {}", failure);
   return out;
+}
+
+Expected<std::optional<MigrationEvent>> ActorEngine::Impl::boundary(long step) {
+  if (!multi()) return ask_manager(step);
+  // the lead rank's manager decides (a move announces itself to the others before it starts);
+  // the others follow; then every rank takes the lead's verdict as its own
+  caf::actor_system& sys = group->system();
+  RankPart verdict;
+  if (lead()) {
+    announcing = true;
+    announced = false;
+    auto e = ask_manager(step);
+    announcing = false;
+    if (!announced) {
+      if (Status ok = announce(std::nullopt); !ok) return ok.error();
+    }
+    std::optional<MigrationEvent> out;
+    if (!e) {
+      out.emplace();
+      out->step = step;
+      out->from = partition->counts();
+      out->error = e.error().message;
+    } else {
+      out = std::move(*e);
+    }
+    if (out) {
+      std::vector<char> buf;
+      caf::binary_serializer sink{sys, buf};
+      if (auto err = sink(*out)) return make_error("migration verdict: {}", sys.render(err));
+      verdict.text.assign(buf.begin(), buf.end());
+    }
+  } else {
+    auto counts = await_verdict();
+    if (!counts) return counts.error();
+    // a failure here is the lead's too (the move's agreement): its verdict names it
+    if (*counts) (void)move_to(**counts);
+  }
+  auto all = group->all_gather(std::move(verdict));
+  if (!all) return make_error("rank {}: migration verdict: {}", rank, all.error().message);
+  const std::string& text = (*all)[static_cast<size_t>(placement.first_rank())].text;
+  if (text.empty()) return std::optional<MigrationEvent>{};
+  MigrationEvent e;
+  std::vector<char> buf(text.begin(), text.end());
+  caf::binary_deserializer source{sys, buf};
+  if (auto err = source(e))
+    return make_error("rank {}: the migration verdict is unreadable: {}", rank, sys.render(err));
+  return std::optional<MigrationEvent>(std::move(e));
 }
 
 Expected<EvalResult> ActorEngine::evaluate(DataLoader& data, int microbatches) {
@@ -812,7 +916,7 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
     ActorCallbacks cb;
     cb.stop = callbacks.stop;
     cb.on_step = [&](const StepProgress& p) {
-      caf::anon_send(im.manager, internal::steptimes_atom::value, p.stages);
+      if (im.manager) caf::anon_send(im.manager, internal::steptimes_atom::value, p.stages);
       if (!callbacks.on_step) return;
       StepProgress q = p;
       q.step += done;
@@ -822,7 +926,7 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
       for (size_t r = 0; r < q.stages.size() && r < before.size(); ++r) q.stages[r] += before[r];
       callbacks.on_step(q);
     };
-    caf::anon_send(im.manager, internal::segment_atom::value);
+    if (im.manager) caf::anon_send(im.manager, internal::segment_atom::value);
     auto r = im.run_segment(seg, data, cb);
     if (!r) return r.error();
     total.losses.insert(total.losses.end(), r->losses.begin(), r->losses.end());

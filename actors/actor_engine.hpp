@@ -158,6 +158,7 @@ struct MigrationEvent {
   double predicted_new = 0.0;  ///< ... and of the proposal
   int layers_moved = 0;
   int64_t bytes_moved = 0;    ///< the moved layers' state (parameters, optimizer, versions)
+  int64_t bytes_sent = 0;     ///< of bytes_moved, what crossed between processes
   double move_seconds = 0.0;  ///< the move's wall time (the pause it adds)
   /// Non-empty when the move failed: the stages are unchanged and the run stops with it.
   std::string error;

@@ -97,6 +97,7 @@ void move_and_report(MigrationManagerSetup& s, const std::vector<int>& to, Migra
   e.to = to;
   e.layers_moved = report->layers_moved;
   e.bytes_moved = report->bytes_moved;
+  e.bytes_sent = report->bytes_sent;
   e.move_seconds = report->seconds;
   if (s.policy) s.policy->moved(report->bytes_copied, report->seconds);
 }
@@ -109,7 +110,8 @@ long next_migration_boundary(const MigrationManagerSetup& setup, long step, long
       break;
     }
   }
-  if (setup.policy) next = std::min(next, (step / setup.check_every + 1) * setup.check_every);
+  if (setup.policy || setup.checks)
+    next = std::min(next, (step / setup.check_every + 1) * setup.check_every);
   return next;
 }
 

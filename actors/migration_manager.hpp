@@ -23,6 +23,9 @@ struct MigrationManagerSetup {
   std::vector<ForcedMove> forced;           ///< migration.moves
   std::unique_ptr<MigrationPolicy> policy;  ///< migration.enabled: the rule; null = forced only
   int check_every = 10;                     ///< migration.check_every
+  /// migration.enabled: the engine stops every check_every steps (in a job of several
+  /// processes, only the lead rank holds the policy; every rank stops alike)
+  bool checks = false;
   /// Runs a move to the given layer counts (the engine's stages, idle at a boundary).
   std::function<Expected<MoveReport>(const std::vector<int>& counts)> move;
 };

@@ -176,8 +176,8 @@ std::string migration_json(const MigrationEvent& e) {
   out += ",\"predicted_new\":";
   append_number(out, e.predicted_new);
   fmt::format_to(std::back_inserter(out),
-                 ",\"layers_moved\":{},\"bytes_moved\":{},\"move_seconds\":", e.layers_moved,
-                 e.bytes_moved);
+                 ",\"layers_moved\":{},\"bytes_moved\":{},\"bytes_sent\":{},\"move_seconds\":",
+                 e.layers_moved, e.bytes_moved, e.bytes_sent);
   append_seconds(out, e.move_seconds);
   out += ",\"reason\":";
   append_text(out, e.reason);

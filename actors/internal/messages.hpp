@@ -192,7 +192,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, MigrationEvent& x) {
   return f(caf::meta::type_name("MigrationEvent"), x.step, x.forced, x.moved, x.from, x.to,
            x.reason, x.imbalance, x.busy, x.speed, x.predicted_now, x.predicted_new, x.layers_moved,
-           x.bytes_moved, x.move_seconds, x.error);
+           x.bytes_moved, x.bytes_sent, x.move_seconds, x.error);
 }
 
 template <class Inspector>

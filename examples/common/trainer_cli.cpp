@@ -568,10 +568,14 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
   trainer->on_step([&](const StepMetrics& m) { printer.step(m); });
   trainer->on_migration([&](const MigrationEvent& e) {
     if (e.moved) {
+      const std::string sent = e.bytes_sent > 0
+                                   ? fmt::format(" ({:.1f} MiB between processes)",
+                                                 static_cast<double>(e.bytes_sent) / (1 << 20))
+                                   : std::string();
       printer.note(fmt::format(
-          "migration after step {}: {} -> {}, {} layer(s), {:.1f} MiB moved in {:.1f} ms ({})",
+          "migration after step {}: {} -> {}, {} layer(s), {:.1f} MiB moved{} in {:.1f} ms ({})",
           e.step, partition_text(e.from), partition_text(e.to), e.layers_moved,
-          static_cast<double>(e.bytes_moved) / (1 << 20), e.move_seconds * 1e3, e.reason));
+          static_cast<double>(e.bytes_moved) / (1 << 20), sent, e.move_seconds * 1e3, e.reason));
     } else if (e.reason.rfind("balanced", 0) != 0) {
       printer.note(fmt::format("migration check after step {}: {}", e.step, e.reason));
     }
