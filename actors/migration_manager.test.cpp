@@ -111,6 +111,9 @@ TEST_CASE("forced moves in gpipe, 1f1b and unclipped 2bw equal the run without t
       // several boundaries at once; the last stage (the tied head's copy) grows and shrinks
       {3, {2, 2, 2}, "1: 1, 3, 2; 3: 2, 1, 3; 4: 3, 2, 1"},
       {4, {2, 1, 1, 2}, "2: 1, 2, 2, 1; 3: 3, 1, 1, 1; 5: 1, 1, 1, 3"},
+      // the tied head's stage rebuilt while the embedding's stage keeps its layers (2bw's copy
+      // then loads the owner's previous version from its own)
+      {3, {2, 2, 2}, "2: 2, 1, 3; 4: 2, 3, 1"},
   };
   for (Arch arch : {Arch::gpt, Arch::bert}) {
     for (const char* mode : {"gpipe", "1f1b", "2bw"}) {

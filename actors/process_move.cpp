@@ -191,7 +191,7 @@ Expected<MoveReport> move_layers_across(ProcessGroup& group, const Placement& pl
   // 3. build and load this process's rebuilt stages
   Expected<RebuiltStages> built = make_error("not built");
   if (mine.ok) {
-    built = build_rebuilt_stages(from, to, kept, workers, shards);
+    built = build_rebuilt_stages(from, to, std::move(kept), workers, shards);
     if (!built) mine = Outcome{false, 0, 0, 0, built.error().message};
   }
 

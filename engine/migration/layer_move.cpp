@@ -9,6 +9,8 @@
 #include "engine/checkpoint/pipeline_checkpoint.hpp"
 #include "engine/execution/optimizer_shard.hpp"
 #include "engine/execution/stage_worker.hpp"
+#include "engine/execution/tied_params.hpp"
+#include "engine/execution/weight_store.hpp"
 
 namespace actorpipe {
 namespace {
@@ -32,6 +34,37 @@ Status check_sizes(const Partition& from, const Partition& to, size_t workers, s
   if (static_cast<int>(workers) != d || static_cast<int>(shards) != d)
     return make_error("migration: {} workers and {} shards for {} stages", workers, shards, d);
   return {};
+}
+
+// 2bw: a tied copy that follows its owner loads the owner's previous version with its own
+// (load_pipeline_checkpoint). When the owner's stage is not rebuilt, the state holds none of the
+// owner's tensors, but the copy's own previous version holds exactly that value (at rest a
+// follow_owner copy holds the owner's versions: StageWorker::install_tied_weights), so it stands
+// in under the owner's name.
+void add_tied_owner_versions(CheckpointContents& state, std::span<StageWorker* const> rebuilt) {
+  const std::string* text = nullptr;
+  if (auto it = state.info.extra.find("updates"); it != state.info.extra.end()) text = &it->second;
+  if (text == nullptr || *text == "0") return;
+  const std::string suffix = fmt::format("@v{}", std::stol(*text) - 1);
+  for (const StageWorker* w : rebuilt) {
+    if (version_policy(w->mode()) != VersionPolicy::double_buffered) continue;
+    for (size_t k = 0; k < w->num_tied(); ++k) {
+      if (w->tied_role(k) != TiedRole::copy || tied_sync(w->mode()) != TiedSync::follow_owner)
+        continue;
+      const TiedParam& tp = w->model().tied()[k];
+      const ParamSlot* owner = w->model().layer(tp.owner_layer).find_slot(tp.owner_slot);
+      const ParamSlot* copy = w->model().layer(tp.copy_layer).find_slot(tp.copy_slot);
+      if (owner == nullptr || copy == nullptr) continue;
+      const std::string owner_name = w->model().param_name(tp.owner_layer, *owner) + suffix;
+      if (find_tensor(state.versions, owner_name) != nullptr) continue;
+      const NamedTensor* held =
+          find_tensor(state.versions, w->model().param_name(tp.copy_layer, *copy) + suffix);
+      if (held == nullptr) continue;  // the load names what is missing
+      NamedTensor alias = *held;
+      alias.name = owner_name;
+      state.versions.push_back(std::move(alias));
+    }
+  }
 }
 
 }  // namespace
@@ -93,7 +126,7 @@ Expected<CheckpointContents> rebuilt_state(
 }
 
 Expected<RebuiltStages> build_rebuilt_stages(
-    const Partition& from, const Partition& to, const CheckpointContents& state,
+    const Partition& from, const Partition& to, CheckpointContents state,
     std::span<const std::unique_ptr<StageWorker>> workers,
     std::span<const std::unique_ptr<OptimizerShard>> shards) {
   if (Status ok = check_sizes(from, to, workers.size(), shards.size()); !ok) return ok.error();
@@ -118,6 +151,7 @@ Expected<RebuiltStages> build_rebuilt_stages(
     new_s.push_back(out.shards.back().get());
   }
   if (new_w.empty()) return out;
+  add_tied_owner_versions(state, new_w);
   if (Status ok = load_pipeline_checkpoint(state, new_w, new_s); !ok)
     return make_error("migration: installing the moved state: {}", ok.error().message);
   return out;
@@ -161,7 +195,7 @@ Expected<MoveReport> move_layers(const Partition& from, const Partition& to,
         if (from.stage_of(layer) != to.stage_of(layer)) report.bytes_moved += bytes;
       }
     }
-    auto built = build_rebuilt_stages(from, to, *state, workers, shards);
+    auto built = build_rebuilt_stages(from, to, std::move(*state), workers, shards);
     if (!built) return built.error();
     // nothing can fail from here on: the new stages take their places
     install_rebuilt_stages(std::move(*built), to, workers, shards);

@@ -77,10 +77,11 @@ struct RebuiltStages {
 
 /// Phase 2: builds every local stage that the move rebuilds (with its old worker's options)
 /// and loads it from `state`, which must hold every tensor those stages need under `to`
-/// (load_pipeline_checkpoint). Nothing in place changes. Errors: a tensor missing or of
-/// another shape, naming it.
+/// (load_pipeline_checkpoint; in 2bw a rebuilt tied copy whose owner's previous version is not
+/// in `state` takes its own, which holds the same value). Nothing in place changes. Errors: a
+/// tensor missing or of another shape, naming it.
 Expected<RebuiltStages> build_rebuilt_stages(
-    const Partition& from, const Partition& to, const CheckpointContents& state,
+    const Partition& from, const Partition& to, CheckpointContents state,
     std::span<const std::unique_ptr<StageWorker>> workers,
     std::span<const std::unique_ptr<OptimizerShard>> shards);
 
