@@ -1,8 +1,8 @@
 # The multi-process oracle: runs PROGRAM (actorpipe-gpt or actorpipe-bert) once in one process and
 # once as WORLD processes under LAUNCH (actorpipe-launch, or Open MPI's mpirun when MPIRUN is set)
-# with the same ARGS ("|"-separated), then
-# requires every checkpoint file (every step and final: model, optimizer, versions, manifest)
-# and every step's loss in the metrics file to be the same bits. WORKDIR is made fresh.
+# with the same ARGS ("|"-separated) and MOVES (migration.moves, '/' for ';'), then
+# requires the same bits (compare_runs.cmake: every checkpoint file, every loss and migration
+# verdict in the metrics). WORKDIR is made fresh.
 file(REMOVE_RECURSE "${WORKDIR}")
 file(MAKE_DIRECTORY "${WORKDIR}/one" "${WORKDIR}/multi")
 string(REPLACE "|" ";" args "${ARGS}")
@@ -10,7 +10,10 @@ set(common ${args} --set checkpoint.dir=ckpt --set train.metrics=metrics.jsonl
   --set train.log_every=0)
 
 string(REPLACE "|" ";" one_args "${ONE_ARGS}")
-execute_process(COMMAND "${PROGRAM}" ${common} ${one_args} WORKING_DIRECTORY "${WORKDIR}/one"
+# MOVES: migration.moves with '/' for its ';' (a CMake list separator), passed as one argument
+string(REPLACE "/" ";" moves "${MOVES}")
+execute_process(COMMAND "${PROGRAM}" ${common} ${one_args} --set "migration.moves=${moves}"
+  WORKING_DIRECTORY "${WORKDIR}/one"
   RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 300)
 if(NOT code EQUAL 0)
   message(FATAL_ERROR "one process: exit ${code}\n${out}${err}")
@@ -28,7 +31,7 @@ if(MPIRUN)
 else()
   set(launch "${LAUNCH}" -n ${WORLD} --grace 5 --)
 endif()
-execute_process(COMMAND ${launch} "${PROGRAM}" ${common}
+execute_process(COMMAND ${launch} "${PROGRAM}" ${common} --set "migration.moves=${moves}"
   WORKING_DIRECTORY "${WORKDIR}/multi"
   RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 300)
 message("${out}${err}")
@@ -36,48 +39,6 @@ if(NOT code EQUAL 0)
   message(FATAL_ERROR "${WORLD} processes: exit ${code}")
 endif()
 
-file(GLOB_RECURSE files RELATIVE "${WORKDIR}/one/ckpt" "${WORKDIR}/one/ckpt/*")
-list(LENGTH files n)
-if(n EQUAL 0)
-  message(FATAL_ERROR "the one-process run wrote no checkpoint")
-endif()
-file(GLOB_RECURSE multi_files RELATIVE "${WORKDIR}/multi/ckpt" "${WORKDIR}/multi/ckpt/*")
-# the directory's lock file names the process that held it
-list(REMOVE_ITEM files lock)
-list(REMOVE_ITEM multi_files lock)
-list(SORT files)
-list(SORT multi_files)
-if(NOT files STREQUAL multi_files)
-  message(FATAL_ERROR "checkpoint files differ:\n  one: ${files}\n  multi: ${multi_files}")
-endif()
-foreach(f IN LISTS files)
-  file(SHA256 "${WORKDIR}/one/ckpt/${f}" a)
-  file(SHA256 "${WORKDIR}/multi/ckpt/${f}" b)
-  if(NOT a STREQUAL b)
-    message(FATAL_ERROR "${f} differs between one process and ${WORLD} processes")
-  endif()
-endforeach()
-
-# losses: the "loss" of every step line and of every held-out evaluation (times differ, losses
-# must not)
-set(evals 0)
-foreach(run one multi)
-  file(STRINGS "${WORKDIR}/${run}/metrics.jsonl" lines)
-  set(losses_${run} "")
-  foreach(line IN LISTS lines)
-    string(JSON loss ERROR_VARIABLE no_step GET "${line}" loss)
-    if(no_step)
-      string(JSON loss GET "${line}" eval loss)
-      set(loss "eval:${loss}")
-      math(EXPR evals "${evals} + 1")
-    endif()
-    list(APPEND losses_${run} "${loss}")
-  endforeach()
-endforeach()
-if(NOT losses_one STREQUAL losses_multi OR losses_one STREQUAL "")
-  message(FATAL_ERROR "losses differ:\n  one:   ${losses_one}\n  multi: ${losses_multi}")
-endif()
-list(LENGTH files nfiles)
-list(LENGTH losses_one nsteps)
-math(EXPR evals "${evals} / 2")
-message("same bits: ${nfiles} checkpoint files and ${nsteps} losses (${evals} of them held-out)")
+include(${CMAKE_CURRENT_LIST_DIR}/compare_runs.cmake)
+actorpipe_compare_runs("${WORKDIR}" "${WORLD} processes")
+message("same bits: ${COMPARED}")
