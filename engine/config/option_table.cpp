@@ -339,7 +339,8 @@ std::vector<OptionSpec> build_table() {
   t.push_back(row("migration", "enabled", &C::migration, &MigrationOptions::enabled, "",
                   "The automatic migration manager: every check_every steps it compares the "
                   "stages' busy time and moves layers to even them out (docs/migration.md). "
-                  "One process only."));
+                  "In a job of several processes the driver's rank decides for all; not with "
+                  "pipeline.replicas > 1."));
   t.push_back(row("migration", "moves", &C::migration, &MigrationOptions::moves,
                   "\"\" or \"<step>: <layers per stage>; ...\" with increasing steps",
                   "Forced moves: after <step> optimizer steps the stages hold these layer "
