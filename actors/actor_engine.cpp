@@ -666,6 +666,7 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(int steps, DataLoader& d
   MicrobatchFeed feed(data, im.B, im.T, static_cast<int>(mine.size()), split, im.replica);
   st->feed = &feed;
   st->counters = std::make_unique<StageCounters[]>(static_cast<size_t>(d));
+  st->shortened.resize(static_cast<size_t>(d));
   st->spans.resize(static_cast<size_t>(d));
   st->update_spans.resize(static_cast<size_t>(d));
   if (im.options.record_spans) {

@@ -174,7 +174,8 @@ struct ActorCallbacks {
   std::function<void(const MigrationEvent&)> on_migration;
   /// Read by the driver (rank 0's, in a job of several processes): once requested, gpipe and
   /// 1f1b end the run after the step in flight (no microbatch of a later step is fed; every
-  /// stage ends its list after that step's flush); the asynchronous modes end at the run's end.
+  /// stage ends its list after that step's flush), 2bw likewise (every stage's list becomes that of
+  /// a run of so many steps: first_steps); pipedream and xpipe end at the run's end.
   /// ActorRunResult::stopped says so. Null: never.
   const StopFlag* stop = nullptr;
 };

@@ -254,12 +254,16 @@ class DriverActor : public caf::event_based_actor {
         if (remote(r)) send(st_->directory.stages[r], mb_atom::value, next_remote_mb_);
   }
 
-  // A stop asked (ActorCallbacks::stop), seen the first time: in the sync modes, where every
-  // repetition of the schedule is one step ending in a flush, the run ends after the last step
+  // A stop asked (ActorCallbacks::stop), seen the first time: the run ends after the last step
   // any microbatch of which was fed (the step in flight): no later microbatch is fed, and every
-  // stage ends its list after that step (`cut`). Such a stage is at most at that step's flush:
-  // none can pass it without the driver's release, nor start a later step without a microbatch
-  // of it. The asynchronous modes run their one schedule to its end.
+  // stage ends its list after that step (`cut`). In the sync modes, where every repetition of the
+  // schedule is one step ending in a flush, such a stage is at most at that step's flush: none
+  // can pass it without the driver's release, nor start a later step without a microbatch of
+  // it. In 2bw the run's one schedule ends after that step instead (first_steps): no stage can
+  // have started an action of a later step, which needs a microbatch of it or the updates of
+  // its backwards; the next run continues it exactly, as after any run of 2bw. pipedream and
+  // xpipe run their schedule to its end: ending them early would drain the pipeline where the
+  // uninterrupted training does not.
   void check_stop() {
     if (stop_seen_ || finished_ || st_->callbacks.stop == nullptr ||
         !st_->callbacks.stop->requested())
@@ -267,14 +271,22 @@ class DriverActor : public caf::event_based_actor {
     stop_seen_ = true;
     // replicas end at the run's end too: a cut would have to reach every replica's pipeline
     // after the same step, and each replica's driver releases its own microbatches
-    if (st_->repeats <= 1 || st_->replicas > 1) return;
+    if (st_->replicas > 1 || st_->eval) return;
+    if (st_->repeats <= 1 && st_->mode != Mode::twobw) return;
+    cut_after_fed_step();
+  }
+
+  // Ends the run after the last step any microbatch of which was released (see check_stop).
+  void cut_after_fed_step() {
+    const bool sync = st_->repeats > 1;
+    const int64_t per = sync ? st_->schedule.total_microbatches() : st_->schedule.microbatches;
+    const int64_t total = sync ? st_->repeats : st_->schedule.steps;
     // stages of other processes get microbatches ahead (feed): the furthest one released counts
-    const int64_t per = st_->schedule.total_microbatches();
     bool any_remote = false;
     for (size_t r = 0; r < st_->directory.stages.size(); ++r) any_remote = any_remote || remote(r);
     const int64_t released = any_remote ? std::max(next_mb_, next_remote_mb_) : next_mb_;
     const int64_t steps = std::max<int64_t>(1, (released + per - 1) / per);
-    if (steps >= st_->repeats) return;
+    if (steps >= total) return;
     end_mbs_ = steps * per;
     for (const caf::actor& a : st_->directory.stages)
       send(a, cut_atom::value, static_cast<int32_t>(steps));

@@ -86,16 +86,21 @@ class StageActor : public caf::event_based_actor {
           released_ = std::max(released_, ordinal);
           advance_or_spin();
         },
-        [this](cut_atom, int32_t repeats) {
-          // a stop: the list ends after `repeats` repetitions of the schedule (the driver's
-          // check_stop: this stage has not started a later one)
-          const size_t n = st_->schedule.per_stage[static_cast<size_t>(r_)].size() *
-                           static_cast<size_t>(std::max(repeats, 0));
-          if (n < n_) {
-            if (pc_ > n)
-              return report_failure(fmt::format(
-                  "asked to end after step {} at action {} of {}, past it", repeats, pc_, n));
-            n_ = n;
+        [this](cut_atom, int32_t steps) {
+          // the run ends after `steps` steps (the driver's cut: this stage has not started an
+          // action of a later step). Sync modes: after that many repetitions of the schedule;
+          // the asynchronous modes' one schedule: its first `steps` steps (first_steps), which
+          // agree with it on every action this stage has run
+          if (st_->repeats > 1) {
+            const size_t n = st_->list(r_).size() * static_cast<size_t>(std::max(steps, 0));
+            if (n < n_) {
+              if (pc_ > n)
+                return report_failure(fmt::format(
+                    "asked to end after step {} at action {} of {}, past it", steps, pc_, n));
+              n_ = n;
+            }
+          } else if (steps < st_->schedule.steps) {
+            if (Status ok = shorten(steps); !ok) return report_failure(ok.error().message);
           }
           advance_or_spin();
         },
@@ -160,7 +165,8 @@ class StageActor : public caf::event_based_actor {
         if (!skip() && !st_->eval) {
           const int64_t first =
               st_->global_mb(static_cast<int64_t>(s.repeat) * st_->schedule.total_microbatches());
-          Status ok = worker_.start_run(st_->schedule, first);
+          const auto& cut = st_->shortened[static_cast<size_t>(r_)];
+          Status ok = worker_.start_run(cut ? *cut : st_->schedule, first);
           if (!ok) return report_failure(ok.error().message);
         }
         repeat_started_ = true;
@@ -183,6 +189,27 @@ class StageActor : public caf::event_based_actor {
       done_sent_ = true;
       send(st_->directory.driver, done_atom::value, r_, stage_times(*st_, r_));
     }
+  }
+
+  // An asynchronous run cut short after `steps` steps: the stage takes the shorter list where it
+  // stands (every action it has run is in it, at the same place) and its worker the shorter run.
+  Status shorten(int steps) {
+    auto cut = first_steps(st_->schedule, steps);
+    if (!cut) return cut.error();
+    const auto& before = st_->list(r_);
+    const auto& after = cut->per_stage[static_cast<size_t>(r_)];
+    if (pc_ > after.size() ||
+        !std::equal(after.begin(), after.begin() + static_cast<long>(pc_), before.begin())) {
+      return make_error("stage {}: asked to end after step {} at action {} of {}, past it", r_,
+                        steps, pc_, n_);
+    }
+    if (repeat_started_ && !skip() && !st_->eval) {
+      if (Status ok = worker_.shorten_run(*cut); !ok) return ok;
+    }
+    st_->shortened[static_cast<size_t>(r_)] = std::make_shared<const Schedule>(std::move(*cut));
+    n_ = st_->actions(r_);
+    if (pc_ < n_) cur_ = st_->step(r_, pc_);
+    return {};
   }
 
   // The stage's next action (or its run's start or end) waits for its open update's commit.

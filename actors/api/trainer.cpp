@@ -155,11 +155,18 @@ class ActorsExecutor final : public Executor {
   std::unique_ptr<ActorEngine> engine_;
 };
 
+// Whether a run of `mode` may end after any step with the bits of the uninterrupted run (a stop
+// then ends it after the step in flight).
+bool ends_between_steps(Mode mode) {
+  return is_synchronous(mode) || mode == Mode::twobw;
+}
+
 // The serial executor measures no stage times. It reports each step once every stage has
 // committed its update (SerialExecutor::StepDone), also inside the one long schedule of an
-// asynchronous mode. gpipe and 1f1b run step by step (the same bits as one run: each step is its
-// own schedule), so a stop ends the run after the step in flight; the asynchronous modes run
-// their one schedule to its end.
+// asynchronous mode. gpipe, 1f1b and 2bw run step by step (the same bits as one run: each step
+// of gpipe and 1f1b is its own schedule, and a 2bw run continues the previous one exactly), so a
+// stop ends the run after the step in flight; pipedream and xpipe run their one schedule to its
+// end (a run of theirs ends in a drain the uninterrupted training does not have).
 class SerialBackend final : public Executor {
  public:
   SerialBackend(std::unique_ptr<SerialExecutor> exec, int64_t tokens_per_microbatch)
@@ -176,7 +183,7 @@ class SerialBackend final : public Executor {
     const auto t0 = Clock::now();
     auto since = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
     RunOutput out;
-    const bool stepwise = is_synchronous(exec_->options().mode);
+    const bool stepwise = ends_between_steps(exec_->options().mode);
     const int per_run = stepwise ? 1 : steps;
     for (int done = 0; done < steps; done += per_run) {
       if (done > 0 && stop.requested()) break;
@@ -210,8 +217,7 @@ class SerialBackend final : public Executor {
 };
 
 // pipeline.replicas in one process: every replica's serial executor (ReplicatedExecutor), the
-// reference of a replicated job. gpipe and 1f1b run step by step, as SerialBackend; 2bw runs its
-// one schedule and reports its steps at the end.
+// reference of a replicated job. gpipe, 1f1b and 2bw run step by step, as SerialBackend.
 class ReplicatedBackend final : public Executor {
  public:
   ReplicatedBackend(std::unique_ptr<ReplicatedExecutor> exec, int64_t tokens_per_microbatch)
@@ -233,7 +239,7 @@ class ReplicatedBackend final : public Executor {
     const auto t0 = Clock::now();
     auto since = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
     RunOutput out;
-    const bool stepwise = is_synchronous(first().options().mode);
+    const bool stepwise = ends_between_steps(first().options().mode);
     const int per_run = stepwise ? 1 : steps;
     const int64_t job_mbs = exec_->split().microbatches;  // per step, all replicas
     for (int done = 0; done < steps; done += per_run) {

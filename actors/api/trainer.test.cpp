@@ -513,7 +513,9 @@ TEST_CASE(
     for (const char* mode : {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"}) {
       const std::string what = std::string(mode) + (backend == Backend::serial ? " serial" : "");
       CAPTURE(what);
-      const bool sync = std::string(mode) == "gpipe" || std::string(mode) == "1f1b";
+      // 2bw ends after the step in flight too: its next run continues it exactly
+      const bool sync =
+          std::string(mode) == "gpipe" || std::string(mode) == "1f1b" || std::string(mode) == "2bw";
       TempDir tmp;
       Config whole = tiny(mode, 2, kSteps);
       whole.checkpoint.dir = tmp.file("whole");
@@ -539,9 +541,10 @@ TEST_CASE(
       } else if (backend == Backend::serial) {
         CHECK(at == kAt);
       } else {
-        // the driver may have fed the next step already: that one is finished too
+        // the driver may have fed the next step already (2bw: the next two, its pipeline holds
+        // two steps' microbatches): those are finished too
         CHECK(at >= kAt);
-        CHECK(at <= kAt + 1);
+        CHECK(at <= kAt + (std::string(mode) == "2bw" ? 2 : 1));
       }
       const std::string ckpt = tmp.file("run/step-" + std::to_string(at));
       CHECK(t->last_checkpoint() == ckpt);

@@ -83,6 +83,10 @@ struct RunState {
   bool eval = false;
   Schedule schedule;  ///< lowered; sync modes run it once per step (`repeats` times)
   int repeats = 1;
+  /// Asynchronous modes, per stage: the run cut short after fewer steps (the driver's cut:
+  /// first_steps(schedule, k)), which the stage's list then is; null while it is not. Set by the
+  /// stage's own actor only; read by others only after the stage's actor has ended.
+  std::vector<std::shared_ptr<const Schedule>> shortened;
   std::vector<StageWorker*> workers;
   std::vector<OptimizerShard*> shards;  ///< per stage: its optimizer state
   ChannelSet* channels = nullptr;
@@ -111,12 +115,16 @@ struct RunState {
                : spin_budget();
   }
   /// Actions stage r runs in the run.
-  size_t actions(int r) const {
-    return schedule.per_stage[static_cast<size_t>(r)].size() * static_cast<size_t>(repeats);
+  size_t actions(int r) const { return list(r).size() * static_cast<size_t>(repeats); }
+  /// Stage r's list of one repetition: the schedule's, or its shortened one.
+  const std::vector<Action>& list(int r) const {
+    const size_t k = static_cast<size_t>(r);
+    return k < shortened.size() && shortened[k] ? shortened[k]->per_stage[k]
+                                                : schedule.per_stage[k];
   }
   /// Stage r's pc-th action of the run (pc < actions(r)).
   StageStep step(int r, size_t pc) const {
-    const auto& list = schedule.per_stage[static_cast<size_t>(r)];
+    const auto& list = this->list(r);
     StageStep s;
     s.action = list[pc % list.size()];
     s.repeat = static_cast<int>(pc / list.size());

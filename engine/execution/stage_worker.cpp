@@ -218,6 +218,25 @@ Status StageWorker::start_run(const Schedule& s, int64_t microbatch_offset) {
   return {};
 }
 
+Status StageWorker::shorten_run(const Schedule& s) {
+  if (!run_active_) return make_error("stage {}: no run to shorten", stage_);
+  if (s.mode != opts_.mode || s.stages != stages() || s.microbatches != update_mbs_) {
+    return make_error(
+        "stage {}: a {} schedule of {} stages and {} microbatches per step cannot "
+        "shorten this stage's {} run",
+        stage_, to_string(s.mode), s.stages, s.microbatches, to_string(opts_.mode));
+  }
+  if (s.total_microbatches() > run_microbatches_) {
+    return make_error("stage {}: a run of {} microbatches cannot be shortened to {}", stage_,
+                      run_microbatches_, s.total_microbatches());
+  }
+  run_microbatches_ = s.total_microbatches();
+  // the owner's forwards of the remaining microbatches are the same actions in both schedules
+  tied_.plan_run(s, base_, run_microbatches_,
+                 version_policy(opts_.mode) == VersionPolicy::predicted);
+  return {};
+}
+
 int StageWorker::in_flight() const {
   return stash_.in_flight();
 }

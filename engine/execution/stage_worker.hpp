@@ -146,6 +146,11 @@ class StageWorker {
   /// microbatches per step, or needs more stash slots than this worker has; a microbatch is still
   /// in flight; a continued schedule without the previous version.
   Status start_run(const Schedule& schedule, int64_t microbatch_offset);
+  /// The run started by start_run(whole) ends after fewer steps: `shorter` is
+  /// first_steps(whole, k), and the stage has run only actions of those k steps. The actions
+  /// still to come are `shorter`'s from where the stage stands. Errors: no run, a schedule of
+  /// another mode or shape, or one that is not shorter.
+  Status shorten_run(const Schedule& shorter);
 
   /// F: forward of the stage's layers. `in` is the previous stage's output (B,T,C), undefined
   /// at stage 0. The output tensor's storage is the worker's until every holder drops it: pass it

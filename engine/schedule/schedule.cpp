@@ -129,6 +129,24 @@ Schedule compute_only(const Schedule& schedule) {
   return out;
 }
 
+Expected<Schedule> first_steps(const Schedule& schedule, int steps) {
+  if (steps < 1 || steps > schedule.steps) {
+    return make_error("the first {} steps of a schedule of {} steps: expected 1 to {}", steps,
+                      schedule.steps, schedule.steps);
+  }
+  const int64_t end = static_cast<int64_t>(steps) * schedule.microbatches;
+  Schedule out = schedule;
+  out.steps = steps;
+  for (auto& list : out.per_stage) {
+    std::erase_if(list, [&](const Action& a) {
+      if (a.kind == ActionKind::OPT_STEP) return a.version > steps;
+      if (a.kind == ActionKind::FLUSH) return false;
+      return a.microbatch >= end;
+    });
+  }
+  return out;
+}
+
 Expected<std::vector<std::vector<int>>> unit_slots(const Schedule& schedule) {
   internal::Replay rep = internal::replay(schedule, internal::unit_execute, /*force=*/false);
   if (rep.deadlocked) {

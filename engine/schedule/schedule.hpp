@@ -89,6 +89,15 @@ bool is_lowered(const Schedule& schedule);
 /// The schedule without SEND/RECV actions (the compute-only form).
 Schedule compute_only(const Schedule& schedule);
 
+/// A run of `schedule` (an asynchronous mode's, over several steps) cut short after its first
+/// `steps` steps: every stage's list without the actions of the later steps (F, B, SEND, RECV of
+/// microbatches from steps·microbatches on, OPT_STEPs producing a version above `steps`), the
+/// rest unchanged and in order, `steps` set. For every generator of this engine that is exactly
+/// the schedule the generator makes for `steps` steps (tested for every mode and shape), so a
+/// stage that has run only actions of those steps may take the shorter list where it stands.
+/// Errors: `steps` outside [1, schedule.steps].
+Expected<Schedule> first_steps(const Schedule& schedule, int steps);
+
 /// Time slot of every action in a unit-cost replay (every action takes one slot; an F waits for
 /// the previous stage's F (or, lowered, a RECV for its SEND), a B for the next stage's B, a FLUSH
 /// for every stage's matching FLUSH). slots[r][i] belongs to per_stage[r][i]. The error describes

@@ -171,3 +171,54 @@ TEST_CASE("a grid of actions with wrong stage fields still prints") {
   CHECK(contains(grid, "7F0"));
   CHECK(unit_slots(*s).ok());
 }
+
+TEST_CASE("the first steps of a run are the generator's schedule of that many steps") {
+  // every asynchronous mode, d 1-5, m 1-6, runs of 2-7 steps cut after each shorter count,
+  // lowered and compute-only: what a stage switches to when its run is cut short
+  int checked = 0;
+  for (Mode mode : {Mode::twobw, Mode::pipedream, Mode::xpipe}) {
+    for (int d = 1; d <= 5; ++d) {
+      for (int m = 1; m <= 6; ++m) {
+        if (mode == Mode::twobw && m < d) continue;
+        if (mode == Mode::pipedream && m > 1) break;  // every microbatch is a step
+        for (bool continued : {false, true}) {
+          if (continued && mode != Mode::twobw) continue;
+          auto make = [&](int steps) {
+            return mode == Mode::pipedream ? make_pipedream(d, steps)
+                   : mode == Mode::twobw   ? make_2bw(d, m, steps, continued)
+                                           : make_xpipe(d, m, steps);
+          };
+          for (int n = 2; n <= 7; ++n) {
+            auto whole = make(n);
+            REQUIRE(whole.ok());
+            auto lowered = lower(*whole);
+            REQUIRE(lowered.ok());
+            for (int k = 1; k <= n; ++k) {
+              auto part = make(k);
+              REQUIRE(part.ok());
+              auto part_lowered = lower(*part);
+              REQUIRE(part_lowered.ok());
+              auto cut = first_steps(*whole, k);
+              auto cut_lowered = first_steps(*lowered, k);
+              REQUIRE(cut.ok());
+              REQUIRE(cut_lowered.ok());
+              CAPTURE(to_string(mode));
+              CAPTURE(d);
+              CAPTURE(m);
+              CAPTURE(n);
+              CAPTURE(k);
+              CHECK(*cut == *part);
+              CHECK(*cut_lowered == *part_lowered);
+              ++checked;
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK(checked > 1000);
+  auto s = make_2bw(2, 2, 3);
+  REQUIRE(s.ok());
+  CHECK(contains(first_steps(*s, 0).error().message, "expected 1 to 3"));
+  CHECK(contains(first_steps(*s, 4).error().message, "the first 4 steps of a schedule of 3"));
+}
