@@ -3,6 +3,7 @@
 #include "actors/actor_engine.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <caf/all.hpp>
 #include <charconv>
 #include <cmath>
@@ -76,10 +77,15 @@ struct ActorEngine::Impl {
   bool lead() const { return rank == placement.first_rank(); }
 
   // eval_microbatches > 0: a held-out evaluation of that many microbatches (steps ignored)
+  // cut_request: set during the run, it ends the run after the step in flight (a migration)
   Expected<ActorRunResult> run_segment(int steps, DataLoader& data, const ActorCallbacks& callbacks,
-                                       int eval_microbatches = 0);
+                                       int eval_microbatches = 0,
+                                       std::shared_ptr<std::atomic<bool>> cut_request = nullptr);
   Expected<MoveReport> move_to(const std::vector<int>& counts);
   Expected<std::optional<MigrationEvent>> ask_manager(long step);
+  // a check of the automatic rule during a run (the driver's rank): a verdict to report, or a
+  // decision to move at the segment's end
+  Expected<MigrationCheck> check(long step);
   Expected<std::optional<MigrationEvent>> boundary(long step);
   // a job of several processes: the lead rank tells the others what its manager decided at a
   // boundary (counts, or none), before any move
@@ -287,7 +293,6 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
     auto setup = std::make_shared<MigrationManagerSetup>();
     setup->forced = std::move(*forced);
     setup->check_every = config.migration.check_every;
-    setup->checks = config.migration.enabled;
     Impl* im = impl.get();
     setup->move = [im](const std::vector<int>& counts) { return im->move_to(counts); };
     impl->migration = setup;
@@ -569,9 +574,9 @@ Expected<RunOutcome> run_ranks(ProcessGroup& group, const std::shared_ptr<RunSta
 
 }  // namespace
 
-Expected<ActorRunResult> ActorEngine::Impl::run_segment(int steps, DataLoader& data,
-                                                        const ActorCallbacks& callbacks,
-                                                        int eval_microbatches) {
+Expected<ActorRunResult> ActorEngine::Impl::run_segment(
+    int steps, DataLoader& data, const ActorCallbacks& callbacks, int eval_microbatches,
+    std::shared_ptr<std::atomic<bool>> cut_request) {
   using namespace internal;
   const Impl& im = *this;
   const int d = static_cast<int>(workers.size());
@@ -667,6 +672,7 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(int steps, DataLoader& d
   st->feed = &feed;
   st->counters = std::make_unique<StageCounters[]>(static_cast<size_t>(d));
   st->shortened.resize(static_cast<size_t>(d));
+  st->cut_request = std::move(cut_request);
   st->spans.resize(static_cast<size_t>(d));
   st->update_spans.resize(static_cast<size_t>(d));
   if (im.options.record_spans) {
@@ -701,8 +707,9 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(int steps, DataLoader& d
   // a stopped run consumed the microbatches of the steps it ran; a process's feed may have read
   // further (stages of other processes get releases ahead), so every loader is put back there
   const int64_t consumed = static_cast<int64_t>(outcome->losses.size()) * st->group;
-  AP_CHECK(consumed == st->total_mbs || (outcome->stopped && consumed < st->total_mbs),
-           "a run of {} microbatches consumed {}", st->total_mbs, consumed);
+  AP_CHECK(
+      consumed == st->total_mbs || ((outcome->stopped || outcome->cut) && consumed < st->total_mbs),
+      "a run of {} microbatches consumed {}", st->total_mbs, consumed);
   if (!eval) mb_done += consumed;
   // the job's position: every replica read its share of the same steps
   if (consumed < st->total_mbs || split.replicas > 1)
@@ -805,6 +812,16 @@ Expected<std::optional<MigrationEvent>> ActorEngine::Impl::ask_manager(long step
   return out;
 }
 
+Expected<MigrationCheck> ActorEngine::Impl::check(long step) {
+  std::vector<int32_t> counts;
+  for (int c : partition->counts()) counts.push_back(c);
+  // asked from the driver's thread, which may belong to another actor system (a job's): no
+  // blocking CAF request from there, the answer comes through the setup
+  caf::anon_send(manager, internal::check_atom::value, static_cast<int64_t>(step), counts);
+  return migration->replies.take(std::chrono::milliseconds(
+      static_cast<int64_t>(std::max(1.0, options.stall_timeout_seconds) * 1000.0)));
+}
+
 Expected<std::optional<MigrationEvent>> ActorEngine::Impl::boundary(long step) {
   if (!multi()) return ask_manager(step);
   // the lead rank's manager decides (a move announces itself to the others before it starts);
@@ -823,6 +840,7 @@ Expected<std::optional<MigrationEvent>> ActorEngine::Impl::boundary(long step) {
     if (!e) {
       out.emplace();
       out->step = step;
+      out->decided = step;
       out->from = partition->counts();
       out->error = e.error().message;
     } else {
@@ -872,8 +890,10 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
   Impl& im = *impl_;
   if (!im.migration) return im.run_segment(steps, data, callbacks);
 
-  // Segments: the run stops at every step the manager has a say in (a forced move, a check);
-  // after each the manager decides and moves while every stage is idle.
+  // Segments: the run ends at every forced move's step, and the manager makes the move while
+  // every stage is idle. The automatic rule's checks run during a segment, from the driver's
+  // report of each check step; a check that decides to move has the driver end the run after
+  // the step in flight (RunState::cut_request), and the move is made there.
   const auto started = std::chrono::steady_clock::now();
   auto since_start = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -896,6 +916,7 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
     if (last != nullptr && last->counts != im.partition->counts()) {
       MigrationEvent e;
       e.step = u;
+      e.decided = u;
       e.forced = true;
       e.from = im.partition->counts();
       e.reason = fmt::format(
@@ -911,25 +932,42 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
   while (u < end) {
     const long next = next_migration_boundary(*im.migration, u, end);
     const int seg = static_cast<int>(next - u);
+    const long seg_start = u;
     const double offset = since_start();
     const std::vector<StageTimes> before = total.stages;
     const int64_t tokens_before = total.tokens;
+    auto cut = std::make_shared<std::atomic<bool>>(false);
+    Status checked;  // a check that failed: the run is cut short and ends with it
     ActorCallbacks cb;
     cb.stop = callbacks.stop;
     cb.on_step = [&](const StepProgress& p) {
       if (im.manager) caf::anon_send(im.manager, internal::steptimes_atom::value, p.stages);
-      if (!callbacks.on_step) return;
-      StepProgress q = p;
-      q.step += done;
-      q.steps = steps;
-      q.tokens += tokens_before;
-      q.seconds += offset;
-      for (size_t r = 0; r < q.stages.size() && r < before.size(); ++r) q.stages[r] += before[r];
-      callbacks.on_step(q);
+      if (callbacks.on_step) {
+        StepProgress q = p;
+        q.step += done;
+        q.steps = steps;
+        q.tokens += tokens_before;
+        q.seconds += offset;
+        for (size_t r = 0; r < q.stages.size() && r < before.size(); ++r) q.stages[r] += before[r];
+        callbacks.on_step(q);
+      }
+      const long step = seg_start + p.step;
+      if (!im.manager || !im.migration->policy || step % im.migration->check_every != 0 || !checked)
+        return;
+      auto verdict = im.check(step);
+      if (!verdict) {
+        checked = verdict.error();
+      } else if (verdict->move) {
+        cut->store(true);
+      } else if (verdict->report) {
+        checked = record(std::move(verdict->event));
+      }
+      if (!checked) cut->store(true);
     };
     if (im.manager) caf::anon_send(im.manager, internal::segment_atom::value);
-    auto r = im.run_segment(seg, data, cb);
+    auto r = im.run_segment(seg, data, cb, 0, cut);
     if (!r) return r.error();
+    const int ran = static_cast<int>(r->losses.size());
     total.losses.insert(total.losses.end(), r->losses.begin(), r->losses.end());
     total.stages.resize(r->stages.size());
     for (size_t k = 0; k < r->stages.size(); ++k) total.stages[k] += r->stages[k];
@@ -947,14 +985,16 @@ Expected<ActorRunResult> ActorEngine::run(int steps, DataLoader& data,
         std::max(total.peak_microbatches_ahead, r->peak_microbatches_ahead);
     total.tokens += r->tokens;
     if (r->stopped) {
-      // asked to stop: no migration check, no further segment
+      // asked to stop: no migration, no further segment
       total.stopped = true;
       break;
     }
-    done += seg;
-    u = next;
+    done += ran;
+    u += ran;
+    // every process ends the segment here: a forced move, a move a check decided, or nothing
     auto event = im.boundary(u);
     if (!event) return event.error();
+    if (!checked) return checked.error();
     if (*event) {
       if (Status ok = record(std::move(**event)); !ok) return ok.error();
     }

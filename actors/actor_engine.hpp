@@ -145,7 +145,10 @@ struct ActorEngineOptions {
 /// The migration manager's verdict at a boundary (docs/migration.md), with the numbers behind
 /// it, and what its move did.
 struct MigrationEvent {
-  long step = 0;               ///< optimizer updates done (the stages' update count)
+  long step = 0;  ///< optimizer updates done (the stages' update count)
+  /// A move of the automatic rule: the check (its step) that decided it; the run was then cut
+  /// short after the step in flight, and the move made after `step`. Otherwise equal to step.
+  long decided = 0;
   bool forced = false;         ///< a move of migration.moves (else the automatic rule's check)
   bool moved = false;          ///< the stages now hold `to`
   std::vector<int> from;       ///< layers per stage before

@@ -265,6 +265,7 @@ class DriverActor : public caf::event_based_actor {
   // xpipe run their schedule to its end: ending them early would drain the pipeline where the
   // uninterrupted training does not.
   void check_stop() {
+    check_cut();
     if (stop_seen_ || finished_ || st_->callbacks.stop == nullptr ||
         !st_->callbacks.stop->requested())
       return;
@@ -273,6 +274,16 @@ class DriverActor : public caf::event_based_actor {
     // after the same step, and each replica's driver releases its own microbatches
     if (st_->replicas > 1 || st_->eval) return;
     if (st_->repeats <= 1 && st_->mode != Mode::twobw) return;
+    cut_after_fed_step();
+  }
+
+  // The migration manager decided to move layers (RunState::cut_request), seen the first time:
+  // the run ends after the step in flight as for a stop, in every mode (pipedream and xpipe
+  // drain there, as at any move).
+  void check_cut() {
+    if (cut_seen_ || finished_ || st_->cut_request == nullptr || !st_->cut_request->load()) return;
+    cut_seen_ = true;
+    if (st_->replicas > 1 || st_->eval || stop_seen_) return;
     cut_after_fed_step();
   }
 
@@ -354,6 +365,7 @@ class DriverActor : public caf::event_based_actor {
     RunOutcome out;
     out.ok = true;
     out.stopped = stop_seen_;
+    out.cut = cut_seen_;
     out.losses = step_losses_;
     out.peak_ahead = static_cast<int32_t>(peak_ahead_);
     out.stages = times_;
@@ -432,6 +444,7 @@ class DriverActor : public caf::event_based_actor {
   bool finished_ = false;
   int64_t end_mbs_ = 0;  // microbatches of the run: total_mbs, or fewer after a stop (check_stop)
   bool stop_seen_ = false;
+  bool cut_seen_ = false;
   int64_t next_mb_ = 0;
   int64_t next_remote_mb_ = 0;  // the next microbatch released to stages in other processes
   int64_t outstanding_ = 0;

@@ -159,8 +159,8 @@ Expected<int64_t> resume_metrics_file(const std::string& path, int64_t step,
 std::string migration_json(const MigrationEvent& e) {
   std::string out;
   fmt::format_to(std::back_inserter(out),
-                 "{{\"migration\":{{\"step\":{},\"forced\":{},\"moved\":{},", e.step, e.forced,
-                 e.moved);
+                 "{{\"migration\":{{\"step\":{},\"decided\":{},\"forced\":{},\"moved\":{},",
+                 e.step, e.decided, e.forced, e.moved);
   out += "\"from\":";
   append_list(out, e.from);
   out += ",\"to\":";

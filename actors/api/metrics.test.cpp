@@ -88,6 +88,7 @@ TEST_CASE("a migration line names the verdict, its numbers and its reason, escap
   e.layers_moved = 3;
   e.bytes_moved = 1 << 20;
   e.bytes_sent = 1 << 19;
+  e.decided = e.step - 1;
   e.move_seconds = 0.004;
   e.reason = "imbalance \"high\"\n";
   const std::string line = migration_json(e);
@@ -106,6 +107,7 @@ TEST_CASE("a migration line names the verdict, its numbers and its reason, escap
   CHECK(j.at("layers_moved") == 3);
   CHECK(j.at("bytes_moved") == 1 << 20);
   CHECK(j.at("bytes_sent") == 1 << 19);
+  CHECK(j.at("decided") == e.step - 1);
   CHECK(j.at("move_seconds").get<double>() == 0.004);
   CHECK(j.at("reason") == "imbalance \"high\"\n");
   CHECK(j.at("error") == "");

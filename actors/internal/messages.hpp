@@ -55,8 +55,13 @@ using status_atom = caf::atom_constant<caf::atom("status")>;
 // engine -> migration manager
 using segment_atom = caf::atom_constant<caf::atom("segment")>;      // (): a segment starts
 using steptimes_atom = caf::atom_constant<caf::atom("steptimes")>;  // (vector<StageTimes>)
-// (int64 step, vector<int32> counts) -> (bool due, MigrationEvent)
+// a segment's end: (int64 step, vector<int32> counts) -> (bool due, MigrationEvent): a forced
+// move or the move a check decided, made
 using boundary_atom = caf::atom_constant<caf::atom("boundary")>;
+// a check step of the automatic rule, during a run: (int64 step, vector<int32> counts) ->
+// (bool due, bool move, MigrationEvent): a verdict to report now, or a move to make at the
+// next segment end (the engine then cuts the run short)
+using check_atom = caf::atom_constant<caf::atom("check")>;
 
 /// The clip scale (`scale`) that tells every optimizer shard to drop the step
 /// (train.nonfinite = "skip"; OptimizerShard::skip_update). A real scale is in (0, 1]; CAF 0.17
@@ -121,6 +126,9 @@ struct RunOutcome {
   /// A stop was asked of the driver (ActorCallbacks::stop): the run ended early, after the step
   /// in flight (sync modes), or at its end; every process ends its training after this run.
   bool stopped = false;
+  /// The run was cut short for a migration (RunState::cut_request): it ended after the step in
+  /// flight, and the engine moves layers before it goes on.
+  bool cut = false;
   friend bool operator==(const RunOutcome&, const RunOutcome&) = default;
 };
 
@@ -169,7 +177,7 @@ typename Inspector::result_type inspect(Inspector& f, Failure& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RunOutcome& x) {
   return f(caf::meta::type_name("RunOutcome"), x.ok, x.error, x.losses, x.peak_ahead, x.stages,
-           x.stopped);
+           x.stopped, x.cut);
 }
 
 /// Registers every message type of the engine with a CAF system config, so they can cross
@@ -192,7 +200,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, MigrationEvent& x) {
   return f(caf::meta::type_name("MigrationEvent"), x.step, x.forced, x.moved, x.from, x.to,
            x.reason, x.imbalance, x.busy, x.speed, x.predicted_now, x.predicted_new, x.layers_moved,
-           x.bytes_moved, x.bytes_sent, x.move_seconds, x.error);
+           x.bytes_moved, x.bytes_sent, x.move_seconds, x.decided, x.error);
 }
 
 template <class Inspector>

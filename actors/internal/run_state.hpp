@@ -87,6 +87,9 @@ struct RunState {
   /// first_steps(schedule, k)), which the stage's list then is; null while it is not. Set by the
   /// stage's own actor only; read by others only after the stage's actor has ended.
   std::vector<std::shared_ptr<const Schedule>> shortened;
+  /// Set (from any thread) when the migration manager decided to move layers: the driver ends
+  /// the run after the step in flight, in every mode (RunOutcome::cut). Null: never.
+  std::shared_ptr<std::atomic<bool>> cut_request;
   std::vector<StageWorker*> workers;
   std::vector<OptimizerShard*> shards;  ///< per stage: its optimizer state
   ChannelSet* channels = nullptr;

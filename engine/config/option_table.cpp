@@ -346,8 +346,9 @@ std::vector<OptionSpec> build_table() {
                   "Forced moves: after <step> optimizer steps the stages hold these layer "
                   "counts, e.g. \"10: 3, 5; 20: 4, 4\" (the same path as the manager's moves)."));
   t.push_back(row("migration", "check_every", &C::migration, &MigrationOptions::check_every, ">= 1",
-                  "Optimizer steps between the manager's checks (each check ends a segment of "
-                  "the run: in pipedream and xpipe a drain, see docs/migration.md)."));
+                  "Optimizer steps between the manager's checks. A check runs while the "
+                  "pipeline does; only one that decides to move ends the run after the step in "
+                  "flight (docs/migration.md)."));
   t.push_back(row("migration", "threshold", &C::migration, &MigrationOptions::threshold, "> 0",
                   "A check counts as imbalanced when the busiest stage's busy time exceeds the "
                   "stages' mean by more than this fraction."));
