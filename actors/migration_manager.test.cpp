@@ -355,3 +355,41 @@ TEST_CASE("the automatic manager moves a bad partition to the planner's and equa
     ::unsetenv("ACTORPIPE_CACHE_DIR");
   }
 }
+
+TEST_CASE("checks that do not move leave every mode's run as it is without the manager") {
+  // the checks run while the pipeline does: no segment ends at them, so pipedream and xpipe do
+  // not drain there and 2bw does not refill (checks used to end segments)
+  TempDir cache;
+  const char* old = std::getenv("ACTORPIPE_CACHE_DIR");
+  const std::string saved = old ? old : "";
+  ::setenv("ACTORPIPE_CACHE_DIR", cache.path.c_str(), 1);
+  for (const char* mode : {"1f1b", "2bw", "pipedream", "xpipe"}) {
+    const std::string what = mode;
+    CAPTURE(what);
+    Config plain = six_layers(Arch::gpt, mode, 2, {3, 3});
+    Config checked = plain;
+    checked.migration.enabled = true;
+    checked.migration.check_every = 1;
+    checked.migration.threshold = 1e6;  // never imbalanced: every check says "balanced"
+    auto a = engine(plain);
+    auto b = engine(checked);
+    auto data_a = config_loader(plain), data_b = config_loader(checked);
+    std::vector<MigrationEvent> events;
+    const auto la = run_engine(*a, *data_a, {7});
+    const auto lb = run_engine(*b, *data_b, {7}, &events);
+    CHECK(same_bits(la, lb));
+    check_same_state(*a, *b, 6);
+    CHECK(data_a->position() == data_b->position());
+    // a verdict for every step after the first (a check needs a step in its window), none moved
+    CHECK(events.size() >= 5);
+    for (const MigrationEvent& e : events) {
+      CHECK_FALSE(e.moved);
+      CHECK(e.reason.rfind("balanced", 0) == 0);
+    }
+  }
+  if (old) {
+    ::setenv("ACTORPIPE_CACHE_DIR", saved.c_str(), 1);
+  } else {
+    ::unsetenv("ACTORPIPE_CACHE_DIR");
+  }
+}
