@@ -754,7 +754,7 @@ Expected<MoveReport> ActorEngine::Impl::move_to(const std::vector<int>& counts) 
   if (Status ok = check_tied_placement(*model, *to, mode); !ok)
     return make_error("migration to [{}]: {}", fmt::join(counts, ", "), ok.error().message);
   auto report = multi() ? move_layers_across(*group, placement, *partition, *to, workers, shards,
-                                             moves++, group->options().peer_timeout)
+                                             moves++, group->options().connect_timeout)
                         : move_layers(*partition, *to, workers, shards);
   if (!report) return report.error();
   *partition = std::move(*to);

@@ -26,9 +26,10 @@ class StageWorker;
 /// stages idle; `workers[r]` / `shards[r]` are null for the stages `placement` puts elsewhere.
 /// Stages keep their processes; layers go with their stage. The report is the job's: layers and
 /// bytes summed over the processes (bytes_sent: what crossed between processes), seconds this
-/// process's. Errors (a stage of any process that cannot be built, a lost peer, a message
-/// missing after `timeout`): every process returns an error naming the rank and nothing changed
-/// anywhere; when a process is lost meanwhile, the others report that.
+/// process's. `timeout` bounds the exchange of the state (the engine gives it
+/// cluster.connect_timeout). Errors (a stage of any process that cannot be built, a lost peer, a
+/// message missing after `timeout`): every process returns an error naming the rank and nothing
+/// changed anywhere; when a process is lost meanwhile, the others report that.
 Expected<MoveReport> move_layers_across(ProcessGroup& group, const Placement& placement,
                                         const Partition& from, const Partition& to,
                                         std::vector<std::unique_ptr<StageWorker>>& workers,
