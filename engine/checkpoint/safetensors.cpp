@@ -277,6 +277,34 @@ Expected<Header> parse_header(const std::string& text, uint64_t file_size,
   return out;
 }
 
+// The header's tensors in data order, each one's bytes filled by read(dst, bytes, offset from
+// the start of the file or buffer): a read from a file, or a copy out of memory.
+template <class Read>
+Expected<std::vector<NamedTensor>> tensors_of(Header& header, Read&& read) {
+  std::vector<NamedTensor> out;
+  out.reserve(header.entries.size());
+  for (auto& e : header.entries) {
+    NamedTensor t;
+    t.name = std::move(e.name);
+    t.dtype = std::move(e.dtype);
+    t.shape = std::move(e.shape);
+    void* dst = nullptr;
+    if (t.dtype == "F32") {
+      t.f32.resize(static_cast<std::size_t>(e.numel));
+      dst = t.f32.data();
+    } else {
+      t.i32.resize(static_cast<std::size_t>(e.numel));
+      dst = t.i32.data();
+    }
+    if (e.end > e.begin) {
+      if (Status ok = read(dst, e.end - e.begin, header.data_start + e.begin); !ok)
+        return ok.error();
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 }  // namespace
 
 int64_t NamedTensor::numel() const {
@@ -297,31 +325,9 @@ Expected<std::vector<NamedTensor>> read_safetensors(const std::string& path) {
   if (!fd.valid()) return make_error("{}: cannot open: {}", path, internal::errno_text());
   auto header = read_header(fd.get(), path);
   if (!header) return header.error();
-  std::vector<NamedTensor> out;
-  out.reserve(header->entries.size());
-  for (auto& e : header->entries) {
-    NamedTensor t;
-    t.name = std::move(e.name);
-    t.dtype = std::move(e.dtype);
-    t.shape = std::move(e.shape);
-    void* dst = nullptr;
-    if (t.dtype == "F32") {
-      t.f32.resize(static_cast<std::size_t>(e.numel));
-      dst = t.f32.data();
-    } else {
-      t.i32.resize(static_cast<std::size_t>(e.numel));
-      dst = t.i32.data();
-    }
-    if (e.end > e.begin) {
-      if (auto s = internal::read_exact(fd.get(), dst, e.end - e.begin,
-                                        header->data_start + e.begin, path);
-          !s) {
-        return s.error();
-      }
-    }
-    out.push_back(std::move(t));
-  }
-  return out;
+  return tensors_of(*header, [&](void* dst, uint64_t bytes, uint64_t offset) -> Status {
+    return internal::read_exact(fd.get(), dst, bytes, offset, path);
+  });
 }
 
 Expected<SafetensorsBuffer> decode_safetensors(std::span<const std::byte> bytes,
@@ -336,26 +342,14 @@ Expected<SafetensorsBuffer> decode_safetensors(std::span<const std::byte> bytes,
                          static_cast<std::size_t>(*n));
   auto header = parse_header(text, total, what);
   if (!header) return header.error();
+  auto tensors = tensors_of(*header, [&](void* dst, uint64_t count, uint64_t offset) -> Status {
+    std::memcpy(dst, bytes.data() + offset, count);
+    return {};
+  });
+  if (!tensors) return tensors.error();
   SafetensorsBuffer out;
   out.metadata = std::move(header->metadata);
-  out.tensors.reserve(header->entries.size());
-  for (auto& e : header->entries) {
-    NamedTensor t;
-    t.name = std::move(e.name);
-    t.dtype = std::move(e.dtype);
-    t.shape = std::move(e.shape);
-    void* dst = nullptr;
-    if (t.dtype == "F32") {
-      t.f32.resize(static_cast<std::size_t>(e.numel));
-      dst = t.f32.data();
-    } else {
-      t.i32.resize(static_cast<std::size_t>(e.numel));
-      dst = t.i32.data();
-    }
-    if (e.end > e.begin)
-      std::memcpy(dst, bytes.data() + header->data_start + e.begin, e.end - e.begin);
-    out.tensors.push_back(std::move(t));
-  }
+  out.tensors = std::move(*tensors);
   return out;
 }
 
