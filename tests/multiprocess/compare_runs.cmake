@@ -1,3 +1,16 @@
+# Shared by the multi-process oracles (same_bits, planned_bits, migration_bits).
+
+# actorpipe_fresh_runs(): WORKDIR made fresh with the runs' directories one/ and multi/, and
+# `common` set to ARGS ('|'-separated) plus a checkpoint directory, a metrics file and no
+# progress lines: the arguments both runs share.
+macro(actorpipe_fresh_runs)
+  file(REMOVE_RECURSE "${WORKDIR}")
+  file(MAKE_DIRECTORY "${WORKDIR}/one" "${WORKDIR}/multi")
+  string(REPLACE "|" ";" args "${ARGS}")
+  set(common ${args} --set checkpoint.dir=ckpt --set train.metrics=metrics.jsonl
+    --set train.log_every=0)
+endmacro()
+
 # actorpipe_compare_runs(WORKDIR WHAT): the runs in WORKDIR/one and WORKDIR/multi wrote the same
 # checkpoint files (every step and final: model, optimizer, versions, manifest) byte for byte,
 # and their metrics files hold the same sequence of step losses, held-out losses and migration

@@ -4,11 +4,8 @@
 # one process with the same moves forced (migration.moves) and the manager off, and requires
 # the same bits (compare_runs.cmake: checkpoints, losses, the moves). FROM, when set, is the
 # partition the job starts with ("1,7"), which it must not end with. WORKDIR is made fresh.
-file(REMOVE_RECURSE "${WORKDIR}")
-file(MAKE_DIRECTORY "${WORKDIR}/one" "${WORKDIR}/multi")
-string(REPLACE "|" ";" args "${ARGS}")
-set(common ${args} --set checkpoint.dir=ckpt --set train.metrics=metrics.jsonl
-  --set train.log_every=0)
+include(${CMAKE_CURRENT_LIST_DIR}/compare_runs.cmake)
+actorpipe_fresh_runs()
 execute_process(COMMAND "${LAUNCH}" -n ${WORLD} --grace 5 -- "${PROGRAM}" ${common}
   WORKING_DIRECTORY "${WORKDIR}/multi"
   RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 300)
@@ -52,6 +49,5 @@ execute_process(COMMAND "${PROGRAM}" ${common} --set migration.enabled=false
 if(NOT code EQUAL 0)
   message(FATAL_ERROR "one process with the moves forced: exit ${code}\n${out}${err}")
 endif()
-include(${CMAKE_CURRENT_LIST_DIR}/compare_runs.cmake)
 actorpipe_compare_runs("${WORKDIR}" "${WORLD} processes" MOVES_ONLY)
 message("same bits as the moves forced in one process: ${COMPARED}")

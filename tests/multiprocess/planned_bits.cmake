@@ -3,11 +3,8 @@
 # WORLD processes, ARGS ('|'-separated) and pipeline.replicas = 0, reads the plan from its
 # output, runs the serial backend in one process with that plan, and compares every checkpoint
 # file byte for byte and the losses.
-file(REMOVE_RECURSE "${WORKDIR}")
-file(MAKE_DIRECTORY "${WORKDIR}/one" "${WORKDIR}/multi")
-string(REPLACE "|" ";" args "${ARGS}")
-set(common ${args} --set checkpoint.dir=ckpt --set train.metrics=metrics.jsonl
-  --set train.log_every=0)
+include(${CMAKE_CURRENT_LIST_DIR}/compare_runs.cmake)
+actorpipe_fresh_runs()
 execute_process(COMMAND "${LAUNCH}" -n ${WORLD} --grace 5 -- "${PROGRAM}" ${common}
   --set pipeline.replicas=0 WORKING_DIRECTORY "${WORKDIR}/multi"
   RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 300)

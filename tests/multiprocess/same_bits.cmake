@@ -3,11 +3,8 @@
 # with the same ARGS ("|"-separated) and MOVES (migration.moves, '/' for ';'), then
 # requires the same bits (compare_runs.cmake: every checkpoint file, every loss and migration
 # verdict in the metrics). WORKDIR is made fresh.
-file(REMOVE_RECURSE "${WORKDIR}")
-file(MAKE_DIRECTORY "${WORKDIR}/one" "${WORKDIR}/multi")
-string(REPLACE "|" ";" args "${ARGS}")
-set(common ${args} --set checkpoint.dir=ckpt --set train.metrics=metrics.jsonl
-  --set train.log_every=0)
+include(${CMAKE_CURRENT_LIST_DIR}/compare_runs.cmake)
+actorpipe_fresh_runs()
 
 string(REPLACE "|" ";" one_args "${ONE_ARGS}")
 # MOVES: migration.moves with '/' for its ';' (a CMake list separator), passed as one argument
@@ -39,6 +36,5 @@ if(NOT code EQUAL 0)
   message(FATAL_ERROR "${WORLD} processes: exit ${code}")
 endif()
 
-include(${CMAKE_CURRENT_LIST_DIR}/compare_runs.cmake)
 actorpipe_compare_runs("${WORKDIR}" "${WORLD} processes")
 message("same bits: ${COMPARED}")
