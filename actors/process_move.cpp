@@ -207,6 +207,7 @@ Expected<MoveReport> move_layers_across(ProcessGroup& group, const Placement& pl
     report.bytes_copied += o.bytes_copied;
     report.bytes_sent += o.bytes_sent;
   }
+  report.bytes_reused = static_cast<int64_t>(built->scratch.bytes_reused());
   install_rebuilt_stages(std::move(*built), to, workers, shards);
   report.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

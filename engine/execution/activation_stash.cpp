@@ -4,6 +4,7 @@
 #include "engine/execution/activation_stash.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "engine/schedule/generators.hpp"
 #include "engine/schedule/simulator.hpp"
@@ -20,14 +21,32 @@ int default_stash_slots(Mode mode, int d, int r, int m) {
 }
 
 ActivationStash::ActivationStash(int stage, int slots, size_t hidden_floats, size_t saved_floats,
-                                 size_t weight_floats)
-    : stage_(stage) {
+                                 size_t weight_floats, ScratchPool* pool)
+    : stage_(stage),
+      hidden_floats_(hidden_floats),
+      saved_floats_(saved_floats),
+      weight_floats_(weight_floats) {
   slots_.resize(static_cast<size_t>(std::max(slots, 1)));
+  take_buffers(pool);
+}
+
+void ActivationStash::give_buffers(ScratchPool& pool) {
+  AP_CHECK(in_flight() == 0, "stage {}: the stash's buffers given away with {} in flight", stage_,
+           in_flight());
   for (Slot& s : slots_) {
-    s.hidden.assign(hidden_floats, 0.0f);
-    s.saved.assign(saved_floats, 0.0f);
-    s.weights.assign(weight_floats, 0.0f);
+    pool.give(std::exchange(s.hidden, {}));
+    pool.give(std::exchange(s.saved, {}));
+    pool.give(std::exchange(s.weights, {}));
   }
+  has_buffers_ = false;
+}
+
+void ActivationStash::take_buffers(ScratchPool* pool) {
+  // the largest first: the pool's smallest fit then leaves its big buffers to the big needs
+  for (Slot& s : slots_) assign_zeros(s.saved, saved_floats_, pool);
+  for (Slot& s : slots_) assign_zeros(s.hidden, hidden_floats_, pool);
+  for (Slot& s : slots_) assign_zeros(s.weights, weight_floats_, pool);
+  has_buffers_ = true;
 }
 
 size_t ActivationStash::bytes() const {
@@ -43,6 +62,8 @@ ActivationStash::Slot& ActivationStash::acquire(int microbatch) {
     AP_CHECK(s.microbatch != microbatch, "F of microbatch {} twice without its B", microbatch);
     if (s.microbatch < 0 && !free_slot) free_slot = &s;
   }
+  AP_CHECK(has_buffers_, "stage {}: F of microbatch {} while the stash's buffers are given away",
+           stage_, microbatch);
   AP_CHECK(free_slot, "stage {}: F of microbatch {} but all {} stash slots are in flight", stage_,
            microbatch, slots_.size());
   free_slot->microbatch = microbatch;

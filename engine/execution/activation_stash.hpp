@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "engine/execution/scratch_pool.hpp"
 #include "engine/mode.hpp"
 #include "engine/model/layer.hpp"
 #include "kernels/tensor.hpp"
@@ -35,9 +36,17 @@ class ActivationStash {
 
   ActivationStash() = default;
   /// `slots` slots of `hidden_floats`, `saved_floats` and `weight_floats` each, for stage
-  /// `stage` (messages).
+  /// `stage` (messages); the buffers from `pool` where it has them.
   ActivationStash(int stage, int slots, size_t hidden_floats, size_t saved_floats,
-                  size_t weight_floats = 0);
+                  size_t weight_floats = 0, ScratchPool* pool = nullptr);
+
+  /// No slot in flight: every slot's buffers go to `pool`; the stash holds none (and takes no
+  /// forward) until take_buffers().
+  void give_buffers(ScratchPool& pool);
+  /// Every slot's buffers sized again, zeroed, from `pool` where it has them.
+  void take_buffers(ScratchPool* pool);
+  /// The slots hold their buffers (not given away).
+  bool has_buffers() const { return has_buffers_; }
 
   /// The free slot that microbatch `microbatch`'s forward fills.
   Slot& acquire(int microbatch);
@@ -54,6 +63,8 @@ class ActivationStash {
 
  private:
   int stage_ = 0;
+  size_t hidden_floats_ = 0, saved_floats_ = 0, weight_floats_ = 0;
+  bool has_buffers_ = true;
   std::vector<Slot> slots_;
 };
 

@@ -3,6 +3,7 @@
 #include "engine/execution/stage_worker.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "engine/execution/layer_optimizer.hpp"
 #include "engine/execution/optimizer_shard.hpp"
@@ -19,7 +20,8 @@ bool clips_globally(Mode mode) {
 // ---------------------------------------------------------------------------------------------
 
 StageWorker::StageWorker(const Model& model, const Partition& partition,
-                         const OptimizerOptions& optimizer, const StageWorkerOptions& options)
+                         const OptimizerOptions& optimizer, const StageWorkerOptions& options,
+                         ScratchPool* scratch_pool)
     : model_(model),
       partition_(partition),
       opt_(optimizer),
@@ -42,7 +44,7 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
   update_mbs_ = options.mode == Mode::pipedream ? 1 : options.microbatches;
   const int d = partition.stages();
   const int L = partition.size(stage_);
-  const size_t bth = static_cast<size_t>(options.B) * options.T * model.options().width;
+  bth_ = static_cast<size_t>(options.B) * options.T * model.options().width;
 
   AP_CHECK(options.recompute.empty() ||
                options.recompute.size() == static_cast<size_t>(model.num_layers()),
@@ -71,10 +73,7 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
     // (updated in place): the recompute needs the forward's weights, kept per microbatch
     if (rc && predicted_policy) weights += layer.param_floats();
   }
-  if (std::find(recompute_.begin(), recompute_.end(), true) != recompute_.end()) {
-    recompute_saved_.assign(scratch, 0.0f);
-    recompute_out_.assign(bth, 0.0f);
-  }
+  recompute_floats_ = scratch;
   // a second gradient buffer only when backwards can run while an update is open
   const int versions = version_capacity(options.mode, d, stage_);
   grad_buf_[0].assign(params, 0.0f);
@@ -89,9 +88,9 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
   const int slots = options.stash_slots > 0
                         ? options.stash_slots
                         : default_stash_slots(options.mode, d, stage_, options.microbatches);
-  stash_ = ActivationStash(stage_, slots, static_cast<size_t>(L - 1) * bth, saved, weights);
-  dh_a_.assign(bth, 0.0f);
-  dh_b_.assign(bth, 0.0f);
+  stash_ = ActivationStash(stage_, slots, static_cast<size_t>(L - 1) * bth_, saved, weights,
+                           scratch_pool);
+  take_scratch_buffers(scratch_pool);
   const std::vector<int64_t> hidden_shape{options.B, options.T, model.options().width};
   out_pool_ = std::make_unique<TensorPool>(hidden_shape, is_last() ? 0 : stash_slots() + 1);
   din_pool_ = std::make_unique<TensorPool>(hidden_shape, is_first() ? 0 : 2);
@@ -149,6 +148,33 @@ void StageWorker::repartition(const Partition& partition) {
 
 StageWorker::~StageWorker() = default;
 
+void StageWorker::take_scratch_buffers(ScratchPool* pool) {
+  // after the stash's (the largest first: the pool fits the smallest buffer that holds each)
+  if (std::find(recompute_.begin(), recompute_.end(), true) != recompute_.end()) {
+    assign_zeros(recompute_saved_, recompute_floats_, pool);
+    assign_zeros(recompute_out_, bth_, pool);
+  }
+  assign_zeros(dh_a_, bth_, pool);
+  assign_zeros(dh_b_, bth_, pool);
+}
+
+void StageWorker::give_scratch(ScratchPool& pool) {
+  AP_CHECK(in_flight() == 0 && !job_.open() && pending_ == nullptr,
+           "stage {}: scratch buffers given away while busy ({} microbatches in flight{})", stage_,
+           in_flight(), job_.open() ? ", an update open" : "");
+  AP_CHECK(holds_scratch(), "stage {}: scratch buffers given away twice", stage_);
+  stash_.give_buffers(pool);
+  for (std::vector<float>* v :
+       {&recompute_saved_, &recompute_out_, &dh_a_, &dh_b_, &eval_hidden_, &eval_saved_})
+    pool.give(std::exchange(*v, {}));
+}
+
+void StageWorker::take_scratch(ScratchPool& pool) {
+  AP_CHECK(!holds_scratch(), "stage {}: take_scratch without give_scratch", stage_);
+  stash_.take_buffers(&pool);
+  take_scratch_buffers(&pool);
+}
+
 void StageWorker::check_action(const Action& a, ActionKind kind) const {
   AP_CHECK(run_active_, "{}: start_run() first", to_string(a));
   AP_CHECK(pending_ == nullptr,
@@ -175,6 +201,9 @@ Status StageWorker::start_run(const Schedule& s, int64_t microbatch_offset) {
     return make_error(
         "the schedule averages {} microbatches per step but stage {} was built for {}",
         s.microbatches, stage_, update_mbs_);
+  }
+  if (!holds_scratch()) {
+    return make_error("stage {}: its scratch buffers were given away (take_scratch first)", stage_);
   }
   if (in_flight() > 0) {
     return make_error("stage {}: {} microbatches of the previous run are still in flight", stage_,
@@ -248,7 +277,7 @@ ForwardOutput StageWorker::exec_forward(const Action& a, const Microbatch& mb, c
   AP_CHECK(mb.B == opts_.B && mb.T == opts_.T,
            "{}: microbatch ({}, {}) but the stage takes ({}, {})", to_string(a), mb.B, mb.T,
            opts_.B, opts_.T);
-  const size_t bth = dh_a_.size();
+  const size_t bth = bth_;
   const Layer& first = *layers_.front();
   if (first.takes_input()) {
     AP_CHECK(in.defined() && in.dtype() == DType::f32 && static_cast<size_t>(in.numel()) == bth,
@@ -321,12 +350,14 @@ ForwardOutput StageWorker::exec_forward(const Action& a, const Microbatch& mb, c
 }
 
 ForwardOutput StageWorker::evaluate(const Microbatch& mb, const Tensor& in) {
+  AP_CHECK(holds_scratch(), "stage {}: evaluate() while its scratch buffers are given away",
+           stage_);
   AP_CHECK(in_flight() == 0, "stage {}: evaluate() with {} microbatches in flight", stage_,
            in_flight());
   AP_CHECK(mb.B == opts_.B && mb.T == opts_.T,
            "evaluate: microbatch ({}, {}) but the stage takes ({}, {})", mb.B, mb.T, opts_.B,
            opts_.T);
-  const size_t bth = dh_a_.size();
+  const size_t bth = bth_;
   const Layer& first = *layers_.front();
   if (first.takes_input()) {
     AP_CHECK(in.defined() && in.dtype() == DType::f32 && static_cast<size_t>(in.numel()) == bth,
@@ -394,7 +425,7 @@ Tensor StageWorker::backward_layers(const Action& a, const Microbatch& mb, const
   AP_CHECK(mb.B == opts_.B && mb.T == opts_.T,
            "{}: microbatch ({}, {}) but the stage takes ({}, {})", to_string(a), mb.B, mb.T,
            opts_.B, opts_.T);
-  const size_t bth = dh_a_.size();
+  const size_t bth = bth_;
   Slot& slot = stash_.find(a.microbatch);
   const int v = base_ + a.version;
   const bool predicted = store_->policy() == VersionPolicy::predicted;

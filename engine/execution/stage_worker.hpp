@@ -12,6 +12,7 @@
 
 #include "engine/batch.hpp"
 #include "engine/execution/activation_stash.hpp"
+#include "engine/execution/scratch_pool.hpp"
 #include "engine/execution/tied_params.hpp"
 #include "engine/execution/update_job.hpp"
 #include "engine/execution/weight_store.hpp"
@@ -119,8 +120,11 @@ struct StageWorkerOptions {
 /// Misuse (a version not stored, a microbatch not stashed, a step out of order) is an AP_CHECK.
 class StageWorker {
  public:
+  /// Buffers whose contents are dead at rest (scratch: the activation stash, the backward
+  /// ping-pong, the recompute scratch) come from `scratch_pool` where it has them (a layer move
+  /// hands the retired stages' buffers to the new ones), else they are allocated.
   StageWorker(const Model& model, const Partition& partition, const OptimizerOptions& optimizer,
-              const StageWorkerOptions& options);
+              const StageWorkerOptions& options, ScratchPool* scratch_pool = nullptr);
   ~StageWorker();
   StageWorker(const StageWorker&) = delete;
   StageWorker& operator=(const StageWorker&) = delete;
@@ -279,6 +283,16 @@ class StageWorker {
   /// Takes `partition` as the pipeline's layout when this stage keeps exactly its layers in it
   /// (a migration between other stages); AP_CHECK otherwise.
   void repartition(const Partition& partition);
+  /// Idle (nothing in flight, no update open): hands the scratch buffers (the activation stash,
+  /// the backward ping-pong, the recompute scratch, the evaluation buffers) to `pool`. Weights,
+  /// gradients and every other state stay. Until take_scratch() the stage runs nothing:
+  /// start_run() and evaluate() refuse.
+  void give_scratch(ScratchPool& pool);
+  /// The scratch buffers sized again (zeroed) from `pool` where it has them: the stage computes
+  /// exactly as before give_scratch().
+  void take_scratch(ScratchPool& pool);
+  /// The scratch buffers are in place (not given away).
+  bool holds_scratch() const { return stash_.has_buffers(); }
   Context& context() { return ctx_; }
 
  private:
@@ -294,6 +308,8 @@ class StageWorker {
   // where local layer i's saved activations live for `slot`'s microbatch
   float* saved_of(Slot& slot, int i);
   void check_action(const Action& a, ActionKind kind) const;
+  // the scratch buffers but the stash's (give_scratch), from `pool` where it has them
+  void take_scratch_buffers(ScratchPool* pool);
 
   Model model_;
   Partition partition_;
@@ -321,6 +337,7 @@ class StageWorker {
   // `weights`
   std::vector<size_t> saved_off_, weight_off_;
   std::vector<bool> recompute_;         // per local layer
+  size_t recompute_floats_ = 0;         // recompute_saved_'s size
   std::vector<float> recompute_saved_;  // the recomputed layers' saved activations (scratch)
   std::vector<float> recompute_out_;    // (B,T,C): a recomputed forward's output, unused
   TiedParams tied_;
@@ -330,6 +347,7 @@ class StageWorker {
   int last_backward_version_ = -1;           // the version the last backward used
 
   ActivationStash stash_;
+  size_t bth_ = 0;                  // B·T·width: one (B,T,C) tensor
   std::vector<float> dh_a_, dh_b_;  // backward ping-pong (B,T,C)
   // evaluate(): hidden states between layers (B,T,C) x 2 and one layer's saved activations,
   // allocated at the first evaluation

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "engine/checkpoint/pipeline_checkpoint.hpp"
 #include "engine/execution/optimizer_shard.hpp"
@@ -69,6 +70,32 @@ void add_tied_owner_versions(CheckpointContents& state, std::span<StageWorker* c
 
 }  // namespace
 
+RebuiltStages::RebuiltStages(RebuiltStages&& other) noexcept
+    : stages(std::move(other.stages)),
+      workers(std::move(other.workers)),
+      shards(std::move(other.shards)),
+      lenders(std::exchange(other.lenders, {})),
+      scratch(std::move(other.scratch)) {}
+
+RebuiltStages& RebuiltStages::operator=(RebuiltStages&& other) noexcept {
+  if (this != &other) {
+    RebuiltStages dropped(std::move(*this));  // hands its buffers back
+    stages = std::move(other.stages);
+    workers = std::move(other.workers);
+    shards = std::move(other.shards);
+    lenders = std::exchange(other.lenders, {});
+    scratch = std::move(other.scratch);
+  }
+  return *this;
+}
+
+RebuiltStages::~RebuiltStages() {
+  if (lenders.empty()) return;
+  for (auto& w : workers)
+    if (w && w->holds_scratch()) w->give_scratch(scratch);
+  for (StageWorker* w : lenders) w->take_scratch(scratch);
+}
+
 int checkpoint_layer(const std::string& name) {
   constexpr std::string_view prefix = "layers.";
   if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size()) return -1;
@@ -132,7 +159,13 @@ Expected<RebuiltStages> build_rebuilt_stages(
   if (Status ok = check_sizes(from, to, workers.size(), shards.size()); !ok) return ok.error();
   auto stages = rebuilt_stages(from, to);
   if (!stages) return stages.error();
-  RebuiltStages out;
+  RebuiltStages out;  // on an error, its destructor hands the lent scratch back
+  for (int r : *stages) {
+    const size_t k = static_cast<size_t>(r);
+    if (workers[k] == nullptr || shards[k] == nullptr) continue;  // another process's
+    workers[k]->give_scratch(out.scratch);
+    out.lenders.push_back(workers[k].get());
+  }
   std::vector<StageWorker*> new_w;
   std::vector<OptimizerShard*> new_s;
   for (int r : *stages) {
@@ -143,7 +176,7 @@ Expected<RebuiltStages> build_rebuilt_stages(
     wo.init_params = false;  // every parameter is loaded below
     out.stages.push_back(r);
     out.workers.push_back(
-        std::make_unique<StageWorker>(old.model(), to, old.optimizer_options(), wo));
+        std::make_unique<StageWorker>(old.model(), to, old.optimizer_options(), wo, &out.scratch));
     out.shards.push_back(
         std::make_unique<OptimizerShard>(old.model(), to, r, old.optimizer_options()));
     out.workers.back()->predict_from(*out.shards.back());
@@ -160,6 +193,7 @@ Expected<RebuiltStages> build_rebuilt_stages(
 void install_rebuilt_stages(RebuiltStages rebuilt, const Partition& to,
                             std::vector<std::unique_ptr<StageWorker>>& workers,
                             std::vector<std::unique_ptr<OptimizerShard>>& shards) {
+  rebuilt.lenders.clear();  // they are replaced: their buffers stay with the new stages
   for (size_t k = 0; k < rebuilt.stages.size(); ++k) {
     workers[static_cast<size_t>(rebuilt.stages[k])] = std::move(rebuilt.workers[k]);
     shards[static_cast<size_t>(rebuilt.stages[k])] = std::move(rebuilt.shards[k]);
@@ -197,6 +231,7 @@ Expected<MoveReport> move_layers(const Partition& from, const Partition& to,
     }
     auto built = build_rebuilt_stages(from, to, std::move(*state), workers, shards);
     if (!built) return built.error();
+    report.bytes_reused = static_cast<int64_t>(built->scratch.bytes_reused());
     // nothing can fail from here on: the new stages take their places
     install_rebuilt_stages(std::move(*built), to, workers, shards);
   }

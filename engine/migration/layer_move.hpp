@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/checkpoint/checkpoint.hpp"
+#include "engine/execution/scratch_pool.hpp"
 #include "engine/expected.hpp"
 #include "engine/model/model.hpp"
 #include "engine/model/partition.hpp"
@@ -34,6 +35,9 @@ struct MoveReport {
   int64_t bytes_copied = 0;
   /// Of bytes_moved, what crossed from one process to another (0 in one process).
   int64_t bytes_sent = 0;
+  /// Bytes of scratch buffers (activation stashes, backward and recompute scratch) the rebuilt
+  /// stages of this process took over from the stages they replaced instead of allocating.
+  int64_t bytes_reused = 0;
   std::vector<int> stages_rebuilt;  ///< stages with a new worker and shard
   double seconds = 0.0;             ///< wall time of the move
 };
@@ -68,18 +72,29 @@ Expected<CheckpointContents> rebuilt_state(const Partition& from, const Partitio
                                            std::span<const std::unique_ptr<OptimizerShard>> shards);
 
 /// This process's stages that a move rebuilds, built for the new partition and loaded, not yet
-/// in place.
+/// in place. Their scratch buffers are those of the stages they replace (`lenders`, which gave
+/// them: StageWorker::give_scratch) where those fit. Dropped without install_rebuilt_stages
+/// (this or another process failed), they hand the buffers back: the old stages run on exactly
+/// as before.
 struct RebuiltStages {
   std::vector<int> stages;
   std::vector<std::unique_ptr<StageWorker>> workers;
   std::vector<std::unique_ptr<OptimizerShard>> shards;
+  std::vector<StageWorker*> lenders;  ///< the stages replaced; empty once installed
+  ScratchPool scratch;                ///< the lenders' buffers not taken
+
+  RebuiltStages() = default;
+  RebuiltStages(RebuiltStages&& other) noexcept;
+  RebuiltStages& operator=(RebuiltStages&& other) noexcept;
+  ~RebuiltStages();
 };
 
-/// Phase 2: builds every local stage that the move rebuilds (with its old worker's options)
-/// and loads it from `state`, which must hold every tensor those stages need under `to`
-/// (load_pipeline_checkpoint; in 2bw a rebuilt tied copy whose owner's previous version is not
-/// in `state` takes its own, which holds the same value). Nothing in place changes. Errors: a
-/// tensor missing or of another shape, naming it.
+/// Phase 2: builds every local stage that the move rebuilds (with its old worker's options and
+/// the old stages' scratch buffers) and loads it from `state`, which must hold every tensor those
+/// stages need under `to` (load_pipeline_checkpoint; in 2bw a rebuilt tied copy whose owner's
+/// previous version is not in `state` takes its own, which holds the same value). Nothing in place
+/// changes but the old stages' scratch, lent until the result is installed or dropped. Errors (the
+/// scratch handed back): a tensor missing or of another shape, naming it.
 Expected<RebuiltStages> build_rebuilt_stages(
     const Partition& from, const Partition& to, CheckpointContents state,
     std::span<const std::unique_ptr<StageWorker>> workers,

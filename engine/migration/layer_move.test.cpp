@@ -106,6 +106,9 @@ TEST_CASE("a move puts every layer's state where the new partition says, in 1f1b
     const int64_t p1 = static_cast<int64_t>(model.layer(1).param_floats()) * 4;
     CHECK(report->bytes_moved == p1 * (mode == Mode::twobw ? 4 : 3));
     CHECK(report->bytes_copied > report->bytes_moved);
+    // the rebuilt stages' scratch (stash, backward buffers) is the replaced stages'
+    CHECK(report->bytes_reused > 0);
+    for (const auto& w : s.workers) CHECK(w->holds_scratch());
     check_patterned(s, mode);
     // and back, over two boundaries at once
     auto back = move_layers(counts({2, 1, 1}), counts({1, 1, 2}), s.workers, s.shards);
@@ -139,6 +142,47 @@ TEST_CASE("a move that cannot be made changes nothing and says why") {
   CHECK(same->stages_rebuilt.empty());
   CHECK(same->bytes_moved == 0);
   CHECK(s.workers[0].get() == w0);
+}
+
+TEST_CASE("a move built but not installed hands the scratch back to the stages it would replace") {
+  const Model model = build_model(tiny_model(Arch::gpt, false, 5));
+  for (Mode mode : {Mode::onef1b, Mode::twobw}) {
+    CAPTURE(to_string(mode));
+    Stages s = patterned(model, counts({1, 2, 1}), mode);
+    std::vector<size_t> stash;
+    for (const auto& w : s.workers) stash.push_back(w->stash_bytes());
+    const Partition from = counts({1, 2, 1}), to = counts({2, 1, 1});
+    auto check_handed_back = [&] {
+      for (size_t r = 0; r < s.workers.size(); ++r) {
+        CHECK(s.workers[r]->holds_scratch());
+        CHECK(s.workers[r]->stash_bytes() >= stash[r]);
+      }
+      check_patterned(s, mode);
+    };
+    // built and loaded, then dropped (another process failed): the old stages take theirs back
+    {
+      auto state = rebuilt_state(from, to, s.workers, s.shards);
+      REQUIRE(state.ok());
+      auto built = build_rebuilt_stages(from, to, std::move(*state), s.workers, s.shards);
+      REQUIRE(built.ok());
+      CHECK(built->scratch.bytes_reused() > 0);
+      CHECK_FALSE(s.workers[0]->holds_scratch());  // lent to the rebuilt stage 0
+      CHECK(s.workers[2]->holds_scratch());        // kept its range: lends nothing
+    }
+    check_handed_back();
+    // a load that fails (a tensor missing) hands it back before returning the error
+    auto state = rebuilt_state(from, to, s.workers, s.shards);
+    REQUIRE(state.ok());
+    state->model.pop_back();
+    auto failed = build_rebuilt_stages(from, to, std::move(*state), s.workers, s.shards);
+    REQUIRE_FALSE(failed.ok());
+    CHECK(failed.error().message.find("installing the moved state") != std::string::npos);
+    check_handed_back();
+    // and the stages can still move
+    auto report = move_layers(from, to, s.workers, s.shards);
+    REQUIRE(report.ok());
+    check_patterned(s, mode);
+  }
 }
 
 TEST_CASE("the three phases of a move, in two 'processes' with the state routed between them") {
