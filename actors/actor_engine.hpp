@@ -178,9 +178,12 @@ struct ActorCallbacks {
   /// Read by the driver (rank 0's, in a job of several processes): once requested, gpipe and
   /// 1f1b end the run after the step in flight (no microbatch of a later step is fed; every
   /// stage ends its list after that step's flush), 2bw likewise (every stage's list becomes that of
-  /// a run of so many steps: first_steps); pipedream and xpipe end at the run's end.
+  /// a run of so many steps: first_steps); pipedream and xpipe end at the run's end, or with
+  /// `stop_drains` after the step in flight as 2bw (draining their pipeline there).
   /// ActorRunResult::stopped says so. Null: never.
   const StopFlag* stop = nullptr;
+  /// train.stop = "step": a stop cuts pipedream's and xpipe's runs too.
+  bool stop_drains = false;
 };
 
 /// What one run produced.

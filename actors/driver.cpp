@@ -262,8 +262,9 @@ class DriverActor : public caf::event_based_actor {
   // it. In 2bw the run's one schedule ends after that step instead (first_steps): no stage can
   // have started an action of a later step, which needs a microbatch of it or the updates of
   // its backwards; the next run continues it exactly, as after any run of 2bw. pipedream and
-  // xpipe run their schedule to its end: ending them early would drain the pipeline where the
-  // uninterrupted training does not.
+  // xpipe end the same way with ActorCallbacks::stop_drains (train.stop = "step": the pipeline
+  // drains there, where the uninterrupted training does not), else they run their schedule to
+  // its end.
   void check_stop() {
     check_cut();
     if (stop_seen_ || finished_ || st_->callbacks.stop == nullptr ||
@@ -273,7 +274,7 @@ class DriverActor : public caf::event_based_actor {
     // replicas end at the run's end too: a cut would have to reach every replica's pipeline
     // after the same step, and each replica's driver releases its own microbatches
     if (st_->replicas > 1 || st_->eval) return;
-    if (st_->repeats <= 1 && st_->mode != Mode::twobw) return;
+    if (st_->repeats <= 1 && st_->mode != Mode::twobw && !st_->callbacks.stop_drains) return;
     cut_after_fed_step();
   }
 

@@ -105,6 +105,7 @@ struct TrainOptions {
   int max_restarts = 0;            // restarts from the latest checkpoint after a failure
   double restart_backoff = 1.0;    // seconds before the first restart; doubles, at most 60
   std::string nonfinite = "stop";  // stop | skip: a non-finite loss or gradient
+  std::string stop = "step";       // step | run: where pipedream and xpipe end on a stop request
 };
 
 /// [checkpoint]

@@ -113,7 +113,9 @@ class Executor {
 
 class ActorsExecutor final : public Executor {
  public:
-  explicit ActorsExecutor(std::unique_ptr<ActorEngine> engine) : engine_(std::move(engine)) {}
+  // stop_drains: train.stop = "step" (pipedream and xpipe end after the step in flight too)
+  ActorsExecutor(std::unique_ptr<ActorEngine> engine, bool stop_drains)
+      : engine_(std::move(engine)), stop_drains_(stop_drains) {}
   int stages() const override { return engine_->stages(); }
   bool measures_stages() const override { return true; }
   bool local(int r) const override { return engine_->local(r); }
@@ -127,6 +129,7 @@ class ActorsExecutor final : public Executor {
     const auto t0 = Clock::now();
     ActorCallbacks callbacks;
     callbacks.stop = &stop;
+    callbacks.stop_drains = stop_drains_;
     callbacks.on_step = [&](const StepProgress& p) {
       on_step(RunStep{p.step, p.loss, p.tokens, p.seconds, p.stages, p.skipped});
     };
@@ -153,6 +156,7 @@ class ActorsExecutor final : public Executor {
 
  private:
   std::unique_ptr<ActorEngine> engine_;
+  bool stop_drains_;
 };
 
 // Whether a run of `mode` may end after any step with the bits of the uninterrupted run (a stop
@@ -165,12 +169,14 @@ bool ends_between_steps(Mode mode) {
 // committed its update (SerialExecutor::StepDone), also inside the one long schedule of an
 // asynchronous mode. gpipe, 1f1b and 2bw run step by step (the same bits as one run: each step
 // of gpipe and 1f1b is its own schedule, and a 2bw run continues the previous one exactly), so a
-// stop ends the run after the step in flight; pipedream and xpipe run their one schedule to its
-// end (a run of theirs ends in a drain the uninterrupted training does not have).
+// stop ends the run after the step in flight; pipedream and xpipe run their one schedule, which
+// a stop cuts after the step in flight with `stop_drains` (train.stop = "step": they drain
+// there) and else runs to its end (a drain the uninterrupted training has too).
 class SerialBackend final : public Executor {
  public:
-  SerialBackend(std::unique_ptr<SerialExecutor> exec, int64_t tokens_per_microbatch)
-      : exec_(std::move(exec)), tokens_per_mb_(tokens_per_microbatch) {}
+  SerialBackend(std::unique_ptr<SerialExecutor> exec, int64_t tokens_per_microbatch,
+                bool stop_drains)
+      : exec_(std::move(exec)), tokens_per_mb_(tokens_per_microbatch), stop_drains_(stop_drains) {}
   int stages() const override { return exec_->stages(); }
   bool measures_stages() const override { return false; }
   bool local(int) const override { return true; }
@@ -185,16 +191,20 @@ class SerialBackend final : public Executor {
     RunOutput out;
     const bool stepwise = ends_between_steps(exec_->options().mode);
     const int per_run = stepwise ? 1 : steps;
+    const StopFlag* cut = !stepwise && stop_drains_ ? &stop : nullptr;
     for (int done = 0; done < steps; done += per_run) {
       if (done > 0 && stop.requested()) break;
-      auto losses = exec_->run(per_run, data, [&](int step, double loss) {
-        out.losses.push_back(loss);
-        out.tokens = exec_->microbatches_for(done + step) * tokens_per_mb_;
-        // the executor counts a dropped step before it reports it
-        const bool skipped = exec_->skipped_steps() > skipped_;
-        skipped_ = exec_->skipped_steps();
-        on_step(RunStep{done + step, loss, out.tokens, since(), {}, skipped});
-      });
+      auto losses = exec_->run(
+          per_run, data,
+          [&](int step, double loss) {
+            out.losses.push_back(loss);
+            out.tokens = exec_->microbatches_for(done + step) * tokens_per_mb_;
+            // the executor counts a dropped step before it reports it
+            const bool skipped = exec_->skipped_steps() > skipped_;
+            skipped_ = exec_->skipped_steps();
+            on_step(RunStep{done + step, loss, out.tokens, since(), {}, skipped});
+          },
+          cut);
       if (!losses) return losses.error();
       AP_CHECK(static_cast<size_t>(done) + losses->size() == out.losses.size(),
                "serial backend: {} steps reported, {} run", out.losses.size(),
@@ -213,6 +223,7 @@ class SerialBackend final : public Executor {
  private:
   std::unique_ptr<SerialExecutor> exec_;
   int64_t tokens_per_mb_;
+  bool stop_drains_;
   int64_t skipped_ = 0;  // exec_->skipped_steps() at the last step reported
 };
 
@@ -437,6 +448,7 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
   }
   const int B = config.pipeline.microbatch_size;
   const int T = sequence_length(config);
+  const bool stop_drains = config.train.stop == "step";
   if (options.group != nullptr && options.group->world() > 1 &&
       options.backend != Backend::actors) {
     return make_error("a job of {} processes runs the actors backend, not {}",
@@ -456,7 +468,7 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
     }
     auto engine = ActorEngine::create(impl->config, eo, options.group);
     if (!engine) return engine.error();
-    impl->exec = std::make_unique<ActorsExecutor>(std::move(*engine));
+    impl->exec = std::make_unique<ActorsExecutor>(std::move(*engine), stop_drains);
   } else if (impl->config.pipeline.replicas > 1) {
     auto exec = ReplicatedExecutor::create(impl->config, options.model.get());
     if (!exec) return exec.error();
@@ -464,7 +476,7 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
   } else {
     auto exec = SerialExecutor::create(impl->config, false, options.model.get());
     if (!exec) return exec.error();
-    impl->exec = std::make_unique<SerialBackend>(std::move(*exec), int64_t{B} * T);
+    impl->exec = std::make_unique<SerialBackend>(std::move(*exec), int64_t{B} * T, stop_drains);
   }
   if (options.data) {
     if (Status ok = check_own_data(*options.data, config, B, T); !ok)

@@ -712,6 +712,8 @@ Status validate(const Config& c) {
         "skipped on every stage consistently (skip needs gpipe or 1f1b)",
         p.mode));
   }
+  if (t.stop != "step" && t.stop != "run")
+    bad(fmt::format("train.stop = \"{}\": unknown choice (allowed: step, run)", t.stop));
   if (!(t.restart_backoff >= 0.0 && t.restart_backoff <= 3600.0)) {
     bad(fmt::format("train.restart_backoff = {}: must be in [0, 3600] seconds", t.restart_backoff));
   }

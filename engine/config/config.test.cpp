@@ -113,6 +113,7 @@ Config everything_changed() {
   c.train.max_restarts = 3;
   c.train.restart_backoff = 2.5;
   c.train.nonfinite = "skip";
+  c.train.stop = "run";
   c.checkpoint.dir = "ckpt";
   c.checkpoint.every = 4;
   c.checkpoint.resume = "ckpt/final";

@@ -293,6 +293,14 @@ std::vector<OptionSpec> build_table() {
                   "A non-finite loss or gradient: stop fails the run naming the step, stage and "
                   "layer (microbatch for a loss); skip drops that step's update on every stage "
                   "(weights and optimizer state stay as they were), counts it and trains on."));
+  t.push_back(row("train", "stop", &C::train, &TrainOptions::stop, "step | run",
+                  "Where SIGINT, SIGTERM or Trainer::request_stop ends the training. step: after "
+                  "the step in flight in every mode; pipedream and xpipe drain their pipeline "
+                  "there, so the resumed training equals one whose pipeline run ended at that "
+                  "step, not the uninterrupted one. run: gpipe, 1f1b and 2bw the same; pipedream "
+                  "and xpipe at the end of their pipeline run (the next multiple of "
+                  "checkpoint.every, else train.steps), so the resumed training equals the "
+                  "uninterrupted one bit for bit (docs/failures.md)."));
   t.push_back(row("train", "restart_backoff", &C::train, &TrainOptions::restart_backoff,
                   "[0, 3600] seconds",
                   "Wait before the first restart; doubled for each further one, at most 60 s."));

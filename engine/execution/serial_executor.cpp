@@ -264,7 +264,7 @@ Expected<std::vector<Schedule>> SerialExecutor::schedules_for(int steps) const {
 }
 
 Expected<std::vector<double>> SerialExecutor::run(int steps, std::span<const Microbatch> batches,
-                                                  const StepDone& on_step) {
+                                                  const StepDone& on_step, const StopFlag* stop) {
   auto schedules = schedules_for(steps);
   if (!schedules) return schedules.error();
   if (static_cast<int64_t>(batches.size()) != microbatches_for(steps)) {
@@ -278,10 +278,12 @@ Expected<std::vector<double>> SerialExecutor::run(int steps, std::span<const Mic
     const int before = static_cast<int>(losses.size());
     StepDone numbered;
     if (on_step) numbered = [&](int step, double loss) { on_step(before + step, loss); };
-    auto l = run_schedule(s, batches.subspan(offset, n), numbered);
+    auto l = run_schedule(s, batches.subspan(offset, n), numbered, stop);
     if (!l) return l.error();
+    const bool cut = static_cast<int>(l->size()) < s.steps;
     losses.insert(losses.end(), l->begin(), l->end());
     offset += n;
+    if (cut) break;
   }
   return losses;
 }
@@ -302,11 +304,16 @@ Expected<std::vector<Microbatch>> read_batches(DataLoader& data, int64_t n) {
 }  // namespace
 
 Expected<std::vector<double>> SerialExecutor::run(int steps, DataLoader& data,
-                                                  const StepDone& on_step) {
+                                                  const StepDone& on_step, const StopFlag* stop) {
   if (steps < 1) return make_error("steps = {}: must be >= 1", steps);
+  const uint64_t start = data.position();
   auto batches = read_batches(data, microbatches_for(steps));
   if (!batches) return batches.error();
-  return run(steps, *batches, on_step);
+  auto losses = run(steps, *batches, on_step, stop);
+  // a stopped run consumed the microbatches of the steps it ran
+  if (losses && static_cast<int>(losses->size()) < steps)
+    data.seek(start + static_cast<uint64_t>(microbatches_for(static_cast<int>(losses->size()))));
+  return losses;
 }
 
 Expected<EvalResult> SerialExecutor::evaluate(DataLoader& data, int microbatches) {
@@ -317,7 +324,8 @@ Expected<EvalResult> SerialExecutor::evaluate(DataLoader& data, int microbatches
 
 Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
                                                            std::span<const Microbatch> batches,
-                                                           const StepDone& on_step) {
+                                                           const StepDone& on_step,
+                                                           const StopFlag* stop) {
   if (Status st = validate(s); !st) return st.error();
   if (s.mode != opts_.mode || s.stages != stages()) {
     return make_error("a {} schedule of {} stages given to a {} executor of {} stages",
@@ -557,13 +565,51 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
     }
   };
 
+  // A stop: the run becomes that of the steps stage 0 has begun (first_steps). No stage can
+  // have run an action beyond them: a later step's forward needs one of its microbatches
+  // through stage 0, its backwards those forwards, its updates those backwards; so what every
+  // stage has run is the start of its list in the shorter run, which each worker takes over
+  // (StageWorker::shorten_run).
+  const Schedule* sched = &s;
+  Schedule shortened;
+  auto cut_if_asked = [&]() -> Status {
+    if (stop == nullptr || sched != &s || s.steps <= 1 || !stop->requested()) return {};
+    int64_t begun = 0;  // microbatches whose F stage 0 ran
+    for (size_t i = 0; i < run.pc[0]; ++i) {
+      const Action& a = s.per_stage[0][i];
+      if (a.kind == ActionKind::F) begun = std::max<int64_t>(begun, a.microbatch + 1);
+    }
+    const int k = static_cast<int>(std::max<int64_t>(1, (begun + per - 1) / per));
+    if (k >= s.steps) return {};
+    auto c = first_steps(s, k);
+    if (!c) return c.error();
+    for (int r = 0; r < d; ++r) {
+      const size_t ru = static_cast<size_t>(r);
+      const auto& was = s.per_stage[ru];
+      const auto& now = c->per_stage[ru];
+      AP_CHECK(run.pc[ru] <= now.size() &&
+                   std::equal(was.begin(), was.begin() + static_cast<std::ptrdiff_t>(run.pc[ru]),
+                              now.begin()),
+               "stage {}: its {} actions so far are not the start of its list in the run of the "
+               "first {} steps",
+               r, run.pc[ru], k);
+    }
+    for (auto& w : workers_)
+      if (Status st = w->shorten_run(*c); !st) return st.error();
+    shortened = std::move(*c);
+    sched = &shortened;
+    return {};
+  };
+
   // Round-robin sweeps: each stage runs its next action if it is ready.
   std::vector<bool> at_flush(static_cast<size_t>(d), false);
   for (;;) {
+    if (Status st = cut_if_asked(); !st)
+      return make_error("{} pipeline: {}", to_string(opts_.mode), st.error().message);
     bool progress = false, done = true;
     for (int r = 0; r < d; ++r) {
       const size_t ru = static_cast<size_t>(r);
-      const auto& list = s.per_stage[ru];
+      const auto& list = sched->per_stage[ru];
       if (run.pc[ru] >= list.size()) continue;
       done = false;
       const Action& a = list[run.pc[ru]];
@@ -588,7 +634,7 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
       std::string where;
       for (int r = 0; r < d; ++r) {
         const size_t ru = static_cast<size_t>(r);
-        const auto& list = s.per_stage[ru];
+        const auto& list = sched->per_stage[ru];
         where += fmt::format("\n  stage {}: {}", r,
                              run.pc[ru] < list.size() ? "waits at " + to_string(list[run.pc[ru]])
                                                       : std::string("done"));
@@ -596,7 +642,7 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
       return make_error("the run is stuck: no stage can proceed{}", where);
     }
   }
-  mb_done_ += s.total_microbatches();
+  mb_done_ += sched->total_microbatches();
   // follow_owner: the copy's stage installs the owner's newest version, so the copies are equal
   // at rest (the final weights, a checkpoint, the next run's start)
   for (size_t k = 0; k < ntied; ++k) {
@@ -612,7 +658,7 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
   }
 
   std::vector<double> losses;
-  for (int u = 1; u <= s.steps; ++u) losses.push_back(step_loss(u));
+  for (int u = 1; u <= sched->steps; ++u) losses.push_back(step_loss(u));
   return losses;
 }
 

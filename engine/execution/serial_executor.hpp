@@ -18,6 +18,7 @@
 #include "engine/model/partition.hpp"
 #include "engine/options.hpp"
 #include "engine/schedule/schedule.hpp"
+#include "engine/stop_flag.hpp"
 
 namespace actorpipe {
 
@@ -96,10 +97,17 @@ class SerialExecutor {
 
   /// Runs `steps` optimizer steps over `batches` (exactly microbatches_for(steps) of them, in
   /// order). Returns the loss of each step: (1/m)·Σⱼ meanⱼ over its microbatches in order.
+  /// Once `stop` is requested (null: never), a schedule of several steps (2bw, pipedream,
+  /// xpipe) ends after the last step any microbatch of which stage 0 has begun: the stages run
+  /// the rest of that step's run of so many steps (first_steps), which drains the pipeline
+  /// there in pipedream and xpipe, and fewer losses come back. One-step schedules (gpipe, 1f1b)
+  /// end at their end: the caller stops between them.
   Expected<std::vector<double>> run(int steps, std::span<const Microbatch> batches,
-                                    const StepDone& on_step = {});
-  /// As above, reading the microbatches from `data`.
-  Expected<std::vector<double>> run(int steps, DataLoader& data, const StepDone& on_step = {});
+                                    const StepDone& on_step = {}, const StopFlag* stop = nullptr);
+  /// As above, reading the microbatches from `data` (all of the run's up front; after a stop
+  /// `data` is put back after those of the steps that ran).
+  Expected<std::vector<double>> run(int steps, DataLoader& data, const StepDone& on_step = {},
+                                    const StopFlag* stop = nullptr);
 
   /// Held-out evaluation between runs: each of `batches`, in order, through every stage's
   /// StageWorker::evaluate (stage 0 first), with the newest weights. Errors: a non-finite loss
@@ -111,7 +119,8 @@ class SerialExecutor {
   /// batches[j]; returns one loss per optimizer step of the schedule.
   Expected<std::vector<double>> run_schedule(const Schedule& schedule,
                                              std::span<const Microbatch> batches,
-                                             const StepDone& on_step = {});
+                                             const StepDone& on_step = {},
+                                             const StopFlag* stop = nullptr);
 
   const SerialExecutorOptions& options() const { return opts_; }
   const Model& model() const { return model_; }

@@ -404,3 +404,53 @@ TEST_CASE("recompute flags from a config: bad layers and an unresolved auto are 
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().message == "recompute: 2 flags for a model of 4 layers");
 }
+
+TEST_CASE("a stop cuts an asynchronous run after the steps stage 0 has begun (first_steps)") {
+  for (const char* mode : {"2bw", "pipedream", "xpipe"}) {
+    CAPTURE(mode);
+    Config c = tiny_config(mode, 3, 3, tiny(Arch::gpt));
+    c.optimizer = clipped_adamw();
+    c.data.seed = 9;
+    constexpr int kSteps = 12;
+    auto e = SerialExecutor::create(c, true);
+    REQUIRE(e.ok());
+    auto data = config_loader(c);
+    StopFlag stop;
+    std::vector<int> reported;
+    auto losses = (*e)->run(
+        kSteps, *data,
+        [&](int step, double) {
+          reported.push_back(step);
+          if (step == 2) stop.request();
+        },
+        &stop);
+    REQUIRE_MESSAGE(losses.ok(), (losses.ok() ? "" : losses.error().message));
+    const int k = static_cast<int>(losses->size());
+    // step 2 came once stage 0 had begun a few more (the pipeline holds about d of them)
+    CHECK(k >= 2);
+    CHECK(k < kSteps);
+    CHECK(reported.size() == static_cast<size_t>(k));
+    CHECK(static_cast<int64_t>(data->position()) == (*e)->microbatches_for(k));
+    CHECK((*e)->microbatches_done() == (*e)->microbatches_for(k));
+
+    // exactly a run of k steps: losses, weights, optimizer state; and the next run goes on alike
+    auto ref = SerialExecutor::create(c, true);
+    REQUIRE(ref.ok());
+    auto ref_data = config_loader(c);
+    auto ref_losses = (*ref)->run(k, *ref_data);
+    REQUIRE(ref_losses.ok());
+    CHECK(same_bits(*losses, *ref_losses));
+    for (int i = 0; i < (*e)->model().num_layers(); ++i)
+      CHECK(same_bits((*e)->params(i), (*ref)->params(i)));
+    for (int r = 0; r < (*e)->stages(); ++r)
+      for (int i = 0; i < (*e)->worker(r).num_layers(); ++i)
+        CHECK(same_bits((*e)->optimizer(r).state(i), (*ref)->optimizer(r).state(i)));
+    auto next = (*e)->run(3, *data);
+    auto ref_next = (*ref)->run(3, *ref_data);
+    REQUIRE(next.ok());
+    REQUIRE(ref_next.ok());
+    CHECK(same_bits(*next, *ref_next));
+    for (int i = 0; i < (*e)->model().num_layers(); ++i)
+      CHECK(same_bits((*e)->params(i), (*ref)->params(i)));
+  }
+}

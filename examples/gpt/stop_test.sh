@@ -3,6 +3,9 @@
 # bits: trains a reference run of STEPS steps; starts the same training, sends SIG once its first
 # step is in the metrics, and checks the exit code (128 + SIG), the message, the checkpoint and
 # the metrics' "stopped" line; resumes it to STEPS and compares the final checkpoints' bytes.
+# pipedream and xpipe (train.stop = "step", the default) stop after the step in flight too, in
+# the middle of their one run (no periodic checkpoints here), and drain there: the reference is
+# then a training of as many steps resumed to STEPS, made after the stop.
 # PROCS > 1 runs every training under actorpipe-launch (the signal goes to the launcher).
 # usage: sh stop_test.sh GPT LAUNCHER WORKDIR SIG MODE PROCS [KEY=VALUE]  (one more --set)
 gpt=$1
@@ -14,6 +17,8 @@ procs=$6
 extra=${7:-}
 steps=100
 every=10
+drains=
+case $mode in pipedream | xpipe) drains=1 every=0 ;; esac
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
 
 exec_run=
@@ -33,7 +38,9 @@ fail() {
   exit 1
 }
 
-run --set checkpoint.dir=whole >whole.out 2>&1 || { cat whole.out; fail "the reference run"; }
+if [ -z "$drains" ]; then
+  run --set checkpoint.dir=whole >whole.out 2>&1 || { cat whole.out; fail "the reference run"; }
+fi
 
 # in a subshell that becomes the program (exec), so that $! is the process the signal is for
 (
@@ -70,10 +77,21 @@ echo "stopped after step $at"
 run --set checkpoint.dir=run --set checkpoint.resume=run --set train.metrics=m.jsonl \
   >resumed.out 2>&1 || { cat resumed.out; fail "the resumed run"; }
 grep -q "resumed from run/step-$at at step $at" resumed.out || { cat resumed.out; fail "no resume message"; }
+if [ -n "$drains" ]; then
+  # the same boundary without a signal: a training of $at steps, resumed to $steps
+  run --set checkpoint.dir=whole --set train.steps="$at" >whole.out 2>&1 ||
+    { cat whole.out; fail "the reference's first $at steps"; }
+  run --set checkpoint.dir=whole --set checkpoint.resume=whole >>whole.out 2>&1 ||
+    { cat whole.out; fail "the reference's resume"; }
+fi
 for f in whole/final/*; do
   name=$(basename "$f")
-  cmp "$f" "run/final/$name" || fail "run/final/$name differs from the uninterrupted run's"
+  cmp "$f" "run/final/$name" || fail "run/final/$name differs from the reference run's"
 done
 n=$(grep -c '^{"step":' m.jsonl)
 [ "$n" -eq "$steps" ] || fail "$n step lines in the metrics, expected $steps (each step once)"
-echo "the resumed training equals the uninterrupted one"
+if [ -n "$drains" ]; then
+  echo "the resumed training equals one whose run ended at step $at"
+else
+  echo "the resumed training equals the uninterrupted one"
+fi

@@ -151,11 +151,13 @@ class Trainer {
 
   /// Asks train(), or the run() in progress, to end after the step in flight. gpipe, 1f1b and
   /// 2bw end the pipeline run right after the step being fed (every stage finishes that step, no
-  /// later microbatch is read; 2bw's next run continues it exactly); pipedream and xpipe end at
-  /// the end of the current pipeline run (a multiple of checkpoint.every when checkpoint.dir is
-  /// set, else train.steps), where the uninterrupted training also drains. Safe from any thread and from a signal handler (it sets lock-free atomics
-  /// only); `signal` is the signal that asked, for the messages (0: the program). The request
-  /// stays: a later train() or run() returns after at most one step. In a job of several
+  /// later microbatch is read; 2bw's next run continues it exactly). pipedream and xpipe do the
+  /// same with train.stop = "step" (their pipeline drains there, where the uninterrupted
+  /// training does not), and with "run" end at the end of the current pipeline run (a multiple
+  /// of checkpoint.every when checkpoint.dir is set, else train.steps), where the uninterrupted
+  /// training also drains. Safe from any thread and from a signal handler (it sets lock-free
+  /// atomics only); `signal` is the signal that asked, for the messages (0: the program). The
+  /// request stays: a later train() or run() returns after at most one step. In a job of several
   /// processes rank 0's request decides, and every rank stops after the same step.
   void request_stop(int signal = 0) noexcept;
   /// train() or run() ended early on request_stop(); step_count() says after which step.
