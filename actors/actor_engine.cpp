@@ -250,9 +250,10 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
     impl->placement = replica_placements[static_cast<size_t>(impl->replica)];
   }
   // a model whose stages here cannot fit is an error naming its size, not std::bad_alloc
-  if (Status ok =
-          check_memory_fits(*impl->model, *impl->partition, impl->mode, config.optimizer.kind,
-                            impl->placement.stages_of(impl->rank), impl->B, impl->T);
+  if (Status ok = check_memory_fits(
+          *impl->model, *impl->partition, impl->mode, config.optimizer.kind,
+          impl->placement.stages_of(impl->rank), impl->B, impl->T, available_memory_bytes(),
+          parse_precision(config.pipeline.precision).value_or(Precision::fp32));
       !ok)
     return world > 1 ? make_error("rank {}: {}", impl->rank, ok.error().message) : ok.error();
   auto precision = resolve_precision(config.pipeline.precision);

@@ -220,7 +220,8 @@ std::vector<OptionSpec> build_table() {
   t.push_back(row("pipeline", "memory_limit_mb", &C::pipeline, &PipelineOptions::memory_limit_mb,
                   ">= 0",
                   "Memory per stage in MiB (parameters, gradients, optimizer state, extra weight "
-                  "versions, stashed activations: the planner's memory model) that partition = "
+                  "versions, in bf16 their copies, stashed activations: the planner's memory "
+                  "model) that partition = "
                   "\"auto\" and recompute = \"auto\" must respect; a plan that cannot fit is "
                   "an error naming the stage. 0 = no limit."));
   t.push_back(row("pipeline", "recompute", &C::pipeline, &PipelineOptions::recompute,

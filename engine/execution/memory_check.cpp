@@ -33,10 +33,12 @@ uint64_t param_floats(const Model& model, const Partition& partition, std::span<
 
 uint64_t least_stage_bytes(const Model& model, const Partition& partition, Mode mode,
                            const std::string& optimizer_kind, std::span<const int> stages, int B,
-                           int T) {
+                           int T, Precision precision) {
+  const uint64_t versions =
+      1 + (mode == Mode::twobw || mode == Mode::pipedream || mode == Mode::xpipe ? 1 : 0);
   const uint64_t per_float =
-      4 * (1 /* weights */ + 1 /* gradients */ + (optimizer_kind == "sgd" ? 1 : 2) +
-           (mode == Mode::twobw || mode == Mode::pipedream || mode == Mode::xpipe ? 1 : 0));
+      4 * (versions + 1 /* gradients */ + (optimizer_kind == "sgd" ? 1 : 2)) +
+      (precision == Precision::bf16 ? 2 * versions : 0);
   const ModelOptions& o = model.options();
   const uint64_t tokens =
       static_cast<uint64_t>(std::max(B, 0)) * static_cast<uint64_t>(std::max(T, 0));
@@ -62,19 +64,21 @@ std::optional<uint64_t> available_memory_bytes() {
 
 Status check_memory_fits(const Model& model, const Partition& partition, Mode mode,
                          const std::string& optimizer_kind, std::span<const int> stages, int B,
-                         int T, std::optional<uint64_t> available) {
+                         int T, std::optional<uint64_t> available, Precision precision) {
   if (!available) return {};
-  const uint64_t need = least_stage_bytes(model, partition, mode, optimizer_kind, stages, B, T);
+  const uint64_t need =
+      least_stage_bytes(model, partition, mode, optimizer_kind, stages, B, T, precision);
   if (need <= *available) return {};
   const uint64_t floats = param_floats(model, partition, stages);
   const ModelOptions& o = model.options();
   return make_error(
       "model.width = {}, model.depth = {}, model.vocab_size = {}, model.context = {}, "
       "pipeline.microbatch_size = {}, sequence length {}: the stages here need at least {} "
-      "(weights, gradients, {} state and weight versions of {:.3g} parameter floats, and one "
+      "(weights, gradients, {} state and weight versions{} of {:.3g} parameter floats, and one "
       "microbatch's activations), {} of memory is available",
       o.width, o.depth, o.vocab_size, o.context, B, T, bytes_text(static_cast<double>(need)),
-      optimizer_kind, static_cast<double>(floats), bytes_text(static_cast<double>(*available)));
+      optimizer_kind, precision == Precision::bf16 ? " with their bf16 copies" : "",
+      static_cast<double>(floats), bytes_text(static_cast<double>(*available)));
 }
 
 }  // namespace actorpipe

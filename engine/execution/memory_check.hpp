@@ -12,18 +12,19 @@
 #include "engine/mode.hpp"
 #include "engine/model/model.hpp"
 #include "engine/model/partition.hpp"
+#include "kernels/precision.hpp"
 
 namespace actorpipe {
 
 /// The least bytes `stages` of a run hold whatever else happens: per parameter float of their
 /// layers 4 bytes each for the weights, the gradient accumulator, the optimizer state (AdamW 2,
-/// SGD 1) and the extra weight version 2bw, pipedream and xpipe keep (at least 1); and for one
-/// microbatch of B sequences of T tokens, each stage's output (B·T·width floats) and the last
-/// stage's logits (B·T·vocab_size floats). Stashes of more microbatches and channel buffers come
-/// on top.
+/// SGD 1) and the extra weight version 2bw, pipedream and xpipe keep (at least 1), in bf16 2
+/// more per version for its bf16 copy; and for one microbatch of B sequences of T tokens, each
+/// stage's output (B·T·width floats) and the last stage's logits (B·T·vocab_size floats).
+/// Stashes of more microbatches and channel buffers come on top.
 uint64_t least_stage_bytes(const Model& model, const Partition& partition, Mode mode,
                            const std::string& optimizer_kind, std::span<const int> stages, int B,
-                           int T);
+                           int T, Precision precision = Precision::fp32);
 
 /// MemAvailable of /proc/meminfo in bytes, when it can be read.
 std::optional<uint64_t> available_memory_bytes();
@@ -36,6 +37,7 @@ std::optional<uint64_t> available_memory_bytes();
 /// 20.1 GiB of memory is available".
 Status check_memory_fits(const Model& model, const Partition& partition, Mode mode,
                          const std::string& optimizer_kind, std::span<const int> stages, int B,
-                         int T, std::optional<uint64_t> available = available_memory_bytes());
+                         int T, std::optional<uint64_t> available = available_memory_bytes(),
+                         Precision precision = Precision::fp32);
 
 }  // namespace actorpipe

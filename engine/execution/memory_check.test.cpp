@@ -48,6 +48,11 @@ TEST_CASE("the least bytes count weights, gradients, optimizer state and weight 
   const std::vector<int> first{0};
   CHECK(least_stage_bytes(model, part, Mode::onef1b, "adamw", first, 3, 5) ==
         16 * floats0 + 4 * bt * o.width);
+  // bf16: a 2-byte copy of every stored version (1f1b one, 2bw two)
+  CHECK(least_stage_bytes(model, part, Mode::onef1b, "adamw", both, 0, 0, Precision::bf16) ==
+        18 * (floats0 + floats1));
+  CHECK(least_stage_bytes(model, part, Mode::twobw, "adamw", both, 0, 0, Precision::bf16) ==
+        24 * (floats0 + floats1));
 }
 
 TEST_CASE("stages that cannot fit are an error naming the keys that size the model") {
@@ -56,6 +61,11 @@ TEST_CASE("stages that cannot fit are an error naming the keys that size the mod
   const uint64_t need = least_stage_bytes(model, part, Mode::onef1b, "adamw", both, 0, 0);
   CHECK(check_memory_fits(model, part, Mode::onef1b, "adamw", both, 0, 0, need).ok());
   CHECK(check_memory_fits(model, part, Mode::onef1b, "adamw", both, 0, 0, std::nullopt).ok());
+  // what fits in fp32 does not in bf16, whose weight copies come on top
+  const Status copies =
+      check_memory_fits(model, part, Mode::onef1b, "adamw", both, 0, 0, need, Precision::bf16);
+  REQUIRE_FALSE(copies.ok());
+  CHECK(copies.error().message.find("weight versions with their bf16 copies") != std::string::npos);
   const Status bad = check_memory_fits(model, part, Mode::onef1b, "adamw", both, 0, 0, need - 1);
   REQUIRE(!bad.ok());
   MESSAGE(bad.error().message);

@@ -193,8 +193,9 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Config& c
   o.T = config.pipeline.seq_len > 0 ? config.pipeline.seq_len : config.model.context;
   std::vector<int> all(static_cast<size_t>(partition->stages()));
   std::iota(all.begin(), all.end(), 0);
-  if (Status ok =
-          check_memory_fits(*model, *partition, *mode, config.optimizer.kind, all, o.B, o.T);
+  if (Status ok = check_memory_fits(
+          *model, *partition, *mode, config.optimizer.kind, all, o.B, o.T, available_memory_bytes(),
+          parse_precision(config.pipeline.precision).value_or(Precision::fp32));
       !ok)
     return ok.error();
   o.threads.assign(static_cast<size_t>(partition->stages()), config.pipeline.threads_per_stage);

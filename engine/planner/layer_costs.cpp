@@ -42,6 +42,7 @@ Status check_layer_costs(std::span<const LayerCosts> layers) {
           std::pair{"gradient_bytes", l.gradient_bytes},
           std::pair{"optimizer_bytes", l.optimizer_bytes},
           std::pair{"version_bytes", l.version_bytes},
+          std::pair{"weight_copy_bytes", l.weight_copy_bytes},
           std::pair{"activation_bytes", l.activation_bytes},
           std::pair{"recompute_activation_bytes", l.recompute_activation_bytes},
           std::pair{"output_bytes", l.output_bytes}}) {

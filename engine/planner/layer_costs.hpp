@@ -24,6 +24,9 @@ struct LayerCosts {
   std::int64_t gradient_bytes = 0;   ///< the gradient accumulator
   std::int64_t optimizer_bytes = 0;  ///< optimizer state (AdamW: m and v)
   std::int64_t version_bytes = 0;    ///< one extra weight version (2bw's shadow, a stash entry)
+  /// pipeline.precision = "bf16": the bf16 copy the products read of one stored weight version
+  /// (half of parameter_bytes; a stage keeps one per version it stores); 0 in fp32.
+  std::int64_t weight_copy_bytes = 0;
   /// Activations kept from a microbatch's forward for its backward, without recompute.
   std::int64_t activation_bytes = 0;
   /// The same with recompute: only the layer's input is kept and the backward runs the forward

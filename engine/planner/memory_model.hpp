@@ -1,5 +1,6 @@
 // Memory model: the bytes one stage holds in a mode — parameters, gradients, optimizer state,
-// the extra weight versions its schedule keeps and the activations of its peak stash.
+// the extra weight versions its schedule keeps, their bf16 copies and the activations of its
+// peak stash.
 #pragma once
 
 #include <cstdint>
@@ -18,12 +19,15 @@ struct StageBytes {
   std::int64_t gradients = 0;   ///< Σ gradient_bytes
   std::int64_t optimizer = 0;   ///< Σ optimizer_bytes
   std::int64_t versions = 0;    ///< (versions_kept - 1) · Σ version_bytes
+  /// bf16: versions_kept · Σ weight_copy_bytes (every stored version's copy); 0 in fp32
+  std::int64_t weight_copies = 0;
   /// peak_stash · Σ activation bytes stashed per microbatch (recompute_activation_bytes for a
   /// recomputed layer, activation_bytes otherwise)
   std::int64_t activations = 0;
 
   std::int64_t total() const;
-  /// "parameters 10, gradients 10, optimizer 20, versions 0, activations 12".
+  /// "parameters 10, gradients 10, optimizer 20, versions 0, activations 12" (and ", bf16
+  /// copies 5" when there are any).
   std::string to_string() const;
 
   friend bool operator==(const StageBytes&, const StageBytes&) = default;
@@ -33,7 +37,7 @@ struct StageBytes {
 /// when recompute[k] (a missing flag, e.g. an empty vector, is false), with the factors of its
 /// place in the mode's schedule:
 ///   parameters + gradients + optimizer + (versions_kept - 1) · versions
-///   + peak_stash · Σ stashed activations per microbatch.
+///   + versions_kept · weight copies + peak_stash · Σ stashed activations per microbatch.
 StageBytes stage_bytes(std::span<const LayerCosts> layers, const std::vector<bool>& recompute,
                        const StageFactors& factors);
 

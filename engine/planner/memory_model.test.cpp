@@ -132,6 +132,27 @@ TEST_CASE("stage bytes per mode, worked by hand: both layers on stage 0, the sec
   const StageBytes both = stage_bytes(layers, {true, true}, factors(Mode::pipedream, 3, 1)[1]);
   CHECK(both.versions == 110);
   CHECK(both.activations == 2 * 15);
+  CHECK(both.weight_copies == 0);
+}
+
+TEST_CASE("stage bytes in bf16: a copy of every stored weight version on top") {
+  std::vector<LayerCosts> layers = two_layers();
+  layers[0].weight_copy_bytes = 50;  // half of parameter_bytes: 2 bytes a value
+  layers[1].weight_copy_bytes = 5;
+  // 2bw at stage 0 of 2: two versions stored, each with its copy
+  const StageBytes b = stage_bytes(layers, {}, factors(Mode::twobw, 2, 4)[0]);
+  CHECK(b.versions == 110);
+  CHECK(b.weight_copies == 2 * 55);
+  CHECK(b.total() == 110 + 110 + 220 + 110 + 110 + 2 * 80);
+  CHECK(b.to_string() ==
+        "parameters 110, gradients 110, optimizer 220, versions 110, activations 160, bf16 "
+        "copies 110");
+  // pipedream's stage 0 of 3 stores three versions; 1f1b one
+  CHECK(stage_bytes(layers, {}, factors(Mode::pipedream, 3, 1)[0]).weight_copies == 3 * 55);
+  CHECK(stage_bytes(layers, {}, factors(Mode::onef1b, 2, 4)[0]).weight_copies == 55);
+  layers[1].weight_copy_bytes = -1;
+  CHECK(check_layer_costs(layers).error().message ==
+        "layer 1: weight_copy_bytes = -1 is not allowed: it must be >= 0");
 }
 
 TEST_CASE("stage bytes saturate instead of overflowing") {

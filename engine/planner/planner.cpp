@@ -69,6 +69,7 @@ struct Range {
   double transfer = 0.0;         // per microbatch
   std::int64_t fixed = 0;        // parameters + gradients + optimizer
   std::int64_t versions = 0;     // Σ version_bytes
+  std::int64_t copies = 0;       // Σ weight_copy_bytes
   std::int64_t activations = 0;  // Σ activation_bytes
   std::int64_t max_saved = 0;    // Σ of the positive savings
   std::vector<Choice> choices;   // the Pareto frontier, in choice_before's order
@@ -306,8 +307,10 @@ class Planner {
   std::int64_t bytes(int i, int j, int r, std::int64_t saved) const {
     const Range& g = range(i, j);
     const StageFactors& f = factors_[r];
-    return saturating_add(saturating_add(g.fixed, saturating_mul(f.versions_kept - 1, g.versions)),
-                          saturating_mul(f.peak_stash, g.activations - saved));
+    return saturating_add(
+        saturating_add(saturating_add(g.fixed, saturating_mul(f.versions_kept - 1, g.versions)),
+                       saturating_mul(f.versions_kept, g.copies)),
+        saturating_mul(f.peak_stash, g.activations - saved));
   }
 
   bool fits(int i, int j, int r, const Choice& c) const {
@@ -343,6 +346,7 @@ class Planner {
             g.fixed,
             saturating_add(saturating_add(l.parameter_bytes, l.gradient_bytes), l.optimizer_bytes));
         g.versions = saturating_add(g.versions, l.version_bytes);
+        g.copies = saturating_add(g.copies, l.weight_copy_bytes);
         g.activations = saturating_add(g.activations, l.activation_bytes);
         // without a limit every plan fits and a recompute only costs time
         const std::int64_t save = o_.memory_limit_bytes > 0 ? l.recompute_saving() : 0;

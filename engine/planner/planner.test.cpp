@@ -91,7 +91,7 @@ BrutePlan evaluate(const std::vector<LayerCosts>& layers, const PlannerOptions& 
     const int b = a + counts[r];
     const auto [versions, stash, updates] = hand_factors(o.mode, p.d, o.microbatches, r);
     double compute = 0.0, update = 0.0, transfer = 0.0;
-    std::int64_t fixed = 0, version = 0, act = 0;
+    std::int64_t fixed = 0, version = 0, copies = 0, act = 0;
     for (int l = a; l < b; ++l) {
       const LayerCosts& c = layers[l];
       const bool re = (mask >> l) & 1U;
@@ -99,6 +99,7 @@ BrutePlan evaluate(const std::vector<LayerCosts>& layers, const PlannerOptions& 
       update += c.update;
       fixed += c.parameter_bytes + c.gradient_bytes + c.optimizer_bytes;
       version += c.version_bytes;
+      copies += c.weight_copy_bytes;
       act += re ? c.recompute_activation_bytes : c.activation_bytes;
       p.recomputed += re ? 1 : 0;
     }
@@ -111,7 +112,7 @@ BrutePlan evaluate(const std::vector<LayerCosts>& layers, const PlannerOptions& 
     const double k = o.stage_speed.empty() ? 1.0 : o.stage_speed[r];
     p.seconds[r] = k * (o.microbatches * compute + updates * update) + o.microbatches * transfer;
     p.activations[r] = stash * act;
-    p.bytes[r] = fixed + (versions - 1) * version + stash * act;
+    p.bytes[r] = fixed + (versions - 1) * version + versions * copies + stash * act;
     p.bottleneck = std::max(p.bottleneck, p.seconds[r]);
     a = b;
   }
@@ -199,7 +200,7 @@ std::int64_t largest_stage_bytes(const std::vector<LayerCosts>& layers, const Pl
       const std::int64_t act =
           plain ? c.activation_bytes : std::min(c.activation_bytes, c.recompute_activation_bytes);
       b += c.parameter_bytes + c.gradient_bytes + c.optimizer_bytes +
-           (versions - 1) * c.version_bytes + stash * act;
+           (versions - 1) * c.version_bytes + versions * c.weight_copy_bytes + stash * act;
     }
     if (b > worst) {
       worst = b;
@@ -224,6 +225,9 @@ std::vector<LayerCosts> random_layers(std::mt19937& rng, int n) {
     c.gradient_bytes = c.parameter_bytes;
     c.optimizer_bytes = 2 * c.parameter_bytes;
     c.version_bytes = c.parameter_bytes;
+    // every third layer as in bf16: a copy of each stored version (not drawn: the stream of
+    // draws stays that of the cases before)
+    c.weight_copy_bytes = i % 3 == 1 ? c.parameter_bytes / 2 : 0;
     c.activation_bytes = pick(0, 30);
     // now and then a layer whose recompute saves nothing or costs memory
     c.recompute_activation_bytes =

@@ -75,8 +75,9 @@ Expected<AutoPartition> plan_auto_partition(const Config& config,
       }
     }
   }
-  auto costs = options.model != nullptr ? layer_costs(out.profile, *options.model, config.optimizer)
-                                        : layer_costs(out.profile, config.model, config.optimizer);
+  auto costs = options.model != nullptr
+                   ? layer_costs(out.profile, *options.model, config.optimizer, precision)
+                   : layer_costs(out.profile, config.model, config.optimizer, precision);
   if (!costs) return costs.error();
   out.costs = std::move(*costs);
 

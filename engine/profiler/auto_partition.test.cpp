@@ -95,6 +95,39 @@ TEST_CASE("auto partition: the planner's plan for the mode from a cached profile
   CHECK(same->pipeline.partition.even());
 }
 
+TEST_CASE("auto partition in bf16 counts a bf16 copy of every stored weight version") {
+  testing::TempDir dir;
+  AutoPartitionOptions o;
+  o.cache_dir = dir.path.string();
+  Config fp32 = default_gpt("2bw", 4);
+  Config bf16 = fp32;
+  bf16.pipeline.precision = "bf16";
+  cache_fake_profile(o.cache_dir, fp32);  // the same times under each precision's key
+  cache_fake_profile(o.cache_dir, bf16);
+  auto a = plan_auto_partition(fp32, o);
+  auto b = plan_auto_partition(bf16, o);
+  REQUIRE(a.ok());
+  REQUIRE_MESSAGE(b.ok(), (b.ok() ? "" : b.error().message));
+  CHECK(b->from_cache);
+  REQUIRE(a->costs.size() == b->costs.size());
+  for (size_t i = 0; i < a->costs.size(); ++i) {
+    CHECK(a->costs[i].weight_copy_bytes == 0);
+    CHECK(b->costs[i].weight_copy_bytes == a->costs[i].parameter_bytes / 2);
+  }
+  CHECK(b->result.plan.layers_per_stage == a->result.plan.layers_per_stage);
+  const auto& sa = a->result.plan.stages;
+  const auto& sb = b->result.plan.stages;
+  REQUIRE(sa.size() == 2);
+  REQUIRE(sb.size() == 2);
+  for (size_t r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    // 2bw stores two versions per stage: a copy of each, half their bytes
+    CHECK(sa[r].bytes.weight_copies == 0);
+    CHECK(sb[r].bytes.weight_copies == sb[r].bytes.parameters);
+    CHECK(sb[r].bytes.total() == sa[r].bytes.total() + sb[r].bytes.parameters);
+  }
+}
+
 TEST_CASE("auto partition: a limit only recompute fits is an error naming the layers (none)") {
   testing::TempDir dir;
   AutoPartitionOptions o;

@@ -284,14 +284,15 @@ constexpr std::int64_t kFloat = 4;  // bytes of an f32
 }  // namespace
 
 Expected<std::vector<LayerCosts>> layer_bytes(const ModelOptions& model_opts,
-                                              const OptimizerOptions& optimizer, int B, int T) {
+                                              const OptimizerOptions& optimizer, int B, int T,
+                                              Precision precision) {
   auto model = Model::build(model_opts);
   if (!model) return model.error();
-  return layer_bytes(*model, optimizer, B, T);
+  return layer_bytes(*model, optimizer, B, T, precision);
 }
 
 Expected<std::vector<LayerCosts>> layer_bytes(const Model& m, const OptimizerOptions& optimizer,
-                                              int B, int T) {
+                                              int B, int T, Precision precision) {
   const ModelOptions& model_opts = m.options();
   if (B < 1 || T < 1 || T > model_opts.context)
     return make_error("layer bytes: B = {}, T = {}: expected B >= 1 and 1 <= T <= context ({})", B,
@@ -307,6 +308,7 @@ Expected<std::vector<LayerCosts>> layer_bytes(const Model& m, const OptimizerOpt
     c.parameter_bytes = params;
     c.gradient_bytes = params;
     c.version_bytes = params;
+    c.weight_copy_bytes = precision == Precision::bf16 ? params / 2 : 0;  // 2 bytes a value
     c.optimizer_bytes =
         static_cast<std::int64_t>(optimizer_state_floats(optimizer, layer.param_floats())) * kFloat;
     c.activation_bytes = static_cast<std::int64_t>(layer.saved_floats(B, T)) * kFloat + input;
@@ -319,15 +321,17 @@ Expected<std::vector<LayerCosts>> layer_bytes(const Model& m, const OptimizerOpt
 
 Expected<std::vector<LayerCosts>> layer_costs(const LayerProfile& profile,
                                               const ModelOptions& model,
-                                              const OptimizerOptions& optimizer) {
+                                              const OptimizerOptions& optimizer,
+                                              Precision precision) {
   auto built = Model::build(model);
   if (!built) return built.error();
-  return layer_costs(profile, *built, optimizer);
+  return layer_costs(profile, *built, optimizer, precision);
 }
 
 Expected<std::vector<LayerCosts>> layer_costs(const LayerProfile& profile, const Model& model,
-                                              const OptimizerOptions& optimizer) {
-  auto costs = layer_bytes(model, optimizer, profile.B, profile.T);
+                                              const OptimizerOptions& optimizer,
+                                              Precision precision) {
+  auto costs = layer_bytes(model, optimizer, profile.B, profile.T, precision);
   if (!costs) return costs.error();
   if (costs->size() != profile.layers.size())
     return make_error("layer costs: the profile has {} layers but the model has {}",

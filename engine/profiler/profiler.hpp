@@ -72,22 +72,27 @@ Expected<LayerProfile> profile_layers_loaded(const ModelOptions& model,
 ///    saved activations (Layer::saved_floats) plus its (B, T, C) input (the embedding's input
 ///    is the microbatch's token ids, which every stage holds anyway: not counted);
 ///  - recompute_activation: the input alone;
-///  - output: the (B, T, C) hidden state it hands on (0 for the head: it ends in the loss).
-/// All f32 (4 bytes a float). Errors: a bad model, B < 1 or T outside [1, context].
+///  - output: the (B, T, C) hidden state it hands on (0 for the head: it ends in the loss);
+///  - weight copy: in bf16 (`precision`) Layer::param_floats() bf16 values, the copy of one
+///    stored version the products read (StageWorkerOptions::bf16_weight_copies); 0 in fp32.
+/// All else f32 (4 bytes a float). Errors: a bad model, B < 1 or T outside [1, context].
 Expected<std::vector<LayerCosts>> layer_bytes(const ModelOptions& model,
-                                              const OptimizerOptions& optimizer, int B, int T);
+                                              const OptimizerOptions& optimizer, int B, int T,
+                                              Precision precision = Precision::fp32);
 /// The same for a model already built.
 Expected<std::vector<LayerCosts>> layer_bytes(const Model& model, const OptimizerOptions& optimizer,
-                                              int B, int T);
+                                              int B, int T, Precision precision = Precision::fp32);
 
-/// The planner's costs: layer_bytes for the profile's (B, T) with the profile's times
-/// (forward, backward, backward_weight, update). Errors: as layer_bytes, or a profile with
+/// The planner's costs: layer_bytes for the profile's (B, T) and `precision` with the profile's
+/// times (forward, backward, backward_weight, update). Errors: as layer_bytes, or a profile with
 /// another number of layers than the model.
 Expected<std::vector<LayerCosts>> layer_costs(const LayerProfile& profile,
                                               const ModelOptions& model,
-                                              const OptimizerOptions& optimizer);
+                                              const OptimizerOptions& optimizer,
+                                              Precision precision = Precision::fp32);
 /// The same for a model already built.
 Expected<std::vector<LayerCosts>> layer_costs(const LayerProfile& profile, const Model& model,
-                                              const OptimizerOptions& optimizer);
+                                              const OptimizerOptions& optimizer,
+                                              Precision precision = Precision::fp32);
 
 }  // namespace actorpipe

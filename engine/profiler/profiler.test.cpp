@@ -139,6 +139,7 @@ TEST_CASE("layer bytes of the tiny GPT equal a hand count of its buffers") {
   CHECK(e.parameter_bytes == 256 * 4);
   CHECK(e.gradient_bytes == 256 * 4);
   CHECK(e.version_bytes == 256 * 4);
+  CHECK(e.weight_copy_bytes == 0);          // fp32: the products read the versions themselves
   CHECK(e.optimizer_bytes == 2 * 256 * 4);  // AdamW: m and v
   CHECK(e.activation_bytes == 0);
   CHECK(e.recompute_activation_bytes == 0);
@@ -170,6 +171,14 @@ TEST_CASE("layer bytes of the tiny GPT equal a hand count of its buffers") {
   auto s = layer_bytes(m, sgd, testing::kB, testing::kT);
   REQUIRE(s.ok());
   CHECK((*s)[1].optimizer_bytes == 872 * 4);
+  // bf16: each stored version has a copy of 2 bytes a value; nothing else changes
+  auto h16 = layer_bytes(m, OptimizerOptions{}, testing::kB, testing::kT, Precision::bf16);
+  REQUIRE(h16.ok());
+  CHECK((*h16)[0].weight_copy_bytes == 256 * 2);
+  CHECK((*h16)[1].weight_copy_bytes == 872 * 2);
+  CHECK((*h16)[3].weight_copy_bytes == 208 * 2);
+  CHECK((*h16)[1].version_bytes == 872 * 4);
+  CHECK((*h16)[1].activation_bytes == (1632 + 96) * 4);
 }
 
 TEST_CASE("layer_costs puts a profile's times on the model's bytes") {
@@ -191,6 +200,9 @@ TEST_CASE("layer_costs puts a profile's times on the model's bytes") {
     CHECK(x.parameter_bytes == (*b)[i].parameter_bytes);
   }
   CHECK(check_layer_costs(*c).ok());
+  auto c16 = layer_costs(*p, m, OptimizerOptions{}, Precision::bf16);
+  REQUIRE(c16.ok());
+  CHECK((*c16)[1].weight_copy_bytes == (*b)[1].parameter_bytes / 2);
   // a profile of another model is refused
   ModelOptions deeper = m;
   deeper.depth = 3;

@@ -179,11 +179,14 @@ std::string recomputed(const PartitionPlan& p, const StagePlan& s) {
   return r.empty() ? "none" : fmt::format("{{{}}}", fmt::join(r, ", "));
 }
 
-// The table of one plan's stages.
+// The table of one plan's stages (in bf16 with the weight versions' copies).
 void print_stages(const PartitionPlan& p, const std::vector<LayerCosts>& costs) {
-  fmt::print("  {:<5} {:<9} {:>8} {:>8} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>9} {:>10}\n",
+  bool copies = false;
+  for (const StagePlan& s : p.stages) copies = copies || s.bytes.weight_copies > 0;
+  fmt::print("  {:<5} {:<9} {:>8} {:>8} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>9} {:>10}{}\n",
              "stage", "layers", "F ms", "B ms", "params", "grads", "optimizer", "versions",
-             "activations", "total", "step ms", "recompute");
+             "activations", "total", "step ms", "recompute",
+             copies ? fmt::format(" {:>11}", "bf16 copies") : "");
   for (size_t k = 0; k < p.stages.size(); ++k) {
     const StagePlan& s = p.stages[k];
     double f = 0, b = 0;
@@ -193,11 +196,12 @@ void print_stages(const PartitionPlan& p, const std::vector<LayerCosts>& costs) 
     }
     fmt::print(
         "  {:<5} {:<9} {:>8.3f} {:>8.3f} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>9.3f} "
-        "{:>10}\n",
+        "{:>10}{}\n",
         k, fmt::format("{} .. {}", s.first_layer, s.first_layer + s.layers - 1), 1e3 * f, 1e3 * b,
         bytes(s.bytes.parameters), bytes(s.bytes.gradients), bytes(s.bytes.optimizer),
         bytes(s.bytes.versions), bytes(s.bytes.activations), bytes(s.bytes.total()),
-        1e3 * s.step_seconds, recomputed(p, s));
+        1e3 * s.step_seconds, recomputed(p, s),
+        copies ? fmt::format(" {:>11}", bytes(s.bytes.weight_copies)) : "");
   }
 }
 
