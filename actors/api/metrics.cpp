@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <optional>
 #include <string_view>
@@ -128,8 +129,11 @@ std::string restart_json(int64_t step, int restart, int max_restarts, const std:
   return out;
 }
 
-Expected<int64_t> resume_metrics_file(const std::string& path, int64_t step,
-                                      const std::string& checkpoint) {
+namespace {
+
+// Keeps the lines of `path` about a step at or before `step`, then `last` (if not empty).
+Expected<int64_t> keep_metrics_until(const std::string& path, int64_t step,
+                                     const std::function<std::string(int64_t)>& last) {
   std::string kept;
   int64_t dropped = 0;
   if (std::ifstream in{path, std::ios::binary}) {
@@ -148,19 +152,33 @@ Expected<int64_t> resume_metrics_file(const std::string& path, int64_t step,
     return make_error("train.metrics = \"{}\": cannot open for reading: {}", path,
                       std::strerror(errno));
   }
-  kept += resumed_json(step, checkpoint, dropped);
-  kept += '\n';
+  if (last) {
+    kept += last(dropped);
+    kept += '\n';
+  }
   // through a temporary file renamed over it: a failure leaves the file as it was
   if (Status ok = internal::write_file_atomic(path, kept); !ok)
     return make_error("train.metrics = \"{}\": {}", path, ok.error().message);
   return dropped;
 }
 
+}  // namespace
+
+Expected<int64_t> resume_metrics_file(const std::string& path, int64_t step,
+                                      const std::string& checkpoint) {
+  return keep_metrics_until(
+      path, step, [&](int64_t dropped) { return resumed_json(step, checkpoint, dropped); });
+}
+
+Expected<int64_t> restart_metrics_file(const std::string& path) {
+  return keep_metrics_until(path, 0, {});
+}
+
 std::string migration_json(const MigrationEvent& e) {
   std::string out;
   fmt::format_to(std::back_inserter(out),
-                 "{{\"migration\":{{\"step\":{},\"decided\":{},\"forced\":{},\"moved\":{},",
-                 e.step, e.decided, e.forced, e.moved);
+                 "{{\"migration\":{{\"step\":{},\"decided\":{},\"forced\":{},\"moved\":{},", e.step,
+                 e.decided, e.forced, e.moved);
   out += "\"from\":";
   append_list(out, e.from);
   out += ",\"to\":";

@@ -166,6 +166,29 @@ TEST_CASE("a resumed run's metrics file keeps the steps up to the checkpoint, on
   CHECK(slurp(path) == before);
 }
 
+TEST_CASE("restart_metrics_file: a training that starts over keeps the earlier restarts only") {
+  testing::TempDir tmp;
+  const std::string path = tmp.file("m.jsonl");
+  const std::string first = restart_json(0, 1, 3, "", "rank 1 killed by signal 9 (SIGKILL)");
+  {
+    std::ofstream f(path);
+    f << R"({"step":1,"loss":1.0,"tokens":1,"time":1.000000,"busy":[],"idle":[]})" << '\n'
+      << first << '\n'
+      << R"({"step":1,"loss":1.0,"tokens":1,"time":1.000000,"busy":[],"idle":[]})" << '\n'
+      << R"({"step":2,"loss":1.0,"tok)";  // a write cut short by the kill
+  }
+  auto dropped = restart_metrics_file(path);
+  REQUIRE_MESSAGE(dropped, dropped.error().message);
+  CHECK(*dropped == 3);
+  CHECK(slurp(path) == first + "\n");  // no "resumed" line: nothing was resumed
+  // none there yet: an empty file
+  const std::string fresh = tmp.file("new.jsonl");
+  auto none = restart_metrics_file(fresh);
+  REQUIRE(none);
+  CHECK(*none == 0);
+  CHECK(slurp(fresh).empty());
+}
+
 TEST_CASE("stopped_json: the step, the signal and the checkpoint, a resume keeps it") {
   CHECK(stopped_json(37, "SIGTERM", "ckpt/step-37") ==
         R"({"stopped":{"step":37,"signal":"SIGTERM","checkpoint":"ckpt/step-37"}})");

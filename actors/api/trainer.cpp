@@ -412,6 +412,12 @@ Trainer::~Trainer() = default;
 
 Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
                                                    const TrainerOptions& options) {
+  return create(config, options, false);
+}
+
+Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
+                                                   const TrainerOptions& options,
+                                                   bool after_failure) {
   if (Status ok = validate(config); !ok) return ok.error();
   if (options.scheduler_threads < 1) {
     return make_error("trainer: scheduler_threads = {}, expected >= 1", options.scheduler_threads);
@@ -559,12 +565,18 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
       return make_error("train.trace = \"{}\": {}", config.train.trace, ok.error().message);
   }
   if (!config.train.metrics.empty() && reports) {
-    // a resumed run continues the file it most likely wrote before, without the steps it replays
-    if (!impl->resumed_from.empty()) {
+    // a resumed run continues the file it most likely wrote before, without the steps it
+    // replays; a restart or relaunch that starts over keeps the earlier restarts' lines
+    const bool resumed = !impl->resumed_from.empty();
+    const bool restarted = after_failure || options.relaunched.has_value();
+    if (resumed) {
       auto dropped = resume_metrics_file(config.train.metrics, impl->step, impl->resumed_from);
       if (!dropped) return dropped.error();
+    } else if (restarted) {
+      auto dropped = restart_metrics_file(config.train.metrics);
+      if (!dropped) return dropped.error();
     }
-    const char* mode = impl->resumed_from.empty() ? "w" : "a";
+    const char* mode = resumed || restarted ? "a" : "w";
     std::FILE* f = std::fopen(config.train.metrics.c_str(), mode);
     if (!f) {
       return make_error("train.metrics = \"{}\": cannot open for writing: {}", config.train.metrics,
@@ -756,7 +768,7 @@ Status Trainer::restart_from_checkpoint(int restart, const std::string& error, d
   old.data.reset();
   old.metrics.reset();
   old.checkpoint_lock = CheckpointDirLock{};
-  auto fresh = Trainer::create(c, o);
+  auto fresh = Trainer::create(c, o, true);
   if (!fresh) return fresh.error();
   std::unique_ptr<Impl> im = std::move((*fresh)->impl_);
   // the config as given (the resume is this restart's), and what this trainer has counted

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 #include "engine/mode.hpp"
 #include "engine/model/internal/transformer_layers.hpp"
@@ -1049,6 +1051,81 @@ TEST_CASE("a data source of one's own that makes a bad microbatch fails the run 
     CHECK(ok.error().message.find("data: microbatch 5: tokens[3] = 99: outside [0, "
                                   "vocab_size = 24)") != std::string::npos);
   }
+}
+
+TEST_CASE(
+    "restarts before the first checkpoint start over and keep every restart's line in "
+    "train.metrics (in this process, and a relaunch)") {
+  // microbatch 5 (step 2) fails while armed: at the start and again after the first restart
+  class Flaky final : public DataSource {
+   public:
+    explicit Flaky(std::shared_ptr<const DataSource> inner) : inner_(std::move(inner)) {}
+    Microbatch microbatch(uint64_t n) const override {
+      if (n == 5 && armed.exchange(false)) throw std::runtime_error("flaky read");
+      return inner_->microbatch(n);
+    }
+    int vocab_size() const override { return inner_->vocab_size(); }
+    int batch_size() const override { return inner_->batch_size(); }
+    int seq_len() const override { return inner_->seq_len(); }
+    std::string describe() const override { return "flaky"; }
+    mutable std::atomic<bool> armed{true};
+
+   private:
+    std::shared_ptr<const DataSource> inner_;
+  };
+  auto restart_lines = [](const std::vector<nlohmann::json>& lines) {
+    std::vector<int> out;
+    for (const auto& l : lines)
+      if (l.contains("restart")) out.push_back(l.at("restart").at("restart").get<int>());
+    return out;
+  };
+  auto step_lines = [](const std::vector<nlohmann::json>& lines) {
+    std::vector<int64_t> out;
+    for (const auto& l : lines)
+      if (l.contains("step")) out.push_back(l.at("step").get<int64_t>());
+    return out;
+  };
+  TempDir tmp;
+  Config c = tiny("1f1b", 2, 3);
+  c.checkpoint.dir = tmp.file("ckpt");
+  c.checkpoint.every = 10;  // none before the end
+  c.train.max_restarts = 3;
+  c.train.restart_backoff = 0.0;
+  c.train.metrics = tmp.file("m.jsonl");
+  {
+    TrainerOptions o;
+    auto flaky = std::make_shared<Flaky>(
+        open_data_source(c.data, c.model.arch, c.model.vocab_size, kB, kT).value());
+    o.data = flaky;
+    auto t = Trainer::create(c, o);
+    REQUIRE(t.ok());
+    (*t)->on_restart([&flaky](const TrainerRestart& r) {
+      if (r.restart == 1) flaky->armed = true;
+    });
+    train(**t);
+    CHECK((*t)->restarts() == 2);
+    const auto lines = read_lines(c.train.metrics);
+    CHECK(restart_lines(lines) == std::vector<int>{1, 2});
+    CHECK(step_lines(lines) == std::vector<int64_t>{1, 2, 3});
+  }
+  // a relaunch by actorpipe-launch that finds no checkpoint: the file of the failed attempts
+  // (a restart line, a step, a line cut short) keeps the restart and drops the rest
+  Config r = c;
+  r.checkpoint.dir = tmp.file("ckpt2");
+  {
+    std::ofstream f(r.train.metrics);
+    f << restart_json(0, 1, 3, "", "rank 1 killed") << '\n'
+      << R"({"step":1,"loss":1.0,"tokens":1,"time":1.000000,"busy":[],"idle":[]})" << '\n'
+      << R"({"step":2,"lo)";
+  }
+  TrainerOptions o;
+  o.relaunched = TrainerRestart{2, 3, "rank 0 killed", 0.0, "", 0};
+  auto t = Trainer::create(r, o);
+  REQUIRE(t.ok());
+  train(**t);
+  const auto lines = read_lines(r.train.metrics);
+  CHECK(restart_lines(lines) == std::vector<int>{1, 2});
+  CHECK(step_lines(lines) == std::vector<int64_t>{1, 2, 3});
 }
 
 namespace {

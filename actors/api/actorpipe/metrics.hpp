@@ -92,4 +92,10 @@ std::string restart_json(int64_t step, int restart, int max_restarts, const std:
 Expected<int64_t> resume_metrics_file(const std::string& path, int64_t step,
                                       const std::string& checkpoint);
 
+/// Prepares train.metrics for a training that starts over after a failure, with no checkpoint
+/// to continue from (a restart or a relaunch before the first checkpoint): as
+/// resume_metrics_file at step 0 without the "resumed" line, so the earlier restarts' lines stay
+/// and the steps that will be trained again go. Returns the number of lines dropped.
+Expected<int64_t> restart_metrics_file(const std::string& path);
+
 }  // namespace actorpipe

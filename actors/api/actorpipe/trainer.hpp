@@ -96,7 +96,8 @@ class Trainer {
   /// Validates the config, builds the model, its partition into pipeline.stages stages and the
   /// executor, opens the data and, when checkpoint.resume is set, loads that checkpoint
   /// (parameters, optimizer state, update count, data position; the pipeline may have another
-  /// number of stages). Opens train.metrics (appending when resuming). Errors name the key or
+  /// number of stages). Opens train.metrics (appending when resuming; a relaunch that starts
+  /// over keeps the earlier restarts' lines). Errors name the key or
   /// file at fault, the value and what is allowed, or what does not match in a checkpoint.
   /// pipeline.partition = "auto" is resolved first: the planner's partition from a measured (or
   /// cached, docs/planner.md) layer profile; config() and partition() then hold its counts.
@@ -225,6 +226,11 @@ class Trainer {
   struct Impl;
   explicit Trainer(std::unique_ptr<Impl> impl);
   Status train_once();
+  // create(); `after_failure`: a restart in this process, which keeps train.metrics' earlier
+  // lines as a relaunch does
+  static Expected<std::unique_ptr<Trainer>> create(const Config& config,
+                                                   const TrainerOptions& options,
+                                                   bool after_failure);
   // rebuilds impl_ from the latest checkpoint after a failure (restart `restart`)
   Status restart_from_checkpoint(int restart, const std::string& error, double waited);
   std::unique_ptr<Impl> impl_;
