@@ -672,7 +672,7 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(
   MicrobatchFeed feed(data, im.B, im.T, static_cast<int>(mine.size()), split, im.replica);
   st->feed = &feed;
   st->counters = std::make_unique<StageCounters[]>(static_cast<size_t>(d));
-  st->shortened.resize(static_cast<size_t>(d));
+  st->allocate_shortened(d);
   st->cut_request = std::move(cut_request);
   st->spans.resize(static_cast<size_t>(d));
   st->update_spans.resize(static_cast<size_t>(d));

@@ -266,9 +266,11 @@ class OptimizerActor : public caf::event_based_actor {
   // Whether the stage's next OPT_STEP after the one at `pc` comes within `compute` forwards and
   // backwards.
   bool next_update_within(size_t pc, int compute) const {
-    const size_t n = st_->actions(r_);
+    // the list once: the stage's actor may shorten it meanwhile (a cut)
+    const std::vector<Action>& list = st_->list(r_);
+    const size_t n = list.size() * static_cast<size_t>(st_->repeats);
     for (size_t i = pc + 1; i < n; ++i) {
-      const ActionKind k = st_->step(r_, i).action.kind;
+      const ActionKind k = list[i % list.size()].kind;
       if (k == ActionKind::OPT_STEP) return true;
       if (is_compute(k) && --compute < 0) return false;
     }

@@ -165,8 +165,9 @@ class StageActor : public caf::event_based_actor {
         if (!skip() && !st_->eval) {
           const int64_t first =
               st_->global_mb(static_cast<int64_t>(s.repeat) * st_->schedule.total_microbatches());
-          const auto& cut = st_->shortened[static_cast<size_t>(r_)];
-          Status ok = worker_.start_run(cut ? *cut : st_->schedule, first);
+          const Schedule* cut =
+              st_->shortened[static_cast<size_t>(r_)].load(std::memory_order_acquire);
+          Status ok = worker_.start_run(cut != nullptr ? *cut : st_->schedule, first);
           if (!ok) return report_failure(ok.error().message);
         }
         repeat_started_ = true;
@@ -206,7 +207,7 @@ class StageActor : public caf::event_based_actor {
     if (repeat_started_ && !skip() && !st_->eval) {
       if (Status ok = worker_.shorten_run(*cut); !ok) return ok;
     }
-    st_->shortened[static_cast<size_t>(r_)] = std::make_shared<const Schedule>(std::move(*cut));
+    st_->shorten(r_, std::move(*cut));
     n_ = st_->actions(r_);
     if (pc_ < n_) cur_ = st_->step(r_, pc_);
     return {};

@@ -1053,26 +1053,32 @@ TEST_CASE("a data source of one's own that makes a bad microbatch fails the run 
   }
 }
 
+namespace {
+
+// Microbatch 5 fails while `armed` is set.
+class FlakySource final : public DataSource {
+ public:
+  FlakySource(std::shared_ptr<const DataSource> inner, std::shared_ptr<std::atomic<bool>> armed)
+      : inner_(std::move(inner)), armed_(std::move(armed)) {}
+  Microbatch microbatch(uint64_t n) const override {
+    if (n == 5 && armed_->exchange(false)) throw std::runtime_error("flaky read");
+    return inner_->microbatch(n);
+  }
+  int vocab_size() const override { return inner_->vocab_size(); }
+  int batch_size() const override { return inner_->batch_size(); }
+  int seq_len() const override { return inner_->seq_len(); }
+  std::string describe() const override { return "flaky"; }
+
+ private:
+  std::shared_ptr<const DataSource> inner_;
+  std::shared_ptr<std::atomic<bool>> armed_;
+};
+
+}  // namespace
+
 TEST_CASE(
     "restarts before the first checkpoint start over and keep every restart's line in "
     "train.metrics (in this process, and a relaunch)") {
-  // microbatch 5 (step 2) fails while armed: at the start and again after the first restart
-  class Flaky final : public DataSource {
-   public:
-    explicit Flaky(std::shared_ptr<const DataSource> inner) : inner_(std::move(inner)) {}
-    Microbatch microbatch(uint64_t n) const override {
-      if (n == 5 && armed.exchange(false)) throw std::runtime_error("flaky read");
-      return inner_->microbatch(n);
-    }
-    int vocab_size() const override { return inner_->vocab_size(); }
-    int batch_size() const override { return inner_->batch_size(); }
-    int seq_len() const override { return inner_->seq_len(); }
-    std::string describe() const override { return "flaky"; }
-    mutable std::atomic<bool> armed{true};
-
-   private:
-    std::shared_ptr<const DataSource> inner_;
-  };
   auto restart_lines = [](const std::vector<nlohmann::json>& lines) {
     std::vector<int> out;
     for (const auto& l : lines)
@@ -1093,14 +1099,16 @@ TEST_CASE(
   c.train.restart_backoff = 0.0;
   c.train.metrics = tmp.file("m.jsonl");
   {
+    // microbatch 5 (step 2) fails at the start and again after the first restart
     TrainerOptions o;
-    auto flaky = std::make_shared<Flaky>(
-        open_data_source(c.data, c.model.arch, c.model.vocab_size, kB, kT).value());
-    o.data = flaky;
+    auto armed = std::make_shared<std::atomic<bool>>(true);
+    auto source = open_data_source(c.data, c.model.arch, c.model.vocab_size, kB, kT);
+    REQUIRE(source.ok());
+    o.data = std::make_shared<FlakySource>(*source, armed);
     auto t = Trainer::create(c, o);
     REQUIRE(t.ok());
-    (*t)->on_restart([&flaky](const TrainerRestart& r) {
-      if (r.restart == 1) flaky->armed = true;
+    (*t)->on_restart([armed](const TrainerRestart& r) {
+      if (r.restart == 1) *armed = true;
     });
     train(**t);
     CHECK((*t)->restarts() == 2);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -84,9 +85,14 @@ struct RunState {
   Schedule schedule;  ///< lowered; sync modes run it once per step (`repeats` times)
   int repeats = 1;
   /// Asynchronous modes, per stage: the run cut short after fewer steps (the driver's cut:
-  /// first_steps(schedule, k)), which the stage's list then is; null while it is not. Set by the
-  /// stage's own actor only; read by others only after the stage's actor has ended.
-  std::vector<std::shared_ptr<const Schedule>> shortened;
+  /// first_steps(schedule, k)), which the stage's list then is (list()); null while it is not.
+  /// Set by the stage's own actor (shorten()), read by it and by the stage's optimizer actor on
+  /// its own thread: an atomic pointer, whose schedule lives as long as the run state.
+  std::unique_ptr<std::atomic<const Schedule*>[]> shortened;
+  /// Their storage: every schedule a stage was shortened to, kept until the run state goes (a
+  /// reader may still hold the list of an earlier one).
+  std::vector<std::unique_ptr<const Schedule>> shortened_schedules;
+  std::mutex shortened_mutex;  ///< guards shortened_schedules
   /// Set (from any thread) when the migration manager decided to move layers: the driver ends
   /// the run after the step in flight, in every mode (RunOutcome::cut). Null: never.
   std::shared_ptr<std::atomic<bool>> cut_request;
@@ -122,8 +128,23 @@ struct RunState {
   /// Stage r's list of one repetition: the schedule's, or its shortened one.
   const std::vector<Action>& list(int r) const {
     const size_t k = static_cast<size_t>(r);
-    return k < shortened.size() && shortened[k] ? shortened[k]->per_stage[k]
-                                                : schedule.per_stage[k];
+    const Schedule* cut = shortened ? shortened[k].load(std::memory_order_acquire) : nullptr;
+    return cut != nullptr ? cut->per_stage[k] : schedule.per_stage[k];
+  }
+  /// Stage r's list becomes `cut`'s (its own actor only; allocate_shortened() first).
+  void shorten(int r, Schedule cut) {
+    const Schedule* kept = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(shortened_mutex);
+      shortened_schedules.push_back(std::make_unique<const Schedule>(std::move(cut)));
+      kept = shortened_schedules.back().get();
+    }
+    shortened[static_cast<size_t>(r)].store(kept, std::memory_order_release);
+  }
+  /// No stage shortened, for `count` stages (before the run's actors start).
+  void allocate_shortened(int count) {
+    shortened = std::make_unique<std::atomic<const Schedule*>[]>(static_cast<size_t>(count));
+    for (int r = 0; r < count; ++r) shortened[static_cast<size_t>(r)].store(nullptr);
   }
   /// Stage r's pc-th action of the run (pc < actions(r)).
   StageStep step(int r, size_t pc) const {
