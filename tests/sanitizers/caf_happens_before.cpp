@@ -17,6 +17,7 @@
 //     disposal goes through);
 //   - reference counts (actors' control blocks, messages) decrement with acquire-release, so
 //     whatever a holder did before dropping its reference happens before the object dies;
+//   - an actor's cleanup happens before its destruction, wherever its last reference goes;
 //   - the scheduler's job queues belong to CAF: TSan ignores the accesses made while a job is
 //     pushed (they call nothing of ours).
 // The library is preloaded (LD_PRELOAD, by tsan_run.sh) so that it comes before libcaf in the
@@ -155,7 +156,11 @@ bool ap_scheduled_activate(caf::scheduled_actor* self, caf::execution_unit* eu) 
   return result;
 }
 
-// caf::scheduled_actor::cleanup(error&&, execution_unit*): destroys what is left in the mailbox
+// caf::scheduled_actor::cleanup(error&&, execution_unit*): destroys what is left in the mailbox.
+// Its mixins' cleanup (a subscriber's groups cleared) runs before it on the same thread; all of
+// it happens before the actor is destroyed, wherever its last reference goes (release on its
+// control block, which the last intrusive_ptr_release acquires: an actor system's destructor
+// destroys its own actors on its thread after a scheduler thread finalized them).
 void ap_scheduled_cleanup(caf::scheduled_actor*, caf::error&&, caf::execution_unit*)
     AP_MANGLED("_ZN3caf15scheduled_actor7cleanupEONS_5errorEPNS_14execution_unitE");
 void ap_scheduled_cleanup(caf::scheduled_actor* self, caf::error&& reason,
@@ -165,6 +170,7 @@ void ap_scheduled_cleanup(caf::scheduled_actor* self, caf::error&& reason,
       real<Fn>("_ZN3caf15scheduled_actor7cleanupEONS_5errorEPNS_14execution_unitE");
   __tsan_acquire(self);
   fn(self, std::move(reason), eu);
+  __tsan_release(caf::actor_control_block::from(self));
 }
 
 // Reference counts: every decrement is an acquire-release read-modify-write on the count.
