@@ -13,7 +13,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -1021,39 +1020,29 @@ TEST_CASE("TrainerOptions::model and ::data: errors name the key that does not d
         std::string::npos);
 }
 
-namespace {
-
-// Another data source's microbatches through `alter` (which may change or refuse them).
-class AlteredSource final : public DataSource {
- public:
-  using Alter = std::function<Microbatch(uint64_t n, const DataSource& inner)>;
-  AlteredSource(std::shared_ptr<const DataSource> inner, Alter alter)
-      : inner_(std::move(inner)), alter_(std::move(alter)) {}
-  Microbatch microbatch(uint64_t n) const override { return alter_(n, *inner_); }
-  int vocab_size() const override { return inner_->vocab_size(); }
-  int batch_size() const override { return inner_->batch_size(); }
-  int seq_len() const override { return inner_->seq_len(); }
-  std::string describe() const override { return "altered " + inner_->describe(); }
-
- private:
-  std::shared_ptr<const DataSource> inner_;
-  Alter alter_;
-};
-
-}  // namespace
-
 TEST_CASE("a data source of one's own that makes a bad microbatch fails the run naming it") {
+  class Bad final : public DataSource {
+   public:
+    explicit Bad(std::shared_ptr<const DataSource> inner) : inner_(std::move(inner)) {}
+    Microbatch microbatch(uint64_t n) const override {
+      Microbatch mb = inner_->microbatch(n);
+      if (n == 5) mb.tokens[3] = 99;
+      return mb;
+    }
+    int vocab_size() const override { return inner_->vocab_size(); }
+    int batch_size() const override { return inner_->batch_size(); }
+    int seq_len() const override { return inner_->seq_len(); }
+    std::string describe() const override { return "bad"; }
+
+   private:
+    std::shared_ptr<const DataSource> inner_;
+  };
   const Config c = tiny("1f1b", 2, 3);
   for (Backend b : {Backend::actors, Backend::serial}) {
     TrainerOptions o;
     o.backend = b;
-    o.data = std::make_shared<AlteredSource>(
-        open_data_source(c.data, c.model.arch, c.model.vocab_size, kB, kT).value(),
-        [](uint64_t n, const DataSource& inner) {
-          Microbatch mb = inner.microbatch(n);
-          if (n == 5) mb.tokens[3] = 99;
-          return mb;
-        });
+    o.data = std::make_shared<Bad>(
+        open_data_source(c.data, c.model.arch, c.model.vocab_size, kB, kT).value());
     auto t = Trainer::create(c, o);
     REQUIRE(t.ok());
     Status ok = (*t)->train();
@@ -1063,6 +1052,29 @@ TEST_CASE("a data source of one's own that makes a bad microbatch fails the run 
                                   "vocab_size = 24)") != std::string::npos);
   }
 }
+
+namespace {
+
+// Microbatch 5 fails while `armed` is set.
+class FlakySource final : public DataSource {
+ public:
+  FlakySource(std::shared_ptr<const DataSource> inner, std::shared_ptr<std::atomic<bool>> armed)
+      : inner_(std::move(inner)), armed_(std::move(armed)) {}
+  Microbatch microbatch(uint64_t n) const override {
+    if (n == 5 && armed_->exchange(false)) throw std::runtime_error("flaky read");
+    return inner_->microbatch(n);
+  }
+  int vocab_size() const override { return inner_->vocab_size(); }
+  int batch_size() const override { return inner_->batch_size(); }
+  int seq_len() const override { return inner_->seq_len(); }
+  std::string describe() const override { return "flaky"; }
+
+ private:
+  std::shared_ptr<const DataSource> inner_;
+  std::shared_ptr<std::atomic<bool>> armed_;
+};
+
+}  // namespace
 
 TEST_CASE(
     "restarts before the first checkpoint start over and keep every restart's line in "
@@ -1092,10 +1104,7 @@ TEST_CASE(
     auto armed = std::make_shared<std::atomic<bool>>(true);
     auto source = open_data_source(c.data, c.model.arch, c.model.vocab_size, kB, kT);
     REQUIRE(source.ok());
-    o.data = std::make_shared<AlteredSource>(*source, [armed](uint64_t n, const DataSource& inner) {
-      if (n == 5 && armed->exchange(false)) throw std::runtime_error("flaky read");
-      return inner.microbatch(n);
-    });
+    o.data = std::make_shared<FlakySource>(*source, armed);
     auto t = Trainer::create(c, o);
     REQUIRE(t.ok());
     (*t)->on_restart([armed](const TrainerRestart& r) {
