@@ -420,6 +420,7 @@ TEST_CASE("out-of-range values and impossible combinations are refused") {
   check({"optimizer.eps=0"}, "optimizer.eps = 0: must be > 0");
   check({"optimizer.kind=adam"},
         "optimizer.kind = \"adam\": unknown optimizer (allowed: adamw, sgd)");
+  check({"train.stop=later"}, "train.stop = \"later\": unknown choice (allowed: step, run)");
   check({"pipeline.mode=zb"},
         "pipeline.mode = \"zb\": unknown mode (allowed: gpipe, 1f1b, 2bw, pipedream, xpipe)");
   check({"pipeline.mode=2bw", "pipeline.stages=4", "pipeline.microbatches=3"},
