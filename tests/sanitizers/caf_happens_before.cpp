@@ -18,6 +18,8 @@
 //   - reference counts (actors' control blocks, messages) decrement with acquire-release, so
 //     whatever a holder did before dropping its reference happens before the object dies;
 //   - an actor's cleanup happens before its destruction, wherever its last reference goes;
+//   - every actor counted as done happens before await_all_actors_done returns (release where
+//     the registry's running count drops, acquire when the wait for a count ends);
 //   - the scheduler's job queues belong to CAF: TSan ignores the accesses made while a job is
 //     pushed (they call nothing of ours).
 // The library is preloaded (LD_PRELOAD, by tsan_run.sh) so that it comes before libcaf in the
@@ -29,6 +31,7 @@
 #include <sanitizer/tsan_interface.h>
 
 #include <caf/actor_control_block.hpp>
+#include <caf/actor_registry.hpp>
 #include <caf/blocking_actor.hpp>
 #include <caf/error.hpp>
 #include <caf/intrusive/task_result.hpp>
@@ -171,6 +174,27 @@ void ap_scheduled_cleanup(caf::scheduled_actor* self, caf::error&& reason,
   __tsan_acquire(self);
   fn(self, std::move(reason), eu);
   __tsan_release(caf::actor_control_block::from(self));
+}
+
+// caf::actor_registry::dec_running(): an actor leaves the running count from its cleanup, after
+// its last handler; actor_system::await_all_actors_done (and blocking_actor's
+// await_all_other_actors_done) return through await_running_count_equal once the count is
+// reached, so everything the actors did happens before the waiter goes on (the count is an
+// atomic inside libcaf, which TSan does not see).
+void ap_dec_running(caf::actor_registry*) AP_MANGLED("_ZN3caf14actor_registry11dec_runningEv");
+void ap_dec_running(caf::actor_registry* self) {
+  using Fn = void (*)(caf::actor_registry*);
+  static const Fn fn = real<Fn>("_ZN3caf14actor_registry11dec_runningEv");
+  __tsan_release(self);
+  fn(self);
+}
+void ap_await_running_count(const caf::actor_registry*, size_t)
+    AP_MANGLED("_ZNK3caf14actor_registry25await_running_count_equalEm");
+void ap_await_running_count(const caf::actor_registry* self, size_t expected) {
+  using Fn = void (*)(const caf::actor_registry*, size_t);
+  static const Fn fn = real<Fn>("_ZNK3caf14actor_registry25await_running_count_equalEm");
+  fn(self, expected);
+  __tsan_acquire(const_cast<caf::actor_registry*>(self));
 }
 
 // Reference counts: every decrement is an acquire-release read-modify-write on the count.
