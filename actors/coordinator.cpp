@@ -562,68 +562,98 @@ Expected<JobTable> join_coordinator(caf::actor_system& sys, const JoinOptions& o
   caf::scoped_actor self{sys};
   caf::io::middleman_actor mm =
       options.tls ? sys.openssl_manager().actor_handle() : sys.middleman().actor_handle();
-  // Connect, retrying with backoff: the coordinator may not be listening yet.
-  caf::actor coord = local_coordinator(sys, options.host, options.port);
-  int attempts = 0;
-  std::string last_error = "none";
-  auto backoff = std::chrono::milliseconds(50);
-  while (!coord) {
-    const auto left = deadline - Clock::now();
-    if (left <= Clock::duration::zero()) break;
-    ++attempts;
-    self->request(mm,
-                  std::chrono::duration_cast<std::chrono::milliseconds>(left) +
-                      std::chrono::milliseconds(1),
-                  caf::connect_atom::value, options.host, options.port)
-        .receive(
-            [&](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>&) {
-              if (ptr) {
-                coord = caf::actor_cast<caf::actor>(std::move(ptr));
-              } else {
-                last_error = "no actor is published at that port";
-              }
-            },
-            [&](caf::error& e) {
-              // an attempt the deadline cut short says less than the refusal before it
-              if (e != caf::sec::request_timeout || last_error == "none")
-                last_error = sys.render(e);
-            });
-    if (coord) break;
-    const auto pause = std::min<Clock::duration>(backoff, deadline - Clock::now());
-    if (pause > Clock::duration::zero()) std::this_thread::sleep_for(pause);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
-  }
-  if (!coord) {
-    return make_error(
-        "join: could not connect to the coordinator at {}{} within {:.1f} s ({} attempt(s); last "
-        "error: {}){}",
-        where, options.tls ? " over TLS" : "", seconds(Clock::now() - start), attempts, last_error,
-        last_error.find("disconnect_during_handshake") != std::string::npos
-            ? " (a TLS peer whose certificate the other side refuses, or TLS on one side only, "
-              "ends the handshake this way)"
-            : "");
-  }
   const int rank = self_info.rank;
-  std::optional<JobTable> table;
-  std::string refusal;
-  bool timed_out = false;
-  const auto left =
-      std::max<Clock::duration>(deadline - Clock::now(), std::chrono::milliseconds(1));
-  self->request(coord, std::chrono::duration_cast<std::chrono::milliseconds>(left),
-                join_atom::value, options.secret, std::move(self_info))
-      .receive([&](JobTable& t) { table = std::move(t); },
-               [&](caf::error& e) {
-                 timed_out = e == caf::sec::request_timeout;
-                 refusal = describe(sys, e);
-               });
-  if (table) return std::move(*table);
-  if (timed_out) {
-    return make_error(
-        "join: connected to the coordinator at {} but got no job table within {:.1f} s as rank "
-        "{} (the other ranks have not all joined)",
-        where, seconds(Clock::now() - start), rank);
+  int attempts = 0;
+  int stale = 0;  // joins a finished job's coordinator refused (options.rejoin)
+  std::string last_refusal;
+  auto backoff = std::chrono::milliseconds(50);
+  auto pause = [&] {
+    const auto p = std::min<Clock::duration>(backoff, deadline - Clock::now());
+    if (p > Clock::duration::zero()) std::this_thread::sleep_for(p);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  };
+  for (;;) {
+    // Connect, retrying with backoff: the coordinator may not be listening yet.
+    caf::actor coord = local_coordinator(sys, options.host, options.port);
+    std::string last_error = "none";
+    while (!coord) {
+      const auto left = deadline - Clock::now();
+      if (left <= Clock::duration::zero()) break;
+      ++attempts;
+      self->request(mm,
+                    std::chrono::duration_cast<std::chrono::milliseconds>(left) +
+                        std::chrono::milliseconds(1),
+                    caf::connect_atom::value, options.host, options.port)
+          .receive(
+              [&](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>&) {
+                if (ptr) {
+                  coord = caf::actor_cast<caf::actor>(std::move(ptr));
+                } else {
+                  last_error = "no actor is published at that port";
+                }
+              },
+              [&](caf::error& e) {
+                // an attempt the deadline cut short says less than the refusal before it
+                if (e != caf::sec::request_timeout || last_error == "none")
+                  last_error = sys.render(e);
+              });
+      if (coord) break;
+      pause();
+    }
+    if (!coord && stale > 0) {  // the deadline passed after the previous job's refusals
+      return make_error(
+          "join: the coordinator at {} refused rank {}: {} ({} join(s) over {:.1f} s, each "
+          "refused as the previous job's)",
+          where, rank, last_refusal, stale, seconds(Clock::now() - start));
+    }
+    if (!coord) {
+      return make_error(
+          "join: could not connect to the coordinator at {}{} within {:.1f} s ({} attempt(s); "
+          "last error: {}){}",
+          where, options.tls ? " over TLS" : "", seconds(Clock::now() - start), attempts,
+          last_error,
+          last_error.find("disconnect_during_handshake") != std::string::npos
+              ? " (a TLS peer whose certificate the other side refuses, or TLS on one side only, "
+                "ends the handshake this way)"
+              : "");
+    }
+    std::optional<JobTable> table;
+    std::string refusal;
+    bool timed_out = false;
+    bool previous_job = false;  // a finished job's coordinator, or one that went away meanwhile
+    const auto left =
+        std::max<Clock::duration>(deadline - Clock::now(), std::chrono::milliseconds(1));
+    self->request(coord, std::chrono::duration_cast<std::chrono::milliseconds>(left),
+                  join_atom::value, options.secret, self_info)
+        .receive([&](JobTable& t) { table = std::move(t); },
+                 [&](caf::error& e) {
+                   timed_out = e == caf::sec::request_timeout;
+                   previous_job =
+                       (e.category() == coordinator_error_category &&
+                        e.code() == static_cast<uint8_t>(CoordinatorErrc::join_closed)) ||
+                       e == caf::sec::request_receiver_down ||
+                       e == caf::exit_reason::remote_link_unreachable;
+                   refusal = describe(sys, e);
+                 });
+    if (table) return std::move(*table);
+    if (options.rejoin && previous_job && Clock::now() < deadline) {
+      ++stale;
+      last_refusal = refusal;
+      pause();
+      continue;
+    }
+    if (timed_out) {
+      return make_error(
+          "join: connected to the coordinator at {} but got no job table within {:.1f} s as rank "
+          "{} (the other ranks have not all joined)",
+          where, seconds(Clock::now() - start), rank);
+    }
+    return make_error("join: the coordinator at {} refused rank {}: {}{}", where, rank, refusal,
+                      stale > 0 ? fmt::format(" ({} join(s) over {:.1f} s, each refused as the "
+                                              "previous job's)",
+                                              stale + 1, seconds(Clock::now() - start))
+                                : std::string());
   }
-  return make_error("join: the coordinator at {} refused rank {}: {}", where, rank, refusal);
 }
 
 RankWatch::RankWatch(caf::actor_system& sys, caf::actor watcher)

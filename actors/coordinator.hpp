@@ -126,6 +126,11 @@ struct JoinOptions {
   std::string secret;
   std::chrono::milliseconds timeout{60000};  ///< connecting, joining and waiting for the table
   bool tls = false;  ///< connect over TLS (the actor system must have been built with enable_tls)
+  /// This process rejoins a job after a failure (its own earlier process group, or its
+  /// predecessor's, may still be ending): a coordinator that refuses because its job is complete
+  /// or closed, or that goes away while the join waits, is taken for the previous job's, and the
+  /// join tries again until the timeout (the new job's coordinator publishes on the same port).
+  bool rejoin = false;
 };
 
 /// Any rank (rank 0 included): connects to the coordinator, retrying refused connections with

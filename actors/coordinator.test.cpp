@@ -603,6 +603,66 @@ TEST_CASE("a rank that starts before the coordinator listens keeps trying and jo
   CHECK(Clock::now() - t0 >= 500ms);
 }
 
+TEST_CASE(
+    "a rejoining rank waits out the previous job's coordinator and joins the next one on the same "
+    "port; a first join is refused at once") {
+  // the previous job: rank 0 alone, complete, still published
+  TestConfig cfg_old, cfg0, cfg1;
+  caf::actor_system sys_old{cfg_old};
+  StderrCapture log;
+  auto old = publish_coordinator(sys_old, coordinator_options(1));
+  REQUIRE_MESSAGE(old, old.error().message);
+  const uint16_t port = old->port();
+  Ended a_old{sys_old.spawn(rank_actor, 0)};
+  auto t_old = join_coordinator(sys_old, join_options(port), rank_info(0, a_old));
+  REQUIRE_MESSAGE(t_old, t_old.error().message);
+
+  caf::actor_system sys1{cfg1};
+  Ended a1{sys1.spawn(rank_actor, 1)};
+  // a first start takes the refusal as the answer
+  auto first = join_coordinator(sys1, join_options(port), rank_info(0, a1));
+  REQUIRE(!first);
+  CHECK(contains(first.error().message, "the job is complete"));
+  CHECK(!contains(first.error().message, "previous job"));
+
+  // a rejoin keeps trying while the previous job's coordinator answers, then joins the next
+  JoinOptions rejoin = join_options(port);
+  rejoin.rejoin = true;
+  const auto t0 = Clock::now();
+  auto j1 = join_async(sys1, rejoin, rank_info(1, a1));
+  std::this_thread::sleep_for(700ms);  // refused as the previous job's a few times meanwhile
+  old->stop();
+  caf::actor_system sys0{cfg0};
+  Ended a0{sys0.spawn(rank_actor, 0)};
+  auto opts = coordinator_options(2);
+  opts.port = port;
+  auto next = publish_coordinator(sys0, opts);
+  REQUIRE_MESSAGE(next, next.error().message);
+  auto t_0 = join_coordinator(sys0, join_options(port), rank_info(0, a0));
+  auto t_1 = get(j1);
+  log.restore();
+  REQUIRE_MESSAGE(t_0, t_0.error().message);
+  REQUIRE_MESSAGE(t_1, t_1.error().message);
+  CHECK(*t_0 == *t_1);
+  CHECK(t_1->world == 2);
+  CHECK(Clock::now() - t0 >= 700ms);
+  CHECK(contains(log.text(), "the job is complete"));
+
+  // with no next job, a rejoin ends at its timeout and says what it met
+  TestConfig cfg2;
+  caf::actor_system sys2{cfg2};
+  Ended a2{sys2.spawn(rank_actor, 1)};
+  rejoin.timeout = 1500ms;
+  const auto t1 = Clock::now();
+  auto late = join_coordinator(sys2, rejoin, rank_info(1, a2));
+  REQUIRE(!late);
+  MESSAGE(late.error().message);
+  CHECK(contains(late.error().message, "the job is complete"));
+  CHECK(contains(late.error().message, "each refused as the previous job's"));
+  CHECK(Clock::now() - t1 >= 1500ms);
+  CHECK(Clock::now() - t1 < 10s);
+}
+
 TEST_CASE("join gives up after its timeout and names the coordinator's address") {
   const uint16_t port = unused_port();
   TestConfig cfg;

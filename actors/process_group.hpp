@@ -38,6 +38,9 @@ struct ProcessGroupOptions {
   /// TLS for every control connection (all three PEM files, or none: plain TCP).
   std::string tls_certificate, tls_key, tls_ca;
   int scheduler_threads = 1;  ///< threads of the CAF scheduler (the driver, the agent)
+  /// This process rejoins the job after a failure (JoinOptions::rejoin): a join the previous
+  /// job's coordinator refuses is tried again until connect_timeout.
+  bool rejoin = false;
   UcxWorkerOptions ucx;
 };
 
