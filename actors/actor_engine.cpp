@@ -492,11 +492,14 @@ Expected<RunOutcome> run_ranks(ProcessGroup& group, const std::shared_ptr<RunSta
   // rank's actors stop (the driver may be gone with its rank)
   if (rank == lead) {
     const caf::actor driver = local.back();
-    group.on_lost([driver](int lost, const std::string& reason) {
+    group.on_lost([driver, st](int lost, const std::string& reason) {
+      // a stage waiting for the lost rank's payload ends its wait now, not at peer_timeout
+      st->channels->interrupt(fmt::format("rank {} was lost: {}", lost, reason));
       caf::anon_send(driver, internal::lost_atom::value, static_cast<int32_t>(lost), reason);
     });
   } else {
-    group.on_lost([local](int, const std::string&) {
+    group.on_lost([local, st](int lost, const std::string& reason) {
+      st->channels->interrupt(fmt::format("rank {} was lost: {}", lost, reason));
       for (const caf::actor& a : local) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     });
   }

@@ -66,9 +66,10 @@ class DriverActor : public caf::event_based_actor {
       }
       std::string cause = fmt::format("{} stopped: {}", who, to_string(dm.reason));
       if (stage >= 0 && dm.reason == caf::make_error(caf::exit_reason::remote_link_unreachable)) {
-        cause = fmt::format("rank {} was lost: {}", st_->rank_of_stage[static_cast<size_t>(stage)],
-                            cause);
+        const int rank = st_->rank_of_stage[static_cast<size_t>(stage)];
+        cause = fmt::format("rank {} was lost: {}", rank, cause);
         note_lost(cause);
+        lost_ranks_.insert(rank);
       }
       fail_with_status(Failure{stage, -1, "", std::move(cause)});
     });
@@ -160,6 +161,7 @@ class DriverActor : public caf::event_based_actor {
         [this](lost_atom, int32_t rank, const std::string& reason) {
           const std::string cause = fmt::format("rank {} was lost ({})", rank, reason);
           note_lost(cause);
+          lost_ranks_.insert(rank);
           fail_with_status(Failure{-1, -1, "", cause});
         },
         [this](sumsq_atom, const SumSq& s) {
@@ -414,6 +416,12 @@ class DriverActor : public caf::event_based_actor {
     statuses_.assign(static_cast<size_t>(st_->stages), "");
     awaiting_ = st_->stages;
     for (int r = 0; r < st_->stages; ++r) {
+      // a stage of a lost rank cannot answer: not waited for
+      const int rank = st_->rank_of_stage[static_cast<size_t>(r)];
+      if (lost_ranks_.count(rank)) {
+        got_status(r, fmt::format("stage {} was on the lost rank {}", r, rank));
+        continue;
+      }
       request(st_->directory.stages[static_cast<size_t>(r)], kStatusWait, status_atom::value)
           .then([this, r](std::string& s) { got_status(r, std::move(s)); },
                 [this, r](caf::error& e) {
@@ -442,6 +450,7 @@ class DriverActor : public caf::event_based_actor {
 
   std::shared_ptr<RunState> st_;
   caf::typed_response_promise<RunOutcome> promise_;
+  std::set<int> lost_ranks_;  // ranks known lost (their stages are not asked where they stand)
   bool finished_ = false;
   int64_t end_mbs_ = 0;  // microbatches of the run: total_mbs, or fewer after a stop (check_stop)
   bool stop_seen_ = false;

@@ -112,6 +112,7 @@ struct ProcessGroup::Impl {
   mutable std::mutex mu;
   std::optional<std::string> lost;
   std::function<void(int, const std::string&)> handler;
+  std::mutex call_mu;  // held while the handler runs: on_lost() waits for a call in progress
 
   // Leaves the job: the watcher, the coordinator and the agent end, then the actor system
   // (which waits for every actor), then the UCX endpoints and worker.
@@ -196,6 +197,7 @@ Expected<std::unique_ptr<ProcessGroup>> ProcessGroup::create(const ProcessGroupO
   jo.secret = o.secret;
   jo.timeout = o.connect_timeout;
   jo.tls = tls;
+  jo.rejoin = o.rejoin;
   auto table = join_coordinator(sys, jo, me);
   if (!table) return make_error("rank {}: {}", o.rank, table.error().message);
   impl->table = std::move(*table);
@@ -218,7 +220,6 @@ Expected<std::unique_ptr<ProcessGroup>> ProcessGroup::create(const ProcessGroupO
       std::lock_guard<std::mutex> lock(raw->mu);
       if (raw->lost) return;
       raw->lost = fmt::format("rank {} was lost: {}", rank, reason);
-      h = raw->handler;
     }
     // leaving the job must not wait for a flush the lost rank never answers
     if (auto p = raw->peers.find(rank); p != raw->peers.end()) raw->ucx->abandon(p->second);
@@ -227,6 +228,13 @@ Expected<std::unique_ptr<ProcessGroup>> ProcessGroup::create(const ProcessGroupO
     if (raw->table.ranks[0].actors[0] != raw->agent)
       caf::anon_send(raw->table.ranks[0].actors[0], lost_atom::value, static_cast<int32_t>(rank),
                      reason);
+    // the handler in place now, called under call_mu: on_lost() replaces it only after this
+    // call has returned (what it touches may end with the run that set it)
+    std::lock_guard<std::mutex> call(raw->call_mu);
+    {
+      std::lock_guard<std::mutex> lock(raw->mu);
+      h = raw->handler;
+    }
     if (h) h(rank, reason);
   });
   if (!watch) return make_error("rank {}: {}", o.rank, watch.error().message);
@@ -306,6 +314,7 @@ std::optional<std::string> ProcessGroup::lost() const {
 }
 
 void ProcessGroup::on_lost(std::function<void(int, const std::string&)> handler) {
+  std::lock_guard<std::mutex> call(impl_->call_mu);  // after a call in progress has returned
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->handler = std::move(handler);
 }

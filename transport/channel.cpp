@@ -113,4 +113,9 @@ void ChannelSet::clear() {
     if (c) c->clear();
 }
 
+void ChannelSet::interrupt(const std::string& reason) {
+  for (auto& c : channels_)
+    if (c) c->interrupt(reason);
+}
+
 }  // namespace actorpipe

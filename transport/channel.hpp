@@ -86,6 +86,11 @@ class TensorChannel {
   /// Drops every pending tensor (after a failure, so no storage outlives the run).
   virtual void clear() = 0;
 
+  /// The process at the other end is lost: a receive() waiting for its payload ends now with an
+  /// error naming `reason`, and later ones fail at once, until clear(). May be called from any
+  /// thread. An in-process hand-off never waits, so by default this does nothing.
+  virtual void interrupt(const std::string& reason) { (void)reason; }
+
   /// Sender side: whether post() also delivers its announcement to the receiving end (which
   /// hands it to its on_announcement handler), so the sender need not send it on the control
   /// plane. False for an in-process hand-off.
@@ -151,6 +156,8 @@ class ChannelSet {
   size_t pending() const;
   /// clear() on every channel held.
   void clear();
+  /// interrupt(reason) on every channel held (a process of the run is lost).
+  void interrupt(const std::string& reason);
 
   /// The transport a waiting stage drives itself (make_ucx_channels sets the UCX worker's);
   /// null where every channel is in-process.

@@ -52,6 +52,8 @@ struct UcxChannel::State {
   uint64_t announcement_op = 0;
   uint64_t announcement_sequence = 0;
   bool closed = false;
+  // a lost peer (interrupt()): receives end with this until clear()
+  std::optional<std::string> interrupted;
 };
 
 void UcxChannel::receive_announcement(const std::shared_ptr<UcxWorker>& worker,
@@ -262,6 +264,11 @@ Expected<Tensor> UcxChannel::receive(const Announcement& a) {
   if (!bytes.ok()) return bytes.error();
 
   std::lock_guard<std::mutex> recv_lock(recv_mu_);
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->interrupted)
+      return make_error("{}: not receiving {}: {}", name(), to_string(a), *state_->interrupted);
+  }
   Tensor buffer = acquire(a.dtype, a.shape(), *bytes);
   auto wait = std::make_shared<RecvWait>();
   const uint64_t op = worker_->tag_recv(
@@ -292,11 +299,20 @@ Expected<Tensor> UcxChannel::receive(const Announcement& a) {
   }
   std::unique_lock<std::mutex> lock(state_->mu);
   wait->op = op;
-  if (!state_->cv.wait_for(lock, opts_.receive_timeout, [&] { return wait->done; })) {
+  if (!state_->cv.wait_for(lock, opts_.receive_timeout,
+                           [&] { return wait->done || state_->interrupted.has_value(); }) ||
+      !wait->done) {
     wait->abandoned = true;
     state_->abandoned.insert(op);
+    const std::optional<std::string> why = state_->interrupted;
     lock.unlock();
     worker_->cancel(op);
+    if (why) {
+      return make_error(
+          "{}: the payload for sequence {} (microbatch {}, announcement {}) will "
+          "not come: {}",
+          name(), a.sequence, a.microbatch, to_string(a), *why);
+    }
     return make_error(
         "{}: no payload for sequence {} (microbatch {}, announcement {}) within {} ms; is the "
         "sending process gone?",
@@ -325,6 +341,7 @@ void UcxChannel::clear() {
     ++state_->generation;
     state_->in_flight = 0;
     state_->send_error.reset();
+    state_->interrupted.reset();
     cancel.swap(state_->abandoned);
     if (state_->handler) {
       state_->handler = nullptr;  // no announcement is handed on or received after this
@@ -334,6 +351,14 @@ void UcxChannel::clear() {
   }
   state_->cv.notify_all();
   for (uint64_t op : cancel) worker_->cancel(op);
+}
+
+void UcxChannel::interrupt(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (!state_->interrupted) state_->interrupted = reason;
+  }
+  state_->cv.notify_all();
 }
 
 Status UcxChannel::wait_sent(std::chrono::milliseconds timeout) {

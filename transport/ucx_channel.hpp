@@ -90,6 +90,11 @@ class UcxChannel final : public TensorChannel {
   /// closes the endpoint.
   void clear() override;
 
+  /// Receiver: a receive() waiting for its payload ends now with `reason` (its UCX receive is
+  /// cancelled, and counted by pending() until UCX hands its buffer back), later ones fail at
+  /// once, until clear(). Sender: nothing (a send never waits).
+  void interrupt(const std::string& reason) override;
+
   /// Sender: whether post() delivers the announcement itself (carry_announcements).
   bool announces() const override;
 

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -353,6 +354,47 @@ TEST_CASE("a receive with no payload fails after the timeout, naming channel, se
   auto t = recv->receive(*posted);
   REQUIRE_MESSAGE(t.ok(), why(t));
   CHECK(same_bytes(*t, patterned({16}, 0)));
+}
+
+TEST_CASE(
+    "interrupt ends a receive waiting for a lost peer's payload at once, refuses later ones, "
+    "until clear") {
+  Pair p = connected_pair();
+  UcxChannelOptions o;
+  o.receive_timeout = 60s;  // the interrupt, not the timeout, must end the wait
+  auto send = UcxChannel::sender(p.a, channel_ends(0, Direction::forward), p.a_to_b);
+  auto recv = UcxChannel::receiver(p.b, channel_ends(0, Direction::forward), o);
+  Announcement a;
+  a.tag = channel_tag(0, Direction::forward);
+  a.sequence = 0;
+  a.microbatch = 3;
+  a.ndim = 1;
+  a.dims[0] = 16;
+  const auto t0 = Clock::now();
+  auto waiting = std::async(std::launch::async, [&] { return recv->receive(a); });
+  std::this_thread::sleep_for(200ms);
+  REQUIRE(waiting.wait_for(0s) == std::future_status::timeout);  // still waiting
+  send->interrupt("rank 0 was lost: test");                      // a sender: nothing to end
+  recv->interrupt("rank 0 was lost: test");
+  REQUIRE(waiting.wait_for(5s) == std::future_status::ready);
+  auto e = waiting.get();
+  CHECK(Clock::now() - t0 < 5s);
+  REQUIRE(!e.ok());
+  CHECK(contains(e.error().message, "UCX channel 0 (0 -> 1)"));
+  CHECK(contains(e.error().message, "microbatch 3"));
+  CHECK(contains(e.error().message, "will not come: rank 0 was lost: test"));
+  auto later = recv->receive(a);  // fails at once
+  REQUIRE(!later.ok());
+  CHECK(contains(later.error().message, "rank 0 was lost: test"));
+  CHECK(eventually([&] { return p.b->outstanding() == 0; }));
+  // clear() ends the interruption: the channel receives again
+  recv->clear();
+  send->clear();
+  auto posted = send->post(patterned({16}, 1), 3, 0);
+  REQUIRE(posted.ok());
+  auto t = recv->receive(*posted);
+  REQUIRE_MESSAGE(t.ok(), why(t));
+  CHECK(same_bytes(*t, patterned({16}, 1)));
 }
 
 TEST_CASE("pending counts sends in flight, the tensor is held until then, clear forgets them") {
