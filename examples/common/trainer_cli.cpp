@@ -10,13 +10,16 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
+#include <thread>
 
 #include "actors/api/actorpipe/progress.hpp"
 #include "actors/api/actorpipe/trainer.hpp"
@@ -133,6 +136,69 @@ Expected<std::optional<TrainerRestart>> relaunch_from(const EnvLookup& env) {
   r.error = reason != nullptr ? reason : "";
   return std::optional<TrainerRestart>{r};
 }
+
+// actorpipe-launch --max-restarts K relaunches only the ranks that died and sets
+// ACTORPIPE_REJOIN=K in every rank: a rank whose part of the run fails while its process lives on
+// rejoins the job (the job's restarts up to K in all, counted from ACTORPIPE_RESTART). Unset: 0.
+Expected<int> rejoin_limit(const EnvLookup& env) {
+  const char* k = env("ACTORPIPE_REJOIN");
+  if (k == nullptr) return 0;
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(k, &end, 10);
+  if (*k == '\0' || *end != '\0' || errno != 0 || v < 0 || v > 1000)
+    return make_error(
+        "ACTORPIPE_REJOIN=\"{}\": expected an integer from 0 to 1000 (set by "
+        "actorpipe-launch)",
+        k);
+  return static_cast<int>(v);
+}
+
+// Bounds the teardown of a failed attempt that is to be rejoined: if leaving the failed run's
+// process group (its actors, UCX endpoints and connections to a lost rank) takes longer than
+// `limit` once armed, the process says so and exits 1, so that actorpipe-launch relaunches it
+// instead of the job waiting for it.
+class TeardownWatchdog {
+ public:
+  TeardownWatchdog() = default;
+  TeardownWatchdog(const TeardownWatchdog&) = delete;
+  TeardownWatchdog& operator=(const TeardownWatchdog&) = delete;
+  ~TeardownWatchdog() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void arm(std::string program, int rank, std::chrono::milliseconds limit) {
+    if (thread_.joinable()) return;
+    thread_ = std::thread([this, program = std::move(program), rank, limit] {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_for(lock, limit, [this] { return done_; })) return;
+      fmt::print(stderr,
+                 "{}: rank {}: leaving the failed run took longer than {:.0f} s; exiting so that "
+                 "actorpipe-launch relaunches this rank\n",
+                 program, rank, std::chrono::duration<double>(limit).count());
+      std::fflush(stderr);
+      std::_Exit(kExitError);
+    });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+// How one attempt of this process's part of the training ended.
+struct Attempt {
+  int code = 0;             // the exit code, when nothing follows
+  bool may_rejoin = false;  // its run (or a rejoin's trainer) failed, not on a signal
+  std::string error;
+};
 
 std::string partition_text(const std::vector<int>& counts) {
   std::string s = "[";
@@ -380,96 +446,63 @@ stopped by SIGINT / SIGTERM.
       p.name, p.arch == Arch::gpt ? "GPT" : "BERT");
 }
 
-int trainer_main(int argc, const char* const* argv, const TrainerProgram& program) {
-  auto args = parse_cli(argc, argv);
-  if (!args) {
-    print_error(program.name, args.error().message);
-    return kExitUsage;
-  }
-  if (args->help) {
-    fmt::print("{}", cli_usage(program));
-    return 0;
-  }
-  auto config = args->config_path.empty() ? config_from_string(program.default_config, args->sets)
-                                          : load_config(args->config_path, args->sets);
-  if (!config) {
-    print_error(program.name, config.error().message);
-    return kExitError;
-  }
-  if (config->model.arch != program.arch) {
-    print_error(program.name,
-                fmt::format("model.arch = \"{}\": {} trains {} models (use actorpipe-{})",
-                            arch_name(config->model.arch), program.name, arch_name(program.arch),
-                            arch_name(config->model.arch)));
-    return kExitError;
-  }
-  if (args->print_config) {
-    fmt::print("{}", to_toml(*config));
-    return 0;
-  }
-  if (args->sample.enabled) return sample_main(program, *config, args->sample);
+namespace {
 
-  TrainerOptions options;
-  options.backend = *parse_backend(args->backend);
-  // relaunched after a failure: continue from the checkpoint directory when it holds one
-  auto relaunch = relaunch_from(process_environment());
-  if (!relaunch) {
-    print_error(program.name, relaunch.error().message);
-    return kExitUsage;
-  }
-  options.relaunched = *relaunch;
-  if (options.relaunched && !config->checkpoint.dir.empty() &&
-      !checkpoints_in(config->checkpoint.dir).empty()) {
-    config->checkpoint.resume = config->checkpoint.dir;
-    config->checkpoint.overwrite = false;
-  }
-  // several processes: join the job before anything else (rank 0 publishes the coordinator)
-  auto cluster = resolve_cluster_env(args->cluster, process_environment());
-  if (!cluster) {
-    print_error(program.name, cluster.error().message);
-    return kExitUsage;
-  }
+// One attempt of this process's part of the training: joins the job (several processes), builds
+// the trainer, trains and leaves. A failure after the job was formed may be rejoined. `rejoining`:
+// a relaunched process or one that lives on after a failure; `lived_on`: the latter;
+// `may_rejoin_later`: this process outlives a failure of the job (ACTORPIPE_REJOIN).
+Attempt train_in_job(const TrainerProgram& program, Config config, TrainerOptions options,
+                     const ClusterEnv& cluster_env, const std::string& secret, bool rejoining,
+                     bool lived_on, bool may_rejoin_later) {
+  const ClusterEnv* cluster = &cluster_env;
+  TeardownWatchdog watchdog;  // destroyed after the trainer and the group
+  auto failed = [&](const std::string& error, bool may_rejoin) {
+    print_error(program.name, error);
+    if (may_rejoin && may_rejoin_later) {
+      watchdog.arm(std::string(program.name), cluster->rank,
+                   std::chrono::milliseconds(
+                       static_cast<int64_t>(config.cluster.peer_timeout * 1000.0) + 5000));
+    }
+    return Attempt{kExitError, may_rejoin, error};
+  };
   std::unique_ptr<ProcessGroup> group;
   if (cluster->multi_process()) {
-    auto secret = load_job_secret(*cluster, process_environment());
-    if (!secret) {
-      print_error(program.name, secret.error().message);
-      return kExitError;
-    }
     ProcessGroupOptions po;
     po.rank = cluster->rank;
     po.world = cluster->world;
     po.coordinator_host = cluster->coordinator_host;
     po.coordinator_port = cluster->coordinator_port;
-    po.secret = *secret;
-    po.bind = config->cluster.bind;
-    po.tls_certificate = config->cluster.tls_certificate;
-    po.tls_key = config->cluster.tls_key;
-    po.tls_ca = config->cluster.tls_ca;
-    po.connect_timeout =
-        std::chrono::milliseconds(static_cast<int64_t>(config->cluster.connect_timeout * 1000.0));
-    po.peer_timeout =
-        std::chrono::milliseconds(static_cast<int64_t>(config->cluster.peer_timeout * 1000.0));
-    auto g = ProcessGroup::create(po);
-    if (!g) {
-      print_error(program.name, g.error().message);
-      return kExitError;
+    po.secret = secret;
+    po.rejoin = rejoining;
+    if (may_rejoin_later && std::getenv("UCX_TLS") == nullptr) {
+      // a rank that outlives a dead peer must not be reading its memory: UCX ends a process
+      // whose shared-memory rendezvous read (CMA, process_vm_readv) of a dead peer fails, so
+      // shared memory goes without CMA here (docs/launch.md, "Restarts")
+      po.ucx.config.emplace_back("TLS", "^cma");
     }
+    po.bind = config.cluster.bind;
+    po.tls_certificate = config.cluster.tls_certificate;
+    po.tls_key = config.cluster.tls_key;
+    po.tls_ca = config.cluster.tls_ca;
+    po.connect_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(config.cluster.connect_timeout * 1000.0));
+    po.peer_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(config.cluster.peer_timeout * 1000.0));
+    auto g = ProcessGroup::create(po);
+    if (!g) return failed(g.error().message, false);
     group = std::move(*g);
     options.group = group.get();
   }
   const bool reports = !group || group->rank() == 0;
   std::unique_ptr<Trainer> trainer;
   try {
-    auto created = Trainer::create(*config, options);
-    if (!created) {
-      print_error(program.name, created.error().message);
-      return kExitError;
-    }
+    auto created = Trainer::create(config, options);
+    // a rejoin's trainer may fail for the job's sake (another rank lost while they agree)
+    if (!created) return failed(created.error().message, rejoining);
     trainer = std::move(*created);
   } catch (const std::exception& e) {
-    print_error(program.name, e.what());
-    return kExitError;
+    return failed(e.what(), rejoining);
   }
 
   const Config& c = trainer->config();
@@ -485,15 +518,9 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
         done = Error{e.what()};
       }
     }
-    if (!done) {
-      print_error(program.name, done.error().message);
-      return kExitError;
-    }
-    if (Status left = group->leave(); !left) {
-      print_error(program.name, left.error().message);
-      return kExitError;
-    }
-    return trainer->stopped() ? stopped_exit_code(*trainer) : 0;
+    if (!done) return failed(done.error().message, trainer->stop_signal() < 0);
+    if (Status left = group->leave(); !left) return failed(left.error().message, false);
+    return Attempt{trainer->stopped() ? stopped_exit_code(*trainer) : 0, false, {}};
   }
   fmt::print("{}: {} with {} blocks, width {}, {} heads, {} parameters\n", program.name,
              arch_name(c.model.arch), c.model.depth, c.model.width, c.model.heads,
@@ -502,9 +529,9 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
       "pipeline: {} mode, {} stages {}{}, {} microbatches of {}x{} tokens per step, {} "
       "backend\n",
       c.pipeline.mode, trainer->stages(), partition_text(trainer->partition()),
-      config->pipeline.partition.automatic ? " (auto: the planner's, see actorpipe-plan)" : "",
+      config.pipeline.partition.automatic ? " (auto: the planner's, see actorpipe-plan)" : "",
       c.pipeline.microbatches, c.pipeline.microbatch_size, T, to_string(options.backend));
-  if (config->pipeline.replicas == 0 && group) {
+  if (config.pipeline.replicas == 0 && group) {
     fmt::print(
         "plan: the planner chose pipeline.replicas = {}, pipeline.stages = {}, "
         "pipeline.partition = {} for the job's {} processes (pipeline.replicas = 0; see "
@@ -515,7 +542,7 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
   // the resolved layers ("auto" became the planner's list, or none)
   if (auto flags = recompute_flags(c.pipeline.recompute, c.model.depth + 2); flags) {
     const std::vector<int> layers = recomputed_layers(*flags);
-    const bool automatic = config->pipeline.recompute.kind == RecomputeSpec::Kind::automatic;
+    const bool automatic = config.pipeline.recompute.kind == RecomputeSpec::Kind::automatic;
     if (!layers.empty() || automatic) {
       fmt::print("recompute: {}{}\n",
                  layers.empty() ? std::string("none")
@@ -553,8 +580,8 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
   const std::optional<double> floor = trainer->loss_floor();
   if (floor) fmt::print("loss floor (entropy rate of the data): {:.4f} nats/token\n", *floor);
   if (const auto& r = options.relaunched) {
-    fmt::print("relaunch {} of {} (actorpipe-launch --max-restarts) after: {}\n", r->restart,
-               r->max_restarts, r->error);
+    fmt::print("{} {} of {} (actorpipe-launch --max-restarts) after: {}\n",
+               lived_on ? "rejoin" : "relaunch", r->restart, r->max_restarts, r->error);
   }
   for (const std::string& s : trainer->skipped_checkpoints())
     fmt::print(stderr, "{}: warning: skipped a newer checkpoint that does not load: {}\n",
@@ -605,21 +632,15 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
   }
   stop_on_signal.reset();
   printer.finish();
-  if (!done) {
-    print_error(program.name, done.error().message);
-    return kExitError;
-  }
+  if (!done) return failed(done.error().message, trainer->stop_signal() < 0);
   if (trainer->stopped()) {
     fmt::print("{}\n", stopped_message(*trainer));
     if (!c.train.trace.empty()) fmt::print("trace {}\n", c.train.trace);
     std::fflush(stdout);
     if (group) {
-      if (Status left = group->leave(); !left) {
-        print_error(program.name, left.error().message);
-        return kExitError;
-      }
+      if (Status left = group->leave(); !left) return failed(left.error().message, false);
     }
-    return stopped_exit_code(*trainer);
+    return Attempt{stopped_exit_code(*trainer), false, {}};
   }
 
   const StepMetrics& last = trainer->last_metrics();
@@ -636,12 +657,95 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
   if (!c.train.trace.empty()) summary += fmt::format("; trace {}", c.train.trace);
   fmt::print("{}\n", summary);
   if (group) {
-    if (Status left = group->leave(); !left) {
-      print_error(program.name, left.error().message);
+    if (Status left = group->leave(); !left) return failed(left.error().message, false);
+  }
+  return Attempt{};
+}
+
+}  // namespace
+
+int trainer_main(int argc, const char* const* argv, const TrainerProgram& program) {
+  auto args = parse_cli(argc, argv);
+  if (!args) {
+    print_error(program.name, args.error().message);
+    return kExitUsage;
+  }
+  if (args->help) {
+    fmt::print("{}", cli_usage(program));
+    return 0;
+  }
+  auto config = args->config_path.empty() ? config_from_string(program.default_config, args->sets)
+                                          : load_config(args->config_path, args->sets);
+  if (!config) {
+    print_error(program.name, config.error().message);
+    return kExitError;
+  }
+  if (config->model.arch != program.arch) {
+    print_error(program.name,
+                fmt::format("model.arch = \"{}\": {} trains {} models (use actorpipe-{})",
+                            arch_name(config->model.arch), program.name, arch_name(program.arch),
+                            arch_name(config->model.arch)));
+    return kExitError;
+  }
+  if (args->print_config) {
+    fmt::print("{}", to_toml(*config));
+    return 0;
+  }
+  if (args->sample.enabled) return sample_main(program, *config, args->sample);
+
+  TrainerOptions options;
+  options.backend = *parse_backend(args->backend);
+  // relaunched after a failure: continue from the checkpoint directory when it holds one
+  auto relaunch = relaunch_from(process_environment());
+  if (!relaunch) {
+    print_error(program.name, relaunch.error().message);
+    return kExitUsage;
+  }
+  options.relaunched = *relaunch;
+  // several processes: join the job before anything else (rank 0 publishes the coordinator)
+  auto cluster = resolve_cluster_env(args->cluster, process_environment());
+  if (!cluster) {
+    print_error(program.name, cluster.error().message);
+    return kExitUsage;
+  }
+  std::string secret;
+  if (cluster->multi_process()) {
+    auto loaded = load_job_secret(*cluster, process_environment());
+    if (!loaded) {
+      print_error(program.name, loaded.error().message);
       return kExitError;
     }
+    secret = std::move(*loaded);
   }
-  return 0;
+  // under actorpipe-launch --max-restarts: this process's part of a failed run rejoins the job
+  auto rejoins = rejoin_limit(process_environment());
+  if (!rejoins) {
+    print_error(program.name, rejoins.error().message);
+    return kExitUsage;
+  }
+  const int relaunched_at = options.relaunched ? options.relaunched->restart : 0;
+  int restart = relaunched_at;
+  for (bool rejoining = options.relaunched.has_value();; rejoining = true) {
+    Config c = *config;
+    if (options.relaunched && !c.checkpoint.dir.empty() &&
+        !checkpoints_in(c.checkpoint.dir).empty()) {
+      c.checkpoint.resume = c.checkpoint.dir;
+      c.checkpoint.overwrite = false;
+    }
+    const Attempt a = train_in_job(program, c, options, *cluster, secret, rejoining,
+                                   restart > relaunched_at, *rejoins > 0);
+    if (!a.may_rejoin || !cluster->multi_process() || restart >= *rejoins) return a.code;
+    ++restart;
+    fmt::print(stderr,
+               "{}: rank {} rejoins the job (restart {} of {}, actorpipe-launch --max-restarts) "
+               "after: {}\n",
+               program.name, cluster->rank, restart, *rejoins, a.error);
+    std::fflush(stderr);
+    options.relaunched = TrainerRestart{};
+    options.relaunched->restart = restart;
+    options.relaunched->max_restarts = *rejoins;
+    options.relaunched->error = a.error;
+  }
 }
 
 }  // namespace actorpipe

@@ -39,8 +39,12 @@ Starts N processes of PROGRAM on this host: ranks 0 to N-1 of one job.
   --bind ADDR    numeric IPv4/IPv6 address of this host for the coordinator (default 127.0.0.1)
   --grace S      seconds between SIGTERM and SIGKILL when the job stops, 0 to 3600 (default 10)
   --max-restarts K
-                 relaunch every rank after a failure, up to K times, 0 to 1000 (default 0);
-                 the ranks get ACTORPIPE_RESTART=k and a trainer resumes from checkpoint.dir
+                 restart the job after a failure, up to K times, 0 to 1000 (default 0): a dead
+                 rank is relaunched with ACTORPIPE_RESTART=k, the others rejoin the job
+                 (ACTORPIPE_REJOIN=K), and a trainer resumes from checkpoint.dir
+  --relaunch dead|all
+                 dead (default): relaunch only the ranks that died; all: stop every rank and
+                 relaunch them all (for programs that do not rejoin)
   --restart-backoff S
                  seconds before the first relaunch, doubled for each next, at most 60 (default 1)
   --help         this text
@@ -141,6 +145,12 @@ bool job_variable(std::string_view entry) {
     if (name == v) return true;
   }
   return false;
+}
+
+bool restart_variable(std::string_view entry) {
+  const std::string_view name = entry.substr(0, entry.find('='));
+  return name == "ACTORPIPE_RESTART" || name == "ACTORPIPE_MAX_RESTARTS" ||
+         name == "ACTORPIPE_RESTART_REASON";
 }
 
 void write_all(int fd, std::string_view text) {
@@ -347,10 +357,11 @@ Expected<LaunchOptions> parse_launch_args(const std::vector<std::string>& args) 
           name);
     }
     if (name != "-n" && name != "--port" && name != "--bind" && name != "--grace" &&
-        name != "--max-restarts" && name != "--restart-backoff") {
+        name != "--max-restarts" && name != "--restart-backoff" && name != "--relaunch") {
       return make_error(
           "unknown argument '{}'; allowed: -n N, --port P, --bind ADDR, --grace S, "
-          "--max-restarts K, --restart-backoff S, --help, then [--] PROGRAM ARGS...",
+          "--max-restarts K, --relaunch dead|all, --restart-backoff S, --help, then [--] "
+          "PROGRAM ARGS...",
           arg);
     }
     if (!value) {
@@ -378,6 +389,11 @@ Expected<LaunchOptions> parse_launch_args(const std::vector<std::string>& args) 
       auto k = parse_int("--max-restarts", *value, 0, 1000);
       if (!k) return k.error();
       o.max_restarts = *k;
+    } else if (name == "--relaunch") {
+      if (*value != "dead" && *value != "all") {
+        return make_error("--relaunch: '{}' is not allowed: expected dead or all", *value);
+      }
+      o.relaunch_dead = *value == "dead";
     } else if (name == "--restart-backoff") {
       auto b = parse_seconds("--restart-backoff", *value);
       if (!b) return b.error();
@@ -545,6 +561,16 @@ LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io) {
   int interrupt_fd = io.interrupt_fd;
   int forwarded = 0;         // signals forwarded to the ranks
   int forwarded_signal = 0;  // the first of them
+  // dead ranks waiting to be relaunched in place (plan.relaunches), by when
+  struct Relaunch {
+    int rank;
+    Clock::time_point at;
+    int restart;
+    double wait;
+    std::string reason;
+  };
+  std::vector<Relaunch> relaunches;
+  const Supervisor backoff({plan.relaunches, plan.relaunch_backoff, 60.0});
 
   auto live = [&] {
     std::vector<int> out;
@@ -600,6 +626,21 @@ LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io) {
       }
       const bool failed = !r.outcome.exited || r.outcome.status != 0;
       if (!failed || result.failed_rank >= 0) continue;
+      // (not once a rank has finished: the job is ending, nobody would rejoin)
+      const bool one_done = std::any_of(ranks.begin(), ranks.end(), [](const Rank& x) {
+        return x.reaped && x.outcome.exited && x.outcome.status == 0;
+      });
+      if (!stopping && forwarded_signal == 0 && !one_done && result.restarts < plan.relaunches) {
+        // the others rejoin the job; this rank is started again in its place after the backoff
+        const int k = ++result.restarts;
+        const double wait = backoff.backoff(k);
+        relaunches.push_back({r.outcome.rank,
+                              Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                 std::chrono::duration<double>(wait)),
+                              k, wait, describe_outcome(r.outcome)});
+        io.message(describe_outcome(r.outcome));
+        continue;
+      }
       result.failed_rank = r.outcome.rank;
       result.exit_code = r.outcome.exited ? r.outcome.status : 128 + r.outcome.signal;
       const std::vector<int> others = live();
@@ -618,8 +659,46 @@ LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io) {
       }
     }
 
+    // Relaunch the dead ranks whose backoff has passed (none once a stop is under way).
+    if (stopping || forwarded_signal != 0) relaunches.clear();
+    for (auto it = relaunches.begin(); it != relaunches.end();) {
+      if (Clock::now() < it->at) {
+        ++it;
+        continue;
+      }
+      Rank& r = ranks[static_cast<std::size_t>(it->rank)];
+      close_pipe(r.out, it->rank, OutputStream::out, io);
+      close_pipe(r.err, it->rank, OutputStream::err, io);
+      r = Rank{};
+      r.outcome.rank = it->rank;
+      std::vector<std::string> env = plan.env[static_cast<std::size_t>(it->rank)];
+      std::erase_if(env, restart_variable);
+      env.push_back(fmt::format("ACTORPIPE_RESTART={}", it->restart));
+      env.push_back(fmt::format("ACTORPIPE_MAX_RESTARTS={}", plan.relaunches));
+      env.push_back("ACTORPIPE_RESTART_REASON=" + it->reason);
+      io.message(fmt::format(
+          "relaunching rank {} (restart {} of {}, after {:.1f} s); the other ranks rejoin the job",
+          it->rank, it->restart, plan.relaunches, it->wait));
+      const int null_in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+      const int e = null_in < 0 ? errno : spawn(r, plan.program, plan.argv, env, null_in);
+      if (null_in >= 0) ::close(null_in);
+      if (e != 0) {
+        result.failed_rank = it->rank;
+        result.exit_code = 127;
+        const std::vector<int> running = live();
+        io.message(fmt::format("cannot start rank {}: {}: {}{}", it->rank, plan.program,
+                               std::strerror(e),
+                               running.empty() ? "" : "; stopping " + rank_list(running)));
+        signal_ranks(ranks, running, SIGTERM);
+        start_stop(SIGTERM);
+        relaunches.clear();
+        break;
+      }
+      it = relaunches.erase(it);
+    }
+
     const Clock::time_point now = Clock::now();
-    const bool all_reaped = live().empty();
+    const bool all_reaped = live().empty() && relaunches.empty();
     if (all_reaped) {
       const bool pipes_open = std::any_of(
           ranks.begin(), ranks.end(), [](const Rank& r) { return r.out.fd >= 0 || r.err.fd >= 0; });
@@ -668,6 +747,8 @@ LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io) {
     Clock::duration wait = Clock::duration::max();
     if (need_tick) wait = kTick;
     if (stopping && !killed && !all_reaped) wait = std::min(wait, deadline - now);
+    for (const Relaunch& x : relaunches)
+      wait = std::min(wait, std::max(x.at - now, Clock::duration{}));
     if (draining) wait = std::min(wait, drain_end - now);
     int timeout_ms = -1;
     if (wait != Clock::duration::max()) {
@@ -725,13 +806,25 @@ LaunchResult run_job(const LaunchOptions& options, const std::string& program,
   LaunchResult last;
   int restart = 0;
   std::string reason;
-  auto attempt = [&]() -> Status {
-    std::vector<std::string> env;
-    for (const std::string& e : base_env) {
-      if (e.rfind("ACTORPIPE_RESTART=", 0) != 0 && e.rfind("ACTORPIPE_MAX_RESTARTS=", 0) != 0 &&
-          e.rfind("ACTORPIPE_RESTART_REASON=", 0) != 0)
-        env.push_back(e);
+  std::vector<std::string> clean = base_env;
+  std::erase_if(clean, [](const std::string& e) {
+    return restart_variable(e) || e.rfind("ACTORPIPE_REJOIN=", 0) == 0;
+  });
+  if (options.relaunch_dead && options.max_restarts > 0) {
+    // one plan: the dead ranks are relaunched into it, the others rejoin it
+    clean.push_back(fmt::format("ACTORPIPE_REJOIN={}", options.max_restarts));
+    auto plan = plan_launch(options, program, clean);
+    if (!plan) {
+      io.message(plan.error().message);
+      last.exit_code = 1;
+      return last;
     }
+    plan->relaunches = options.max_restarts;
+    plan->relaunch_backoff = options.restart_backoff;
+    return run_launch(*plan, io);
+  }
+  auto attempt = [&]() -> Status {
+    std::vector<std::string> env = clean;
     if (restart > 0) {
       env.push_back(fmt::format("ACTORPIPE_RESTART={}", restart));
       env.push_back(fmt::format("ACTORPIPE_MAX_RESTARTS={}", options.max_restarts));

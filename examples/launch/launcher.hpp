@@ -25,6 +25,7 @@ struct LaunchOptions {
   double grace_seconds = 10;         ///< --grace S: SIGTERM to SIGKILL, 0 to 3600
   int max_restarts = 0;              ///< --max-restarts K: relaunches of a failed job, 0 to 1000
   double restart_backoff = 1.0;      ///< --restart-backoff S: wait before the first, 0 to 3600
+  bool relaunch_dead = true;         ///< --relaunch dead|all: the dead ranks only, or every rank
   std::vector<std::string> command;  ///< PROGRAM ARGS...
   bool help = false;                 ///< --help
 };
@@ -66,6 +67,10 @@ struct LaunchPlan {
   std::string coordinator;                    ///< host:port given to every rank
   std::string secret;                         ///< 64 hex digits
   double grace_seconds = 10;
+  /// Ranks that failed are relaunched in place, this many times in all (--relaunch dead): the
+  /// others go on (and rejoin the job); 0: a failure stops every rank.
+  int relaunches = 0;
+  double relaunch_backoff = 1.0;  ///< before the first relaunch, doubled for each next
 };
 
 /// Picks or checks the port, makes a secret and builds each rank's environment from `base_env`.
@@ -115,7 +120,7 @@ struct LaunchResult {
   int failed_rank = -1;  ///< the first rank that failed, -1 when none did
   std::vector<RankOutcome> ranks;
   bool interrupted = false;  ///< a signal was forwarded to the ranks (a stop was asked)
-  int restarts = 0;          ///< run_job: relaunches of the whole job
+  int restarts = 0;          ///< relaunches: of the whole job (--relaunch all), or of dead ranks
 };
 
 /// Starts every rank of `plan` (each in a process group of its own, stdin from /dev/null, stdout
@@ -124,17 +129,26 @@ struct LaunchResult {
 /// rank fails (non-zero status or a signal) sends SIGTERM to the others, then SIGKILL to those
 /// still running plan.grace_seconds later. The first forwarded signal asks for a graceful stop and
 /// waits however long it takes (a rank exiting 128 + that signal, or killed by it, stops no other);
-/// a second one starts the grace period. Returns once every rank has been reaped.
+/// a second one starts the grace period. With plan.relaunches > 0 a failed rank is instead
+/// started again in its place (its environment also holding ACTORPIPE_RESTART, the count of
+/// relaunches so far, ACTORPIPE_MAX_RESTARTS and ACTORPIPE_RESTART_REASON) after
+/// plan.relaunch_backoff seconds, doubled for each further relaunch, at most 60, while the others
+/// go on, as long as relaunches remain, no rank has finished and no stop was asked. Returns once
+/// every rank has been reaped.
 LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io);
 
-/// The whole job, relaunched after a failure: plans and runs it (run_launch) and, when it failed
-/// and options.max_restarts allows, waits options.restart_backoff seconds (doubled for each
+/// The whole job, restarted after failures up to options.max_restarts times (0: run once).
+/// --relaunch dead (options.relaunch_dead): one plan, every rank's environment also holding
+/// ACTORPIPE_REJOIN=K (a rank whose part of the run fails while it lives on rejoins the job: the
+/// example trainers do), and each dead rank relaunched in place by run_launch (plan.relaunches).
+/// --relaunch all: when the job failed, waits options.restart_backoff seconds (doubled for each
 /// further restart, at most 60; ended early by `stop`), says so on io.message and starts every
 /// rank again from a fresh plan (a new port unless --port, a new secret), their environment
 /// also holding ACTORPIPE_RESTART (1 for the first relaunch), ACTORPIPE_MAX_RESTARTS and
-/// ACTORPIPE_RESTART_REASON (the failure, e.g. "rank 1 killed by signal 9 (SIGKILL)"): a trainer
-/// resumes from its checkpoint directory then (docs/failures.md). No relaunch after a forwarded
-/// signal (`stop` requested), a rank that could not start (127) or a plan that failed (1).
+/// ACTORPIPE_RESTART_REASON (the failure, e.g. "rank 1 killed by signal 9 (SIGKILL)"). Either
+/// way a trainer resumes from its checkpoint directory (docs/failures.md). No relaunch after a
+/// forwarded signal (`stop` requested), a rank that could not start (127) or a plan that failed
+/// (1).
 LaunchResult run_job(const LaunchOptions& options, const std::string& program,
                      const std::vector<std::string>& base_env, const LaunchIo& io,
                      const StopFlag* stop = nullptr);

@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -143,7 +144,9 @@ TEST_CASE("bad arguments: one line naming the argument, its value and what is al
       {{"-n", "2", "--grace", "soon", "p"}, "--grace: 'soon' is not allowed"},
       {{"-n", "2", "--verbose", "p"},
        "unknown argument '--verbose'; allowed: -n N, --port P, --bind ADDR, --grace S, "
-       "--max-restarts K, --restart-backoff S, --help"},
+       "--max-restarts K, --relaunch dead|all, --restart-backoff S, --help"},
+      {{"-n", "2", "--relaunch", "some", "p"},
+       "--relaunch: 'some' is not allowed: expected dead or all"},
       {{"-n"}, "-n needs a value (see --help)"},
       {{"--", "prog"}, "-n is missing: expected the number of processes"},
       {{"-n", "2"}, "no program given: expected actorpipe-launch -n N [options] -- PROGRAM"},
@@ -563,12 +566,15 @@ LaunchResult job_sh(const std::string& script, LaunchOptions options, Captured& 
 
 }  // namespace
 
-TEST_CASE("--max-restarts: a failed job is relaunched whole, its ranks told which restart") {
+TEST_CASE(
+    "--max-restarts --relaunch all: a failed job is relaunched whole, its ranks told which "
+    "restart") {
   LaunchOptions options;
   options.processes = 2;
   options.grace_seconds = 5;
   options.max_restarts = 3;
   options.restart_backoff = 0.05;
+  options.relaunch_dead = false;
   SUBCASE("rank 1 fails in the first two attempts: the third succeeds") {
     Captured c;
     const auto t0 = Clock::now();
@@ -621,6 +627,105 @@ TEST_CASE("--max-restarts: a failed job is relaunched whole, its ranks told whic
   }
 }
 
+TEST_CASE(
+    "--max-restarts (--relaunch dead): only the dead rank is relaunched, in place, told which "
+    "restart; the others live on, told they may rejoin") {
+  actorpipe::testing::TempDir dir;
+  const std::string done = dir.file("done");
+  LaunchOptions options;
+  options.processes = 3;
+  options.grace_seconds = 5;
+  options.max_restarts = 3;
+  options.restart_backoff = 0.05;
+  // ranks 0 and 2 live until rank 1 has succeeded (at most 10 s); rank 1 fails `fails` times
+  auto script = [&](int fails, int code) {
+    return fmt::format(
+        "echo \"pid $$ attempt ${{ACTORPIPE_RESTART:-0}} of ${{ACTORPIPE_MAX_RESTARTS:-0}} "
+        "rejoin ${{ACTORPIPE_REJOIN:-none}}: ${{ACTORPIPE_RESTART_REASON:-first}}\"; "
+        "if [ \"$ACTORPIPE_RANK\" = 1 ]; then "
+        "  if [ \"${{ACTORPIPE_RESTART:-0}}\" -lt {0} ]; then exit {1}; fi; touch {2}; exit 0; "
+        "fi; "
+        "i=0; while [ ! -e {2} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
+        "[ -e {2} ]",
+        fails, code, done);
+  };
+  SUBCASE("rank 1 fails twice: relaunched twice, ranks 0 and 2 started once") {
+    Captured c;
+    const auto t0 = Clock::now();
+    auto r = job_sh(script(2, 3), options, c);
+    CHECK(r.exit_code == 0);
+    CHECK(r.restarts == 2);
+    CHECK(r.failed_rank == -1);
+    CHECK(seconds_since(t0) >= 0.15);  // 0.05 s, then 0.1 s
+    const auto one = c.of(1, OutputStream::out);
+    REQUIRE(one.size() == 3);
+    CHECK(contains(one[0], "attempt 0 of 0 rejoin 3: first"));
+    CHECK(contains(one[1], "attempt 1 of 3 rejoin 3: rank 1 exited with status 3"));
+    CHECK(contains(one[2], "attempt 2 of 3 rejoin 3: rank 1 exited with status 3"));
+    for (const int k : {0, 2}) {
+      const auto lines = c.of(k, OutputStream::out);
+      REQUIRE(lines.size() == 1);  // started once: it lived on
+      CHECK(contains(lines[0], "attempt 0 of 0 rejoin 3: first"));
+    }
+    std::vector<std::string> relaunched;
+    for (const std::string& m : c.messages) {
+      CHECK_FALSE(contains(m, "restarting every rank"));
+      if (contains(m, "relaunching rank")) relaunched.push_back(m);
+    }
+    REQUIRE(relaunched.size() == 2);
+    CHECK(relaunched[0] ==
+          "relaunching rank 1 (restart 1 of 3, after 0.1 s); the other ranks rejoin the job");
+    CHECK(contains(relaunched[1], "relaunching rank 1 (restart 2 of 3, after 0.1 s)"));
+  }
+  SUBCASE("past the limit: the others are stopped, the dead rank's exit code") {
+    Captured c;
+    auto r = job_sh(script(100, 7), options, c);
+    CHECK(r.exit_code == 7);
+    CHECK(r.restarts == 3);
+    CHECK(r.failed_rank == 1);
+    CHECK(c.of(1, OutputStream::out).size() == 4);
+    for (const int k : {0, 2}) {
+      CHECK(c.of(k, OutputStream::out).size() == 1);
+      CHECK(r.ranks[static_cast<std::size_t>(k)].signal == SIGTERM);
+    }
+  }
+  SUBCASE("a rank that fails after another has finished is not relaunched") {
+    Captured c;
+    auto r = job_sh("[ \"$ACTORPIPE_RANK\" = 2 ] && { sleep 0.3; exit 5; }; exit 0", options, c);
+    CHECK(r.exit_code == 5);
+    CHECK(r.restarts == 0);
+    CHECK(r.failed_rank == 2);
+  }
+  SUBCASE("a stop asked: the relaunch waiting out its backoff does not happen") {
+    Captured c;
+    options.restart_backoff = 30;
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    options.command = {"sh", "-c", script(100, 7)};
+    LaunchIo io;
+    io.line = [&](int rank, OutputStream stream, std::string_view line) {
+      c.lines.emplace_back(rank, stream, std::string(line));
+    };
+    io.message = [&](std::string_view m) {
+      c.messages.emplace_back(m);
+      // rank 1's death is reported: ask the launcher to stop (as its SIGTERM handler would)
+      if (contains(std::string(m), "rank 1 exited with status 7")) {
+        const unsigned char sig = SIGTERM;
+        REQUIRE(::write(fds[1], &sig, 1) == 1);
+      }
+    };
+    io.interrupt_fd = fds[0];
+    const auto t0 = Clock::now();
+    auto r = run_job(options, sh_path(), own_environment(), io);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    CHECK(seconds_since(t0) < 20);
+    CHECK(r.interrupted);
+    CHECK(c.of(1, OutputStream::out).size() == 1);
+    for (const std::string& m : c.messages) CHECK_FALSE(contains(m, "relaunching rank"));
+  }
+}
+
 TEST_CASE("--max-restarts and --restart-backoff are parsed and checked") {
   auto a = parse_launch_args({"-n", "2", "--max-restarts", "5", "--restart-backoff=0.5", "p"});
   REQUIRE(a.ok());
@@ -630,6 +735,10 @@ TEST_CASE("--max-restarts and --restart-backoff are parsed and checked") {
   REQUIRE(b.ok());
   CHECK(b->max_restarts == 0);
   CHECK(b->restart_backoff == 1.0);
+  CHECK(b->relaunch_dead);
+  auto e = parse_launch_args({"-n", "2", "--relaunch=all", "p"});
+  REQUIRE(e.ok());
+  CHECK_FALSE(e->relaunch_dead);
   auto c = parse_launch_args({"-n", "2", "--max-restarts", "1001", "p"});
   REQUIRE_FALSE(c.ok());
   CHECK(contains(c.error().message, "--max-restarts: '1001' is not allowed"));

@@ -2,8 +2,11 @@
 # The restart oracle: a job of PROCS ranks under actorpipe-launch --max-restarts is killed with
 # SIGKILL (a random rank, at a random moment after it made progress) KILLS times; it must finish
 # by itself and its final checkpoint must be byte for byte the one of an uninterrupted job, and
-# its metrics must hold every step once. Every process it starts is ended before it returns.
-# usage: sh kill_restart.sh GPT LAUNCHER WORKDIR MODE PROCS KILLS SEED
+# its metrics must hold every step once. RELAUNCH (--relaunch): all, every rank is started again
+# after each kill; dead, only the killed rank is, and the others live on and rejoin the job (each
+# kill must leave the other ranks' processes running). Every process it starts is ended before
+# it returns.
+# usage: sh kill_restart.sh GPT LAUNCHER WORKDIR MODE PROCS KILLS SEED RELAUNCH
 gpt=$1
 launcher=$2
 dir=$3
@@ -11,9 +14,16 @@ mode=$4
 procs=$5
 kills=$6
 seed=$7
+relaunch=$8
+case $relaunch in
+all) restarted="restarting every rank" ;;
+dead) restarted="relaunching rank" ;;
+*) echo "usage: RELAUNCH is all or dead, not '$relaunch'"; exit 2 ;;
+esac
 # enough steps that the job outlives its kills on a fast machine: each kill comes 0.1-0.4 s after
 # a step (a few tens of steps), and rolls the job back to its last checkpoint
 steps=600
+[ "$relaunch" = dead ] && steps=1500  # a rejoin is quick: more steps to outlive the kills
 every=10
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
 
@@ -21,7 +31,8 @@ exec_job=
 # the job under the launcher, with the extra --set arguments; with exec_job set, the calling
 # shell becomes the launcher (so that $! is the launcher, the ranks' parent)
 job() {
-  set -- "$launcher" -n "$procs" --max-restarts $((kills + 5)) --restart-backoff 0 --grace 5 -- \
+  set -- "$launcher" -n "$procs" --max-restarts $((kills + 5)) --relaunch "$relaunch" \
+    --restart-backoff 0 --grace 5 -- \
     "$gpt" --set pipeline.mode="$mode" --set train.steps=$steps --set checkpoint.every=$every \
     --set train.log_every=100 "$@"
   if [ -n "$exec_job" ]; then exec "$@"; fi
@@ -46,6 +57,9 @@ launcher_pid=$!
 rand=$seed
 next_rand() { rand=$(((rand * 1103515245 + 12345) % 2147483648)); }
 k=0
+survivors=
+lived=0
+ended=0
 while [ $k -lt "$kills" ]; do
   # progress since the last kill
   i=0
@@ -55,13 +69,22 @@ while [ $k -lt "$kills" ]; do
     kill -0 "$launcher_pid" 2>/dev/null || fail "the job ended after $k of $kills kills"
     # every kill so far has been restarted, the latest relaunch has written its restart line,
     # and a step came after it
-    restarts=$(grep -c "restarting every rank" out)
+    restarts=$(grep -c "$restarted" out)
     lines=$(grep -c '^{"restart":' m.jsonl 2>/dev/null)
-    if [ "$restarts" -eq $k ] && [ "${lines:-0}" -eq $k ] &&
+    # (--relaunch dead: UCX may end a survivor too, which is relaunched as well)
+    if [ "$restarts" -ge $k ] && [ "${lines:-0}" -ge $k ] &&
       tail -n 1 m.jsonl | grep -q '^{"step":'; then
       break
     fi
     sleep 0.05
+  done
+  # --relaunch dead: the last kill's survivors are the same processes, training again
+  children=$(pgrep -P "$launcher_pid" | tr '\n' ' ')
+  for p in $survivors; do
+    case " $children" in
+    *" $p "*) lived=$((lived + 1)) ;;
+    *) ended=$((ended + 1)) ;;
+    esac
   done
   next_rand
   sleep "0.$((rand % 300 + 100))"
@@ -69,26 +92,46 @@ while [ $k -lt "$kills" ]; do
   n=$(echo "$ranks" | wc -w)
   [ "$n" -eq "$procs" ] || continue  # between attempts: try again
   next_rand
-  victim=$(echo "$ranks" | tr ' ' '\n' | sed -n "$((rand % n + 1))p")
+  # (the high bits: an LCG's lowest bit alternates, which would always pick the same index)
+  victim=$(echo "$ranks" | tr ' ' '\n' | sed -n "$((rand / 65536 % n + 1))p")
   kill -KILL "$victim" 2>/dev/null || continue
   k=$((k + 1))
+  # the others, by process id: with --relaunch dead they must still run after the restart
+  survivors=$(echo "$ranks" | tr ' ' '\n' | grep -v "^$victim\$")
   echo "kill $k: pid $victim at step $(tail -n 1 m.jsonl | sed 's/^{"step":\([0-9]*\).*/\1/')"
 done
 wait "$launcher_pid"
 code=$?
 launcher_pid=
 [ "$code" -eq 0 ] || fail "the job exited with $code"
-restarts=$(grep -c "restarting every rank" out)
+restarts=$(grep -c "$restarted" out)
 echo "the job finished after $restarts restarts"
 [ "$restarts" -ge "$kills" ] || fail "$restarts restarts for $kills kills"
 grep -q "relaunch [0-9]* of $((kills + 5)) (actorpipe-launch --max-restarts) after: rank [0-9] killed by signal 9 (SIGKILL)" out ||
   fail "no relaunch message"
+if [ "$relaunch" = dead ]; then
+  # a survivor whose teardown of the failed run outlasts its bound exits and is relaunched too
+  # (UCX_TLS without CMA keeps UCX from ending one: counted the same); any other relaunch is a
+  # killed rank's
+  aborted=$(($(grep -c "killed by signal 6 (SIGABRT)" out) + $(grep -c "leaving the failed run took longer" out)))
+  [ "$restarts" -eq $((kills + aborted)) ] ||
+    fail "$restarts relaunches for $kills kills and $aborted survivors that gave up"
+  [ "$ended" -le "$aborted" ] || fail "$ended survivors were started again, $aborted gave up"
+  [ "$lived" -ge $(((kills - 1) / 2)) ] || fail "only $lived survivors of $kills kills lived on"
+  grep -q "rejoin [0-9]* of $((kills + 5)) (actorpipe-launch --max-restarts) after: " out ||
+    fail "rank 0 never rejoined the job"
+  echo "survivors that lived on and rejoined: $lived; that gave up and were relaunched: $aborted"
+fi
 for f in whole/final/*; do
   name=$(basename "$f")
   cmp "$f" "run/final/$name" || fail "run/final/$name differs from the uninterrupted job's"
 done
 n=$(grep -c '^{"step":' m.jsonl)
 [ "$n" -eq "$steps" ] || fail "$n step lines in the metrics, expected $steps (each step once)"
+# rank 0 writes one restart line per restart of its own: each relaunch of the whole job, or (dead)
+# each kill, which rank 0 either survived and rejoined or was relaunched after
+expected=$restarts
+[ "$relaunch" = dead ] && expected=$kills
 r=$(grep -c '^{"restart":' m.jsonl)
-[ "$r" -eq "$restarts" ] || fail "$r restart lines in the metrics for $restarts restarts"
+[ "$r" -eq "$expected" ] || fail "$r restart lines in the metrics, expected $expected"
 echo "the restarted job equals the uninterrupted one"
