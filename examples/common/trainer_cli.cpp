@@ -475,12 +475,6 @@ Attempt train_in_job(const TrainerProgram& program, Config config, TrainerOption
     po.coordinator_port = cluster->coordinator_port;
     po.secret = secret;
     po.rejoin = rejoining;
-    if (may_rejoin_later && std::getenv("UCX_TLS") == nullptr) {
-      // a rank that outlives a dead peer must not be reading its memory: UCX ends a process
-      // whose shared-memory rendezvous read (CMA, process_vm_readv) of a dead peer fails, so
-      // shared memory goes without CMA here (docs/launch.md, "Restarts")
-      po.ucx.config.emplace_back("TLS", "^cma");
-    }
     po.bind = config.cluster.bind;
     po.tls_certificate = config.cluster.tls_certificate;
     po.tls_key = config.cluster.tls_key;
