@@ -45,6 +45,18 @@ struct Pair {
   UcxEndpoint a_to_b, b_to_a;
 };
 
+// The announcement of a 1-D f32 payload of `floats` that nobody posted: sequence 0 on channel
+// (lower, dir), for microbatch `microbatch`.
+Announcement unposted(int lower, Direction dir, int64_t microbatch, int64_t floats) {
+  Announcement a;
+  a.tag = channel_tag(lower, dir);
+  a.sequence = 0;
+  a.microbatch = microbatch;
+  a.ndim = 1;
+  a.dims[0] = floats;
+  return a;
+}
+
 Pair connected_pair(UcxWorkerOptions oa = {}, UcxWorkerOptions ob = {}) {
   oa.name = "worker a";
   ob.name = "worker b";
@@ -329,12 +341,7 @@ TEST_CASE("a receive with no payload fails after the timeout, naming channel, se
   auto send = UcxChannel::sender(p.a, channel_ends(2, Direction::backward), p.a_to_b);
   auto recv = UcxChannel::receiver(p.b, channel_ends(2, Direction::backward), o);
   CHECK(recv->options().receive_timeout == 200ms);
-  Announcement a;
-  a.tag = channel_tag(2, Direction::backward);
-  a.sequence = 0;
-  a.microbatch = 7;
-  a.ndim = 1;
-  a.dims[0] = 16;
+  const Announcement a = unposted(2, Direction::backward, 7, 16);
   const auto t0 = Clock::now();
   auto e = recv->receive(a);
   const auto waited = Clock::now() - t0;
@@ -364,12 +371,7 @@ TEST_CASE(
   o.receive_timeout = 60s;  // the interrupt, not the timeout, must end the wait
   auto send = UcxChannel::sender(p.a, channel_ends(0, Direction::forward), p.a_to_b);
   auto recv = UcxChannel::receiver(p.b, channel_ends(0, Direction::forward), o);
-  Announcement a;
-  a.tag = channel_tag(0, Direction::forward);
-  a.sequence = 0;
-  a.microbatch = 3;
-  a.ndim = 1;
-  a.dims[0] = 16;
+  const Announcement a = unposted(0, Direction::forward, 3, 16);
   const auto t0 = Clock::now();
   auto waiting = std::async(std::launch::async, [&] { return recv->receive(a); });
   std::this_thread::sleep_for(200ms);
@@ -969,11 +971,7 @@ TEST_CASE("a vanished peer: sends fail or stay pending, receives time out, teard
       CHECK((contains(sent.error().message, "1 sends still pending") ||
              contains(sent.error().message, "the send of tag 0 #0")));
     }
-    Announcement a;
-    a.tag = channel_tag(0, Direction::backward);
-    a.microbatch = 3;
-    a.ndim = 1;
-    a.dims[0] = 4;
+    const Announcement a = unposted(0, Direction::backward, 3, 4);
     auto got = backward->receive(a);
     REQUIRE(!got.ok());
     CHECK(contains(got.error().message, "within 300 ms"));

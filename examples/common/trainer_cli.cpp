@@ -453,26 +453,25 @@ namespace {
 // a relaunched process or one that lives on after a failure; `lived_on`: the latter;
 // `may_rejoin_later`: this process outlives a failure of the job (ACTORPIPE_REJOIN).
 Attempt train_in_job(const TrainerProgram& program, Config config, TrainerOptions options,
-                     const ClusterEnv& cluster_env, const std::string& secret, bool rejoining,
+                     const ClusterEnv& cluster, const std::string& secret, bool rejoining,
                      bool lived_on, bool may_rejoin_later) {
-  const ClusterEnv* cluster = &cluster_env;
   TeardownWatchdog watchdog;  // destroyed after the trainer and the group
   auto failed = [&](const std::string& error, bool may_rejoin) {
     print_error(program.name, error);
     if (may_rejoin && may_rejoin_later) {
-      watchdog.arm(std::string(program.name), cluster->rank,
+      watchdog.arm(std::string(program.name), cluster.rank,
                    std::chrono::milliseconds(
                        static_cast<int64_t>(config.cluster.peer_timeout * 1000.0) + 5000));
     }
     return Attempt{kExitError, may_rejoin, error};
   };
   std::unique_ptr<ProcessGroup> group;
-  if (cluster->multi_process()) {
+  if (cluster.multi_process()) {
     ProcessGroupOptions po;
-    po.rank = cluster->rank;
-    po.world = cluster->world;
-    po.coordinator_host = cluster->coordinator_host;
-    po.coordinator_port = cluster->coordinator_port;
+    po.rank = cluster.rank;
+    po.world = cluster.world;
+    po.coordinator_host = cluster.coordinator_host;
+    po.coordinator_port = cluster.coordinator_port;
     po.secret = secret;
     po.rejoin = rejoining;
     po.bind = config.cluster.bind;
@@ -555,7 +554,7 @@ Attempt train_in_job(const TrainerProgram& program, Config config, TrainerOption
                                c.pipeline.replicas, q);
       placed.push_back(p ? partition_text(p->ranks()) : p.error().message);
     }
-    fmt::print("cluster: {}, stages on ranks {}{}\n", cluster->describe(), fmt::join(placed, " / "),
+    fmt::print("cluster: {}, stages on ranks {}{}\n", cluster.describe(), fmt::join(placed, " / "),
                c.pipeline.replicas > 1
                    ? fmt::format(" ({} replicas, gradients summed with Gloo)", c.pipeline.replicas)
                    : std::string());

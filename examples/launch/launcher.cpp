@@ -153,6 +153,15 @@ bool restart_variable(std::string_view entry) {
          name == "ACTORPIPE_RESTART_REASON";
 }
 
+// `env` told that this start is restart `restart` of at most `max` after `reason`.
+void add_restart_variables(std::vector<std::string>& env, int restart, int max,
+                           const std::string& reason) {
+  std::erase_if(env, restart_variable);
+  env.push_back(fmt::format("ACTORPIPE_RESTART={}", restart));
+  env.push_back(fmt::format("ACTORPIPE_MAX_RESTARTS={}", max));
+  env.push_back("ACTORPIPE_RESTART_REASON=" + reason);
+}
+
 void write_all(int fd, std::string_view text) {
   while (!text.empty()) {
     const ssize_t n = ::write(fd, text.data(), text.size());
@@ -585,13 +594,14 @@ LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io) {
     deadline = Clock::now() + grace;
   };
 
-  // Start every rank; if one cannot start, stop those already running.
+  // Starts rank k with `env` (0, or the errno of what failed); a rank that cannot start stops
+  // those already running.
   const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  for (int k = 0; k < world; ++k) {
+  auto start_rank = [&](int k, const std::vector<std::string>& env) {
     const int e = devnull < 0 ? errno
                               : spawn(ranks[static_cast<std::size_t>(k)], plan.program, plan.argv,
-                                      plan.env[static_cast<std::size_t>(k)], devnull);
-    if (e == 0) continue;
+                                      env, devnull);
+    if (e == 0) return 0;
     result.failed_rank = k;
     result.exit_code = 127;
     const std::vector<int> running = live();
@@ -599,9 +609,11 @@ LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io) {
                            running.empty() ? "" : "; stopping " + rank_list(running)));
     signal_ranks(ranks, running, SIGTERM);
     start_stop(SIGTERM);
-    break;
+    return e;
+  };
+  for (int k = 0; k < world; ++k) {
+    if (start_rank(k, plan.env[static_cast<std::size_t>(k)]) != 0) break;
   }
-  if (devnull >= 0) ::close(devnull);
 
   for (;;) {
     // Reap the ranks that have ended.
@@ -672,25 +684,11 @@ LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io) {
       r = Rank{};
       r.outcome.rank = it->rank;
       std::vector<std::string> env = plan.env[static_cast<std::size_t>(it->rank)];
-      std::erase_if(env, restart_variable);
-      env.push_back(fmt::format("ACTORPIPE_RESTART={}", it->restart));
-      env.push_back(fmt::format("ACTORPIPE_MAX_RESTARTS={}", plan.relaunches));
-      env.push_back("ACTORPIPE_RESTART_REASON=" + it->reason);
+      add_restart_variables(env, it->restart, plan.relaunches, it->reason);
       io.message(fmt::format(
           "relaunching rank {} (restart {} of {}, after {:.1f} s); the other ranks rejoin the job",
           it->rank, it->restart, plan.relaunches, it->wait));
-      const int null_in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-      const int e = null_in < 0 ? errno : spawn(r, plan.program, plan.argv, env, null_in);
-      if (null_in >= 0) ::close(null_in);
-      if (e != 0) {
-        result.failed_rank = it->rank;
-        result.exit_code = 127;
-        const std::vector<int> running = live();
-        io.message(fmt::format("cannot start rank {}: {}: {}{}", it->rank, plan.program,
-                               std::strerror(e),
-                               running.empty() ? "" : "; stopping " + rank_list(running)));
-        signal_ranks(ranks, running, SIGTERM);
-        start_stop(SIGTERM);
+      if (start_rank(it->rank, env) != 0) {
         relaunches.clear();
         break;
       }
@@ -791,6 +789,7 @@ LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io) {
     }
   }
 
+  if (devnull >= 0) ::close(devnull);
   for (Rank& r : ranks) {
     close_pipe(r.out, r.outcome.rank, OutputStream::out, io);
     close_pipe(r.err, r.outcome.rank, OutputStream::err, io);
@@ -825,11 +824,7 @@ LaunchResult run_job(const LaunchOptions& options, const std::string& program,
   }
   auto attempt = [&]() -> Status {
     std::vector<std::string> env = clean;
-    if (restart > 0) {
-      env.push_back(fmt::format("ACTORPIPE_RESTART={}", restart));
-      env.push_back(fmt::format("ACTORPIPE_MAX_RESTARTS={}", options.max_restarts));
-      env.push_back("ACTORPIPE_RESTART_REASON=" + reason);
-    }
+    if (restart > 0) add_restart_variables(env, restart, options.max_restarts, reason);
     auto plan = plan_launch(options, program, env);
     if (!plan) {
       io.message(plan.error().message);
