@@ -273,6 +273,7 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
     wo.T = impl->T;
     wo.threads = config.pipeline.threads_per_stage;
     wo.precision = *precision;
+    wo.bf16_stash = config.pipeline.stash_precision == "bf16";
     wo.log_versions = options.log_versions;
     wo.recompute = *recompute;
     impl->workers.push_back(

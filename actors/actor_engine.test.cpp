@@ -223,6 +223,34 @@ TEST_CASE("bf16: every mode's actors compute the serial executor's bits, near fp
   }
 }
 
+TEST_CASE(
+    "bf16 stash: 2bw and pipedream actors compute the serial executor's bits, and the f32 "
+    "stash's" *
+    doctest::skip(!bf16_support().native)) {
+  for (const char* mode : {"2bw", "pipedream"}) {
+    for (Arch arch : {Arch::gpt, Arch::bert}) {
+      CAPTURE(mode);
+      CAPTURE(static_cast<int>(arch));
+      const bool pipedream = std::string(mode) == "pipedream";
+      Config c = tiny(arch, mode, 3, pipedream ? 1 : 4);
+      c.pipeline.precision = "bf16";
+      c.pipeline.stash_precision = "bf16";
+      c.pipeline.threads_per_stage = 2;
+      check_against_serial(c, pipedream ? std::vector<int>{6, 3} : std::vector<int>{3, 2});
+      Config f = c;
+      f.pipeline.stash_precision = "fp32";
+      auto ls = SerialExecutor::create(c), lf = SerialExecutor::create(f);
+      REQUIRE(ls.ok());
+      REQUIRE(lf.ok());
+      auto ds = config_loader(c), df = config_loader(f);
+      auto rs = (*ls)->run(5, *ds), rf = (*lf)->run(5, *df);
+      REQUIRE(rs.ok());
+      REQUIRE(rf.ok());
+      CHECK(same_bits(*rs, *rf));
+    }
+  }
+}
+
 TEST_CASE("untied models, SGD, uneven partitions, no clipping, two threads per stage") {
   SUBCASE("untied 2bw") {
     Config c = tiny(Arch::gpt, "2bw", 3, 4);

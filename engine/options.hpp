@@ -89,6 +89,10 @@ struct PipelineOptions {
   /// What matrix products compute in: "fp32", or "bf16" (bf16 operands, f32 accumulation;
   /// weights, gradients and optimizer state stay f32). kernels/precision.hpp.
   std::string precision = "fp32";
+  /// What the weight versions a stage keeps besides the newest (2bw's older one, pipedream's
+  /// stashed ones) store their linear layers' weights in: "fp32", or "bf16" (with precision
+  /// "bf16": the products' operands exactly, in half the bytes; the same bits).
+  std::string stash_precision = "fp32";
   bool split_backward = true;  // a B hands its input gradient on before its weight gradients
   int memory_limit_mb = 0;     // per stage, for partition / recompute = "auto"; 0 = no limit
   RecomputeSpec recompute;     // "none", "all", "auto" or global layer indices

@@ -20,6 +20,9 @@ bool Bf16Weights::covered(const float* w, int64_t n) const {
 }
 
 const bf16* Bf16Weights::copy(Context& ctx, const float* w, int64_t n) {
+  if (source_) {
+    if (const bf16* kept = source_(w, n); kept != nullptr) return kept;
+  }
   if (!synced_ || !covered(w, n)) {
     bf16* d = alloc_bf16(ctx, n);
     convert_to_bf16(ctx, w, d, n);

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kernels/bf16.hpp"
@@ -20,9 +22,13 @@ class Bf16Weights {
   void cover(const float* p, size_t n);
   /// The weights' owner's change counter: a value other than the last one forgets every copy.
   void sync(uint64_t generation);
-  /// The bf16 copy of w[0, n): the cached one when w lies in a covered range (made now, over
-  /// ctx's threads, if none was made since the last change), otherwise a fresh copy in ctx's
-  /// arena.
+  /// Where bf16 values of some weights exist already (a weight store's bf16 stash): copy() asks
+  /// it first, and a non-null answer is the copy.
+  using Source = std::function<const bf16*(const float* w, int64_t n)>;
+  void set_source(Source source) { source_ = std::move(source); }
+  /// The bf16 copy of w[0, n): the source's when it has one; the cached one when w lies in a
+  /// covered range (made now, over ctx's threads, if none was made since the last change),
+  /// otherwise a fresh copy in ctx's arena.
   const bf16* copy(Context& ctx, const float* w, int64_t n);
 
   /// Copies made so far (a test's count of conversions saved) and bytes held.
@@ -37,6 +43,7 @@ class Bf16Weights {
   };
   bool covered(const float* w, int64_t n) const;
 
+  Source source_;
   std::vector<std::pair<const float*, size_t>> ranges_;
   std::unordered_map<const float*, Entry> entries_;
   uint64_t generation_ = 0;

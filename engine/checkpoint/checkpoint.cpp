@@ -648,7 +648,7 @@ Expected<std::string> save_checkpoint_shared(const std::string& dir, const Check
 Expected<std::string> save_checkpoint(const std::string& dir, const CheckpointContents& c) {
   return save_checkpoint(
       dir, c.info,
-      CheckpointRefs{tensor_refs(c.model), tensor_refs(c.optimizer), tensor_refs(c.versions)});
+      CheckpointRefs{tensor_refs(c.model), tensor_refs(c.optimizer), tensor_refs(c.versions), {}});
 }
 
 Expected<CheckpointInfo> read_checkpoint_info(const std::string& checkpoint_dir) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,11 +46,14 @@ struct CheckpointContents {
   std::vector<std::string> skipped;
 };
 
-/// Tensors to save, as views of caller-owned memory (no copy is made).
+/// Tensors to save, as views of caller-owned memory (no copy is made), or of `widened`.
 struct CheckpointRefs {
   std::vector<TensorRef> model;
   std::vector<TensorRef> optimizer;
   std::vector<TensorRef> versions;
+  /// f32 values that exist nowhere else, which refs point into (a stashed version's weights
+  /// kept in bf16, widened: pipeline_checkpoint_refs); shared by copies of the refs.
+  std::shared_ptr<std::vector<std::vector<float>>> widened;
 };
 
 /// The file names inside a checkpoint directory.

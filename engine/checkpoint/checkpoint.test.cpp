@@ -82,7 +82,8 @@ struct Sample {
         {{"layers.0.wte.adam_m", {3, 4}, m.data()},
          {"layers.0.wte.adam_v", {3, 4}, v.data()},
          {.name = "layers.0.wte.count", .shape = {2}, .i32 = counts.data()}},
-        {{"layers.0.wte@v7", {3, 4}, w7.data()}}};
+        {{"layers.0.wte@v7", {3, 4}, w7.data()}},
+        {}};
   }
   Expected<std::string> save(const std::string& dir) const {
     return save_checkpoint(dir, info, refs());
@@ -508,7 +509,8 @@ struct StageSample {
     return CheckpointRefs{{{p, {static_cast<int64_t>(w.size())}, w.data()}},
                           {{p + ".adam_m", {static_cast<int64_t>(m.size())}, m.data()},
                            {.name = p + ".count", .shape = {2}, .i32 = n.data()}},
-                          {{p + "@v3", {static_cast<int64_t>(old.size())}, old.data()}}};
+                          {{p + "@v3", {static_cast<int64_t>(old.size())}, old.data()}},
+                          {}};
   }
 };
 

@@ -4,10 +4,12 @@
 
 #include <charconv>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "engine/execution/optimizer_shard.hpp"
 #include "engine/execution/stage_worker.hpp"
+#include "kernels/bf16.hpp"
 #include "kernels/check.hpp"
 
 namespace actorpipe {
@@ -193,8 +195,15 @@ Expected<CheckpointRefs> pipeline_checkpoint_refs(std::span<StageWorker* const> 
         }
         for (int v : store.versions()) {
           if (v == store.latest()) continue;
-          refs.versions.push_back({fmt::format("{}@v{}", name, v), slot.shape,
-                                   store.params(v, i).data() + slot.offset});
+          const float* data = store.params(v, i).data() + slot.offset;
+          if (const bf16* kept = store.stashed_bf16(v, i, slot.offset, slot.numel)) {
+            // a bf16 stash: the version's weights are their bf16 rounding
+            if (!refs.widened) refs.widened = std::make_shared<std::vector<std::vector<float>>>();
+            std::vector<float>& f32 = refs.widened->emplace_back(slot.numel);
+            convert_to_f32(kept, f32.data(), static_cast<int64_t>(slot.numel));
+            data = f32.data();
+          }
+          refs.versions.push_back({fmt::format("{}@v{}", name, v), slot.shape, data});
         }
       }
     }

@@ -3,6 +3,7 @@
 #include "engine/checkpoint/pipeline_checkpoint.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <string>
 #include <vector>
@@ -11,6 +12,8 @@
 #include "engine/data/loader.hpp"
 #include "engine/execution/serial_executor.hpp"
 #include "engine/execution/stage_worker.hpp"
+#include "kernels/bf16.hpp"
+#include "kernels/bf16_gemm.hpp"
 #include "tests/support/bits.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/tiny_model.hpp"
@@ -340,6 +343,62 @@ TEST_CASE("2bw with the dc correction resumes bitwise: the kept previous version
           (c.optimizer.kind == "sgd"));
     Pipeline resumed(c);
     Status ok = resumed.load(c, path);
+    REQUIRE_MESSAGE(ok.ok(), ok.error().message);
+    resumed.run(N);
+    check_same_state(whole, resumed);
+    CHECK(same_bits(std::vector<double>(whole.losses.begin() + N, whole.losses.end()),
+                    resumed.losses));
+  }
+}
+
+TEST_CASE("2bw with a bf16 stash resumes bitwise, and its checkpoint resumes an f32 stash too" *
+          doctest::skip(!bf16_support().native)) {
+  // the previous version's linear weights are saved as their bf16 values: what the products of
+  // either stash read, so both continue with the uninterrupted run's bits
+  constexpr int N = 3;
+  Config c = tiny_config("2bw", 2);
+  c.model.width = 64;
+  c.model.heads = 4;
+  c.pipeline.precision = "bf16";
+  Config f = c;
+  c.pipeline.stash_precision = "bf16";
+  REQUIRE_MESSAGE(validate(c).ok(), validate(c).error().message);
+  TempDir dir;
+  Pipeline whole(c), whole_f32(f);
+  whole.run(2 * N);
+  whole_f32.run(2 * N);
+  CHECK(same_bits(whole.losses, whole_f32.losses));
+  check_same_state(whole, whole_f32);
+
+  Pipeline first(c), first_f32(f);
+  first.run(N);
+  first_f32.run(N);
+  TempDir dir_f32;
+  const std::string path = first.save(c, dir.str(), N);
+  first_f32.save(f, dir_f32.str(), N);
+  auto saved = load_checkpoint(path), saved_f32 = load_checkpoint(dir_f32.str());
+  REQUIRE(saved.ok());
+  REQUIRE(saved_f32.ok());
+  const std::string name = fmt::format("layers.1.attn.qkv.weight@v{}", N - 1);
+  const NamedTensor* kept = find_tensor(saved->versions, name);
+  const NamedTensor* full = find_tensor(saved_f32->versions, name);
+  REQUIRE(kept != nullptr);
+  REQUIRE(full != nullptr);
+  REQUIRE(kept->f32.size() == full->f32.size());
+  bool rounded = true;
+  for (size_t k = 0; k < kept->f32.size(); ++k)
+    rounded = rounded && kept->f32[k] == round_bf16(full->f32[k]);
+  CHECK(rounded);
+  // a bias of the previous version and the newest weights are saved exactly
+  const std::string bias = fmt::format("layers.1.attn.qkv.bias@v{}", N - 1);
+  CHECK(same_bits(find_tensor(saved->versions, bias)->f32,
+                  find_tensor(saved_f32->versions, bias)->f32));
+  CHECK(same_bits(saved->model.front().f32, saved_f32->model.front().f32));
+
+  for (const Config* resume_as : {&c, &f}) {
+    CAPTURE(resume_as->pipeline.stash_precision);
+    Pipeline resumed(*resume_as);
+    Status ok = resumed.load(*resume_as, path);
     REQUIRE_MESSAGE(ok.ok(), ok.error().message);
     resumed.run(N);
     check_same_state(whole, resumed);

@@ -562,6 +562,27 @@ Status validate(const Config& c) {
     bad(fmt::format("pipeline.precision = \"{}\": unknown precision (allowed: fp32, bf16)",
                     p.precision));
   }
+  if (p.stash_precision != "fp32" && p.stash_precision != "bf16") {
+    bad(fmt::format("pipeline.stash_precision = \"{}\": unknown precision (allowed: fp32, bf16)",
+                    p.stash_precision));
+  } else if (p.stash_precision == "bf16") {
+    Mode stash_mode{};
+    if (p.precision != "bf16") {
+      bad(fmt::format(
+          "pipeline.stash_precision = \"bf16\" needs pipeline.precision = \"bf16\" (got \"{}\"): "
+          "the stash keeps the bf16 operands of bf16 products",
+          p.precision));
+    } else if (from_string(p.mode, stash_mode) && stash_mode != Mode::twobw &&
+               stash_mode != Mode::pipedream) {
+      bad(fmt::format(
+          "pipeline.stash_precision = \"bf16\": pipeline.mode = \"{}\" keeps no weight version "
+          "besides the newest (2bw and pipedream do)",
+          p.mode));
+    } else if (c.optimizer.delay_correction == "dc") {
+      bad("pipeline.stash_precision = \"bf16\": optimizer.delay_correction = \"dc\" computes "
+          "Δ from the stashed version in f32 (use stash_precision = \"fp32\", or nesterov)");
+    }
+  }
   if (p.memory_limit_mb < 0) {
     bad(fmt::format("pipeline.memory_limit_mb = {}: must be >= 0 (MiB per stage; 0 = no limit)",
                     p.memory_limit_mb));

@@ -223,6 +223,7 @@ TEST_CASE("to_toml round-trips a config in which every key differs from its defa
   async.pipeline.mode = "2bw";
   async.train.nonfinite = "stop";
   async.optimizer.delay_correction = "nesterov";
+  async.pipeline.stash_precision = "bf16";
   for (const auto& spec : internal::option_table()) {
     CHECK_MESSAGE((spec.get(c) != spec.get(defaults) || spec.get(async) != spec.get(defaults)),
                   spec.name() << " is not exercised");
@@ -475,6 +476,16 @@ TEST_CASE("out-of-range values and impossible combinations are refused") {
   check({"optimizer.dc_lambda=-1"}, "optimizer.dc_lambda = -1: must be >= 0");
   check({"pipeline.precision=fp16"},
         "pipeline.precision = \"fp16\": unknown precision (allowed: fp32, bf16)");
+  check({"pipeline.stash_precision=fp16"},
+        "pipeline.stash_precision = \"fp16\": unknown precision (allowed: fp32, bf16)");
+  check({"pipeline.mode=2bw", "pipeline.stash_precision=bf16"},
+        "pipeline.stash_precision = \"bf16\" needs pipeline.precision = \"bf16\" (got \"fp32\")");
+  check({"pipeline.mode=1f1b", "pipeline.precision=bf16", "pipeline.stash_precision=bf16"},
+        "pipeline.stash_precision = \"bf16\": pipeline.mode = \"1f1b\" keeps no weight version "
+        "besides the newest (2bw and pipedream do)");
+  check({"pipeline.mode=pipedream", "pipeline.precision=bf16", "pipeline.stash_precision=bf16",
+         "optimizer.delay_correction=dc"},
+        "pipeline.stash_precision = \"bf16\": optimizer.delay_correction = \"dc\" computes Δ");
   check({"train.steps=0"}, "train.steps = 0: must be >= 1");
   check({"checkpoint.every=5"}, "checkpoint.every = 5: periodic checkpoints need checkpoint.dir");
   // The same combinations are fine when they are consistent.

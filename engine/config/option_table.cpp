@@ -210,6 +210,16 @@ std::vector<OptionSpec> build_table() {
                   "gradients, optimizer state, softmax, layernorm, GELU and the loss stay f32 "
                   "(docs/modes.md, \"Precision\"). Refused on a CPU without bf16 instructions "
                   "(AVX512_BF16 or AMX)."));
+  t.push_back(row("pipeline", "stash_precision", &C::pipeline, &PipelineOptions::stash_precision,
+                  "\"fp32\" | \"bf16\"",
+                  "What the weight versions a stage keeps besides the newest one (2bw's older "
+                  "version, pipedream's stashed ones) hold their linear layers' weights in. "
+                  "\"bf16\" (with pipeline.precision = \"bf16\", in 2bw and pipedream, not with "
+                  "optimizer.delay_correction = \"dc\"): only the bf16 rounding the products "
+                  "read, in half the bytes; biases, norms, embeddings and tied weights stay f32. "
+                  "Every bit computed is the same as with \"fp32\"; checkpoints hold those "
+                  "weights of the older versions as their bf16 values (docs/modes.md, "
+                  "\"Precision\")."));
   t.push_back(row("pipeline", "split_backward", &C::pipeline, &PipelineOptions::split_backward,
                   "true | false",
                   "A stage's backward computes the gradient of its input, hands it to the "

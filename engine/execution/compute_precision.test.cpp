@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/execution/serial_executor.hpp"
+#include "engine/execution/stage_worker.hpp"
 #include "engine/mode.hpp"
 #include "engine/model/partition.hpp"
 #include "kernels/bf16_gemm.hpp"
@@ -145,4 +146,101 @@ TEST_CASE("bf16 weight copies made once per version compute the bits of a copy p
       }
     }
   }
+}
+
+TEST_CASE("a bf16 weight stash computes the bits of an f32 one, in fewer bytes" *
+          doctest::skip(!bf16_support().native)) {
+  // 2bw and pipedream (the modes that keep versions besides the newest), GPT (tied: the head's
+  // copy of the embedding stays f32) and BERT, two runs (2bw continues the first), evaluations,
+  // and weights written between runs into the newest and, in 2bw, the previous version
+  for (const char* mode_name : {"2bw", "pipedream"}) {
+    for (Arch arch : {Arch::gpt, Arch::bert}) {
+      for (int d : {2, 3}) {
+        CAPTURE(mode_name);
+        CAPTURE(static_cast<int>(arch));
+        CAPTURE(d);
+        const Mode mode = *parse_mode(mode_name);
+        ModelOptions mo = tiny_model(arch, true, 5);
+        mo.width = 64;  // linear weights of several pages each: the stash gives pages back
+        mo.heads = 4;
+        const Model model = build_model(mo);
+        const Partition p = *Partition::even(model.num_layers(), d);
+        const int m = mode == Mode::pipedream ? 1 : d + 1;
+        auto make = [&](bool stash) {
+          SerialExecutorOptions o;
+          o.mode = mode;
+          o.microbatches = m;
+          o.B = kB;
+          o.T = kT;
+          o.threads.assign(static_cast<size_t>(d), 2);
+          o.precision = Precision::bf16;
+          o.bf16_stash = stash;
+          auto e = SerialExecutor::create(model, p, clipped_adamw(), o);
+          REQUIRE_MESSAGE(e.ok(), (e.ok() ? "" : e.error().message));
+          return std::move(e).value();
+        };
+        auto stash = make(true), f32 = make(false);
+        const int steps = mode == Mode::pipedream ? 6 : 3;
+        const auto batches = tiny_batches(arch, model.options().vocab_size, 4 * steps * m, 9);
+        std::span<const Microbatch> all(batches);
+        size_t at = 0;
+        for (int run = 0; run < 2; ++run) {
+          const auto n = static_cast<size_t>(stash->microbatches_for(steps));
+          auto ls = stash->run(steps, all.subspan(at, n));
+          auto lf = f32->run(steps, all.subspan(at, n));
+          at += n;
+          REQUIRE(ls.ok());
+          REQUIRE(lf.ok());
+          CHECK(same_bits(*ls, *lf));
+          auto es = stash->evaluate(all.subspan(0, 2)), ef = f32->evaluate(all.subspan(0, 2));
+          REQUIRE(es.ok());
+          REQUIRE(ef.ok());
+          CHECK(es->loss == ef->loss);
+          if (run == 0) {
+            for (SerialExecutor* e : {stash.get(), f32.get()}) {
+              for (int r = 0; r < d; ++r) {
+                StageWorker& w = e->worker(r);
+                for (int i = 0; i < w.num_layers(); ++i) {
+                  for (float& x : w.mutable_params(i)) x *= 0.75f;
+                  // new values into the previous version, as a resume restores it (the f32
+                  // stash keeps them, the bf16 one rounds them: the products read the same)
+                  if (w.holds_previous()) {
+                    std::span<float> prev = w.mutable_previous_params(i);
+                    for (size_t k = 0; k < prev.size(); ++k)
+                      prev[k] = 0.05f * std::sin(static_cast<float>(k + 1) * 0.37f);
+                  }
+                }
+              }
+            }
+          }
+        }
+        for (int i = 0; i < model.num_layers(); ++i)
+          CHECK(same_bits(stash->params(i), f32->params(i)));
+        // every stage keeping an older version holds fewer bytes of weights, measured
+        size_t bytes_stash = 0, bytes_f32 = 0;
+        int stashing = 0;
+        for (int r = 0; r < d; ++r) {
+          CHECK_FALSE(f32->worker(r).store().bf16_stash());
+          if (!stash->worker(r).store().bf16_stash()) continue;  // one version, or no products
+          ++stashing;
+          bytes_stash += stash->worker(r).weight_bytes();
+          bytes_f32 += f32->worker(r).weight_bytes();
+        }
+        CHECK(stashing >= 1);
+        MESSAGE("weights: " << bytes_stash << " bytes with the bf16 stash, " << bytes_f32
+                            << " with f32");
+        CHECK(static_cast<double>(bytes_stash) < 0.85 * static_cast<double>(bytes_f32));
+      }
+    }
+  }
+  // the rule's preconditions, named
+  const Model model = build_model(tiny_model(Arch::gpt, true, 5));
+  SerialExecutorOptions o;
+  o.mode = Mode::onef1b;
+  o.precision = Precision::bf16;
+  o.bf16_stash = true;
+  auto e =
+      SerialExecutor::create(model, *Partition::even(model.num_layers(), 2), clipped_adamw(), o);
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.error().message.find("a bf16 stash needs") != std::string::npos);
 }

@@ -13,6 +13,7 @@
 
 #include "engine/data/loader.hpp"
 #include "engine/execution/compute_precision.hpp"
+#include "engine/execution/layer_optimizer.hpp"
 #include "engine/execution/memory_check.hpp"
 #include "engine/execution/nonfinite.hpp"
 #include "engine/execution/tied_params.hpp"
@@ -117,6 +118,7 @@ SerialExecutor::SerialExecutor(const Model& model, const Partition& partition,
     w.threads = options.threads.empty() ? 1 : options.threads[static_cast<size_t>(r)];
     w.precision = options.precision;
     w.bf16_weight_copies = options.bf16_weight_copies;
+    w.bf16_stash = options.bf16_stash;
     w.log_versions = options.log_versions;
     w.recompute = options.recompute;
     workers_.push_back(std::make_unique<StageWorker>(model, partition, optimizer, w));
@@ -153,6 +155,14 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Model& mo
   for (int t : o.threads)
     if (t < 1) return make_error("threads = {}: every stage needs at least 1", t);
   if (auto p = resolve_precision(to_string(o.precision)); !p) return p.error();
+  if (o.bf16_stash &&
+      (o.precision != Precision::bf16 || !o.bf16_weight_copies ||
+       (o.mode != Mode::twobw && o.mode != Mode::pipedream) || needs_weight_change(optimizer))) {
+    return make_error(
+        "a bf16 stash needs bf16 products with weight copies, 2bw or pipedream, and no dc "
+        "correction (precision {}, mode {}, optimizer.delay_correction {})",
+        to_string(o.precision), to_string(o.mode), optimizer.delay_correction);
+  }
   if (!o.recompute.empty() && static_cast<int>(o.recompute.size()) != model.num_layers()) {
     return make_error("recompute: {} flags for a model of {} layers", o.recompute.size(),
                       model.num_layers());
@@ -202,6 +212,7 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Config& c
   auto precision = resolve_precision(config.pipeline.precision);
   if (!precision) return precision.error();
   o.precision = *precision;
+  o.bf16_stash = config.pipeline.stash_precision == "bf16";
   o.log_versions = log_versions;
   o.skip_nonfinite = config.train.nonfinite == "skip";
   auto recompute = recompute_flags(config.pipeline.recompute, model->num_layers());

@@ -17,6 +17,29 @@ bool clips_globally(Mode mode) {
   return is_synchronous(mode);
 }
 
+namespace {
+
+// The ranges a bf16 weight stash keeps in bf16 only: the product operands of the stage's layers
+// [first, first + L), except tied slots (their owner's and copy's values travel between stages
+// in f32 and are written into stashed versions at rest).
+std::vector<StashRange> bf16_stash_ranges(const Model& model, int first, int L) {
+  std::vector<StashRange> out;
+  for (int i = 0; i < L; ++i) {
+    const int layer = first + i;
+    for (const ParamSlot& slot : model.layer(layer).slots()) {
+      if (!slot.product_operand) continue;
+      const bool tied = std::any_of(model.tied().begin(), model.tied().end(), [&](const auto& t) {
+        return (t.owner_layer == layer && t.owner_slot == slot.name) ||
+               (t.copy_layer == layer && t.copy_slot == slot.name);
+      });
+      if (!tied) out.push_back({i, slot.offset, slot.numel});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------------------------------------
 
 StageWorker::StageWorker(const Model& model, const Partition& partition,
@@ -96,13 +119,29 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
   din_pool_ = std::make_unique<TensorPool>(hidden_shape, is_first() ? 0 : 2);
 
   // weight versions, initialised from the model's seeded init
-  store_ = std::make_unique<WeightStore>(version_policy(options.mode), versions,
-                                         std::move(layer_floats), stash_slots());
+  std::vector<StashRange> bf16_stash;
+  if (options.bf16_stash) {
+    AP_CHECK(options.precision == Precision::bf16 && options.bf16_weight_copies,
+             "stage {}: a bf16 weight stash needs bf16 products with weight copies", stage_);
+    AP_CHECK(!needs_weight_change(optimizer),
+             "stage {}: a bf16 weight stash cannot serve the dc correction's Δ, which reads the "
+             "stale version in f32",
+             stage_);
+    bf16_stash = bf16_stash_ranges(model, first_, L);
+  }
+  store_ =
+      std::make_unique<WeightStore>(version_policy(options.mode), versions, std::move(layer_floats),
+                                    stash_slots(), std::move(bf16_stash));
   if (options.init_params) {
     for (int i = 0; i < L; ++i) model.init_layer(first_ + i, store_->mutable_params(0, i).data());
   }
   if (options.precision == Precision::bf16 && options.bf16_weight_copies) {
     for (std::span<const float> b : store_->buffers()) bf16_weights_.cover(b.data(), b.size());
+    if (store_->bf16_stash()) {
+      bf16_weights_.set_source([store = store_.get()](const float* w, int64_t n) {
+        return store->stashed_bf16(w, static_cast<size_t>(n));
+      });
+    }
     ctx_.set_bf16_weights(&bf16_weights_);
   }
 
@@ -314,6 +353,7 @@ ForwardOutput StageWorker::exec_forward(const Action& a, const Microbatch& mb, c
 
   ForwardOutput result;
   if (!layers_.back()->is_loss()) result.out = out_pool_->acquire();
+  store_->settle();
   bf16_weights_.sync(store_->generation());
   const int L = num_layers();
   for (int i = 0; i < L; ++i) {
@@ -449,6 +489,7 @@ Tensor StageWorker::backward_layers(const Action& a, const Microbatch& mb, const
   const float dloss = loss_scale(slot.loss.count, update_mbs_ * opts_.replicas);
   final_backward_ = backwards_since_update_ + 1 == update_mbs_;
   const float* dcur = last.is_loss() ? nullptr : dout.f32();
+  store_->settle();
   bf16_weights_.sync(store_->generation());
   for (int i = num_layers() - 1; i >= 0; --i) {
     const size_t k = static_cast<size_t>(i);

@@ -70,6 +70,12 @@ struct StageWorkerOptions {
   /// version's buffer changes, kernels/bf16_weights.hpp: half the stored versions' bytes more);
   /// false: a copy per product (the oracle of the tests).
   bool bf16_weight_copies = true;
+  /// pipeline.stash_precision = "bf16" (needs precision bf16 and bf16_weight_copies): the
+  /// versions the stage keeps besides the newest (2bw's older one, pipedream's stashed ones)
+  /// hold their linear layers' weights (ParamSlot::product_operand, not tied) in bf16 only
+  /// (WeightStore's bf16 stash); the same bits, less memory. Not with optimizer.delay_correction
+  /// "dc", whose Δ reads the stale version in f32.
+  bool bf16_stash = false;
   /// Activation stash slots; 0 = the mode's bound (peak_stash of its schedule at this stage).
   int stash_slots = 0;
   /// pipeline.recompute, one flag per global layer of the model (empty = none): a recomputed
@@ -256,9 +262,13 @@ class StageWorker {
   /// 2bw, idle, updates() >= 1: version updates() - 1 of local layer i, writable (a resume
   /// restores it after set_updates(); the version becomes stored).
   std::span<float> mutable_previous_params(int i);
-  /// Parameters of local layer i in stored version `version`.
+  /// Parameters of local layer i in stored version `version` (with a bf16 stash, a stashed
+  /// version's linear weights read as zeros here: WeightStore::stashed_bf16 holds them).
   std::span<const float> params(int version, int i) const { return store_->params(version, i); }
   const WeightStore& store() const { return *store_; }
+  /// Bytes the stage's weights hold now, measured: the version store's resident pages and bf16
+  /// stash (WeightStore::resident_bytes) and the bf16 copies its products read.
+  size_t weight_bytes() const { return store_->resident_bytes() + bf16_weights_.bytes(); }
   /// Newest parameters of local layer i (global layer first_layer() + i).
   std::span<const float> params(int i) const;
   /// Newest parameters, writable while no microbatch is in flight (initialisation, loading).

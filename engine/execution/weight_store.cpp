@@ -3,6 +3,7 @@
 #include "engine/execution/weight_store.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <numeric>
 
 #include "kernels/check.hpp"
@@ -54,7 +55,7 @@ int version_capacity(Mode mode, int stages, int stage) {
 }
 
 WeightStore::WeightStore(VersionPolicy policy, int capacity, std::vector<size_t> layer_floats,
-                         int max_in_flight)
+                         int max_in_flight, std::vector<StashRange> bf16_stash)
     : policy_(policy), layer_sizes_(std::move(layer_floats)) {
   AP_CHECK(capacity >= 1, "a weight store needs at least one version buffer, got {}", capacity);
   AP_CHECK(capacity == 1 || (policy != VersionPolicy::single && policy != VersionPolicy::predicted),
@@ -67,12 +68,34 @@ WeightStore::WeightStore(VersionPolicy policy, int capacity, std::vector<size_t>
     layer_offsets_.push_back(total);
     total += n;
   }
-  buffers_.resize(static_cast<size_t>(capacity));
-  for (auto& b : buffers_) b.assign(total, 0.0f);
+  buffers_.reserve(static_cast<size_t>(capacity));
+  for (int b = 0; b < capacity; ++b) buffers_.emplace_back(total);  // zeros
   ids_.assign(static_cast<size_t>(capacity), -1);
   ids_[0] = 0;
   max_in_flight_ = static_cast<size_t>(max_in_flight);
   bound_.reserve(max_in_flight_);
+  if (bf16_stash.empty() || capacity == 1) return;
+  AP_CHECK(policy == VersionPolicy::double_buffered || policy == VersionPolicy::ring,
+           "a bf16 stash keeps stashed versions, which policy {} has none of", to_string(policy));
+  size_t bf16_floats = 0;
+  for (const StashRange& r : bf16_stash) {
+    AP_CHECK(r.layer >= 0 && r.layer < num_layers() && r.n > 0 &&
+                 r.offset + r.n <= layer_sizes_[static_cast<size_t>(r.layer)],
+             "bf16 stash range [{}, {}) of layer {} ({} layers)", r.offset, r.offset + r.n, r.layer,
+             num_layers());
+    const size_t at = layer_offsets_[static_cast<size_t>(r.layer)] + r.offset;
+    AP_CHECK(stash_.empty() || at >= stash_.back().at + stash_.back().n,
+             "bf16 stash ranges must be ascending and disjoint (layer {}, offset {})", r.layer,
+             r.offset);
+    stash_.push_back({r.layer, at, r.n, bf16_floats});
+    bf16_floats += r.n;
+  }
+  stash_bf16_.resize(static_cast<size_t>(capacity));
+  widened_.resize(static_cast<size_t>(capacity));
+  for (int b = 1; b < capacity; ++b) {
+    stash_bf16_[static_cast<size_t>(b)].resize(bf16_floats);
+    widened_[static_cast<size_t>(b)].assign(layer_sizes_.size(), 0);
+  }
 }
 
 size_t WeightStore::layer_floats(int layer) const {
@@ -89,8 +112,8 @@ int WeightStore::find(int version) const {
 
 std::vector<int> WeightStore::versions() const {
   std::vector<int> out;
-  for (int id : ids_)
-    if (id >= 0) out.push_back(id);
+  for (size_t b = 0; b < ids_.size(); ++b)
+    if (ids_[b] >= 0 && static_cast<int>(b) != updating_) out.push_back(ids_[b]);
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -111,6 +134,7 @@ std::span<float> WeightStore::mutable_params(int version, int layer) {
   }
   AP_CHECK(layer >= 0 && layer < num_layers(), "layer {} of {}", layer, num_layers());
   ++generation_;  // the caller writes it
+  if (stashed(b)) widen(b, layer);
   const size_t l = static_cast<size_t>(layer);
   return {buffers_[static_cast<size_t>(b)].data() + layer_offsets_[l], layer_sizes_[l]};
 }
@@ -119,6 +143,7 @@ void WeightStore::reset(int version) {
   AP_CHECK(bound_.empty() && updating_ < 0, "reset with {} microbatches bound", bound_.size());
   AP_CHECK(version >= 0, "version {}", version);
   for (size_t b = 0; b < ids_.size(); ++b) ids_[b] = -1;
+  settle();  // nothing stashed is left: widened layers give their pages back
   ids_[static_cast<size_t>(latest_buffer_)] = version;
   ++generation_;
 }
@@ -191,6 +216,30 @@ void WeightStore::release(int microbatch) {
 
 void WeightStore::begin_update() {
   AP_CHECK(updating_ < 0, "an update is already open");
+  if (!stash_.empty()) {
+    // the newest version moves to the oldest unpinned stashed buffer (else an empty one), and
+    // buffer 0 is updated in place
+    int target = -1;
+    for (int b = 1; b < capacity(); ++b) {
+      const int id = ids_[static_cast<size_t>(b)];
+      if (id < 0 || pinned(b)) continue;
+      if (target < 0 || id < ids_[static_cast<size_t>(target)]) target = b;
+    }
+    for (int b = 1; b < capacity() && target < 0; ++b)
+      if (ids_[static_cast<size_t>(b)] < 0) target = b;
+    AP_CHECK(target >= 0,
+             "update to version {}: all {} buffers of policy {} are pinned (stored: {}; {} "
+             "microbatches in flight)",
+             latest() + 1, capacity(), to_string(policy_), fmt::join(versions(), ", "),
+             bound_.size());
+    stash_newest(target);
+    ids_[static_cast<size_t>(target)] = latest();
+    for (auto& [mb, b] : bound_)
+      if (b == 0) b = target;
+    updating_ = 0;
+    ++generation_;
+    return;
+  }
   if (capacity() == 1) {
     AP_CHECK(policy_ == VersionPolicy::predicted || bound_.empty(),
              "policy {} updates its only version in place, but {} microbatches are bound to it "
@@ -214,8 +263,8 @@ void WeightStore::begin_update() {
            "microbatches in flight)",
            latest() + 1, capacity(), to_string(policy_), fmt::join(versions(), ", "),
            bound_.size());
-  const auto& src = buffers_[static_cast<size_t>(latest_buffer_)];
-  std::copy(src.begin(), src.end(), buffers_[static_cast<size_t>(target)].begin());
+  const PageBuffer& src = buffers_[static_cast<size_t>(latest_buffer_)];
+  std::copy_n(src.data(), src.size(), buffers_[static_cast<size_t>(target)].data());
   updating_ = target;
   ++generation_;
 }
@@ -246,6 +295,101 @@ std::vector<std::span<const float>> WeightStore::buffers() const {
   std::vector<std::span<const float>> out;
   for (const auto& b : buffers_) out.emplace_back(b.data(), b.size());
   return out;
+}
+
+}  // namespace actorpipe
+
+namespace actorpipe {
+
+void WeightStore::stash_newest(int buffer) {
+  const size_t t = static_cast<size_t>(buffer);
+  const float* src = buffers_[0].data();
+  float* dst = buffers_[t].data();
+  std::vector<char>& widened = widened_[t];
+  size_t pos = 0;
+  for (const Range& r : stash_) {
+    std::copy(src + pos, src + r.at, dst + pos);
+    convert_to_bf16(src + r.at, stash_bf16_[t].data() + r.bf16_at, static_cast<int64_t>(r.n));
+    if (widened[static_cast<size_t>(r.layer)] != 0) buffers_[t].release(r.at, r.n);
+    pos = r.at + r.n;
+  }
+  std::copy(src + pos, src + buffers_[0].size(), dst + pos);
+  std::fill(widened.begin(), widened.end(), 0);
+}
+
+void WeightStore::widen(int buffer, int layer) {
+  const size_t b = static_cast<size_t>(buffer);
+  char& flag = widened_[b][static_cast<size_t>(layer)];
+  if (flag != 0) return;
+  for (const Range& r : stash_) {
+    if (r.layer != layer) continue;
+    convert_to_f32(stash_bf16_[b].data() + r.bf16_at, buffers_[b].data() + r.at,
+                   static_cast<int64_t>(r.n));
+  }
+  flag = 1;
+}
+
+void WeightStore::settle() {
+  for (int b = 1; b < static_cast<int>(widened_.size()); ++b) {
+    const size_t k = static_cast<size_t>(b);
+    for (const Range& r : stash_) {
+      if (widened_[k][static_cast<size_t>(r.layer)] == 0) continue;
+      if (ids_[k] >= 0)
+        convert_to_bf16(buffers_[k].data() + r.at, stash_bf16_[k].data() + r.bf16_at,
+                        static_cast<int64_t>(r.n));
+      buffers_[k].release(r.at, r.n);
+    }
+    std::fill(widened_[k].begin(), widened_[k].end(), 0);
+  }
+}
+
+int WeightStore::stash_range_at(size_t offset, size_t n) const {
+  // the last range starting at or before offset
+  auto it = std::upper_bound(stash_.begin(), stash_.end(), offset,
+                             [](size_t o, const Range& r) { return o < r.at; });
+  if (it != stash_.begin()) {
+    const Range& r = *std::prev(it);
+    if (offset < r.at + r.n) {
+      AP_CHECK(offset + n <= r.at + r.n,
+               "floats [{}, {}) straddle the end of a bf16-stashed slot [{}, {})", offset,
+               offset + n, r.at, r.at + r.n);
+      return static_cast<int>(std::prev(it) - stash_.begin());
+    }
+  }
+  AP_CHECK(it == stash_.end() || offset + n <= it->at,
+           "floats [{}, {}) straddle the start of a bf16-stashed slot at {}", offset, offset + n,
+           it == stash_.end() ? 0 : it->at);
+  return -1;
+}
+
+const bf16* WeightStore::stashed_bf16(const float* w, size_t n) const {
+  for (int b = 1; b < static_cast<int>(stash_bf16_.size()); ++b) {
+    const size_t k = static_cast<size_t>(b);
+    const float* base = buffers_[k].data();
+    if (w < base || w >= base + buffers_[k].size()) continue;
+    if (ids_[k] < 0) return nullptr;
+    const size_t offset = static_cast<size_t>(w - base);
+    const int i = stash_range_at(offset, n);
+    if (i < 0) return nullptr;
+    const Range& r = stash_[static_cast<size_t>(i)];
+    if (widened_[k][static_cast<size_t>(r.layer)] != 0) return nullptr;
+    return stash_bf16_[k].data() + r.bf16_at + (offset - r.at);
+  }
+  return nullptr;
+}
+
+const bf16* WeightStore::stashed_bf16(int version, int layer, size_t offset, size_t n) const {
+  const std::span<const float> p = params(version, layer);
+  AP_CHECK(offset + n <= p.size(), "floats [{}, {}) of a layer of {}", offset, offset + n,
+           p.size());
+  return stashed_bf16(p.data() + offset, n);
+}
+
+size_t WeightStore::resident_bytes() const {
+  size_t bytes = 0;
+  for (const PageBuffer& b : buffers_) bytes += b.resident_bytes();
+  for (const auto& v : stash_bf16_) bytes += v.size() * sizeof(bf16);
+  return bytes;
 }
 
 }  // namespace actorpipe

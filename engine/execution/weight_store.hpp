@@ -8,7 +8,9 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/execution/page_buffer.hpp"
 #include "engine/mode.hpp"
+#include "kernels/bf16.hpp"
 
 namespace actorpipe {
 
@@ -33,17 +35,36 @@ VersionPolicy version_policy(Mode mode);
 /// Versions a stage of the mode keeps: 1, 2, d − r, 1.
 int version_capacity(Mode mode, int stages, int stage);
 
+/// Floats [offset, offset + n) of local layer `layer`: a parameter slot that a bf16 weight stash
+/// keeps in bf16 only in the versions that are not the newest (ParamSlot::product_operand).
+struct StashRange {
+  int layer = 0;
+  size_t offset = 0;
+  size_t n = 0;
+};
+
 /// The versions of one stage. Version ids count the updates applied (version 0 is the initial
 /// weights); a stored version is never written while it is the newest one or a microbatch in
 /// flight is bound to it (except the in-place policies, see VersionPolicy). Violations are
 /// programmer errors (AP_CHECK). Buffers are allocated up front: nothing allocates later.
+///
+/// bf16 stash (`bf16_stash` given, capacity >= 2: 2bw, and pipedream below its last stage): buffer
+/// 0 always holds the newest version in f32 and an update writes it in place; begin_update first
+/// makes the newest version a stashed one in another buffer, where the `bf16_stash` ranges are
+/// kept only as their bf16 rounding (stashed_bf16; their f32 pages are given back) and everything
+/// else in f32. A bf16 product of a stashed version then takes exactly the operand a bf16 product
+/// of the f32 version takes, so nothing a stage computes changes; a stashed version's f32 view
+/// (params) holds zeros in those ranges, which only products may read. mutable_params of a
+/// stashed version widens its layer's ranges back to f32 until settle() rounds them again.
 class WeightStore {
  public:
   /// layer_floats: the parameter floats of each layer of the stage. capacity: the number of
   /// version buffers (1 for single and predicted). max_in_flight: the most microbatches bound
-  /// at once (the stage's activation stash bound).
+  /// at once (the stage's activation stash bound). bf16_stash: the ranges stashed versions keep
+  /// in bf16 only (ascending, disjoint, within their layers); empty = every version in f32. Only
+  /// for double_buffered and ring; ignored with one buffer (nothing is stashed).
   WeightStore(VersionPolicy policy, int capacity, std::vector<size_t> layer_floats,
-              int max_in_flight);
+              int max_in_flight, std::vector<StashRange> bf16_stash = {});
 
   VersionPolicy policy() const { return policy_; }
   int capacity() const { return static_cast<int>(ids_.size()); }
@@ -98,6 +119,21 @@ class WeightStore {
   /// Every version buffer (allocated up front; they never move).
   std::vector<std::span<const float>> buffers() const;
 
+  /// True when stashed versions keep the bf16_stash ranges in bf16 only.
+  bool bf16_stash() const { return !stash_.empty(); }
+  /// The bf16 values of w[0, n) when those floats lie in a bf16_stash range of a stashed version
+  /// kept in bf16 (the operand a product reads instead of w); nullptr otherwise (w's floats are
+  /// f32 and valid). A request that straddles such a range is a programmer error.
+  const bf16* stashed_bf16(const float* w, size_t n) const;
+  /// The same for floats [offset, offset + n) of layer `layer` in stored version `version`.
+  const bf16* stashed_bf16(int version, int layer, size_t offset, size_t n) const;
+  /// Rounds back to bf16 the stashed layers that mutable_params widened, and gives their f32
+  /// pages back. A stage calls it before it computes; cheap when nothing was written.
+  void settle();
+  /// Bytes the version buffers hold now: their resident pages (PageBuffer::resident_bytes) and
+  /// the stashed versions' bf16 values.
+  size_t resident_bytes() const;
+
   /// Versions that are the newest or bound by a microbatch in flight, now / at most so far.
   int versions_pinned() const;
   int peak_versions() const { return peak_versions_; }
@@ -111,14 +147,30 @@ class WeightStore {
   VersionPolicy policy_;
   std::vector<size_t> layer_offsets_;  // per layer, floats from the buffer start
   std::vector<size_t> layer_sizes_;
-  std::vector<std::vector<float>> buffers_;  // one per version slot, every layer inside
-  std::vector<int> ids_;                     // version held by each buffer, -1 = none
+  bool stashed(int buffer) const { return !stash_.empty() && buffer != 0; }
+  void stash_newest(int buffer);  // bf16 stash: the newest version (buffer 0) into `buffer`
+  void widen(int buffer, int layer);
+  int stash_range_at(size_t offset, size_t n) const;  // index into stash_, or -1
+
+  std::vector<PageBuffer> buffers_;  // one per version slot, every layer inside
+  std::vector<int> ids_;             // version held by each buffer, -1 = none
   int latest_buffer_ = 0;
   int updating_ = -1;                       // buffer being written, -1 = no update open
   std::vector<std::pair<int, int>> bound_;  // (microbatch, buffer)
   size_t max_in_flight_ = 0;
   int peak_versions_ = 1;
   uint64_t generation_ = 0;
+  // bf16 stash: the ranges (offsets from the buffer start), where each one's bf16 values start
+  // in a stashed buffer's bf16 array, and per buffer that array and which layers are widened
+  struct Range {
+    int layer = 0;
+    size_t at = 0;  // floats from the buffer start
+    size_t n = 0;
+    size_t bf16_at = 0;
+  };
+  std::vector<Range> stash_;
+  std::vector<std::vector<bf16>> stash_bf16_;
+  std::vector<std::vector<char>> widened_;
 };
 
 }  // namespace actorpipe

@@ -3,7 +3,9 @@
 #include "engine/execution/weight_store.hpp"
 
 #include <doctest/doctest.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "kernels/check.hpp"
@@ -149,4 +151,99 @@ TEST_CASE("add_older restores the version before the newest into the free buffer
   CHECK_THROWS_AS(s.add_older(7), CheckFailure);  // already stored
   CHECK_THROWS_AS(s.add_older(6), CheckFailure);  // no free buffer
   CHECK_THROWS_AS(s.add_older(9), CheckFailure);  // not older than the newest
+}
+
+TEST_CASE("bf16 stash: a stashed version keeps its product ranges as their bf16 rounding only") {
+  // layer 0: 64 pages of floats, a product range over all but 16 floats at either end; layer 1
+  // has none
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE)) / sizeof(float);
+  const size_t n0 = 64 * page, r0 = 16, rn = n0 - 32;
+  WeightStore s(VersionPolicy::double_buffered, 2, {n0, 8}, 2, {{0, r0, rn}});
+  CHECK(s.bf16_stash());
+  std::vector<float> w(n0);
+  for (size_t i = 0; i < n0; ++i) w[i] = 1.0f + static_cast<float>(i) * 1e-5f;  // not bf16 values
+  std::copy(w.begin(), w.end(), s.mutable_params(0, 0).begin());
+  for (float& x : s.mutable_params(0, 1)) x = 3.0f;
+  CHECK(s.stashed_bf16(0, 0, r0, rn) == nullptr);  // the newest version is f32
+
+  s.bind(5, 0);  // a microbatch computes with version 0 while version 1 is made
+  s.begin_update();
+  const std::span<float> next = s.update_params(0);
+  const std::span<const float> old = s.params(0, 0);
+  CHECK(old.data() != next.data());  // version 0 moved; the update writes in place
+  CHECK(s.bound_version(5) == 0);
+  CHECK(s.versions() == std::vector<int>{0});
+  const bf16* kept = s.stashed_bf16(0, 0, r0, rn);
+  REQUIRE(kept != nullptr);
+  CHECK(s.stashed_bf16(old.data() + r0 + 10, 4) == kept + 10);
+  bool rounded = true;
+  for (size_t i = 0; i < rn; ++i) rounded = rounded && kept[i] == to_bf16(w[r0 + i]);
+  CHECK(rounded);
+  CHECK(old[0] == w[0]);  // outside the range: f32
+  CHECK(old[n0 - 1] == w[n0 - 1]);
+  CHECK(old[r0 + rn / 2] == 0.0f);  // inside: its f32 pages were never written
+  CHECK(s.params(0, 1)[0] == 3.0f);
+  CHECK(s.stashed_bf16(old.data(), 2) == nullptr);                        // before the range: f32
+  CHECK_THROWS_AS(s.stashed_bf16(old.data() + r0 - 1, 2), CheckFailure);  // straddles its start
+  CHECK_THROWS_AS(s.stashed_bf16(old.data() + r0 + rn - 1, 2), CheckFailure);  // and its end
+  for (float& x : next) x += 1.0f;
+  s.commit_update();
+  CHECK(s.latest() == 1);
+  CHECK(s.params(1, 0)[r0] == w[r0] + 1.0f);
+  CHECK(s.stashed_bf16(1, 0, r0, rn) == nullptr);
+  CHECK_THROWS_AS(s.begin_update(), CheckFailure);  // version 0 is still bound
+  s.release(5);
+
+  // the bytes held: one f32 version, the stashed one's f32 ends and its bf16 values (and a few
+  // pages: the partial ones at the ranges' ends, the zero page the read above mapped), not two
+  // f32 versions
+  const size_t f32_version = (n0 + 8) * sizeof(float);
+  CHECK(s.resident_bytes() < f32_version + rn * sizeof(bf16) + 6 * page * sizeof(float));
+  CHECK(s.resident_bytes() >= f32_version + rn * sizeof(bf16));
+
+  // written (as a resume restores it), the stashed layer is f32 until settle() rounds it again
+  std::span<float> back = s.mutable_params(0, 0);
+  CHECK(back[r0] == round_bf16(w[r0]));  // widened from its bf16 values
+  CHECK(s.stashed_bf16(0, 0, r0, rn) == nullptr);
+  back[r0] = 2.5f;
+  s.settle();
+  REQUIRE(s.stashed_bf16(0, 0, r0, rn) != nullptr);
+  CHECK(to_f32(*s.stashed_bf16(0, 0, r0, 1)) == 2.5f);
+  CHECK(to_f32(s.stashed_bf16(0, 0, r0, rn)[1]) == round_bf16(w[r0 + 1]));
+  CHECK(s.resident_bytes() < f32_version + rn * sizeof(bf16) + 6 * page * sizeof(float));
+
+  // the next update stashes version 1 over version 0
+  bump(s);
+  CHECK(s.versions() == std::vector<int>{1, 2});
+  CHECK(to_f32(*s.stashed_bf16(1, 0, r0, 1)) == round_bf16(w[r0] + 1.0f));
+  CHECK(s.params(2, 0)[r0] == w[r0] + 2.0f);
+  s.reset(9);
+  CHECK(s.versions() == std::vector<int>{9});
+  CHECK(s.params(9, 0)[r0] == w[r0] + 2.0f);
+
+  // one buffer keeps nothing stashed; ranges out of order or outside their layer are refused
+  CHECK_FALSE(WeightStore(VersionPolicy::ring, 1, {8}, 1, {{0, 0, 4}}).bf16_stash());
+  CHECK_THROWS_AS(WeightStore(VersionPolicy::ring, 2, {8}, 1, {{0, 4, 4}, {0, 0, 2}}),
+                  CheckFailure);
+  CHECK_THROWS_AS(WeightStore(VersionPolicy::ring, 2, {8}, 1, {{0, 6, 4}}), CheckFailure);
+}
+
+TEST_CASE("bf16 stash in a ring: each stashed version keeps its own bf16 values") {
+  WeightStore s(VersionPolicy::ring, 3, {6}, 3, {{0, 1, 4}});
+  const float third = 1.0f / 3.0f, v1 = third + 1.0f, v2 = v1 + 1.0f;
+  for (float& x : s.mutable_params(0, 0)) x = third;
+  s.bind(0, 0);
+  bump(s);
+  s.bind(1, 1);
+  bump(s);
+  CHECK(s.versions() == std::vector<int>{0, 1, 2});
+  CHECK(to_f32(*s.stashed_bf16(0, 0, 1, 1)) == round_bf16(third));
+  CHECK(to_f32(*s.stashed_bf16(1, 0, 1, 1)) == round_bf16(v1));
+  CHECK(s.params(0, 0)[0] == third);
+  CHECK(s.params(2, 0)[1] == v2);
+  CHECK_THROWS_AS(s.begin_update(), CheckFailure);  // both stashed versions are bound
+  s.release(0);
+  bump(s);  // over version 0, the oldest unpinned one
+  CHECK(s.versions() == std::vector<int>{1, 2, 3});
+  CHECK(to_f32(*s.stashed_bf16(2, 0, 1, 1)) == round_bf16(v2));
 }

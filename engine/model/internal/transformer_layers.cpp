@@ -30,6 +30,12 @@ ParamSlot weight(std::string name, std::vector<int64_t> shape, float std_dev = k
   s.decay = true;
   return s;
 }
+/// A linear layer's weight: read only as the operand of its products (ParamSlot::product_operand).
+ParamSlot linear(std::string name, std::vector<int64_t> shape, float std_dev = kInitStd) {
+  ParamSlot s = weight(std::move(name), std::move(shape), std_dev);
+  s.product_operand = true;
+  return s;
+}
 ParamSlot bias(std::string name, int64_t n) {
   ParamSlot s;
   s.name = std::move(name);
@@ -257,15 +263,15 @@ class Block final : public SlotLayer {
     const float res_std = kInitStd / std::sqrt(2.0f * static_cast<float>(o.depth));
     return {norm_weight("ln1.weight", C),
             bias("ln1.bias", C),
-            weight("attn.qkv.weight", {3 * C, C}),
+            linear("attn.qkv.weight", {3 * C, C}),
             bias("attn.qkv.bias", 3 * C),
-            weight("attn.proj.weight", {C, C}, res_std),
+            linear("attn.proj.weight", {C, C}, res_std),
             bias("attn.proj.bias", C),
             norm_weight("ln2.weight", C),
             bias("ln2.bias", C),
-            weight("mlp.fc.weight", {4 * C, C}),
+            linear("mlp.fc.weight", {4 * C, C}),
             bias("mlp.fc.bias", 4 * C),
-            weight("mlp.proj.weight", {C, 4 * C}, res_std),
+            linear("mlp.proj.weight", {C, 4 * C}, res_std),
             bias("mlp.proj.bias", C)};
   }
 
@@ -484,7 +490,7 @@ class BertHead final : public SlotLayer {
   BertHead(const ModelOptions& o, int index)
       : SlotLayer(LayerRole::loss, "bert_head", index,
                   {norm_weight("ln_f.weight", o.width), bias("ln_f.bias", o.width),
-                   weight("mlm.dense.weight", {o.width, o.width}), bias("mlm.dense.bias", o.width),
+                   linear("mlm.dense.weight", {o.width, o.width}), bias("mlm.dense.bias", o.width),
                    norm_weight("mlm.ln.weight", o.width), bias("mlm.ln.bias", o.width),
                    decoder_weight("mlm.decoder.weight", o), bias("mlm.decoder.bias", o.vocab_size)},
                   o) {}
