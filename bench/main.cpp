@@ -17,6 +17,7 @@
 #include "bench/process_bench.hpp"
 #include "bench/recompute_bench.hpp"
 #include "bench/replica_bench.hpp"
+#include "bench/stash_bench.hpp"
 #include "bench/step_timing.hpp"
 #include "bench/subprocess.hpp"
 #include "bench/torch_peer.hpp"
@@ -99,6 +100,8 @@ int main(int argc, char** argv) {
     return run_process_bench(std::span<const std::string>(args).subspan(1));
   if (!args.empty() && args[0] == "recompute")
     return run_recompute_bench(std::span<const std::string>(args).subspan(1));
+  if (!args.empty() && args[0] == "stash")
+    return run_stash_bench(std::span<const std::string>(args).subspan(1));
   if (!args.empty() && args[0] == "replicas")
     return run_replica_bench(std::span<const std::string>(args).subspan(1));
   if (!args.empty() && args[0] == "allreduce")

@@ -38,6 +38,8 @@ Config base_config(const RecomputeBenchOptions& o) {
   c.pipeline.microbatch_size = shape.B;
   c.pipeline.seq_len = shape.T;
   c.pipeline.threads_per_stage = o.threads;
+  c.pipeline.precision = o.precision;
+  c.pipeline.stash_precision = o.stash_precision;
   return c;
 }
 
@@ -88,10 +90,11 @@ int run_child(const RecomputeBenchOptions& o) {
     return 1;
   }
   const std::vector<double> periods = step_periods(seconds, group, o.warmup);
-  size_t stash = 0, scratch = 0;
+  size_t stash = 0, scratch = 0, weights = 0;
   std::vector<int> recomputed;
   for (int r = 0; r < (*engine)->stages(); ++r) {
     const StageWorker& w = (*engine)->worker(r);
+    weights += w.weight_bytes();
     stash += w.stash_bytes();
     scratch += w.recompute_scratch_bytes();
     for (int i = 0; i < w.num_layers(); ++i)
@@ -105,29 +108,38 @@ int run_child(const RecomputeBenchOptions& o) {
   j["step_seconds"] = periods;
   j["stash_bytes"] = stash;
   j["scratch_bytes"] = scratch;
+  j["weight_bytes"] = weights;
   j["max_rss_bytes"] = static_cast<long long>(ru.ru_maxrss) * 1024;
   j["losses"] = result->losses;
   fmt::print("{}\n", j.dump());
   return 0;
 }
 
-struct Child {
-  std::vector<int> layers;
-  std::vector<double> step_seconds;
-  double stash_bytes = 0, scratch_bytes = 0, max_rss_bytes = 0;
-  std::vector<double> losses;
-};
+}  // namespace
 
-Expected<Child> run_in_child(const RecomputeBenchOptions& o, const std::string& layers) {
-  std::vector<std::string> argv = {self_executable(), "recompute",
-                                   "--child",         layers,
-                                   "--shape",         o.shape,
-                                   "--mode",          std::string(to_string(o.mode)),
-                                   "--stages",        std::to_string(o.stages),
-                                   "--microbatches",  std::to_string(o.microbatches),
-                                   "--threads",       std::to_string(o.threads),
-                                   "--reps",          std::to_string(o.reps),
-                                   "--warmup",        std::to_string(o.warmup)};
+Expected<MeasuredRun> measure_in_child(const RecomputeBenchOptions& o, const std::string& layers) {
+  std::vector<std::string> argv = {self_executable(),
+                                   "recompute",
+                                   "--child",
+                                   layers,
+                                   "--shape",
+                                   o.shape,
+                                   "--mode",
+                                   std::string(to_string(o.mode)),
+                                   "--stages",
+                                   std::to_string(o.stages),
+                                   "--microbatches",
+                                   std::to_string(o.microbatches),
+                                   "--threads",
+                                   std::to_string(o.threads),
+                                   "--reps",
+                                   std::to_string(o.reps),
+                                   "--warmup",
+                                   std::to_string(o.warmup),
+                                   "--precision",
+                                   o.precision,
+                                   "--stash-precision",
+                                   o.stash_precision};
   auto proc = run_process(argv, {{"OPENBLAS_NUM_THREADS", "1"}});
   if (!proc) return proc.error();
   if (proc->exit_code != 0)
@@ -137,15 +149,18 @@ Expected<Child> run_in_child(const RecomputeBenchOptions& o, const std::string& 
   if (j.is_discarded() || !j.is_object())
     return make_error("recompute {}: unreadable measurement '{}'", layers,
                       proc->out.substr(0, 200));
-  Child c;
+  MeasuredRun c;
   c.layers = j.at("layers").get<std::vector<int>>();
   c.step_seconds = j.at("step_seconds").get<std::vector<double>>();
   c.stash_bytes = j.at("stash_bytes").get<double>();
   c.scratch_bytes = j.at("scratch_bytes").get<double>();
+  c.weight_bytes = j.at("weight_bytes").get<double>();
   c.max_rss_bytes = j.at("max_rss_bytes").get<double>();
   c.losses = j.at("losses").get<std::vector<double>>();
   return c;
 }
+
+namespace {
 
 double mib(double bytes) {
   return bytes / (1024.0 * 1024.0);
@@ -157,8 +172,9 @@ std::string relative(double x, double peer) {
 
 }  // namespace
 
-Expected<RecomputeBenchOptions> parse_recompute_options(std::span<const std::string> args) {
-  RecomputeBenchOptions o;
+Expected<RecomputeBenchOptions> parse_recompute_options(std::span<const std::string> args,
+                                                        RecomputeBenchOptions defaults) {
+  RecomputeBenchOptions o = std::move(defaults);
   const Status parsed = parse_options(args, o, [&](size_t& i) -> Status {
     const std::string& a = args[i];
     if (a == "--shape") {
@@ -184,6 +200,11 @@ Expected<RecomputeBenchOptions> parse_recompute_options(std::span<const std::str
       auto n = int_option(args, i, 0, 100000000);
       if (!n) return n.error();
       o.limit_mb = *n;
+    } else if (a == "--precision" || a == "--stash-precision") {
+      auto v = option_value(args, i);
+      if (!v) return v.error();
+      if (*v != "fp32" && *v != "bf16") return make_error("{} {}: expected fp32 or bf16", a, *v);
+      (a == "--precision" ? o.precision : o.stash_precision) = *v;
     } else if (a == "--cache-dir") {
       auto v = option_value(args, i);
       if (!v) return v.error();
@@ -209,7 +230,8 @@ std::string recompute_usage() {
   return R"(usage: actorpipe-bench recompute [--shape NAME] [--mode MODE] [--stages D]
                                  [--microbatches M] [--threads N] [--reps N] [--warmup N]
                                  [--rounds N] [--limit-mb N] [--profile-reps N]
-                                 [--cache-dir DIR] [--json]
+                                 [--precision P] [--stash-precision P] [--cache-dir DIR]
+                                 [--json]
 
 Trains a GPT pipeline (the actor engine, even partition) with pipeline.recompute = none, auto and
 all, each run in a fresh process, and prints per configuration its peak memory (the process's
@@ -229,6 +251,8 @@ layer profile (measured once and cached, like actorpipe-plan).
   --limit-mb N        pipeline.memory_limit_mb for auto (default: 3/4 of the largest stage the
                       planner predicts without recompute, whole MiB)
   --profile-reps N    calls timed per layer for the planner's profile (default 3)
+  --precision P       pipeline.precision: fp32 | bf16 (default fp32)
+  --stash-precision P pipeline.stash_precision: fp32 | bf16 (default fp32)
   --cache-dir DIR     the profile cache (default $ACTORPIPE_CACHE_DIR, ~/.cache/actorpipe)
   --json              JSON lines: recompute_setup, one recompute_config per configuration,
                       recompute_end
@@ -314,7 +338,7 @@ int run_recompute_bench(std::span<const std::string> args) {
 
   struct Config_ {
     std::string name, arg;
-    std::vector<Child> runs;
+    std::vector<MeasuredRun> runs;
   };
   std::vector<Config_> configs = {
       {"none", "none", {}}, {"auto", layers_text(auto_layers), {}}, {"all", "all", {}}};
@@ -323,7 +347,7 @@ int run_recompute_bench(std::span<const std::string> args) {
     for (size_t k = 0; k < configs.size(); ++k) {
       Config_& cfg = configs[(k + static_cast<size_t>(round)) % configs.size()];
       const CpuSnapshot before = cpu_snapshot();
-      auto child = run_in_child(o, cfg.arg);
+      auto child = measure_in_child(o, cfg.arg);
       if (!child) {
         fmt::print(stderr, "actorpipe-bench recompute: {}\n", child.error().message);
         ++failures;
@@ -337,7 +361,7 @@ int run_recompute_bench(std::span<const std::string> args) {
   bool equal = true;
   const std::vector<double>* first = nullptr;
   for (const Config_& cfg : configs) {
-    for (const Child& r : cfg.runs) {
+    for (const MeasuredRun& r : cfg.runs) {
       if (first == nullptr) first = &r.losses;
       equal = equal && r.losses == *first;
     }
@@ -349,7 +373,7 @@ int run_recompute_bench(std::span<const std::string> args) {
   for (const Config_& cfg : configs) {
     Row row;
     std::vector<double> steps, rss;
-    for (const Child& r : cfg.runs) {
+    for (const MeasuredRun& r : cfg.runs) {
       steps.push_back(median(r.step_seconds));
       rss.push_back(r.max_rss_bytes);
       row.stash = r.stash_bytes + r.scratch_bytes;

@@ -25,16 +25,33 @@ struct RecomputeBenchOptions : CommonOptions {
   /// --limit-mb N: pipeline.memory_limit_mb for "auto"; 0 = three quarters of the largest
   /// stage the planner predicts without recompute (rounded down to whole MiB, at least 1)
   int limit_mb = 0;
-  int profile_reps = 3;   ///< --profile-reps N: the planner's layer profile
+  std::string precision = "fp32";        ///< --precision: pipeline.precision
+  std::string stash_precision = "fp32";  ///< --stash-precision: pipeline.stash_precision
+  int profile_reps = 3;                  ///< --profile-reps N: the planner's layer profile
   std::string cache_dir;  ///< --cache-dir DIR: the profile cache (default: the planner's)
   /// --child LAYERS (internal): run one configuration here ("none", "all" or a comma list of
   /// layers) and print one JSON line.
   std::string child;
 };
 
-/// Parses the arguments after `recompute`; errors name the option, the value and what is
-/// allowed.
-Expected<RecomputeBenchOptions> parse_recompute_options(std::span<const std::string> args);
+/// Parses the arguments after `recompute` over `defaults`; errors name the option, the value and
+/// what is allowed.
+Expected<RecomputeBenchOptions> parse_recompute_options(std::span<const std::string> args,
+                                                        RecomputeBenchOptions defaults = {});
+
+/// One configuration trained in a fresh process (this executable's `recompute --child`): what
+/// it measured.
+struct MeasuredRun {
+  std::vector<int> layers;  ///< recomputed
+  std::vector<double> step_seconds;
+  double stash_bytes = 0, scratch_bytes = 0, max_rss_bytes = 0;
+  double weight_bytes = 0;  ///< Σ StageWorker::weight_bytes() at the end of the run
+  std::vector<double> losses;
+};
+
+/// Runs `o`'s pipeline with pipeline.recompute = `layers` ("none", "all" or a list) in a fresh
+/// process and reads its measurement.
+Expected<MeasuredRun> measure_in_child(const RecomputeBenchOptions& o, const std::string& layers);
 
 /// The `actorpipe-bench recompute --help` text.
 std::string recompute_usage();

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/stash_bench.hpp"
+
 using namespace actorpipe;
 using namespace actorpipe::bench;
 
@@ -65,6 +67,10 @@ TEST_CASE("options") {
   CHECK(parse({"--child", "all"})->child == "all");
   CHECK(parse({"--child", "none"})->child == "none");
   CHECK(parse({"--help"})->help);
+  auto b = parse({"--mode", "2bw", "--precision", "bf16", "--stash-precision", "bf16"});
+  REQUIRE_MESSAGE(b.ok(), (b.ok() ? "" : b.error().message));
+  CHECK(b->precision == "bf16");
+  CHECK(b->stash_precision == "bf16");
 }
 
 TEST_CASE("errors name the option, the value and what is allowed") {
@@ -74,6 +80,9 @@ TEST_CASE("errors name the option, the value and what is allowed") {
   CHECK(error_of({"--limit-mb", "-1"}).find("--limit-mb") != std::string::npos);
   CHECK(error_of({"--child", "some"}).find("--child") != std::string::npos);
   CHECK(error_of({"--cache-dir", ""}) == "--cache-dir: needs a directory");
+  CHECK(error_of({"--precision", "fp16"}) == "--precision fp16: expected fp32 or bf16");
+  // the config's own check names the keys
+  CHECK(error_of({"--stash-precision", "bf16"}).find("pipeline.stash_precision") == 0);
   CHECK(error_of({"--stages"}).find("--stages") != std::string::npos);
   CHECK(error_of({"--frobnicate"}) ==
         "unknown option '--frobnicate' (see actorpipe-bench recompute --help)");
@@ -81,4 +90,21 @@ TEST_CASE("errors name the option, the value and what is allowed") {
   CHECK(error_of({"--mode", "2bw", "--stages", "4", "--microbatches", "2"})
             .find("pipeline.microbatches = 2: mode 2bw needs") == 0);
   CHECK(error_of({"--shape", "tiny", "--stages", "7"}).find("pipeline.stages = 7") == 0);
+}
+
+TEST_CASE("actorpipe-bench stash: 2bw in bf16 by default; fp32 compute and --child refused") {
+  auto o = parse_stash_options(std::vector<std::string>{});
+  REQUIRE_MESSAGE(o.ok(), (o.ok() ? "" : o.error().message));
+  CHECK(o->mode == Mode::twobw);
+  CHECK(o->precision == "bf16");
+  CHECK(parse_stash_options(std::vector<std::string>{"--mode", "pipedream"})->mode ==
+        Mode::pipedream);
+  auto gpipe = parse_stash_options(std::vector<std::string>{"--mode", "gpipe"});
+  REQUIRE_FALSE(gpipe.ok());
+  CHECK(gpipe.error().message.find("pipeline.mode = \"gpipe\" keeps no weight version") !=
+        std::string::npos);
+  auto f32 = parse_stash_options(std::vector<std::string>{"--precision", "fp32"});
+  REQUIRE_FALSE(f32.ok());
+  CHECK(f32.error().message.find("--precision fp32") == 0);
+  CHECK_FALSE(parse_stash_options(std::vector<std::string>{"--child", "none"}).ok());
 }
