@@ -92,7 +92,7 @@ TEST_CASE("errors name the option, the value and what is allowed") {
   CHECK(error_of({"--shape", "tiny", "--stages", "7"}).find("pipeline.stages = 7") == 0);
 }
 
-TEST_CASE("actorpipe-bench stash: 2bw in bf16 by default; fp32 compute and --child refused") {
+TEST_CASE("actorpipe-bench stash: 2bw in bf16 by default, fp32 compute and --child refused") {
   auto o = parse_stash_options(std::vector<std::string>{});
   REQUIRE_MESSAGE(o.ok(), (o.ok() ? "" : o.error().message));
   CHECK(o->mode == Mode::twobw);
@@ -105,6 +105,10 @@ TEST_CASE("actorpipe-bench stash: 2bw in bf16 by default; fp32 compute and --chi
         std::string::npos);
   auto f32 = parse_stash_options(std::vector<std::string>{"--precision", "fp32"});
   REQUIRE_FALSE(f32.ok());
-  CHECK(f32.error().message.find("--precision fp32") == 0);
+  CHECK(f32.error().message.find("needs pipeline.precision = \"bf16\"") != std::string::npos);
+  auto both = parse_stash_options(
+      std::vector<std::string>{"--precision", "fp32", "--stash-precision", "fp32"});
+  REQUIRE_FALSE(both.ok());
+  CHECK(both.error().message.find("--precision fp32") == 0);
   CHECK_FALSE(parse_stash_options(std::vector<std::string>{"--child", "none"}).ok());
 }

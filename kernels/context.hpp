@@ -74,6 +74,13 @@ class Context {
   /// or null (the default): a copy per product. Owned by the caller.
   Bf16Weights* bf16_weights() const { return bf16_weights_; }
   void set_bf16_weights(Bf16Weights* w) { bf16_weights_ = w; }
+  /// In bf16: a layer keeps the activations that only its products read in bf16 (half the
+  /// bytes of its saved activations, and no second rounding of them in the backward's weight
+  /// gradient; the same bits as keeping them in f32, which false does: the tests' oracle). True
+  /// by default; always false in fp32. Set it before the first call: it fixes the layout of
+  /// the layers' saved activations (Layer::saved_floats_bf16).
+  bool bf16_activations() const { return precision_ == Precision::bf16 && bf16_activations_; }
+  void set_bf16_activations(bool on) { bf16_activations_ = on; }
 
   /// Runs fn(chunk, begin, end) for chunk = 0..threads()-1 over [0, n); chunk c covers
   /// [c*n/t, (c+1)*n/t) (possibly empty). Blocks until every chunk is done. Chunk 0 runs on
@@ -105,6 +112,7 @@ class Context {
   int threads_;
   Precision precision_ = Precision::fp32;
   Bf16Weights* bf16_weights_ = nullptr;
+  bool bf16_activations_ = true;
   std::unique_ptr<ThreadPool> pool_;
   Arena arena_;
   std::vector<double> reduce_;

@@ -6,6 +6,7 @@
 #include "kernels/bf16.hpp"
 #include "kernels/bf16_gemm.hpp"
 #include "kernels/bf16_weights.hpp"
+#include "kernels/check.hpp"
 #include "kernels/gemm.hpp"
 
 namespace actorpipe {
@@ -33,10 +34,7 @@ const bf16* bf16_weight(Context& ctx, const float* w, int64_t n) {
 void matmul_forward(Context& ctx, float* out, const float* inp, const float* weight,
                     const float* bias, int N, int C, int OC) {
   if (ctx.precision() == Precision::bf16) {
-    // the bias goes into the product (oneDNN adds it to each row as it writes it)
-    const bf16* a = bf16_copy(ctx, inp, int64_t{N} * C);
-    const bf16* w = bf16_weight(ctx, weight, int64_t{OC} * C);
-    gemm_bf16(ctx, false, true, N, OC, C, a, C, w, C, false, out, OC, bias);
+    matmul_forward(ctx, out, bf16_copy(ctx, inp, int64_t{N} * C), weight, bias, N, C, OC);
     return;
   }
   if (bias != nullptr) {
@@ -62,13 +60,20 @@ void backward_input_bf16(Context& ctx, float* dinp, const bf16* g, const float* 
   const bf16* w = bf16_weight(ctx, weight, int64_t{OC} * C);
   gemm_bf16(ctx, false, false, N, C, OC, g, OC, w, C, true, dinp, C);
 }
-void backward_weight_bf16(Context& ctx, float* dweight, const bf16* g, const float* inp, int N,
-                          int C, int OC) {
+void backward_weight_bf16(Context& ctx, float* dweight, const bf16* g, const bf16* x, int N, int C,
+                          int OC) {
   // doutᵀ as a transposed view of dout's copy: oneDNN's kernels for a transposed source run
   // within 8% of a plain one at these shapes (K = the microbatch's rows), while a transposing
   // conversion cost several times that
-  const bf16* x = bf16_copy(ctx, inp, int64_t{N} * C);
   gemm_bf16(ctx, true, false, OC, C, N, g, OC, x, C, true, dweight, C);
+}
+void backward_weight_bf16(Context& ctx, float* dweight, const bf16* g, const float* inp, int N,
+                          int C, int OC) {
+  backward_weight_bf16(ctx, dweight, g, bf16_copy(ctx, inp, int64_t{N} * C), N, C, OC);
+}
+void check_bf16(const Context& ctx) {
+  AP_CHECK(ctx.precision() == Precision::bf16,
+           "a product of a bf16 input on a Context computing in {}", to_string(ctx.precision()));
 }
 }  // namespace
 
@@ -101,6 +106,30 @@ void matmul_backward_weight(Context& ctx, float* dweight, float* dbias, const fl
     backward_weight_bf16(ctx, dweight, bf16_copy(ctx, dout, int64_t{N} * OC), inp, N, C, OC);
   else
     gemm(ctx, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  if (dbias != nullptr) bias_backward(ctx, dbias, dout, N, OC);
+}
+
+void matmul_forward(Context& ctx, float* out, const bf16* inp, const float* weight,
+                    const float* bias, int N, int C, int OC) {
+  check_bf16(ctx);
+  // the bias goes into the product (oneDNN adds it to each row as it writes it)
+  const bf16* w = bf16_weight(ctx, weight, int64_t{OC} * C);
+  gemm_bf16(ctx, false, true, N, OC, C, inp, C, w, C, false, out, OC, bias);
+}
+
+void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
+                     const bf16* inp, const float* weight, int N, int C, int OC) {
+  check_bf16(ctx);
+  const bf16* g = bf16_copy(ctx, dout, int64_t{N} * OC);
+  if (dinp != nullptr) backward_input_bf16(ctx, dinp, g, weight, N, C, OC);
+  backward_weight_bf16(ctx, dweight, g, inp, N, C, OC);
+  if (dbias != nullptr) bias_backward(ctx, dbias, dout, N, OC);
+}
+
+void matmul_backward_weight(Context& ctx, float* dweight, float* dbias, const float* dout,
+                            const bf16* inp, int N, int C, int OC) {
+  check_bf16(ctx);
+  backward_weight_bf16(ctx, dweight, bf16_copy(ctx, dout, int64_t{N} * OC), inp, N, C, OC);
   if (dbias != nullptr) bias_backward(ctx, dbias, dout, N, OC);
 }
 

@@ -5,6 +5,7 @@
 // gemm_bf16(); bias, dbias and every output stay f32.
 #pragma once
 
+#include "kernels/bf16.hpp"
 #include "kernels/context.hpp"
 
 namespace actorpipe {
@@ -27,5 +28,15 @@ void matmul_backward_input(Context& ctx, float* dinp, const float* dout, const f
 /// dout (dbias may be null). Independent of the input half: either may run first.
 void matmul_backward_weight(Context& ctx, float* dweight, float* dbias, const float* dout,
                             const float* inp, int N, int C, int OC);
+
+/// bf16 products whose input the caller keeps in bf16 already (ctx.precision() must be bf16):
+/// the same bits as the calls above given f32 values that round to `inp`, without rounding it
+/// again. matmul_forward, matmul_backward and matmul_backward_weight.
+void matmul_forward(Context& ctx, float* out, const bf16* inp, const float* weight,
+                    const float* bias, int N, int C, int OC);
+void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
+                     const bf16* inp, const float* weight, int N, int C, int OC);
+void matmul_backward_weight(Context& ctx, float* dweight, float* dbias, const float* dout,
+                            const bf16* inp, int N, int C, int OC);
 
 }  // namespace actorpipe

@@ -244,3 +244,68 @@ TEST_CASE("a bf16 weight stash computes the bits of an f32 one, in fewer bytes" 
   REQUIRE_FALSE(e.ok());
   CHECK(e.error().message.find("a bf16 stash needs") != std::string::npos);
 }
+
+TEST_CASE("bf16 activations kept for the products compute the bits of f32 ones, in smaller slots" *
+          doctest::skip(!bf16_support().native)) {
+  // every mode, GPT and BERT, a block recomputed and one not (its forward again into scratch),
+  // two runs and an evaluation: the blocks keep ln1, the attention output, ln2 and GELU's output
+  // in bf16 (the operands their products round to) or in f32
+  for (const char* mode_name : {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"}) {
+    for (Arch arch : {Arch::gpt, Arch::bert}) {
+      CAPTURE(mode_name);
+      CAPTURE(static_cast<int>(arch));
+      const Mode mode = *parse_mode(mode_name);
+      const Model model = build_model(tiny_model(arch, true, 5));
+      const int d = 2;
+      const Partition p = *Partition::even(model.num_layers(), d);
+      const int m = mode == Mode::pipedream ? 1 : d + 1;
+      auto make = [&](bool b16) {
+        SerialExecutorOptions o;
+        o.mode = mode;
+        o.microbatches = m;
+        o.B = kB;
+        o.T = kT;
+        o.threads.assign(static_cast<size_t>(d), 2);
+        o.precision = Precision::bf16;
+        o.bf16_activations = b16;
+        o.recompute.assign(static_cast<size_t>(model.num_layers()), false);
+        o.recompute[1] = true;
+        auto e = SerialExecutor::create(model, p, clipped_adamw(), o);
+        REQUIRE_MESSAGE(e.ok(), (e.ok() ? "" : e.error().message));
+        return std::move(e).value();
+      };
+      auto kept16 = make(true), kept32 = make(false);
+      CHECK(kept16->worker(0).context().bf16_activations());
+      CHECK_FALSE(kept32->worker(0).context().bf16_activations());
+      const int steps = mode == Mode::pipedream ? 6 : 3;
+      const auto batches = tiny_batches(arch, model.options().vocab_size, 2 * steps * m, 9);
+      std::span<const Microbatch> all(batches);
+      size_t at = 0;
+      for (int run = 0; run < 2; ++run) {
+        const auto n = static_cast<size_t>(kept16->microbatches_for(steps));
+        auto a = kept16->run(steps, all.subspan(at, n));
+        auto b = kept32->run(steps, all.subspan(at, n));
+        at += n;
+        REQUIRE(a.ok());
+        REQUIRE(b.ok());
+        CHECK(same_bits(*a, *b));
+      }
+      auto ea = kept16->evaluate(all.subspan(0, 2)), eb = kept32->evaluate(all.subspan(0, 2));
+      REQUIRE(ea.ok());
+      REQUIRE(eb.ok());
+      CHECK(ea->loss == eb->loss);
+      for (int i = 0; i < model.num_layers(); ++i)
+        CHECK(same_bits(kept16->params(i), kept32->params(i)));
+      // stage 1's slots are smaller: it stashes block 2's activations (block 1 is recomputed)
+      CHECK(kept16->worker(1).stash_bytes() < kept32->worker(1).stash_bytes());
+    }
+  }
+  // a block's saved activations: 3.5 of its 15·C floats per token (plus the attention
+  // probabilities) go to bf16
+  const Model gpt = build_model(tiny_model(Arch::gpt, true, 5));
+  const Layer& block = gpt.layer(1);
+  const size_t N = static_cast<size_t>(kB) * kT, C = static_cast<size_t>(gpt.options().width);
+  CHECK(block.saved_floats(kB, kT) - block.saved_floats_bf16(kB, kT) == N * C * 7 / 2);
+  CHECK(block.saved_floats_for(kB, kT, false) == block.saved_floats(kB, kT));
+  CHECK(gpt.layer(0).saved_floats_bf16(kB, kT) == gpt.layer(0).saved_floats(kB, kT));
+}

@@ -119,6 +119,7 @@ SerialExecutor::SerialExecutor(const Model& model, const Partition& partition,
     w.precision = options.precision;
     w.bf16_weight_copies = options.bf16_weight_copies;
     w.bf16_stash = options.bf16_stash;
+    w.bf16_activations = options.bf16_activations;
     w.log_versions = options.log_versions;
     w.recompute = options.recompute;
     workers_.push_back(std::make_unique<StageWorker>(model, partition, optimizer, w));

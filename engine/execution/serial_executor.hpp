@@ -33,7 +33,8 @@ struct SerialExecutorOptions {
   Precision precision = Precision::fp32;  ///< pipeline.precision (resolve_precision)
   bool bf16_weight_copies = true;         ///< StageWorkerOptions::bf16_weight_copies
   bool bf16_stash = false;  ///< pipeline.stash_precision = "bf16" (StageWorkerOptions::bf16_stash)
-  bool lowered = true;      ///< run the schedules with their SEND/RECV actions
+  bool bf16_activations = true;  ///< StageWorkerOptions::bf16_activations
+  bool lowered = true;           ///< run the schedules with their SEND/RECV actions
   /// pipeline.recompute: one flag per global layer (empty = none), StageWorkerOptions::recompute
   std::vector<bool> recompute;
   bool log_versions = false;  ///< keep every F/B's VersionUse (version_log())

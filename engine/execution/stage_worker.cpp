@@ -52,6 +52,7 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
       stage_(options.stage),
       ctx_(options.threads) {
   ctx_.set_precision(options.precision);
+  ctx_.set_bf16_activations(options.bf16_activations);
   AP_CHECK(partition.num_layers() == model.num_layers(),
            "partition of {} layers for a model of {} layers", partition.num_layers(),
            model.num_layers());
@@ -88,7 +89,7 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
     layer_floats.push_back(layer.param_floats());
     param_off_.push_back(params);
     params += layer.param_floats();
-    const size_t n = layer.saved_floats(options.B, options.T);
+    const size_t n = layer.saved_floats_for(options.B, options.T, ctx_.bf16_activations());
     saved_off_.push_back(rc ? scratch : saved);
     (rc ? scratch : saved) += n;
     weight_off_.push_back(weights);
@@ -407,7 +408,7 @@ ForwardOutput StageWorker::evaluate(const Microbatch& mb, const Tensor& in) {
   if (eval_hidden_.empty()) {
     size_t saved = 0;
     for (const auto& layer : layers_)
-      saved = std::max(saved, layer->saved_floats(opts_.B, opts_.T));
+      saved = std::max(saved, layer->saved_floats_for(opts_.B, opts_.T, ctx_.bf16_activations()));
     eval_hidden_.assign(2 * bth, 0.0f);
     eval_saved_.assign(std::max<size_t>(saved, 1), 0.0f);
   }

@@ -70,6 +70,10 @@ struct StageWorkerOptions {
   /// version's buffer changes, kernels/bf16_weights.hpp: half the stored versions' bytes more);
   /// false: a copy per product (the oracle of the tests).
   bool bf16_weight_copies = true;
+  /// bf16: the layers keep the activations only their products read in bf16
+  /// (Context::bf16_activations: smaller stash slots, no second rounding in the backward);
+  /// false keeps them in f32 (the oracle of the tests). The same bits either way.
+  bool bf16_activations = true;
   /// pipeline.stash_precision = "bf16" (needs precision bf16 and bf16_weight_copies): the
   /// versions the stage keeps besides the newest (2bw's older one, pipedream's stashed ones)
   /// hold their linear layers' weights (ParamSlot::product_operand, not tied) in bf16 only

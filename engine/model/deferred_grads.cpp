@@ -19,7 +19,12 @@ float* DeferredGrads::copy(const float* src, size_t n) {
 
 void DeferredGrads::add_linear(float* dweight, float* dbias, const float* dout, const float* inp,
                                int N, int C, int OC) {
-  tasks_.push_back({dweight, dbias, dout, inp, N, C, OC});
+  tasks_.push_back({dweight, dbias, dout, inp, nullptr, N, C, OC});
+}
+
+void DeferredGrads::add_linear(float* dweight, float* dbias, const float* dout, const bf16* inp,
+                               int N, int C, int OC) {
+  tasks_.push_back({dweight, dbias, dout, nullptr, inp, N, C, OC});
 }
 
 void DeferredGrads::mark(int tag) {
@@ -33,7 +38,10 @@ void DeferredGrads::run(Context& ctx, const std::function<void(int)>& on_mark) {
       if (on_mark) on_mark(marks_[m].second);
     if (i == tasks_.size()) break;
     const Linear& t = tasks_[i];
-    matmul_backward_weight(ctx, t.dweight, t.dbias, t.dout, t.inp, t.N, t.C, t.OC);
+    if (t.inp_bf16 != nullptr)
+      matmul_backward_weight(ctx, t.dweight, t.dbias, t.dout, t.inp_bf16, t.N, t.C, t.OC);
+    else
+      matmul_backward_weight(ctx, t.dweight, t.dbias, t.dout, t.inp, t.N, t.C, t.OC);
   }
   clear();
 }

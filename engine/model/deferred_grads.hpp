@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/bf16.hpp"
 #include "kernels/context.hpp"
 
 namespace actorpipe {
@@ -29,6 +30,9 @@ class DeferredGrads {
   /// Records dweight (OC,C) += doutᵀ · inp and dbias (OC) += Σ rows of dout (dbias may be null).
   void add_linear(float* dweight, float* dbias, const float* dout, const float* inp, int N, int C,
                   int OC);
+  /// The same for an input kept in bf16 (matmul_backward_weight's bf16 overload).
+  void add_linear(float* dweight, float* dbias, const float* dout, const bf16* inp, int N, int C,
+                  int OC);
   /// Nothing recorded (marks aside).
   bool empty() const { return tasks_.empty(); }
   size_t size() const { return tasks_.size(); }
@@ -49,6 +53,7 @@ class DeferredGrads {
     float* dbias;
     const float* dout;
     const float* inp;
+    const bf16* inp_bf16;  // instead of inp
     int N, C, OC;
   };
   Arena storage_;

@@ -77,7 +77,8 @@ std::string_view to_string(LayerRole role);
 ///  - in:    (B,T,C) hidden input; ignored (may be null) for the first layer (takes_input()
 ///           false), which reads mb.tokens (and mb.segments).
 ///  - out:   (B,T,C) hidden output; ignored (may be null) for the loss layer (is_loss()).
-///  - saved: saved_floats(B,T) floats of per-microbatch activations written by forward and
+///  - saved: saved_floats_for(B,T, ctx.bf16_activations()) floats of per-microbatch
+///           activations (a bf16 region in it is two values per float) written by forward and
 ///           read by the backward of the same microbatch (the caller stashes one per
 ///           microbatch in flight). Backward takes the same params and `in` as its forward.
 /// Scratch comes from ctx.arena() and is dead when the call returns: the caller may reset
@@ -105,6 +106,15 @@ class Layer {
 
   /// Floats of saved activations per microbatch of B sequences of T tokens.
   virtual size_t saved_floats(int B, int T) const = 0;
+  /// The same when forward runs on a Context with bf16_activations() (bf16 products): a layer
+  /// may keep the activations only its products read as their bf16 rounding, in half the
+  /// floats. The default keeps everything in f32: saved_floats(B, T).
+  virtual size_t saved_floats_bf16(int B, int T) const { return saved_floats(B, T); }
+  /// saved_floats_bf16 when `bf16_activations`, else saved_floats: what `saved` must hold for a
+  /// Context with that bf16_activations().
+  size_t saved_floats_for(int B, int T, bool bf16_activations) const {
+    return bf16_activations ? saved_floats_bf16(B, T) : saved_floats(B, T);
+  }
 
   /// Writes the initial parameters (every slot per its InitKind; normal slots from their own
   /// RNG stream, see ParamSlot), independent of any other layer or the partition.

@@ -311,7 +311,11 @@ Expected<std::vector<LayerCosts>> layer_bytes(const Model& m, const OptimizerOpt
     c.weight_copy_bytes = precision == Precision::bf16 ? params / 2 : 0;  // 2 bytes a value
     c.optimizer_bytes =
         static_cast<std::int64_t>(optimizer_state_floats(optimizer, layer.param_floats())) * kFloat;
-    c.activation_bytes = static_cast<std::int64_t>(layer.saved_floats(B, T)) * kFloat + input;
+    // a bf16 stage's Context keeps bf16 activations (StageWorkerOptions::bf16_activations)
+    c.activation_bytes =
+        static_cast<std::int64_t>(layer.saved_floats_for(B, T, precision == Precision::bf16)) *
+            kFloat +
+        input;
     c.recompute_activation_bytes = input;
     c.output_bytes = layer.is_loss() ? 0 : hidden;
     out.push_back(c);

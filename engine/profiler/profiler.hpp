@@ -69,7 +69,8 @@ Expected<LayerProfile> profile_layers_loaded(const ModelOptions& model,
 ///    both layers: each holds its own buffer);
 ///  - optimizer: optimizer_state_floats (AdamW m and v: 2 per parameter; SGD momentum: 1);
 ///  - activation: what the stage's activation stash keeps per microbatch for the layer, its
-///    saved activations (Layer::saved_floats) plus its (B, T, C) input (the embedding's input
+///    saved activations (Layer::saved_floats, in bf16 saved_floats_bf16: a stage's Context keeps
+///    bf16 activations) plus its (B, T, C) input (the embedding's input
 ///    is the microbatch's token ids, which every stage holds anyway: not counted);
 ///  - recompute_activation: the input alone;
 ///  - output: the (B, T, C) hidden state it hands on (0 for the head: it ends in the loss);

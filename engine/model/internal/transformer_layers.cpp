@@ -105,6 +105,55 @@ void linear_backward(Context& ctx, DeferredGrads* later, float* dinp, float* dwe
   later->add_linear(dweight, dbias, dout, inp, N, C, OC);
 }
 
+// An activation that only products read, as a layer saved it: in f32, or (on a Context with
+// bf16_activations()) as its bf16 rounding, in half the floats: the operand the bf16 products
+// would round it to, so either gives the same bits.
+struct ProductInput {
+  const float* f32 = nullptr;
+  const bf16* b16 = nullptr;
+};
+
+// Floats of a saved region holding n values that only products read.
+size_t product_floats(size_t n, bool b16) {
+  return b16 ? (n + 1) / 2 : n;
+}
+
+// The saved region `region` of n values written (at `written`: the region itself, or scratch
+// when the Context keeps bf16 activations, rounded into the region here) as the products' input.
+ProductInput keep_for_products(Context& ctx, const float* written, float* region, size_t n) {
+  if (!ctx.bf16_activations()) return {written, nullptr};
+  bf16* kept16 = reinterpret_cast<bf16*>(region);
+  convert_to_bf16(ctx, written, kept16, static_cast<int64_t>(n));
+  return {nullptr, kept16};
+}
+
+// A saved region keep_for_products filled, as the backward reads it.
+ProductInput saved_input(const Context& ctx, const float* region) {
+  if (!ctx.bf16_activations()) return {region, nullptr};
+  return {nullptr, reinterpret_cast<const bf16*>(region)};
+}
+
+void linear_forward(Context& ctx, float* out, ProductInput x, const float* weight,
+                    const float* bias, int N, int C, int OC) {
+  if (x.b16 != nullptr)
+    matmul_forward(ctx, out, x.b16, weight, bias, N, C, OC);
+  else
+    matmul_forward(ctx, out, x.f32, weight, bias, N, C, OC);
+}
+
+void linear_backward(Context& ctx, DeferredGrads* later, float* dinp, float* dweight, float* dbias,
+                     const float* dout, ProductInput inp, const float* weight, int N, int C,
+                     int OC) {
+  if (inp.b16 == nullptr) {
+    linear_backward(ctx, later, dinp, dweight, dbias, dout, inp.f32, weight, N, C, OC);
+  } else if (later == nullptr) {
+    matmul_backward(ctx, dinp, dweight, dbias, dout, inp.b16, weight, N, C, OC);
+  } else {
+    if (dinp != nullptr) matmul_backward_input(ctx, dinp, dout, weight, N, C, OC);
+    later->add_linear(dweight, dbias, dout, inp.b16, N, C, OC);
+  }
+}
+
 void check_ids(const std::vector<int32_t>& ids, size_t n, int32_t limit, bool allow_ignore,
                const char* what) {
   AP_CHECK(ids.size() == n, "microbatch {} has {} entries, expected B*T = {}", what, ids.size(), n);
@@ -237,23 +286,24 @@ class Block final : public SlotLayer {
     size_t ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu,
         total;
   };
-  Saved layout(int B, int T) const {
+  // b16: the regions only products read (ln1, atty, ln2, fch_gelu) hold bf16 values
+  Saved layout(int B, int T, bool b16) const {
     const size_t N = static_cast<size_t>(B) * T;
     const size_t C = static_cast<size_t>(C_);
     Layout l;
     Saved s{};
-    s.ln1 = l.add(N * C);  // (N,C)
+    s.ln1 = l.add(product_floats(N * C, b16));  // (N,C)
     s.ln1_mean = l.add(N);
     s.ln1_rstd = l.add(N);
     s.qkv = l.add(N * 3 * C);                             // (N,3C)
     s.att = l.add(static_cast<size_t>(B) * NH_ * T * T);  // (B,NH,T,T)
-    s.atty = l.add(N * C);                                // (N,C) attention output
+    s.atty = l.add(product_floats(N * C, b16));           // (N,C) attention output
     s.res2 = l.add(N * C);                                // (N,C) x + attn
-    s.ln2 = l.add(N * C);                                 // (N,C)
+    s.ln2 = l.add(product_floats(N * C, b16));            // (N,C)
     s.ln2_mean = l.add(N);
     s.ln2_rstd = l.add(N);
-    s.fch = l.add(N * 4 * C);       // (N,4C)
-    s.fch_gelu = l.add(N * 4 * C);  // (N,4C)
+    s.fch = l.add(N * 4 * C);                            // (N,4C)
+    s.fch_gelu = l.add(product_floats(N * 4 * C, b16));  // (N,4C)
     s.total = l.size();
     return s;
   }
@@ -280,27 +330,38 @@ class Block final : public SlotLayer {
       : SlotLayer(LayerRole::hidden, causal ? "gpt_block" : "bert_block", index, make_slots(o), o),
         NH_(o.heads),
         causal_(causal) {}
-  size_t saved_floats(int B, int T) const override { return layout(B, T).total; }
+  size_t saved_floats(int B, int T) const override { return layout(B, T, false).total; }
+  size_t saved_floats_bf16(int B, int T) const override { return layout(B, T, true).total; }
 
   LossStats forward(Context& ctx, const float* params, const Microbatch& mb, const float* in,
                     float* out, float* saved) const override {
     check_shape(mb);
     const int B = mb.B, T = mb.T, C = C_;
     const int N = B * T;
-    const Saved s = layout(B, T);
+    const size_t NC = static_cast<size_t>(N) * C;
+    const bool b16 = ctx.bf16_activations();
+    const Saved s = layout(B, T, b16);
     float* S = saved;
-    layernorm_forward(ctx, S + s.ln1, S + s.ln1_mean, S + s.ln1_rstd, in, p(params, LN1W),
+    // with bf16 activations, what only products read is written to scratch first, then rounded
+    // into its saved region
+    float* tmp = b16 ? ctx.arena().alloc_f32(4 * NC) : nullptr;
+    auto at = [&](size_t region) { return b16 ? tmp : S + region; };
+    layernorm_forward(ctx, at(s.ln1), S + s.ln1_mean, S + s.ln1_rstd, in, p(params, LN1W),
                       p(params, LN1B), N, C);
-    matmul_forward(ctx, S + s.qkv, S + s.ln1, p(params, QKVW), p(params, QKVB), N, C, 3 * C);
-    attention_forward(ctx, S + s.atty, S + s.att, S + s.qkv, key_mask(mb), causal_, B, T, C, NH_);
-    matmul_forward(ctx, out, S + s.atty, p(params, PROJW), p(params, PROJB), N, C, C);
-    residual_forward(ctx, S + s.res2, in, out, static_cast<long>(N) * C);
-    layernorm_forward(ctx, S + s.ln2, S + s.ln2_mean, S + s.ln2_rstd, S + s.res2, p(params, LN2W),
+    const ProductInput ln1 = keep_for_products(ctx, at(s.ln1), S + s.ln1, NC);
+    linear_forward(ctx, S + s.qkv, ln1, p(params, QKVW), p(params, QKVB), N, C, 3 * C);
+    attention_forward(ctx, at(s.atty), S + s.att, S + s.qkv, key_mask(mb), causal_, B, T, C, NH_);
+    const ProductInput atty = keep_for_products(ctx, at(s.atty), S + s.atty, NC);
+    linear_forward(ctx, out, atty, p(params, PROJW), p(params, PROJB), N, C, C);
+    residual_forward(ctx, S + s.res2, in, out, static_cast<long>(NC));
+    layernorm_forward(ctx, at(s.ln2), S + s.ln2_mean, S + s.ln2_rstd, S + s.res2, p(params, LN2W),
                       p(params, LN2B), N, C);
-    matmul_forward(ctx, S + s.fch, S + s.ln2, p(params, FCW), p(params, FCB), N, C, 4 * C);
-    gelu_forward(ctx, S + s.fch_gelu, S + s.fch, static_cast<long>(N) * 4 * C);
-    matmul_forward(ctx, out, S + s.fch_gelu, p(params, FCPW), p(params, FCPB), N, 4 * C, C);
-    residual_forward(ctx, out, out, S + s.res2, static_cast<long>(N) * C);
+    const ProductInput ln2 = keep_for_products(ctx, at(s.ln2), S + s.ln2, NC);
+    linear_forward(ctx, S + s.fch, ln2, p(params, FCW), p(params, FCB), N, C, 4 * C);
+    gelu_forward(ctx, at(s.fch_gelu), S + s.fch, static_cast<long>(4 * NC));
+    const ProductInput fch_gelu = keep_for_products(ctx, at(s.fch_gelu), S + s.fch_gelu, 4 * NC);
+    linear_forward(ctx, out, fch_gelu, p(params, FCPW), p(params, FCPB), N, 4 * C, C);
+    residual_forward(ctx, out, out, S + s.res2, static_cast<long>(NC));
     return {};
   }
 
@@ -311,30 +372,30 @@ class Block final : public SlotLayer {
     const int B = mb.B, T = mb.T, C = C_;
     const int N = B * T;
     const size_t NC = static_cast<size_t>(N) * C;
-    const Saved s = layout(B, T);
+    const Saved s = layout(B, T, ctx.bf16_activations());
     const float* S = saved;
     // din accumulates d(res2) first (residual + ln2 path), then d(in) (+ ln1 path).
     std::copy(dout, dout + NC, din);
     float* dfch_gelu = zeros(ctx, 4 * NC);
     linear_backward(ctx, later, dfch_gelu, g(grads, FCPW), g(grads, FCPB), keep(later, dout, NC),
-                    S + s.fch_gelu, p(params, FCPW), N, 4 * C, C);
+                    saved_input(ctx, S + s.fch_gelu), p(params, FCPW), N, 4 * C, C);
     float* dfch = kept_zeros(ctx, later, 4 * NC);
     gelu_backward(ctx, dfch, S + s.fch, dfch_gelu, static_cast<long>(4 * NC));
     float* dln = zeros(ctx, NC);
-    linear_backward(ctx, later, dln, g(grads, FCW), g(grads, FCB), dfch, S + s.ln2, p(params, FCW),
-                    N, C, 4 * C);
+    linear_backward(ctx, later, dln, g(grads, FCW), g(grads, FCB), dfch,
+                    saved_input(ctx, S + s.ln2), p(params, FCW), N, C, 4 * C);
     layernorm_backward(ctx, din, g(grads, LN2W), g(grads, LN2B), dln, S + s.res2, p(params, LN2W),
                        S + s.ln2_mean, S + s.ln2_rstd, N, C);
     float* datty = zeros(ctx, NC);
     // din goes on accumulating: the projection's weight gradient reads its present value
     linear_backward(ctx, later, datty, g(grads, PROJW), g(grads, PROJB), keep(later, din, NC),
-                    S + s.atty, p(params, PROJW), N, C, C);
+                    saved_input(ctx, S + s.atty), p(params, PROJW), N, C, C);
     float* dqkv = kept_zeros(ctx, later, 3 * NC);
     float* scratch = ctx.arena().alloc_f32(static_cast<size_t>(B) * NH_ * T * T);
     attention_backward(ctx, dqkv, scratch, datty, S + s.qkv, S + s.att, B, T, C, NH_, causal_);
     fill_zero(ctx, dln, static_cast<long>(NC));
-    linear_backward(ctx, later, dln, g(grads, QKVW), g(grads, QKVB), dqkv, S + s.ln1,
-                    p(params, QKVW), N, C, 3 * C);
+    linear_backward(ctx, later, dln, g(grads, QKVW), g(grads, QKVB), dqkv,
+                    saved_input(ctx, S + s.ln1), p(params, QKVW), N, C, 3 * C);
     layernorm_backward(ctx, din, g(grads, LN1W), g(grads, LN1B), dln, in, p(params, LN1W),
                        S + s.ln1_mean, S + s.ln1_rstd, N, C);
   }
