@@ -80,11 +80,11 @@ Expected<StepResult> measure_step(const BenchShape& shape, int threads, Precisio
 
   OptimizerOptions opt;  // AdamW, lr 1e-3, betas (0.9, 0.95), eps 1e-8, no decay, clip 1.0
   ReferenceTrainer trainer(std::move(*model), opt, shape.B, shape.T, threads);
-  trainer.set_precision(precision);
-  // a bench-only switch: bf16 blocks stash their products' inputs in f32, as before they kept
+  // a bench-only switch: bf16 blocks save their products' inputs in f32, as before they kept
   // them in bf16 (docs/benchmarks.md, "bf16 activations in the stash")
   if (const char* v = std::getenv("ACTORPIPE_BENCH_BF16_ACTIVATIONS"); v != nullptr && *v == '0')
     trainer.context().set_bf16_activations(false);
+  trainer.set_precision(precision);
   const std::vector<Microbatch> mbs = {
       random_microbatch(shape.model.vocab_size, shape.B, shape.T, 1234)};
   for (int i = 0; i < warmup; ++i) {

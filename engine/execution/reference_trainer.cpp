@@ -39,6 +39,12 @@ ReferenceTrainer::ReferenceTrainer(Model model, const OptimizerOptions& opt, int
 
 void ReferenceTrainer::set_precision(Precision p) {
   ctx_.set_precision(p);
+  // the saved activations' layout follows the Context (bf16 blocks keep some in bf16)
+  for (int i = 0; i < model_.num_layers(); ++i) {
+    std::vector<float>& saved = buffers_[static_cast<size_t>(i)].saved;
+    saved.assign(model_.layer(i).saved_floats_for(B_, T_, ctx_.bf16_activations()), 0.0f);
+    saved.shrink_to_fit();
+  }
   if (p == Precision::bf16 && ctx_.bf16_weights() == nullptr) {
     for (const LayerBuffers& b : buffers_) bf16_weights_.cover(b.params.data(), b.params.size());
     ctx_.set_bf16_weights(&bf16_weights_);

@@ -42,7 +42,9 @@ class ReferenceTrainer {
   const float* logits() const;
 
   /// What the matrix products compute in (fp32 by default). In bf16 the linear layers take a
-  /// bf16 copy of each weight made once per update (kernels/bf16_weights.hpp), as a stage does.
+  /// bf16 copy of each weight made once per update (kernels/bf16_weights.hpp), as a stage does,
+  /// and the layers' saved activations take the layout of context().bf16_activations() (set
+  /// that first).
   void set_precision(Precision p);
 
   const Model& model() const { return model_; }
