@@ -3,9 +3,9 @@
 #include "bench/sampling_profiler.hpp"
 
 #include <dlfcn.h>
+#include <doctest/doctest.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include <doctest/doctest.h>
 
 #include <chrono>
 #include <vector>
@@ -84,7 +84,9 @@ TEST_CASE("classify: libraries, source files of local symbols, then names") {
 TEST_CASE("the program's functions and OpenBLAS's resolve") {
   Symbolizer sym;
   REQUIRE(sym.has_program_symbols());
-  const auto ln = reinterpret_cast<uintptr_t>(&layernorm_forward);
+  void (*f32_forward)(Context&, float*, float*, float*, const float*, const float*, const float*,
+                      int, int) = &layernorm_forward;
+  const auto ln = reinterpret_cast<uintptr_t>(f32_forward);
   const ResolvedSymbol& r = sym.resolve(ln);
   CHECK(r.name.find("actorpipe::layernorm_forward(") == 0);
   CHECK(r.category == KernelCategory::layernorm);

@@ -1,6 +1,7 @@
 // GELU (tanh approximation) forward and backward with a vectorised tanh.
 #include "kernels/gelu.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/internal/vecmath.hpp"
@@ -38,6 +39,19 @@ void gelu_backward_range(float* __restrict dx, const float* __restrict x, const 
 void gelu_forward(Context& ctx, float* out, const float* inp, long N) {
   ctx.parallel_for_aligned(N, kAlignElems, [&](int, int64_t i0, int64_t i1) {
     gelu_range(out + i0, inp + i0, i1 - i0);
+  });
+}
+
+void gelu_forward(Context& ctx, bf16* out, const float* inp, long N) {
+  ctx.parallel_for_aligned(N, kAlignElems, [&](int, int64_t i0, int64_t i1) {
+    // through a block on the stack: f32 values, then rounded
+    constexpr int64_t kBlock = 256;
+    float block[kBlock];
+    for (int64_t i = i0; i < i1; i += kBlock) {
+      const int64_t n = std::min(kBlock, i1 - i);
+      gelu_range(block, inp + i, n);
+      convert_to_bf16(block, out + i, n);
+    }
   });
 }
 

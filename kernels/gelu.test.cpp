@@ -66,3 +66,21 @@ TEST_CASE("gelu: same bits for 1, 2 and 3 threads") {
   CHECK(bitwise_equal(r1, run(2)));
   CHECK(bitwise_equal(r1, run(3)));
 }
+
+TEST_CASE("gelu with bf16 output: the f32 forward rounded, for any thread count") {
+  Rng rng(11);
+  const long N = 1037;  // more than a block, not a multiple of one
+  const auto x = random_vec(static_cast<size_t>(N), rng, -6.0f, 6.0f);
+  Context one(1);
+  std::vector<float> f32(x.size());
+  gelu_forward(one, f32.data(), x.data(), N);
+  std::vector<bf16> want(x.size());
+  convert_to_bf16(f32.data(), want.data(), N);
+  for (int threads : {1, 2, 3}) {
+    CAPTURE(threads);
+    Context ctx(threads);
+    std::vector<bf16> got(x.size());
+    gelu_forward(ctx, got.data(), x.data(), N);
+    CHECK(got == want);
+  }
+}

@@ -2,6 +2,7 @@
 // dbias are summed over rows in order, one channel slice per thread.
 #include "kernels/layernorm.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/internal/vecmath.hpp"
@@ -12,10 +13,10 @@ namespace {
 constexpr float kEps = 1e-5f;
 constexpr int kL = internal::kLanes;
 
-// One row; scalars are parameters so that gcc keeps them in registers and vectorises.
-void forward_row(float* __restrict o, float* __restrict mean, float* __restrict rstd,
-                 const float* __restrict x, const float* __restrict w, const float* __restrict b,
-                 const int C) {
+// One row's statistics; scalars are parameters so that gcc keeps them in registers and
+// vectorises.
+void row_stats(float* __restrict mean, float* __restrict rstd, const float* __restrict x,
+               const int C) {
   const float m = internal::lane_sum(x, C) / static_cast<float>(C);
   float acc[kL] = {};
   int c = 0;
@@ -31,10 +32,35 @@ void forward_row(float* __restrict o, float* __restrict mean, float* __restrict 
   float var = 0.0f;
   for (int j = 0; j < kL; ++j) var += acc[j];
   var /= static_cast<float>(C);
-  const float s = 1.0f / std::sqrt(var + kEps);
-  for (int k = 0; k < C; ++k) o[k] = std::fma((x[k] - m) * s, w[k], b[k]);
   *mean = m;
-  *rstd = s;
+  *rstd = 1.0f / std::sqrt(var + kEps);
+}
+
+// Normalised values of row channels [k0, k0 + n).
+void normalise(float* __restrict o, const float* __restrict x, const float* __restrict w,
+               const float* __restrict b, const float m, const float s, const int n) {
+  for (int k = 0; k < n; ++k) o[k] = std::fma((x[k] - m) * s, w[k], b[k]);
+}
+
+void forward_row(float* __restrict o, float* __restrict mean, float* __restrict rstd,
+                 const float* __restrict x, const float* __restrict w, const float* __restrict b,
+                 const int C) {
+  row_stats(mean, rstd, x, C);
+  normalise(o, x, w, b, *mean, *rstd, C);
+}
+
+// The same with the outputs rounded to bf16, through a block on the stack.
+void forward_row(bf16* __restrict o, float* __restrict mean, float* __restrict rstd,
+                 const float* __restrict x, const float* __restrict w, const float* __restrict b,
+                 const int C) {
+  row_stats(mean, rstd, x, C);
+  constexpr int kBlock = 256;
+  float block[kBlock];
+  for (int k = 0; k < C; k += kBlock) {
+    const int n = std::min(kBlock, C - k);
+    normalise(block, x + k, w + k, b + k, *mean, *rstd, n);
+    convert_to_bf16(block, o + k, n);
+  }
 }
 
 void backward_row(float* __restrict dx, const float* __restrict g, const float* __restrict x,
@@ -78,6 +104,14 @@ void param_grad_row(float* __restrict dw, float* __restrict db, const float* __r
 }  // namespace
 
 void layernorm_forward(Context& ctx, float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int N, int C) {
+  ctx.parallel_for(N, [&](int, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      forward_row(out + r * C, mean + r, rstd + r, inp + r * C, weight, bias, C);
+  });
+}
+
+void layernorm_forward(Context& ctx, bf16* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int N, int C) {
   ctx.parallel_for(N, [&](int, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)

@@ -117,3 +117,30 @@ TEST_CASE("layernorm: same bits for 1, 2 and 3 threads and across runs") {
   CHECK(bitwise_equal(r1, run(2)));
   CHECK(bitwise_equal(r1, run(3)));
 }
+
+TEST_CASE("layernorm with bf16 output: the f32 forward rounded, the same statistics") {
+  for (int C : {200, 600}) {  // a row within one block and across three
+    CAPTURE(C);
+    const int N = 37;
+    Rng rng(13);
+    const auto x = random_vec(static_cast<size_t>(N) * C, rng);
+    const auto w = random_vec(static_cast<size_t>(C), rng);
+    const auto b = random_vec(static_cast<size_t>(C), rng);
+    Context one(1);
+    std::vector<float> f32(x.size()), mean(N), rstd(N);
+    layernorm_forward(one, f32.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N,
+                      C);
+    std::vector<bf16> want(x.size());
+    convert_to_bf16(f32.data(), want.data(), static_cast<int64_t>(x.size()));
+    for (int threads : {1, 2}) {
+      CAPTURE(threads);
+      Context ctx(threads);
+      std::vector<bf16> got(x.size());
+      std::vector<float> m2(N), r2(N);
+      layernorm_forward(ctx, got.data(), m2.data(), r2.data(), x.data(), w.data(), b.data(), N, C);
+      CHECK(got == want);
+      CHECK(bitwise_equal(m2, mean));
+      CHECK(bitwise_equal(r2, rstd));
+    }
+  }
+}

@@ -127,6 +127,30 @@ ProductInput keep_for_products(Context& ctx, const float* written, float* region
   return {nullptr, kept16};
 }
 
+// layernorm_forward into the saved region `region`, as the products' input (rounded as it is
+// written when the Context keeps bf16 activations).
+ProductInput layernorm_for_products(Context& ctx, float* region, float* mean, float* rstd,
+                                    const float* in, const float* w, const float* b, int N, int C) {
+  if (!ctx.bf16_activations()) {
+    layernorm_forward(ctx, region, mean, rstd, in, w, b, N, C);
+    return {region, nullptr};
+  }
+  bf16* kept16 = reinterpret_cast<bf16*>(region);
+  layernorm_forward(ctx, kept16, mean, rstd, in, w, b, N, C);
+  return {nullptr, kept16};
+}
+
+// gelu_forward of n values into the saved region `region`, likewise.
+ProductInput gelu_for_products(Context& ctx, float* region, const float* in, size_t n) {
+  if (!ctx.bf16_activations()) {
+    gelu_forward(ctx, region, in, static_cast<long>(n));
+    return {region, nullptr};
+  }
+  bf16* kept16 = reinterpret_cast<bf16*>(region);
+  gelu_forward(ctx, kept16, in, static_cast<long>(n));
+  return {nullptr, kept16};
+}
+
 // A saved region keep_for_products filled, as the backward reads it.
 ProductInput saved_input(const Context& ctx, const float* region) {
   if (!ctx.bf16_activations()) return {region, nullptr};
@@ -342,24 +366,21 @@ class Block final : public SlotLayer {
     const bool b16 = ctx.bf16_activations();
     const Saved s = layout(B, T, b16);
     float* S = saved;
-    // with bf16 activations, what only products read is written to scratch first, then rounded
-    // into its saved region
-    float* tmp = b16 ? ctx.arena().alloc_f32(4 * NC) : nullptr;
-    auto at = [&](size_t region) { return b16 ? tmp : S + region; };
-    layernorm_forward(ctx, at(s.ln1), S + s.ln1_mean, S + s.ln1_rstd, in, p(params, LN1W),
-                      p(params, LN1B), N, C);
-    const ProductInput ln1 = keep_for_products(ctx, at(s.ln1), S + s.ln1, NC);
+    // with bf16 activations, what only products read is rounded into its saved region as it is
+    // written (the attention output through scratch)
+    const ProductInput ln1 = layernorm_for_products(ctx, S + s.ln1, S + s.ln1_mean, S + s.ln1_rstd,
+                                                    in, p(params, LN1W), p(params, LN1B), N, C);
     linear_forward(ctx, S + s.qkv, ln1, p(params, QKVW), p(params, QKVB), N, C, 3 * C);
-    attention_forward(ctx, at(s.atty), S + s.att, S + s.qkv, key_mask(mb), causal_, B, T, C, NH_);
-    const ProductInput atty = keep_for_products(ctx, at(s.atty), S + s.atty, NC);
+    float* atty_out = b16 ? ctx.arena().alloc_f32(NC) : S + s.atty;
+    attention_forward(ctx, atty_out, S + s.att, S + s.qkv, key_mask(mb), causal_, B, T, C, NH_);
+    const ProductInput atty = keep_for_products(ctx, atty_out, S + s.atty, NC);
     linear_forward(ctx, out, atty, p(params, PROJW), p(params, PROJB), N, C, C);
     residual_forward(ctx, S + s.res2, in, out, static_cast<long>(NC));
-    layernorm_forward(ctx, at(s.ln2), S + s.ln2_mean, S + s.ln2_rstd, S + s.res2, p(params, LN2W),
-                      p(params, LN2B), N, C);
-    const ProductInput ln2 = keep_for_products(ctx, at(s.ln2), S + s.ln2, NC);
+    const ProductInput ln2 =
+        layernorm_for_products(ctx, S + s.ln2, S + s.ln2_mean, S + s.ln2_rstd, S + s.res2,
+                               p(params, LN2W), p(params, LN2B), N, C);
     linear_forward(ctx, S + s.fch, ln2, p(params, FCW), p(params, FCB), N, C, 4 * C);
-    gelu_forward(ctx, at(s.fch_gelu), S + s.fch, static_cast<long>(4 * NC));
-    const ProductInput fch_gelu = keep_for_products(ctx, at(s.fch_gelu), S + s.fch_gelu, 4 * NC);
+    const ProductInput fch_gelu = gelu_for_products(ctx, S + s.fch_gelu, S + s.fch, 4 * NC);
     linear_forward(ctx, out, fch_gelu, p(params, FCPW), p(params, FCPB), N, 4 * C, C);
     residual_forward(ctx, out, out, S + s.res2, static_cast<long>(NC));
     return {};
