@@ -214,24 +214,30 @@ void WeightStore::release(int microbatch) {
   bound_.erase(bound_.begin() + i);
 }
 
+int WeightStore::update_target() const {
+  // the oldest stored, unpinned buffer; else an empty one
+  int target = -1;
+  for (int b = 0; b < capacity(); ++b) {
+    const int id = ids_[static_cast<size_t>(b)];
+    if (id < 0 || pinned(b)) continue;
+    if (target < 0 || id < ids_[static_cast<size_t>(target)]) target = b;
+  }
+  for (int b = 0; b < capacity() && target < 0; ++b)
+    if (ids_[static_cast<size_t>(b)] < 0) target = b;
+  AP_CHECK(target >= 0,
+           "update to version {}: all {} buffers of policy {} are pinned (stored: {}; {} "
+           "microbatches in flight)",
+           latest() + 1, capacity(), to_string(policy_), fmt::join(versions(), ", "),
+           bound_.size());
+  return target;
+}
+
 void WeightStore::begin_update() {
   AP_CHECK(updating_ < 0, "an update is already open");
   if (!stash_.empty()) {
     // the newest version moves to the oldest unpinned stashed buffer (else an empty one), and
-    // buffer 0 is updated in place
-    int target = -1;
-    for (int b = 1; b < capacity(); ++b) {
-      const int id = ids_[static_cast<size_t>(b)];
-      if (id < 0 || pinned(b)) continue;
-      if (target < 0 || id < ids_[static_cast<size_t>(target)]) target = b;
-    }
-    for (int b = 1; b < capacity() && target < 0; ++b)
-      if (ids_[static_cast<size_t>(b)] < 0) target = b;
-    AP_CHECK(target >= 0,
-             "update to version {}: all {} buffers of policy {} are pinned (stored: {}; {} "
-             "microbatches in flight)",
-             latest() + 1, capacity(), to_string(policy_), fmt::join(versions(), ", "),
-             bound_.size());
+    // buffer 0 (the newest: pinned) is updated in place
+    const int target = update_target();
     stash_newest(target);
     ids_[static_cast<size_t>(target)] = latest();
     for (auto& [mb, b] : bound_)
@@ -249,20 +255,7 @@ void WeightStore::begin_update() {
     ++generation_;
     return;
   }
-  // the oldest stored, unpinned buffer; else an empty one
-  int target = -1;
-  for (int b = 0; b < capacity(); ++b) {
-    const int id = ids_[static_cast<size_t>(b)];
-    if (id < 0 || pinned(b)) continue;
-    if (target < 0 || id < ids_[static_cast<size_t>(target)]) target = b;
-  }
-  for (int b = 0; b < capacity() && target < 0; ++b)
-    if (ids_[static_cast<size_t>(b)] < 0) target = b;
-  AP_CHECK(target >= 0,
-           "update to version {}: all {} buffers of policy {} are pinned (stored: {}; {} "
-           "microbatches in flight)",
-           latest() + 1, capacity(), to_string(policy_), fmt::join(versions(), ", "),
-           bound_.size());
+  const int target = update_target();
   const PageBuffer& src = buffers_[static_cast<size_t>(latest_buffer_)];
   std::copy_n(src.data(), src.size(), buffers_[static_cast<size_t>(target)].data());
   updating_ = target;

@@ -147,6 +147,7 @@ class WeightStore {
   VersionPolicy policy_;
   std::vector<size_t> layer_offsets_;  // per layer, floats from the buffer start
   std::vector<size_t> layer_sizes_;
+  int update_target() const;  // the buffer an update writes over (or stashes into)
   bool stashed(int buffer) const { return !stash_.empty() && buffer != 0; }
   void stash_newest(int buffer);  // bf16 stash: the newest version (buffer 0) into `buffer`
   void widen(int buffer, int layer);
