@@ -1,5 +1,7 @@
 #include "kernels/bf16_weights.hpp"
 
+#include "kernels/check.hpp"
+
 namespace actorpipe {
 
 void Bf16Weights::cover(const float* p, size_t n) {
@@ -40,6 +42,27 @@ const bf16* Bf16Weights::copy(Context& ctx, const float* w, int64_t n) {
     ++made_;
   }
   return e.data.get();
+}
+
+bf16* Bf16Weights::reserve(const float* w, int64_t n) {
+  AP_CHECK(n > 0 && covered(w, n), "Bf16Weights::reserve: [{}, +{}) is not in a covered range",
+           static_cast<const void*>(w), n);
+  Entry& e = entries_[w];
+  if (e.n != n) {
+    e.data = std::make_unique<bf16[]>(static_cast<size_t>(n));
+    e.n = n;
+    e.generation = ~uint64_t{0};
+  }
+  return e.data.get();
+}
+
+void Bf16Weights::mark_current(const float* w) {
+  const auto it = entries_.find(w);
+  AP_CHECK(it != entries_.end() && synced_,
+           "Bf16Weights::mark_current: no array reserved for {} (or never synced)",
+           static_cast<const void*>(w));
+  it->second.generation = generation_;
+  ++marked_;
 }
 
 size_t Bf16Weights::bytes() const {

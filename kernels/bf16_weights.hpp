@@ -31,8 +31,19 @@ class Bf16Weights {
   /// otherwise a fresh copy in ctx's arena.
   const bf16* copy(Context& ctx, const float* w, int64_t n);
 
+  /// The array that holds the copy of w[0, n) (w in a covered range), made if missing, for a
+  /// writer that fills it with the bf16 rounding of the values w is about to hold (an optimizer
+  /// update writing a new version in the same pass). copy() takes it only after mark_current.
+  /// The array stays where it is for as long as this object lives.
+  bf16* reserve(const float* w, int64_t n);
+  /// The array reserve(w, ...) returned holds the bf16 rounding of w's values now, at the
+  /// generation of the last sync: copy() returns it until the next change.
+  void mark_current(const float* w);
+
   /// Copies made so far (a test's count of conversions saved) and bytes held.
   uint64_t copies_made() const { return made_; }
+  /// Copies a writer filled through reserve and mark_current.
+  uint64_t copies_marked() const { return marked_; }
   size_t bytes() const;
 
  private:
@@ -49,6 +60,7 @@ class Bf16Weights {
   uint64_t generation_ = 0;
   bool synced_ = false;
   uint64_t made_ = 0;
+  uint64_t marked_ = 0;
 };
 
 }  // namespace actorpipe

@@ -1,9 +1,11 @@
-// AdamW and SGD element-wise over 16-aligned chunks (bitwise the same for any thread count);
+// AdamW and SGD element-wise over 16-aligned chunks (bitwise the same for any thread count),
+// each chunk in tiles that also clear the gradient and round the new weights while in cache;
 // grad_sumsq over fixed blocks whose double partials are added in block order.
 #include "kernels/optimizer.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/check.hpp"
 
@@ -11,6 +13,9 @@ namespace actorpipe {
 
 namespace {
 constexpr int64_t kAlignElems = 16;
+// Elements per tile of a fused update: its parameters, gradient and two moments (16 KiB) stay
+// in the first-level cache between the update and the outputs' writes.
+constexpr int64_t kTile = 1024;
 constexpr size_t kSumBlock = size_t{1} << 14;  // elements per grad_sumsq block
 constexpr int kDLanes = 8;
 constexpr float kDcEps = 1e-8f;  // SGD's dc: added to the root of its mean square
@@ -128,6 +133,24 @@ double sumsq_block(const float* __restrict g, size_t len) {
   return sum;
 }
 
+// Runs update(b, e) over the tiles of [i0, i1) of a buffer whose parameters start at `params`,
+// each tile followed by its outputs (UpdateOutputs) while it is in cache.
+template <class Update>
+void update_tiles(const float* params, int64_t i0, int64_t i1, const UpdateOutputs& out,
+                  const Update& update) {
+  if (out.clear == nullptr && out.rounded == nullptr) {
+    update(i0, i1);
+    return;
+  }
+  for (int64_t b = i0; b < i1; b += kTile) {
+    const int64_t e = std::min(i1, b + kTile);
+    update(b, e);
+    if (out.clear != nullptr)
+      std::memset(out.clear + b, 0, static_cast<size_t>(e - b) * sizeof(float));
+    if (out.rounded != nullptr) convert_to_bf16(params + b, out.rounded + b, e - b);
+  }
+}
+
 }  // namespace
 
 // 1/√(1 − decay^k), the inverse root of a bias correction (k ≥ 1).
@@ -136,8 +159,11 @@ float inv_sqrt_bias(float decay, long k) {
 }
 
 void adamw_update(Context& ctx, float* params, const float* grads, float* m, float* v, size_t n,
-                  const AdamWParams& p, long t, float grad_scale, const DelayCorrection& dc) {
+                  const AdamWParams& p, long t, float grad_scale, const DelayCorrection& dc,
+                  const UpdateOutputs& out) {
   AP_CHECK(t >= 1, "adamw_update: step t = {}, must be >= 1", t);
+  AP_CHECK(out.clear == nullptr || out.clear == grads,
+           "adamw_update: the gradient to clear must be the one it reads");
   // torch.optim.AdamW (single-tensor path): p *= 1 - lr·wd; m = lerp(m, g, 1-β1);
   // v = β2·v + (1-β2)·g²; p -= (lr / bc1) · m / (sqrt(v) / sqrt(bc2) + eps).
   const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(p.beta1), t));
@@ -145,35 +171,47 @@ void adamw_update(Context& ctx, float* params, const float* grads, float* m, flo
   const AdamCoef c{p.beta1, p.beta2,   p.lr / bc1, std::sqrt(bc2), 1.0f - p.lr * p.weight_decay,
                    p.eps,   grad_scale};
   const int64_t len = static_cast<int64_t>(n);
+  // the loop over [i0, i1) of the rule in force, through update_tiles
+  auto over = [&](const auto& range) {
+    ctx.parallel_for_aligned(len, kAlignElems, [&](int, int64_t i0, int64_t i1) {
+      update_tiles(params, i0, i1, out, range);
+    });
+  };
   if (dc.kind == DelayCorrectionKind::nesterov) {
     const double b1 = static_cast<double>(p.beta1);
     const NesterovCoef k{
         static_cast<float>(static_cast<double>(p.lr) * b1 / (1.0 - std::pow(b1, t + 1))),
         static_cast<float>(static_cast<double>(p.lr) * (1.0 - b1) / (1.0 - std::pow(b1, t)))};
-    ctx.parallel_for_aligned(len, kAlignElems, [&](int, int64_t i0, int64_t i1) {
-      adamw_nesterov_range(params + i0, grads + i0, m + i0, v + i0, i1 - i0, c, k);
+    over([&](int64_t b, int64_t e) {
+      adamw_nesterov_range(params + b, grads + b, m + b, v + b, e - b, c, k);
     });
     return;
   }
   if (dc.kind == DelayCorrectionKind::dc && dc.delta != nullptr && t > 1) {
     const DcCoef k{dc.lambda, inv_sqrt_bias(p.beta2, t - 1), p.eps};
-    ctx.parallel_for_aligned(len, kAlignElems, [&](int, int64_t i0, int64_t i1) {
-      adamw_dc_range(params + i0, grads + i0, m + i0, v + i0, dc.delta + i0, i1 - i0, c, k);
+    over([&](int64_t b, int64_t e) {
+      adamw_dc_range(params + b, grads + b, m + b, v + b, dc.delta + b, e - b, c, k);
     });
     return;
   }
-  ctx.parallel_for_aligned(len, kAlignElems, [&](int, int64_t i0, int64_t i1) {
-    adamw_range(params + i0, grads + i0, m + i0, v + i0, i1 - i0, c);
-  });
+  over([&](int64_t b, int64_t e) { adamw_range(params + b, grads + b, m + b, v + b, e - b, c); });
 }
 
 void sgd_update(Context& ctx, float* params, const float* grads, float* momentum_buf, size_t n,
-                const SGDParams& p, float grad_scale, const DelayCorrection& dc) {
+                const SGDParams& p, float grad_scale, const DelayCorrection& dc,
+                const UpdateOutputs& out) {
+  AP_CHECK(out.clear == nullptr || out.clear == grads,
+           "sgd_update: the gradient to clear must be the one it reads");
   const int64_t len = static_cast<int64_t>(n);
-  if (dc.kind == DelayCorrectionKind::nesterov) {
+  auto over = [&](const auto& range) {
     ctx.parallel_for_aligned(len, kAlignElems, [&](int, int64_t i0, int64_t i1) {
-      sgd_nesterov_range(params + i0, grads + i0, momentum_buf + i0, i1 - i0, p.momentum,
-                         p.weight_decay, p.lr, grad_scale);
+      update_tiles(params, i0, i1, out, range);
+    });
+  };
+  if (dc.kind == DelayCorrectionKind::nesterov) {
+    over([&](int64_t b, int64_t e) {
+      sgd_nesterov_range(params + b, grads + b, momentum_buf + b, e - b, p.momentum, p.weight_decay,
+                         p.lr, grad_scale);
     });
     return;
   }
@@ -184,15 +222,15 @@ void sgd_update(Context& ctx, float* params, const float* grads, float* momentum
     // takes the gradient
     const bool on = dc.delta != nullptr && dc.step > 1;
     const DcCoef k{dc.lambda, on ? inv_sqrt_bias(dc.ms_decay, dc.step - 1) : 1.0f, kDcEps};
-    ctx.parallel_for_aligned(len, kAlignElems, [&](int, int64_t i0, int64_t i1) {
-      sgd_dc_range(params + i0, grads + i0, momentum_buf + i0, dc.mean_square + i0,
-                   on ? dc.delta + i0 : nullptr, i1 - i0, p.momentum, p.weight_decay, p.lr,
-                   grad_scale, k, dc.ms_decay);
+    over([&](int64_t b, int64_t e) {
+      sgd_dc_range(params + b, grads + b, momentum_buf + b, dc.mean_square + b,
+                   on ? dc.delta + b : nullptr, e - b, p.momentum, p.weight_decay, p.lr, grad_scale,
+                   k, dc.ms_decay);
     });
     return;
   }
-  ctx.parallel_for_aligned(static_cast<int64_t>(n), kAlignElems, [&](int, int64_t i0, int64_t i1) {
-    sgd_range(params + i0, grads + i0, momentum_buf + i0, i1 - i0, p.momentum, p.weight_decay, p.lr,
+  over([&](int64_t b, int64_t e) {
+    sgd_range(params + b, grads + b, momentum_buf + b, e - b, p.momentum, p.weight_decay, p.lr,
               grad_scale);
   });
 }

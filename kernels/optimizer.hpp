@@ -5,9 +5,23 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/bf16.hpp"
 #include "kernels/context.hpp"
 
 namespace actorpipe {
+
+/// What an update writes besides the parameters and its state, in the same pass over the
+/// buffer (a tile of it at a time, while the tile is in cache), instead of separate passes:
+///  clear    the gradient the update reads (the same floats as its `grads`), zeroed once read,
+///           ready for the next step's accumulation; nullptr = left as it is
+///  rounded  n bf16 values: the new parameters' bf16 rounding (to_bf16), the copy a bf16
+///           product reads; nullptr = none
+/// The parameters, state and these outputs are the bits of the update followed by a fill with
+/// zeros and convert_to_bf16.
+struct UpdateOutputs {
+  float* clear = nullptr;
+  bf16* rounded = nullptr;
+};
 
 /// A correction of an update whose gradient was computed at stale weights (docs/modes.md,
 /// "Delay corrections"); `none` is the plain rule.
@@ -46,7 +60,7 @@ struct AdamWParams {
 /// p −= lr·(β1·m/(1−β1^(t+1)) + (1−β1)·g/(1−β1ᵗ)) / (√v / √(1−β2ᵗ) + eps).
 void adamw_update(Context& ctx, float* params, const float* grads, float* m, float* v, size_t n,
                   const AdamWParams& p, long t, float grad_scale = 1.0f,
-                  const DelayCorrection& correction = {});
+                  const DelayCorrection& correction = {}, const UpdateOutputs& out = {});
 
 struct SGDParams {
   float lr = 1e-2f;
@@ -60,8 +74,8 @@ struct SGDParams {
 /// mean square then takes the uncorrected gradient: ms = ms_decay·ms + (1−ms_decay)·g²; its
 /// eps is 1e-8.
 void sgd_update(Context& ctx, float* params, const float* grads, float* momentum_buf, size_t n,
-                const SGDParams& p, float grad_scale = 1.0f,
-                const DelayCorrection& correction = {});
+                const SGDParams& p, float grad_scale = 1.0f, const DelayCorrection& correction = {},
+                const UpdateOutputs& out = {});
 
 /// Σ g² in double, in a fixed order independent of the thread count (fixed-size blocks,
 /// partial sums combined in block order).

@@ -232,6 +232,66 @@ TEST_CASE("optimizers: same bits for 1, 2 and 3 threads, with and without correc
   CHECK(bitwise_equal(r1, run(3)));
 }
 
+TEST_CASE(
+    "a fused update (gradient cleared, bf16 copy of the new weights) = update, fill, convert") {
+  Rng rng(28);
+  const size_t n = 5000;  // several tiles, and a tail
+  const auto p0 = random_vec(n, rng);
+  const auto g0 = random_vec(n, rng, -2.0f, 2.0f);
+  const auto delta = random_vec(n, rng, -1e-2f, 1e-2f);
+  DelayCorrection none, nesterov, dc;
+  nesterov.kind = DelayCorrectionKind::nesterov;
+  dc.kind = DelayCorrectionKind::dc;
+  dc.lambda = 2.0f;
+  dc.delta = delta.data();
+  AdamWParams a;
+  a.weight_decay = 0.1f;
+  SGDParams s;
+  s.weight_decay = 0.01f;
+  for (int threads = 1; threads <= 3; ++threads)
+    for (const DelayCorrection* c : {&none, &nesterov, &dc})
+      for (const bool adamw : {true, false}) {
+        CAPTURE(threads);
+        CAPTURE(adamw);
+        CAPTURE(static_cast<int>(c->kind));
+        Context ctx(threads);
+        // the state after one plain step, so that the fused step sees non-zero moments
+        std::vector<float> pa = p0, sa(2 * n, 0.0f), ga = g0, msa(n, 0.0f);
+        auto step = [&](std::vector<float>& p, std::vector<float>& st, std::vector<float>& g,
+                        std::vector<float>& ms, long t, const DelayCorrection& k,
+                        const UpdateOutputs& out) {
+          DelayCorrection kk = k;
+          kk.mean_square = ms.data();
+          kk.step = t;
+          if (adamw)
+            adamw_update(ctx, p.data(), g.data(), st.data(), st.data() + n, n, a, t, 0.75f, kk,
+                         out);
+          else
+            sgd_update(ctx, p.data(), g.data(), st.data(), n, s, 0.75f, kk, out);
+        };
+        step(pa, sa, ga, msa, 1, *c, {});
+        std::vector<float> pb = pa, sb = sa, gb = ga, msb = msa;
+        // separately: the update, a fill, a conversion
+        step(pa, sa, ga, msa, 2, *c, {});
+        std::fill(ga.begin(), ga.end(), 0.0f);
+        std::vector<bf16> ra(n);
+        convert_to_bf16(pa.data(), ra.data(), static_cast<int64_t>(n));
+        // fused
+        std::vector<bf16> rb(n, bf16{0x7fc1});
+        step(pb, sb, gb, msb, 2, *c, UpdateOutputs{gb.data(), rb.data()});
+        CHECK(bitwise_equal(pa, pb));
+        CHECK(bitwise_equal(sa, sb));
+        CHECK(bitwise_equal(msa, msb));
+        CHECK(bitwise_equal(ga, gb));
+        CHECK(ra == rb);
+      }
+  Context ctx(1);
+  std::vector<float> p = p0, g = g0, other = g0, m(n), v(n);
+  CHECK_THROWS_AS(adamw_update(ctx, p.data(), g.data(), m.data(), v.data(), n, a, 1, 1.0f, {},
+                               UpdateOutputs{other.data(), nullptr}),
+                  CheckFailure);
+}
+
 TEST_CASE("grad_sumsq: accurate, and the same bits for any thread count") {
   Rng rng(27);
   for (size_t n :

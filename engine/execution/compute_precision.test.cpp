@@ -134,15 +134,18 @@ TEST_CASE("bf16 weight copies made once per version compute the bits of a copy p
         }
         for (int i = 0; i < model.num_layers(); ++i)
           CHECK(same_bits(once->params(i), each->params(i)));
-        // fewer conversions: at most one per weight matrix and version change, not per product
-        uint64_t made = 0;
+        // fewer conversions: at most one per weight matrix and version change, not per product;
+        // the updates wrote the copies of their product operands in their own pass
+        uint64_t made = 0, marked = 0;
         for (int r = 0; r < d; ++r) {
           const Bf16Weights* w = once->worker(r).context().bf16_weights();
           REQUIRE(w != nullptr);
           made += w->copies_made();
+          marked += w->copies_marked();
           CHECK(each->worker(r).context().bf16_weights() == nullptr);
         }
         CHECK(made > 0);
+        CHECK(marked > 0);
       }
     }
   }

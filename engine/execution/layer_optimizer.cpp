@@ -69,36 +69,73 @@ float scheduled_lr(const OptimizerOptions& o, long step) {
   return static_cast<float>(lo + (lr - lo) * 0.5 * (1.0 + std::cos(std::numbers::pi * p)));
 }
 
-void optimizer_update(Context& ctx, const OptimizerOptions& o, const Layer& layer, float* params,
-                      const float* grads, float* state, long step, float grad_scale,
-                      const float* delta) {
+namespace {
+
+// optimizer_update_slots with slot s's rule rule_of(s)
+template <class RuleOf>
+void update_runs(Context& ctx, const OptimizerOptions& o, const Layer& layer, float* params,
+                 const float* grads, float* state, long step, const RuleOf& rule_of, float* clear,
+                 const float* delta) {
   const bool adamw = is_adamw(o);
   const size_t n = layer.param_floats();
   const float lr = scheduled_lr(o, step);
   const DelayCorrection correction = delay_correction(o, n, state, delta, step);
   const auto& slots = layer.slots();
-  // one kernel call per maximal run of slots with the same decay flag
+  AP_CHECK(clear == nullptr || clear == grads,
+           "optimizer_update_slots: the gradient to clear is not the one it reads");
   size_t s = 0;
   while (s < slots.size()) {
+    const SlotRule rule = rule_of(s);
     const bool decay = slots[s].decay;
     const size_t begin = slots[s].offset;
-    size_t end = begin;
-    while (s < slots.size() && slots[s].decay == decay) {
+    size_t end = slots[s].offset + slots[s].numel;
+    // a maximal run of slots with the same decay flag and rule; one with a bf16 output alone
+    for (++s; s < slots.size() && rule.rounded == nullptr; ++s) {
+      const SlotRule next = rule_of(s);
+      if (slots[s].decay != decay || next.update != rule.update || next.scale != rule.scale ||
+          next.rounded != nullptr)
+        break;
       end = slots[s].offset + slots[s].numel;
-      ++s;
+    }
+    if (!rule.update) {
+      if (clear != nullptr) std::fill(clear + begin, clear + end, 0.0f);
+      continue;
     }
     const float wd = decay ? o.weight_decay : 0.0f;
-    const size_t len = end - begin;
+    const UpdateOutputs out{clear != nullptr ? clear + begin : nullptr, rule.rounded};
     if (adamw) {
-      AdamWParams p{lr, o.beta1, o.beta2, o.eps, wd};
-      adamw_update(ctx, params + begin, grads + begin, state + begin, state + n + begin, len, p,
-                   step, grad_scale, offset_correction(correction, begin));
+      const AdamWParams p{lr, o.beta1, o.beta2, o.eps, wd};
+      adamw_update(ctx, params + begin, grads + begin, state + begin, state + n + begin,
+                   end - begin, p, step, rule.scale, offset_correction(correction, begin), out);
     } else {
-      SGDParams p{lr, o.momentum, wd};
-      sgd_update(ctx, params + begin, grads + begin, state + begin, len, p, grad_scale,
-                 offset_correction(correction, begin));
+      const SGDParams p{lr, o.momentum, wd};
+      sgd_update(ctx, params + begin, grads + begin, state + begin, end - begin, p, rule.scale,
+                 offset_correction(correction, begin), out);
     }
   }
+}
+
+}  // namespace
+
+void optimizer_update(Context& ctx, const OptimizerOptions& o, const Layer& layer, float* params,
+                      const float* grads, float* state, long step, float grad_scale,
+                      const float* delta) {
+  update_runs(
+      ctx, o, layer, params, grads, state, step,
+      [&](size_t) {
+        return SlotRule{true, grad_scale, nullptr};
+      },
+      nullptr, delta);
+}
+
+void optimizer_update_slots(Context& ctx, const OptimizerOptions& o, const Layer& layer,
+                            float* params, const float* grads, float* state, long step,
+                            std::span<const SlotRule> rules, float* clear, const float* delta) {
+  AP_CHECK(rules.size() == layer.slots().size(),
+           "optimizer_update_slots: {} slot rules for {} slots", rules.size(),
+           layer.slots().size());
+  update_runs(
+      ctx, o, layer, params, grads, state, step, [&](size_t s) { return rules[s]; }, clear, delta);
 }
 
 }  // namespace actorpipe

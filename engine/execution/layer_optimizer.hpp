@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 
 #include "engine/model/layer.hpp"
 #include "engine/options.hpp"
@@ -46,5 +47,26 @@ float scheduled_lr(const OptimizerOptions& o, long step);
 void optimizer_update(Context& ctx, const OptimizerOptions& o, const Layer& layer, float* params,
                       const float* grads, float* state, long step, float grad_scale,
                       const float* delta = nullptr);
+
+/// How one slot of a layer (Layer::slots() order) is updated by optimizer_update_slots:
+///  update   false: left as it is (its gradient is still cleared when the update clears)
+///  scale    multiplies its gradient (a clip scale)
+///  rounded  where the new weights' bf16 rounding goes, written in the update's pass
+///           (UpdateOutputs::rounded); nullptr = nowhere
+struct SlotRule {
+  bool update = true;
+  float scale = 1.0f;
+  bf16* rounded = nullptr;
+};
+
+/// optimizer_update with a rule per slot; `clear` (nullptr, or the same floats as `grads`) is
+/// zeroed in the update's own pass (UpdateOutputs::clear), skipped slots included. One adamw_update
+/// / sgd_update call per maximal run of slots with the same decay flag and rule (a slot with a bf16
+/// output is a run of its own); the kernels are element-wise, so the runs do not change the bits:
+/// with every rule {true, grad_scale, nullptr} and no clearing, the bits of optimizer_update.
+void optimizer_update_slots(Context& ctx, const OptimizerOptions& o, const Layer& layer,
+                            float* params, const float* grads, float* state, long step,
+                            std::span<const SlotRule> rules, float* clear,
+                            const float* delta = nullptr);
 
 }  // namespace actorpipe

@@ -10,49 +10,6 @@
 
 namespace actorpipe {
 
-namespace {
-
-// One update of a layer as optimizer_update does it (one adamw_update / sgd_update call per run
-// of slots with the same decay flag; the kernels are element-wise, so the runs do not change the
-// bits), except that each slot takes the scale its rule names or is left alone.
-void update_layer(Context& ctx, const OptimizerOptions& o, const Layer& layer, float* params,
-                  const float* grads, float* state, const float* delta, long step,
-                  std::span<const SlotUpdate> rules, const UpdateScales& scales) {
-  const bool adamw = o.kind == "adamw";
-  const size_t n = layer.param_floats();
-  const float lr = scheduled_lr(o, step);
-  const DelayCorrection correction = delay_correction(o, n, state, delta, step);
-  const auto& slots = layer.slots();
-  size_t s = 0;
-  while (s < slots.size()) {
-    if (rules[s] == SlotUpdate::skip) {
-      ++s;
-      continue;
-    }
-    const bool decay = slots[s].decay;
-    const SlotUpdate rule = rules[s];
-    const size_t begin = slots[s].offset;
-    size_t end = begin;
-    while (s < slots.size() && slots[s].decay == decay && rules[s] == rule) {
-      end = slots[s].offset + slots[s].numel;
-      ++s;
-    }
-    const float wd = decay ? o.weight_decay : 0.0f;
-    const float scale = rule == SlotUpdate::tied_scale ? scales.tied : scales.stage;
-    if (adamw) {
-      const AdamWParams p{lr, o.beta1, o.beta2, o.eps, wd};
-      adamw_update(ctx, params + begin, grads + begin, state + begin, state + n + begin,
-                   end - begin, p, step, scale, offset_correction(correction, begin));
-    } else {
-      const SGDParams p{lr, o.momentum, wd};
-      sgd_update(ctx, params + begin, grads + begin, state + begin, end - begin, p, scale,
-                 offset_correction(correction, begin));
-    }
-  }
-}
-
-}  // namespace
-
 OptimizerShard::OptimizerShard(const Model& model, const Partition& partition, int stage,
                                const OptimizerOptions& optimizer)
     : opt_(optimizer), stage_(stage) {
@@ -88,17 +45,26 @@ void OptimizerShard::run_update(Context& ctx, UpdateJob& job, const UpdateScales
            "stage {}'s optimizer shard given an update of stage {}", stage_, job.stage());
   AP_CHECK(job.finished(), "stage {}: finish_gradients() must come before the update", stage_);
   AP_CHECK(!job.applied(), "stage {}: update to version {} applied twice", stage_, job.step());
+  std::vector<SlotRule>& rules = rules_;
   for (int i = 0; i < num_layers(); ++i) {
     const size_t k = static_cast<size_t>(i);
+    const std::span<const SlotUpdate> updates = job.slot_updates(i);
+    const std::span<bf16* const> rounded = job.rounded(i);
+    rules.assign(updates.size(), SlotRule{});
+    for (size_t s = 0; s < updates.size(); ++s) {
+      rules[s].update = updates[s] != SlotUpdate::skip;
+      rules[s].scale = updates[s] == SlotUpdate::tied_scale ? scales.tied : scales.stage;
+      rules[s].rounded = rounded.empty() || !rules[s].update ? nullptr : rounded[s];
+    }
+    // the gradients are cleared in the update's pass: the worker accumulates a later update
+    // into this buffer
     const std::span<const float> change = job.weight_change(i);
-    update_layer(ctx, opt_, *layers_[k], job.params(i).data(), job.grads(i).data(),
-                 state_.data() + offsets_[k], change.empty() ? nullptr : change.data(), job.step(),
-                 job.slot_updates(i), scales);
+    const std::span<float> grads = job.grads(i);
+    optimizer_update_slots(ctx, opt_, *layers_[k], job.params(i).data(), grads.data(),
+                           state_.data() + offsets_[k], job.step(), rules, grads.data(),
+                           change.empty() ? nullptr : change.data());
   }
-  for (int i = 0; i < num_layers(); ++i) {
-    const std::span<float> g = job.grads(i);
-    std::fill(g.begin(), g.end(), 0.0f);
-  }
+  job.rounded_written_ = true;
   job.applied_ = true;
 }
 
@@ -111,6 +77,7 @@ void OptimizerShard::skip_update(UpdateJob& job) {
     const std::span<float> g = job.grads(i);
     std::fill(g.begin(), g.end(), 0.0f);
   }
+  job.rounded_written_ = false;
   job.applied_ = true;
 }
 

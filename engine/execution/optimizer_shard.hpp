@@ -5,6 +5,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/execution/layer_optimizer.hpp"
 #include "engine/execution/update_job.hpp"
 #include "engine/model/model.hpp"
 #include "engine/model/partition.hpp"
@@ -40,10 +41,10 @@ class OptimizerShard {
   /// Protocol step 4 (StageWorker's class comment): applies `job` (this stage's, gradients
   /// finished, not applied yet) on `ctx`: every layer's parameters in the version being
   /// produced -= the optimizer's step `job.step()` with this state, each slot as its SlotUpdate
-  /// says (one adamw_update / sgd_update call per run of slots with the same decay flag and
-  /// rule, as optimizer_update does). Then zeroes the job's gradients (the worker accumulates a
-  /// later update into that buffer) and marks the job applied. Bits depend only on the job, the
-  /// state and `scales`, never on ctx's thread count.
+  /// says (optimizer_update_slots). The same pass zeroes the job's gradients (the worker
+  /// accumulates a later update into that buffer) and writes the new weights' bf16 rounding
+  /// where the job asks for it (UpdateJob::rounded); then the job is marked applied. Bits depend
+  /// only on the job, the state and `scales`, never on ctx's thread count.
   void run_update(Context& ctx, UpdateJob& job, const UpdateScales& scales);
   /// Instead of run_update, for a step dropped on every stage (train.nonfinite = "skip"): the
   /// version being produced keeps the weights it starts with and the state stays as it is; the
@@ -57,6 +58,7 @@ class OptimizerShard {
   std::vector<std::shared_ptr<const Layer>> layers_;
   std::vector<size_t> offsets_;  // per local layer, floats into state_
   std::vector<float> state_;
+  std::vector<SlotRule> rules_;  // run_update's, per slot of one layer
 };
 
 }  // namespace actorpipe

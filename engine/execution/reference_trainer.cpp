@@ -89,7 +89,9 @@ const float* ReferenceTrainer::logits() const {
 double ReferenceTrainer::compute_gradients(std::span<const Microbatch> mbs) {
   AP_CHECK(!mbs.empty(), "a step needs at least one microbatch");
   const int m = static_cast<int>(mbs.size());
-  for (LayerBuffers& b : buffers_) std::fill(b.grads.begin(), b.grads.end(), 0.0f);
+  if (!grads_zero_)
+    for (LayerBuffers& b : buffers_) std::fill(b.grads.begin(), b.grads.end(), 0.0f);
+  grads_zero_ = false;
   double loss = 0.0;
   for (const Microbatch& mb : mbs) {
     const LossStats stats = forward(mb);
@@ -112,10 +114,33 @@ void ReferenceTrainer::apply_update() {
   last_grad_norm_ = std::sqrt(sumsq);
   const float scale = clip_scale(sumsq, opt_.grad_clip);
   ++steps_;
-  for (int i = 0; i < model_.num_layers(); ++i)
-    optimizer_update(ctx_, opt_, model_.layer(i), params(i).data(), grads(i).data(),
-                     optimizer_state(i).data(), steps_, scale);
+  if (!fused_update_) {
+    for (int i = 0; i < model_.num_layers(); ++i)
+      optimizer_update(ctx_, opt_, model_.layer(i), params(i).data(), grads(i).data(),
+                       optimizer_state(i).data(), steps_, scale);
+    ++weights_generation_;
+    return;
+  }
+  // one pass per layer: the update, the gradient cleared, the products' bf16 copies written
+  const bool round = ctx_.precision() == Precision::bf16 && ctx_.bf16_weights() == &bf16_weights_;
+  rounded_src_.clear();
+  for (int i = 0; i < model_.num_layers(); ++i) {
+    LayerBuffers& b = buffers_[static_cast<size_t>(i)];
+    const auto& slots = model_.layer(i).slots();
+    rules_.assign(slots.size(), SlotRule{true, scale, nullptr});
+    for (size_t s = 0; round && s < slots.size(); ++s) {
+      if (!slots[s].product_operand) continue;
+      const float* w = b.params.data() + slots[s].offset;
+      rules_[s].rounded = bf16_weights_.reserve(w, static_cast<int64_t>(slots[s].numel));
+      rounded_src_.push_back(w);
+    }
+    optimizer_update_slots(ctx_, opt_, model_.layer(i), b.params.data(), b.grads.data(),
+                           b.state.data(), steps_, rules_, b.grads.data());
+  }
+  grads_zero_ = true;
   ++weights_generation_;
+  bf16_weights_.sync(weights_generation_);
+  for (const float* w : rounded_src_) bf16_weights_.mark_current(w);
 }
 
 double ReferenceTrainer::step(std::span<const Microbatch> mbs) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/batch.hpp"
+#include "engine/execution/layer_optimizer.hpp"
 #include "engine/model/layer.hpp"
 #include "engine/model/model.hpp"
 #include "engine/options.hpp"
@@ -26,14 +27,25 @@ class ReferenceTrainer {
   /// compute_gradients then apply_update. Returns the step's loss (1/m)·Σⱼ meanⱼ.
   double step(std::span<const Microbatch> mbs);
 
-  /// Zeroes the gradients, runs forward + backward of each microbatch in order (dloss =
+  /// Zeroes the gradients (unless apply_update's pass left them zero and nobody asked for
+  /// them since), runs forward + backward of each microbatch in order (dloss =
   /// loss_scale(countⱼ, m)) accumulating into the gradient buffers, then sums tied gradients
   /// (owner + copy, written to both). Returns the step's loss; parameters are unchanged.
   double compute_gradients(std::span<const Microbatch> mbs);
 
   /// Global gradient norm (Model::grad_sumsq per layer, summed in layer order; tied
-  /// parameter once), clip scale, then optimizer_update of every layer at step steps()+1.
+  /// parameter once), clip scale, then optimizer_update of every layer at step steps()+1. With
+  /// the fused update (the default) the update's pass also zeroes the gradients and, in bf16,
+  /// writes the new weights' bf16 copies for the products (optimizer_update_slots): the same
+  /// bits as separate passes.
   void apply_update();
+  /// Off: the update, a fill of the gradients at the next compute_gradients and the products'
+  /// own conversions of the weights run as separate passes, as before they were fused (a
+  /// benchmark's comparison; the bits are the same).
+  void set_fused_update(bool on) { fused_update_ = on; }
+  /// The bf16 copies of the weights (bf16 precision): copies_made() counts the conversions the
+  /// products made themselves.
+  const Bf16Weights& bf16_weights() const { return bf16_weights_; }
 
   /// Forward only of one microbatch; its activations (and logits()) stay until the next call.
   LossStats forward(const Microbatch& mb);
@@ -56,7 +68,11 @@ class ReferenceTrainer {
     ++weights_generation_;
     return buffers_.at(static_cast<size_t>(layer)).params;
   }
-  std::span<float> grads(int layer) { return buffers_.at(static_cast<size_t>(layer)).grads; }
+  /// Writable: the next compute_gradients zeroes them again.
+  std::span<float> grads(int layer) {
+    grads_zero_ = false;
+    return buffers_.at(static_cast<size_t>(layer)).grads;
+  }
   /// AdamW: m then v (2·param_floats); SGD: momentum (param_floats).
   std::span<float> optimizer_state(int layer) {
     return buffers_.at(static_cast<size_t>(layer)).state;
@@ -86,6 +102,10 @@ class ReferenceTrainer {
   double last_grad_norm_ = 0.0;
   Bf16Weights bf16_weights_;
   uint64_t weights_generation_ = 0;  // changes whenever the weights may have been written
+  bool fused_update_ = true;
+  bool grads_zero_ = true;                 // every gradient is 0 (apply_update cleared them)
+  std::vector<SlotRule> rules_;            // apply_update's, per slot of one layer
+  std::vector<const float*> rounded_src_;  // the weights whose bf16 copies the update wrote
 };
 
 }  // namespace actorpipe

@@ -567,6 +567,7 @@ UpdateJob& StageWorker::begin_update(const Action& a) {
   store_->begin_update();
   for (int i = 0; i < num_layers(); ++i)
     job_.params_[static_cast<size_t>(i)] = store_->update_params(i);
+  reserve_rounded();
   // the job takes the accumulated gradients; later backwards accumulate into the other
   // (zeroed) buffer, when there is one
   job_.grads_ = grads_;
@@ -587,9 +588,39 @@ void StageWorker::commit_update(UpdateJob& job) {
   store_->commit_update();
   ++updates_;
   tied_.commit(*store_, updates_);
+  if (job_.rounded_written_) {
+    // the update wrote the bf16 copies of the new version's product operands in its pass: the
+    // products take them instead of converting the weights again
+    bf16_weights_.sync(store_->generation());
+    for (const float* w : rounded_src_) bf16_weights_.mark_current(w);
+  }
   job_.open_ = false;
   job_.grads_ = nullptr;
   for (auto& p : job_.params_) p = {};
+}
+
+void StageWorker::reserve_rounded() {
+  rounded_src_.clear();
+  job_.rounded_written_ = false;
+  if (!(opts_.precision == Precision::bf16 && opts_.bf16_weight_copies)) {
+    job_.rounded_.clear();
+    return;
+  }
+  // the bf16 copies the products of the version produced read: its product operands' (tied
+  // slots and what follows an owner excepted, which the products convert when they need them)
+  job_.rounded_.resize(static_cast<size_t>(num_layers()));
+  for (int i = 0; i < num_layers(); ++i) {
+    const size_t k = static_cast<size_t>(i);
+    const auto& slots = layers_[k]->slots();
+    std::vector<bf16*>& out = job_.rounded_[k];
+    out.assign(slots.size(), nullptr);
+    for (size_t s = 0; s < slots.size(); ++s) {
+      if (!slots[s].product_operand || job_.updates_[k][s] == SlotUpdate::skip) continue;
+      const float* w = job_.params_[k].data() + slots[s].offset;
+      out[s] = bf16_weights_.reserve(w, static_cast<int64_t>(slots[s].numel));
+      rounded_src_.push_back(w);
+    }
+  }
 }
 
 UpdateJob& StageWorker::open_update() {

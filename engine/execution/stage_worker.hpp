@@ -324,6 +324,8 @@ class StageWorker {
   void check_action(const Action& a, ActionKind kind) const;
   // the scratch buffers but the stash's (give_scratch), from `pool` where it has them
   void take_scratch_buffers(ScratchPool* pool);
+  // begin_update: the bf16 arrays the update fills with its product operands' new rounding
+  void reserve_rounded();
 
   Model model_;
   Partition partition_;
@@ -337,7 +339,8 @@ class StageWorker {
   int update_mbs_ = 1;
   std::vector<std::shared_ptr<const Layer>> layers_;
   Context ctx_;
-  Bf16Weights bf16_weights_;  // the weight versions' bf16 copies (bf16_weight_copies)
+  Bf16Weights bf16_weights_;               // the weight versions' bf16 copies (bf16_weight_copies)
+  std::vector<const float*> rounded_src_;  // the open update's weights whose copies it writes
 
   std::unique_ptr<WeightStore> store_;
   // gradients: the buffer backwards accumulate into, and a second one while the policy keeps

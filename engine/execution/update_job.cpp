@@ -55,6 +55,12 @@ std::span<const SlotUpdate> UpdateJob::slot_updates(int i) const {
   return updates_[static_cast<size_t>(i)];
 }
 
+std::span<bf16* const> UpdateJob::rounded(int i) const {
+  AP_CHECK(i >= 0 && i < num_layers(), "layer {} of {}", i, num_layers());
+  if (rounded_.empty()) return {};
+  return rounded_[static_cast<size_t>(i)];
+}
+
 TiedRole UpdateJob::tied_role(size_t k) const {
   AP_CHECK(k < tied_.size(), "tied parameter {} of {}", k, tied_.size());
   return tied_[k].role;

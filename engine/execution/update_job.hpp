@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/bf16.hpp"
 #include "kernels/context.hpp"
 
 namespace actorpipe {
@@ -83,6 +84,10 @@ class UpdateJob {
   std::span<const float> weight_change(int i) const;
   /// How the update treats each of layer i's slots (Layer::slots() order).
   std::span<const SlotUpdate> slot_updates(int i) const;
+  /// Per slot of layer i (Layer::slots() order), where the update writes the bf16 rounding of
+  /// the slot's new weights in its own pass (nullptr: nowhere); empty when the stage keeps no
+  /// bf16 copies. The worker's copies for the products of the version produced.
+  std::span<bf16* const> rounded(int i) const;
 
   /// Tied parameters of the model (Model::tied()) and the stage's role in each.
   size_t num_tied() const { return tied_.size(); }
@@ -117,8 +122,9 @@ class UpdateJob {
   std::vector<std::vector<SlotUpdate>> updates_;  // per local layer, per slot
   std::vector<TiedLayout> tied_;
   std::vector<double> sumsq_;
-  std::vector<std::span<float>> params_;  // per local layer, in the version being produced
-  const float* change_ = nullptr;         // Δ of every layer, at offsets_; nullptr = none
+  std::vector<std::span<float>> params_;     // per local layer, in the version being produced
+  const float* change_ = nullptr;            // Δ of every layer, at offsets_; nullptr = none
+  std::vector<std::vector<bf16*>> rounded_;  // per local layer, per slot; empty = none
 
   // the update
   float* grads_ = nullptr;
@@ -126,6 +132,7 @@ class UpdateJob {
   bool open_ = false;
   bool finished_ = false;
   bool applied_ = false;
+  bool rounded_written_ = false;  // run_update wrote rounded_
 };
 
 }  // namespace actorpipe
