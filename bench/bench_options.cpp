@@ -35,6 +35,7 @@ Other commands (each with --help):
   actorpipe-bench migration   the migration manager rebalancing, beside the static optimum
   actorpipe-bench recompute   pipeline.recompute none / auto / all: peak memory and step time
   actorpipe-bench stash       pipeline.stash_precision fp32 / bf16: weight bytes and peak memory
+  actorpipe-bench update      the fused optimizer update against its passes run separately
   actorpipe-bench allreduce   the replicas' Gloo all-reduce between two processes beside ucx_perftest
   actorpipe-bench replicas    two processes as 2 replicas and as 2 stages, with the planner's choice
 )";

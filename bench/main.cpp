@@ -21,6 +21,7 @@
 #include "bench/step_timing.hpp"
 #include "bench/subprocess.hpp"
 #include "bench/torch_peer.hpp"
+#include "bench/update_bench.hpp"
 #include "kernels/bf16_gemm.hpp"
 
 #ifndef ACTORPIPE_BENCH_PEER_SCRIPT
@@ -102,6 +103,8 @@ int main(int argc, char** argv) {
     return run_recompute_bench(std::span<const std::string>(args).subspan(1));
   if (!args.empty() && args[0] == "stash")
     return run_stash_bench(std::span<const std::string>(args).subspan(1));
+  if (!args.empty() && args[0] == "update")
+    return run_update_bench(std::span<const std::string>(args).subspan(1));
   if (!args.empty() && args[0] == "replicas")
     return run_replica_bench(std::span<const std::string>(args).subspan(1));
   if (!args.empty() && args[0] == "allreduce")
