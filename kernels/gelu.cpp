@@ -34,6 +34,9 @@ void gelu_backward_range(float* __restrict dx, const float* __restrict x, const 
     dx[i] = std::fma(grad, g[i], dx[i]);
   }
 }
+void add_range(float* __restrict acc, const float* __restrict v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) acc[i] += v[i];
+}
 }  // namespace
 
 void gelu_forward(Context& ctx, float* out, const float* inp, long N) {
@@ -58,6 +61,24 @@ void gelu_forward(Context& ctx, bf16* out, const float* inp, long N) {
 void gelu_backward(Context& ctx, float* dinp, const float* inp, const float* dout, long N) {
   ctx.parallel_for_aligned(N, kAlignElems, [&](int, int64_t i0, int64_t i1) {
     gelu_backward_range(dinp + i0, inp + i0, dout + i0, i1 - i0);
+  });
+}
+
+void gelu_backward(Context& ctx, bf16* dinp, float* dbias, const float* inp, const float* dout,
+                   int rows, int cols) {
+  // per column slice (bias_backward's partition), rows in order, through a block on the stack
+  ctx.parallel_for_aligned(cols, kAlignElems, [&](int, int64_t o0, int64_t o1) {
+    constexpr int64_t kBlock = 256;
+    float block[kBlock];
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t o = o0; o < o1; o += kBlock) {
+        const int64_t n = std::min(kBlock, o1 - o);
+        const int64_t at = r * cols + o;
+        std::fill_n(block, n, 0.0f);
+        gelu_backward_range(block, inp + at, dout + at, n);
+        add_range(dbias + o, block, n);
+        convert_to_bf16(block, dinp + at, n);
+      }
   });
 }
 

@@ -84,3 +84,30 @@ TEST_CASE("gelu with bf16 output: the f32 forward rounded, for any thread count"
     CHECK(got == want);
   }
 }
+
+TEST_CASE("gelu backward into bf16 with the bias gradient: gelu_backward, rounded, rows summed") {
+  Rng rng(12);
+  const int rows = 7, cols = 600;  // column slices of more than a block, not a multiple of one
+  const size_t n = static_cast<size_t>(rows) * cols;
+  const auto x = random_vec(n, rng, -6.0f, 6.0f);
+  const auto g = random_vec(n, rng);
+  auto b0 = random_vec(static_cast<size_t>(cols), rng);
+  Context one(1);
+  std::vector<float> v(n, 0.0f);
+  gelu_backward(one, v.data(), x.data(), g.data(), static_cast<long>(n));
+  std::vector<bf16> want(n);
+  convert_to_bf16(v.data(), want.data(), static_cast<int64_t>(n));
+  std::vector<float> want_b = b0;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c)
+      want_b[static_cast<size_t>(c)] += v[static_cast<size_t>(r) * cols + c];
+  for (int threads : {1, 2, 3}) {
+    CAPTURE(threads);
+    Context ctx(threads);
+    std::vector<bf16> got(n);
+    std::vector<float> got_b = b0;
+    gelu_backward(ctx, got.data(), got_b.data(), x.data(), g.data(), rows, cols);
+    CHECK(got == want);
+    CHECK(bitwise_equal(got_b, want_b));
+  }
+}

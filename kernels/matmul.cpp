@@ -1,6 +1,7 @@
 // Linear layer through gemm(), or in bf16 through gemm_bf16() on bf16 copies of its operands:
 // the bias is written into the output first and the GEMM accumulates onto it (no extra pass);
-// dbias sums rows in order per column slice (f32 either way).
+// dbias sums rows in order per column slice (f32 either way; in bf16 in the pass that makes
+// dout's bf16 copy).
 #include "kernels/matmul.hpp"
 
 #include "kernels/bf16.hpp"
@@ -54,6 +55,21 @@ void bias_backward(Context& ctx, float* dbias, const float* dout, int N, int OC)
   });
 }
 
+// dout's bf16 copy for the products, and with dbias (not null) the bias gradient, in one pass
+// over dout: per column slice, rows in order (bias_backward's sums, convert_to_bf16's values).
+const bf16* dout_bf16(Context& ctx, float* dbias, const float* dout, int N, int OC) {
+  if (dbias == nullptr) return bf16_copy(ctx, dout, int64_t{N} * OC);
+  bf16* g = alloc_bf16(ctx, int64_t{N} * OC);
+  ctx.parallel_for_aligned(OC, 16, [&](int, int64_t o0, int64_t o1) {
+    if (o0 == o1) return;
+    for (int64_t r = 0; r < N; ++r) {
+      add_row(dbias + o0, dout + r * OC + o0, o1 - o0);
+      convert_to_bf16(dout + r * OC + o0, g + r * OC + o0, o1 - o0);
+    }
+  });
+  return g;
+}
+
 // The bf16 products of the two halves, on one bf16 copy of dout (g) given by the caller.
 void backward_input_bf16(Context& ctx, float* dinp, const bf16* g, const float* weight, int N,
                          int C, int OC) {
@@ -80,11 +96,11 @@ void check_bf16(const Context& ctx) {
 void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int N, int C, int OC) {
   if (ctx.precision() == Precision::bf16) {
-    // one bf16 copy of dout for both halves (the same bits as the halves called one by one)
-    const bf16* g = bf16_copy(ctx, dout, int64_t{N} * OC);
+    // one bf16 copy of dout for both halves (the same bits as the halves called one by one),
+    // made in the bias gradient's pass
+    const bf16* g = dout_bf16(ctx, dbias, dout, N, OC);
     if (dinp != nullptr) backward_input_bf16(ctx, dinp, g, weight, N, C, OC);
     backward_weight_bf16(ctx, dweight, g, inp, N, C, OC);
-    if (dbias != nullptr) bias_backward(ctx, dbias, dout, N, OC);
     return;
   }
   if (dinp != nullptr) matmul_backward_input(ctx, dinp, dout, weight, N, C, OC);
@@ -102,10 +118,11 @@ void matmul_backward_input(Context& ctx, float* dinp, const float* dout, const f
 
 void matmul_backward_weight(Context& ctx, float* dweight, float* dbias, const float* dout,
                             const float* inp, int N, int C, int OC) {
-  if (ctx.precision() == Precision::bf16)
-    backward_weight_bf16(ctx, dweight, bf16_copy(ctx, dout, int64_t{N} * OC), inp, N, C, OC);
-  else
-    gemm(ctx, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  if (ctx.precision() == Precision::bf16) {
+    backward_weight_bf16(ctx, dweight, dout_bf16(ctx, dbias, dout, N, OC), inp, N, C, OC);
+    return;
+  }
+  gemm(ctx, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   if (dbias != nullptr) bias_backward(ctx, dbias, dout, N, OC);
 }
 
@@ -120,17 +137,29 @@ void matmul_forward(Context& ctx, float* out, const bf16* inp, const float* weig
 void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
                      const bf16* inp, const float* weight, int N, int C, int OC) {
   check_bf16(ctx);
-  const bf16* g = bf16_copy(ctx, dout, int64_t{N} * OC);
+  const bf16* g = dout_bf16(ctx, dbias, dout, N, OC);
   if (dinp != nullptr) backward_input_bf16(ctx, dinp, g, weight, N, C, OC);
   backward_weight_bf16(ctx, dweight, g, inp, N, C, OC);
-  if (dbias != nullptr) bias_backward(ctx, dbias, dout, N, OC);
 }
 
 void matmul_backward_weight(Context& ctx, float* dweight, float* dbias, const float* dout,
                             const bf16* inp, int N, int C, int OC) {
   check_bf16(ctx);
-  backward_weight_bf16(ctx, dweight, bf16_copy(ctx, dout, int64_t{N} * OC), inp, N, C, OC);
-  if (dbias != nullptr) bias_backward(ctx, dbias, dout, N, OC);
+  backward_weight_bf16(ctx, dweight, dout_bf16(ctx, dbias, dout, N, OC), inp, N, C, OC);
+}
+
+void matmul_backward_products(Context& ctx, float* dinp, float* dweight, const bf16* dout,
+                              const float* inp, const float* weight, int N, int C, int OC) {
+  check_bf16(ctx);
+  if (dinp != nullptr) backward_input_bf16(ctx, dinp, dout, weight, N, C, OC);
+  backward_weight_bf16(ctx, dweight, dout, inp, N, C, OC);
+}
+
+void matmul_backward_products(Context& ctx, float* dinp, float* dweight, const bf16* dout,
+                              const bf16* inp, const float* weight, int N, int C, int OC) {
+  check_bf16(ctx);
+  if (dinp != nullptr) backward_input_bf16(ctx, dinp, dout, weight, N, C, OC);
+  backward_weight_bf16(ctx, dweight, dout, inp, N, C, OC);
 }
 
 }  // namespace actorpipe

@@ -39,4 +39,13 @@ void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, co
 void matmul_backward_weight(Context& ctx, float* dweight, float* dbias, const float* dout,
                             const bf16* inp, int N, int C, int OC);
 
+/// matmul_backward's products on a dout that the caller made in bf16 already (ctx.precision()
+/// must be bf16), e.g. in the pass of an element-wise backward that also took the bias gradient
+/// (gelu_backward's bf16 form): dinp (may be null) and dweight as matmul_backward computes them
+/// from f32 values that round to `dout`. The input in f32 (rounded here) or in bf16.
+void matmul_backward_products(Context& ctx, float* dinp, float* dweight, const bf16* dout,
+                              const float* inp, const float* weight, int N, int C, int OC);
+void matmul_backward_products(Context& ctx, float* dinp, float* dweight, const bf16* dout,
+                              const bf16* inp, const float* weight, int N, int C, int OC);
+
 }  // namespace actorpipe

@@ -122,6 +122,12 @@ TEST_CASE("matmul: the input and weight halves give matmul_backward's bits, in e
       CHECK(bitwise_equal(dw2, dw));
       CHECK(bitwise_equal(db2, db));
     }
+    // the bias gradient sums the f32 dout in either precision (in bf16 in the pass that
+    // converts dout): the same bits
+    Context f32(2);
+    auto dw3 = init_w, db3 = init_b;
+    matmul_backward_weight(f32, dw3.data(), db3.data(), g.data(), inp.data(), N, C, OC);
+    CHECK(bitwise_equal(db3, db));
   }
 }
 

@@ -15,6 +15,7 @@
 #include "engine/execution/reference_trainer.hpp"
 #include "engine/model/internal/transformer_layers.hpp"
 #include "engine/rng.hpp"
+#include "kernels/bf16_gemm.hpp"
 #include "kernels/check.hpp"
 #include "kernels/crossentropy.hpp"
 
@@ -487,51 +488,58 @@ TEST_CASE(
     "deferred weight gradients: din first, the same bits after run, dout may be overwritten") {
   // backward with a DeferredGrads: din is final on return and the linear weight gradients are
   // not there yet; after the caller overwrote dout and the arena, run() gives grads bitwise
-  // equal to the one-pass backward. Embeddings (first layers) defer nothing.
-  for (Arch arch : {Arch::gpt, Arch::bert}) {
-    const ModelOptions o = tiny(arch);
-    const Model m = build(o);
-    const int B = 2, T = 6, C = o.width;
-    const size_t NC = static_cast<size_t>(B) * T * C;
-    Context ctx(2);
-    const Microbatch mb = make_mb(arch, B, T, o.vocab_size, 13);
-    DeferredGrads later;
-    for (int i = 0; i < m.num_layers(); ++i) {
-      const Layer& layer = m.layer(i);
-      CAPTURE(layer.type());
-      std::vector<float> params(layer.param_floats());
-      m.init_layer(i, params.data());
-      NormalRng rng(78);
-      std::vector<float> in(NC), dout(NC), out(NC), saved(layer.saved_floats(B, T));
-      for (auto* v : {&in, &dout})
-        for (float& x : *v) x = static_cast<float>(rng.next());
-      std::vector<float> g0(layer.param_floats());
-      for (float& x : g0) x = static_cast<float>(rng.next());  // backward accumulates onto it
-      layer.forward(ctx, params.data(), mb, in.data(), out.data(), saved.data());
-      ctx.arena().reset();
-      std::vector<float> din_one(NC), g_one = g0;
-      layer.backward(ctx, params.data(), g_one.data(), mb, in.data(), saved.data(), dout.data(),
-                     din_one.data(), 0.25f, nullptr);
+  // equal to the one-pass backward. Embeddings (first layers) defer nothing. In bf16 too, where
+  // the one-pass block backward fuses GELU's backward with the fc layer's operand and bias
+  // gradient, and the deferred one does not.
+  std::vector<Precision> precisions{Precision::fp32};
+  if (bf16_support().native) precisions.push_back(Precision::bf16);
+  for (const Precision precision : precisions)
+    for (Arch arch : {Arch::gpt, Arch::bert}) {
+      CAPTURE(to_string(precision));
+      const ModelOptions o = tiny(arch);
+      const Model m = build(o);
+      const int B = 2, T = 6, C = o.width;
+      const size_t NC = static_cast<size_t>(B) * T * C;
+      Context ctx(2);
+      ctx.set_precision(precision);
+      const Microbatch mb = make_mb(arch, B, T, o.vocab_size, 13);
+      DeferredGrads later;
+      for (int i = 0; i < m.num_layers(); ++i) {
+        const Layer& layer = m.layer(i);
+        CAPTURE(layer.type());
+        std::vector<float> params(layer.param_floats());
+        m.init_layer(i, params.data());
+        NormalRng rng(78);
+        std::vector<float> in(NC), dout(NC), out(NC), saved(layer.saved_floats(B, T));
+        for (auto* v : {&in, &dout})
+          for (float& x : *v) x = static_cast<float>(rng.next());
+        std::vector<float> g0(layer.param_floats());
+        for (float& x : g0) x = static_cast<float>(rng.next());  // backward accumulates onto it
+        layer.forward(ctx, params.data(), mb, in.data(), out.data(), saved.data());
+        ctx.arena().reset();
+        std::vector<float> din_one(NC), g_one = g0;
+        layer.backward(ctx, params.data(), g_one.data(), mb, in.data(), saved.data(), dout.data(),
+                       din_one.data(), 0.25f, nullptr);
 
-      ctx.arena().reset();
-      std::vector<float> din(NC), g = g0, dout_copy = dout;
-      layer.backward(ctx, params.data(), g.data(), mb, in.data(), saved.data(), dout_copy.data(),
-                     din.data(), 0.25f, &later);
-      if (layer.takes_input()) {
-        CHECK(std::memcmp(din.data(), din_one.data(), NC * sizeof(float)) == 0);
-        CHECK(later.size() > 0);
-        CHECK(std::memcmp(g.data(), g_one.data(), g.size() * sizeof(float)) != 0);
-      } else {
+        ctx.arena().reset();
+        std::vector<float> din(NC), g = g0, dout_copy = dout;
+        layer.backward(ctx, params.data(), g.data(), mb, in.data(), saved.data(), dout_copy.data(),
+                       din.data(), 0.25f, &later);
+        if (layer.takes_input()) {
+          CHECK(std::memcmp(din.data(), din_one.data(), NC * sizeof(float)) == 0);
+          CHECK(later.size() > 0);
+          CHECK(std::memcmp(g.data(), g_one.data(), g.size() * sizeof(float)) != 0);
+        } else {
+          CHECK(later.empty());
+        }
+        std::fill(dout_copy.begin(), dout_copy.end(), 1e30f);
+        ctx.arena().reset();
+        std::fill_n(ctx.arena().alloc_f32(1 << 16), 1 << 16, -1e30f);
+        later.run(ctx);
         CHECK(later.empty());
+        CHECK(std::memcmp(g.data(), g_one.data(), g.size() * sizeof(float)) == 0);
       }
-      std::fill(dout_copy.begin(), dout_copy.end(), 1e30f);
-      ctx.arena().reset();
-      std::fill_n(ctx.arena().alloc_f32(1 << 16), 1 << 16, -1e30f);
-      later.run(ctx);
-      CHECK(later.empty());
-      CHECK(std::memcmp(g.data(), g_one.data(), g.size() * sizeof(float)) == 0);
     }
-  }
 }
 
 TEST_CASE("loss_scale and count_targets") {

@@ -400,11 +400,25 @@ class Block final : public SlotLayer {
     float* dfch_gelu = zeros(ctx, 4 * NC);
     linear_backward(ctx, later, dfch_gelu, g(grads, FCPW), g(grads, FCPB), keep(later, dout, NC),
                     saved_input(ctx, S + s.fch_gelu), p(params, FCPW), N, 4 * C, C);
-    float* dfch = kept_zeros(ctx, later, 4 * NC);
-    gelu_backward(ctx, dfch, S + s.fch, dfch_gelu, static_cast<long>(4 * NC));
     float* dln = zeros(ctx, NC);
-    linear_backward(ctx, later, dln, g(grads, FCW), g(grads, FCB), dfch,
-                    saved_input(ctx, S + s.ln2), p(params, FCW), N, C, 4 * C);
+    if (later == nullptr && ctx.precision() == Precision::bf16) {
+      // GELU's backward makes the fc products' bf16 operand and the fc bias gradient in one
+      // pass (the bits of the f32 d(fch) through linear_backward)
+      bf16* dfch16 = alloc_bf16(ctx, static_cast<int64_t>(4 * NC));
+      gelu_backward(ctx, dfch16, g(grads, FCB), S + s.fch, dfch_gelu, N, 4 * C);
+      const ProductInput ln2 = saved_input(ctx, S + s.ln2);
+      if (ln2.b16 != nullptr)
+        matmul_backward_products(ctx, dln, g(grads, FCW), dfch16, ln2.b16, p(params, FCW), N, C,
+                                 4 * C);
+      else
+        matmul_backward_products(ctx, dln, g(grads, FCW), dfch16, ln2.f32, p(params, FCW), N, C,
+                                 4 * C);
+    } else {
+      float* dfch = kept_zeros(ctx, later, 4 * NC);
+      gelu_backward(ctx, dfch, S + s.fch, dfch_gelu, static_cast<long>(4 * NC));
+      linear_backward(ctx, later, dln, g(grads, FCW), g(grads, FCB), dfch,
+                      saved_input(ctx, S + s.ln2), p(params, FCW), N, C, 4 * C);
+    }
     layernorm_backward(ctx, din, g(grads, LN2W), g(grads, LN2B), dln, S + s.res2, p(params, LN2W),
                        S + s.ln2_mean, S + s.ln2_rstd, N, C);
     float* datty = zeros(ctx, NC);
