@@ -57,9 +57,12 @@ void bias_backward(Context& ctx, float* dbias, const float* dout, int N, int OC)
 
 // dout's bf16 copy for the products, and with dbias (not null) the bias gradient, in one pass
 // over dout: per column slice, rows in order (bias_backward's sums, convert_to_bf16's values).
-const bf16* dout_bf16(Context& ctx, float* dbias, const float* dout, int N, int OC) {
-  if (dbias == nullptr) return bf16_copy(ctx, dout, int64_t{N} * OC);
-  bf16* g = alloc_bf16(ctx, int64_t{N} * OC);
+// Into g (N·OC values).
+void dout_bf16(Context& ctx, bf16* g, float* dbias, const float* dout, int N, int OC) {
+  if (dbias == nullptr) {
+    convert_to_bf16(ctx, dout, g, int64_t{N} * OC);
+    return;
+  }
   ctx.parallel_for_aligned(OC, 16, [&](int, int64_t o0, int64_t o1) {
     if (o0 == o1) return;
     for (int64_t r = 0; r < N; ++r) {
@@ -67,6 +70,11 @@ const bf16* dout_bf16(Context& ctx, float* dbias, const float* dout, int N, int 
       convert_to_bf16(dout + r * OC + o0, g + r * OC + o0, o1 - o0);
     }
   });
+}
+// Into the Context's scratch.
+const bf16* dout_bf16(Context& ctx, float* dbias, const float* dout, int N, int OC) {
+  bf16* g = alloc_bf16(ctx, int64_t{N} * OC);
+  dout_bf16(ctx, g, dbias, dout, N, OC);
   return g;
 }
 
@@ -148,18 +156,25 @@ void matmul_backward_weight(Context& ctx, float* dweight, float* dbias, const fl
   backward_weight_bf16(ctx, dweight, dout_bf16(ctx, dbias, dout, N, OC), inp, N, C, OC);
 }
 
+void matmul_backward_input(Context& ctx, float* dinp, float* dbias, bf16* dout_bf16_out,
+                           const float* dout, const float* weight, int N, int C, int OC) {
+  check_bf16(ctx);
+  dout_bf16(ctx, dout_bf16_out, dbias, dout, N, OC);
+  if (dinp != nullptr) backward_input_bf16(ctx, dinp, dout_bf16_out, weight, N, C, OC);
+}
+
 void matmul_backward_products(Context& ctx, float* dinp, float* dweight, const bf16* dout,
                               const float* inp, const float* weight, int N, int C, int OC) {
   check_bf16(ctx);
   if (dinp != nullptr) backward_input_bf16(ctx, dinp, dout, weight, N, C, OC);
-  backward_weight_bf16(ctx, dweight, dout, inp, N, C, OC);
+  if (dweight != nullptr) backward_weight_bf16(ctx, dweight, dout, inp, N, C, OC);
 }
 
 void matmul_backward_products(Context& ctx, float* dinp, float* dweight, const bf16* dout,
                               const bf16* inp, const float* weight, int N, int C, int OC) {
   check_bf16(ctx);
   if (dinp != nullptr) backward_input_bf16(ctx, dinp, dout, weight, N, C, OC);
-  backward_weight_bf16(ctx, dweight, dout, inp, N, C, OC);
+  if (dweight != nullptr) backward_weight_bf16(ctx, dweight, dout, inp, N, C, OC);
 }
 
 }  // namespace actorpipe

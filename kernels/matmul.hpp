@@ -41,11 +41,18 @@ void matmul_backward_weight(Context& ctx, float* dweight, float* dbias, const fl
 
 /// matmul_backward's products on a dout that the caller made in bf16 already (ctx.precision()
 /// must be bf16), e.g. in the pass of an element-wise backward that also took the bias gradient
-/// (gelu_backward's bf16 form): dinp (may be null) and dweight as matmul_backward computes them
-/// from f32 values that round to `dout`. The input in f32 (rounded here) or in bf16.
+/// (gelu_backward's bf16 form): dinp and dweight (either may be null) as matmul_backward
+/// computes them from f32 values that round to `dout`. The input in f32 (rounded here) or in
+/// bf16.
 void matmul_backward_products(Context& ctx, float* dinp, float* dweight, const bf16* dout,
                               const float* inp, const float* weight, int N, int C, int OC);
 void matmul_backward_products(Context& ctx, float* dinp, float* dweight, const bf16* dout,
                               const bf16* inp, const float* weight, int N, int C, int OC);
+/// The input half of a bf16 backward that leaves its weight half for later (ctx.precision()
+/// must be bf16): rounds dout (N,OC) into dout_bf16 (N·OC values, for the weight half's
+/// matmul_backward_products), adds the bias gradient (dbias, may be null) in that pass, and
+/// dinp += dout·weight (dinp may be null). The bits of matmul_backward.
+void matmul_backward_input(Context& ctx, float* dinp, float* dbias, bf16* dout_bf16,
+                           const float* dout, const float* weight, int N, int C, int OC);
 
 }  // namespace actorpipe

@@ -17,14 +17,28 @@ float* DeferredGrads::copy(const float* src, size_t n) {
   return dst;
 }
 
+bf16* DeferredGrads::hold_bf16(size_t n) {
+  return reinterpret_cast<bf16*>(hold((n + 1) / 2));
+}
+
 void DeferredGrads::add_linear(float* dweight, float* dbias, const float* dout, const float* inp,
                                int N, int C, int OC) {
-  tasks_.push_back({dweight, dbias, dout, inp, nullptr, N, C, OC});
+  tasks_.push_back({dweight, dbias, dout, inp, nullptr, nullptr, N, C, OC});
 }
 
 void DeferredGrads::add_linear(float* dweight, float* dbias, const float* dout, const bf16* inp,
                                int N, int C, int OC) {
-  tasks_.push_back({dweight, dbias, dout, nullptr, inp, N, C, OC});
+  tasks_.push_back({dweight, dbias, dout, nullptr, inp, nullptr, N, C, OC});
+}
+
+void DeferredGrads::add_linear(float* dweight, const bf16* dout, const float* inp, int N, int C,
+                               int OC) {
+  tasks_.push_back({dweight, nullptr, nullptr, inp, nullptr, dout, N, C, OC});
+}
+
+void DeferredGrads::add_linear(float* dweight, const bf16* dout, const bf16* inp, int N, int C,
+                               int OC) {
+  tasks_.push_back({dweight, nullptr, nullptr, nullptr, inp, dout, N, C, OC});
 }
 
 void DeferredGrads::mark(int tag) {
@@ -38,7 +52,13 @@ void DeferredGrads::run(Context& ctx, const std::function<void(int)>& on_mark) {
       if (on_mark) on_mark(marks_[m].second);
     if (i == tasks_.size()) break;
     const Linear& t = tasks_[i];
-    if (t.inp_bf16 != nullptr)
+    if (t.dout_bf16 != nullptr && t.inp_bf16 != nullptr)
+      matmul_backward_products(ctx, nullptr, t.dweight, t.dout_bf16, t.inp_bf16, nullptr, t.N, t.C,
+                               t.OC);
+    else if (t.dout_bf16 != nullptr)
+      matmul_backward_products(ctx, nullptr, t.dweight, t.dout_bf16, t.inp, nullptr, t.N, t.C,
+                               t.OC);
+    else if (t.inp_bf16 != nullptr)
       matmul_backward_weight(ctx, t.dweight, t.dbias, t.dout, t.inp_bf16, t.N, t.C, t.OC);
     else
       matmul_backward_weight(ctx, t.dweight, t.dbias, t.dout, t.inp, t.N, t.C, t.OC);

@@ -27,12 +27,19 @@ class DeferredGrads {
   float* hold(size_t n);
   /// hold(n) filled with a copy of src[0, n).
   float* copy(const float* src, size_t n);
+  /// n bf16 values of the same storage.
+  bf16* hold_bf16(size_t n);
   /// Records dweight (OC,C) += doutᵀ · inp and dbias (OC) += Σ rows of dout (dbias may be null).
   void add_linear(float* dweight, float* dbias, const float* dout, const float* inp, int N, int C,
                   int OC);
   /// The same for an input kept in bf16 (matmul_backward_weight's bf16 overload).
   void add_linear(float* dweight, float* dbias, const float* dout, const bf16* inp, int N, int C,
                   int OC);
+  /// Records only dweight (OC,C) += doutᵀ · inp of bf16 products on an output gradient already
+  /// in bf16 (matmul_backward_products): in bf16 the input half rounds dout once, takes the bias
+  /// gradient in that pass, and leaves this rounding (in hold_bf16 storage) to the weight half.
+  void add_linear(float* dweight, const bf16* dout, const float* inp, int N, int C, int OC);
+  void add_linear(float* dweight, const bf16* dout, const bf16* inp, int N, int C, int OC);
   /// Nothing recorded (marks aside).
   bool empty() const { return tasks_.empty(); }
   size_t size() const { return tasks_.size(); }
@@ -53,7 +60,8 @@ class DeferredGrads {
     float* dbias;
     const float* dout;
     const float* inp;
-    const bf16* inp_bf16;  // instead of inp
+    const bf16* inp_bf16;   // instead of inp
+    const bf16* dout_bf16;  // instead of dout (and dbias)
     int N, C, OC;
   };
   Arena storage_;

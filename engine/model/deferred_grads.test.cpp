@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/bf16_gemm.hpp"
 #include "kernels/matmul.hpp"
 
 using namespace actorpipe;
@@ -63,4 +64,43 @@ TEST_CASE("recorded gradients equal the weight half computed at once, in the ord
   }
   CHECK(later.capacity_bytes() == capacity);
   CHECK(same_bits(w, want_w));
+}
+
+TEST_CASE("bf16: the input half rounds dout once and takes dbias, the recorded half the bits" *
+          doctest::skip(!bf16_support().native)) {
+  const int N = 24, C = 16, OC = 40;
+  Context ctx(2);
+  ctx.set_precision(Precision::bf16);
+  const auto inp = ramp(static_cast<size_t>(N) * C, 0.125f);
+  auto dout = ramp(static_cast<size_t>(N) * OC, 0.25f);
+  const auto weight = ramp(static_cast<size_t>(OC) * C, 0.0625f);
+  std::vector<bf16> inp16(inp.size());
+  convert_to_bf16(inp.data(), inp16.data(), static_cast<int64_t>(inp.size()));
+  for (const bool b16 : {false, true}) {
+    CAPTURE(b16);
+    std::vector<float> want_i(inp.size(), 0.5f), want_w(static_cast<size_t>(OC) * C, 0.5f),
+        want_b(OC, 0.25f);
+    if (b16)
+      matmul_backward(ctx, want_i.data(), want_w.data(), want_b.data(), dout.data(), inp16.data(),
+                      weight.data(), N, C, OC);
+    else
+      matmul_backward(ctx, want_i.data(), want_w.data(), want_b.data(), dout.data(), inp.data(),
+                      weight.data(), N, C, OC);
+
+    DeferredGrads later;
+    std::vector<float> di(inp.size(), 0.5f), w(static_cast<size_t>(OC) * C, 0.5f), b(OC, 0.25f);
+    bf16* g = later.hold_bf16(dout.size());
+    matmul_backward_input(ctx, di.data(), b.data(), g, dout.data(), weight.data(), N, C, OC);
+    if (b16)
+      later.add_linear(w.data(), g, inp16.data(), N, C, OC);
+    else
+      later.add_linear(w.data(), g, inp.data(), N, C, OC);
+    CHECK(same_bits(di, want_i));  // the input half and the bias are done now
+    CHECK(same_bits(b, want_b));
+    auto saved = dout;
+    std::fill(dout.begin(), dout.end(), 1e30f);  // the caller reuses its f32 buffer
+    later.run(ctx);
+    dout = saved;
+    CHECK(same_bits(w, want_w));
+  }
 }

@@ -74,10 +74,16 @@ float* zeros(Context& ctx, size_t n) {
   return p;
 }
 
-// n floats that live as long as the backward's deferred work reading them: later's storage when
-// the backward defers, the arena otherwise. Uninitialised.
+// The deferred weight half reads an output gradient in f32 (fp32), or its bf16 rounding, which
+// the input half makes and keeps in later's storage (bf16: linear_backward).
+bool defers_f32(const Context& ctx, const DeferredGrads* later) {
+  return later != nullptr && ctx.precision() != Precision::bf16;
+}
+
+// n floats of an output gradient a linear backward reads: in later's storage when its deferred
+// weight half reads them in f32, in the arena otherwise. Uninitialised.
 float* kept(Context& ctx, DeferredGrads* later, size_t n) {
-  return later != nullptr ? later->hold(n) : ctx.arena().alloc_f32(n);
+  return defers_f32(ctx, later) ? later->hold(n) : ctx.arena().alloc_f32(n);
 }
 
 // kept(), zeroed.
@@ -87,9 +93,21 @@ float* kept_zeros(Context& ctx, DeferredGrads* later, size_t n) {
   return p;
 }
 
-// `dout` itself, or a copy that lives until later runs when the caller will overwrite dout.
-const float* keep(DeferredGrads* later, const float* dout, size_t n) {
-  return later != nullptr ? later->copy(dout, n) : dout;
+// `dout` itself, or a copy that lives until later runs when the caller will overwrite dout and
+// the deferred weight half reads it in f32.
+const float* keep(const Context& ctx, DeferredGrads* later, const float* dout, size_t n) {
+  return defers_f32(ctx, later) ? later->copy(dout, n) : dout;
+}
+
+// In bf16, the input half of a deferred linear backward: dout rounded into later's storage once
+// (the bias gradient summed in that pass), the input product now, the weight product recorded
+// on the rounding. The bits of matmul_backward.
+template <class Input>
+void deferred_bf16(Context& ctx, DeferredGrads& later, float* dinp, float* dweight, float* dbias,
+                   const float* dout, const Input* inp, const float* weight, int N, int C, int OC) {
+  bf16* g = later.hold_bf16(static_cast<size_t>(N) * static_cast<size_t>(OC));
+  matmul_backward_input(ctx, dinp, dbias, g, dout, weight, N, C, OC);
+  later.add_linear(dweight, g, inp, N, C, OC);
 }
 
 // matmul_backward, or its input half now and its weight half recorded into `later` (dout and
@@ -99,6 +117,10 @@ void linear_backward(Context& ctx, DeferredGrads* later, float* dinp, float* dwe
                      int OC) {
   if (later == nullptr) {
     matmul_backward(ctx, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    return;
+  }
+  if (ctx.precision() == Precision::bf16) {
+    deferred_bf16(ctx, *later, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     return;
   }
   if (dinp != nullptr) matmul_backward_input(ctx, dinp, dout, weight, N, C, OC);
@@ -172,6 +194,8 @@ void linear_backward(Context& ctx, DeferredGrads* later, float* dinp, float* dwe
     linear_backward(ctx, later, dinp, dweight, dbias, dout, inp.f32, weight, N, C, OC);
   } else if (later == nullptr) {
     matmul_backward(ctx, dinp, dweight, dbias, dout, inp.b16, weight, N, C, OC);
+  } else if (ctx.precision() == Precision::bf16) {
+    deferred_bf16(ctx, *later, dinp, dweight, dbias, dout, inp.b16, weight, N, C, OC);
   } else {
     if (dinp != nullptr) matmul_backward_input(ctx, dinp, dout, weight, N, C, OC);
     later->add_linear(dweight, dbias, dout, inp.b16, N, C, OC);
@@ -398,21 +422,31 @@ class Block final : public SlotLayer {
     // din accumulates d(res2) first (residual + ln2 path), then d(in) (+ ln1 path).
     std::copy(dout, dout + NC, din);
     float* dfch_gelu = zeros(ctx, 4 * NC);
-    linear_backward(ctx, later, dfch_gelu, g(grads, FCPW), g(grads, FCPB), keep(later, dout, NC),
-                    saved_input(ctx, S + s.fch_gelu), p(params, FCPW), N, 4 * C, C);
+    linear_backward(ctx, later, dfch_gelu, g(grads, FCPW), g(grads, FCPB),
+                    keep(ctx, later, dout, NC), saved_input(ctx, S + s.fch_gelu), p(params, FCPW),
+                    N, 4 * C, C);
     float* dln = zeros(ctx, NC);
-    if (later == nullptr && ctx.precision() == Precision::bf16) {
+    if (ctx.precision() == Precision::bf16) {
       // GELU's backward makes the fc products' bf16 operand and the fc bias gradient in one
-      // pass (the bits of the f32 d(fch) through linear_backward)
-      bf16* dfch16 = alloc_bf16(ctx, static_cast<int64_t>(4 * NC));
+      // pass (the bits of the f32 d(fch) through linear_backward); a deferred weight half
+      // keeps that operand
+      bf16* dfch16 = later != nullptr ? later->hold_bf16(4 * NC)
+                                      : alloc_bf16(ctx, static_cast<int64_t>(4 * NC));
       gelu_backward(ctx, dfch16, g(grads, FCB), S + s.fch, dfch_gelu, N, 4 * C);
       const ProductInput ln2 = saved_input(ctx, S + s.ln2);
-      if (ln2.b16 != nullptr)
+      if (later != nullptr) {
+        matmul_backward_products(ctx, dln, nullptr, dfch16, ln2.f32, p(params, FCW), N, C, 4 * C);
+        if (ln2.b16 != nullptr)
+          later->add_linear(g(grads, FCW), dfch16, ln2.b16, N, C, 4 * C);
+        else
+          later->add_linear(g(grads, FCW), dfch16, ln2.f32, N, C, 4 * C);
+      } else if (ln2.b16 != nullptr) {
         matmul_backward_products(ctx, dln, g(grads, FCW), dfch16, ln2.b16, p(params, FCW), N, C,
                                  4 * C);
-      else
+      } else {
         matmul_backward_products(ctx, dln, g(grads, FCW), dfch16, ln2.f32, p(params, FCW), N, C,
                                  4 * C);
+      }
     } else {
       float* dfch = kept_zeros(ctx, later, 4 * NC);
       gelu_backward(ctx, dfch, S + s.fch, dfch_gelu, static_cast<long>(4 * NC));
@@ -423,7 +457,7 @@ class Block final : public SlotLayer {
                        S + s.ln2_mean, S + s.ln2_rstd, N, C);
     float* datty = zeros(ctx, NC);
     // din goes on accumulating: the projection's weight gradient reads its present value
-    linear_backward(ctx, later, datty, g(grads, PROJW), g(grads, PROJB), keep(later, din, NC),
+    linear_backward(ctx, later, datty, g(grads, PROJW), g(grads, PROJB), keep(ctx, later, din, NC),
                     saved_input(ctx, S + s.atty), p(params, PROJW), N, C, C);
     float* dqkv = kept_zeros(ctx, later, 3 * NC);
     float* scratch = ctx.arena().alloc_f32(static_cast<size_t>(B) * NH_ * T * T);
