@@ -10,6 +10,25 @@
 
 namespace actorpipe {
 
+namespace {
+
+// An error with every run of digits replaced by '#': failures that differ only in their numbers
+// (a microbatch id counted from the rebuilt pipeline's start, a time) compare equal.
+std::string without_numbers(const std::string& error) {
+  std::string out;
+  for (size_t i = 0; i < error.size(); ++i) {
+    const bool digit = error[i] >= '0' && error[i] <= '9';
+    if (!digit) {
+      out += error[i];
+    } else if (i == 0 || !(error[i - 1] >= '0' && error[i - 1] <= '9')) {
+      out += '#';
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 Supervisor::Supervisor(RestartPolicy policy) : policy_(policy) {}
 
 double Supervisor::backoff(int k) const {
@@ -20,8 +39,10 @@ double Supervisor::backoff(int k) const {
 
 Status Supervisor::run(const std::function<Status()>& attempt,
                        const std::function<Status(const RestartEvent&)>& restart,
-                       const StopFlag* stop) {
+                       const StopFlag* stop, const std::function<long()>& progress) {
   auto stopping = [stop] { return stop != nullptr && stop->requested(); };
+  std::string last_error;  // the failure before the last restart (without_numbers), its step
+  long last_step = -1;
   for (;;) {
     Status done = attempt();
     if (done.ok()) return done;
@@ -31,6 +52,15 @@ Status Supervisor::run(const std::function<Status()>& attempt,
                       : std::string();
     if (restarts_ >= policy_.max_restarts) return Error{error + after};
     if (stopping()) return Error{error + after + "; not restarted: a stop was asked"};
+    const long step = progress ? progress() : -1;
+    if (progress && restarts_ > 0 && without_numbers(error) == last_error && step <= last_step) {
+      return Error{error + after +
+                   fmt::format("; not restarted again: the same failure at step {} as before "
+                               "restart {}",
+                               step, restarts_)};
+    }
+    last_error = without_numbers(error);
+    last_step = step;
 
     RestartEvent e;
     e.restart = restarts_ + 1;

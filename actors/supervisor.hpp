@@ -35,9 +35,14 @@ class Supervisor {
   /// Returns the first success; the last attempt's error when no restart remains ("... (after
   /// k restarts)" when there were some), with "; not restarted: a stop was asked" when a stop
   /// came; a failed restart's error naming the restart and the failure it followed.
+  /// With `progress` (the step the training has reached), a failure that repeats the one before
+  /// the last restart (the same error but for its numbers, such as a microbatch id counted from
+  /// the rebuilt pipeline's start, at a step no further on) is not restarted again: it would
+  /// fail the same way, and each restart waits longer. Its error ends "; not restarted again:
+  /// the same failure at step N as before restart k".
   Status run(const std::function<Status()>& attempt,
              const std::function<Status(const RestartEvent&)>& restart,
-             const StopFlag* stop = nullptr);
+             const StopFlag* stop = nullptr, const std::function<long()>& progress = {});
 
   /// Restarts done by run() so far.
   int restarts() const { return restarts_; }

@@ -1,5 +1,5 @@
 // Supervisor tests: attempts until one succeeds, at most max_restarts restarts, the doubling
-// backoff with its cap, a failed restart, a stop during the wait.
+// backoff with its cap, a failed restart, a stop during the wait, a failure that repeats.
 #include "actors/supervisor.hpp"
 
 #include <doctest/doctest.h>
@@ -105,4 +105,58 @@ TEST_CASE("a stop asked during the wait ends it at once, without a restart") {
   CHECK(done.error().message == "boom; not restarted: a stop was asked");
   CHECK(restarted == 0);
   CHECK(s.restarts() == 0);
+}
+
+TEST_CASE("a failure that repeats the one before the last restart is not restarted again") {
+  // the same error at the same step twice: one restart, then the error says why no more
+  int attempts = 0, restarts = 0;
+  Supervisor same({5, 0.0, 1.0});
+  Status a = same.run([&]() -> Status { return ++attempts, make_error("non-finite loss"); },
+                      [&](const RestartEvent&) -> Status { return ++restarts, Status{}; }, nullptr,
+                      [] { return 8L; });
+  REQUIRE_FALSE(a.ok());
+  CHECK(attempts == 2);
+  CHECK(restarts == 1);
+  CHECK(a.error().message ==
+        "non-finite loss (after 1 restart); not restarted again: the same failure at step 8 as "
+        "before restart 1");
+
+  // progress between the failures, or another error: restarted as before, up to the limit
+  long step = 0;
+  attempts = 0;
+  Supervisor progressing({3, 0.0, 1.0});
+  Status b = progressing.run([&]() -> Status { return ++attempts, step += 2, make_error("stall"); },
+                             [&](const RestartEvent&) -> Status { return {}; }, nullptr,
+                             [&] { return step; });
+  CHECK(attempts == 4);
+  CHECK(b.error().message == "stall (after 3 restarts)");
+  attempts = 0;
+  Supervisor changing({3, 0.0, 1.0});
+  Status c = changing.run(
+      [&]() -> Status { return Error{++attempts % 2 == 1 ? "a stall" : "a lost rank"}; },
+      [&](const RestartEvent&) -> Status { return {}; }, nullptr, [] { return 4L; });
+  CHECK(attempts == 4);
+  CHECK(c.error().message == "a lost rank (after 3 restarts)");
+
+  // without a progress callback every failure is restarted (the launcher's use)
+  attempts = 0;
+  Supervisor blind({2, 0.0, 1.0});
+  Status d = blind.run([&]() -> Status { return ++attempts, make_error("the same"); },
+                       [&](const RestartEvent&) -> Status { return {}; });
+  CHECK(attempts == 3);
+  CHECK(d.error().message == "the same (after 2 restarts)");
+}
+
+TEST_CASE("a repeated failure is recognised although its numbers differ") {
+  int attempts = 0;
+  Supervisor s({4, 0.0, 1.0});
+  Status a = s.run(
+      [&]() -> Status {
+        return make_error("stage 1, microbatch {} (1F0): non-finite loss", 4 * (++attempts % 2));
+      },
+      [&](const RestartEvent&) -> Status { return {}; }, nullptr, [] { return 3L; });
+  CHECK(attempts == 2);
+  CHECK(a.error().message ==
+        "stage 1, microbatch 0 (1F0): non-finite loss (after 1 restart); not restarted again: the "
+        "same failure at step 3 as before restart 1");
 }

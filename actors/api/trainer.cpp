@@ -750,7 +750,7 @@ Status Trainer::train() {
                         [this](const RestartEvent& e) {
                           return restart_from_checkpoint(e.restart, e.error, e.waited);
                         },
-                        &stop_);
+                        &stop_, [this] { return static_cast<long>(impl_->step); });
 }
 
 Status Trainer::restart_from_checkpoint(int restart, const std::string& error, double waited) {

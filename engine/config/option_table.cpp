@@ -296,9 +296,11 @@ std::vector<OptionSpec> build_table() {
                   "After a failed run (an exception in a stage or shard, a non-finite loss, a "
                   "stall, a checkpoint that could not be written) restart from the latest complete "
                   "checkpoint in checkpoint.dir (or from the start) up to this many times, in the "
-                  "same process; each restart is a \"restart\" line of train.metrics. 0 = a "
-                  "failure ends the training. One process only: a job of several is restarted "
-                  "by actorpipe-launch --max-restarts."));
+                  "same process; each restart is a \"restart\" line of train.metrics. A "
+                  "failure that repeats the one before the last restart (the same error but for "
+                  "its numbers, no step further) is not restarted again. 0 = a failure ends the "
+                  "training. One process only: a job of several is restarted by actorpipe-launch "
+                  "--max-restarts."));
   t.push_back(row("train", "nonfinite", &C::train, &TrainOptions::nonfinite,
                   "stop | skip; skip needs pipeline.mode gpipe or 1f1b",
                   "A non-finite loss or gradient: stop fails the run naming the step, stage and "
