@@ -253,7 +253,8 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
   if (Status ok = check_memory_fits(
           *impl->model, *impl->partition, impl->mode, config.optimizer.kind,
           impl->placement.stages_of(impl->rank), impl->B, impl->T, available_memory_bytes(),
-          parse_precision(config.pipeline.precision).value_or(Precision::fp32));
+          parse_precision(config.pipeline.precision).value_or(Precision::fp32),
+          config.pipeline.stash_precision == "bf16");
       !ok)
     return world > 1 ? make_error("rank {}: {}", impl->rank, ok.error().message) : ok.error();
   auto precision = resolve_precision(config.pipeline.precision);

@@ -20,12 +20,14 @@ std::string bytes_text(double b) {
   return fmt::format("{:.1f} {}", b, units[u]);
 }
 
-// The parameter floats of the layers `stages` hold.
-uint64_t param_floats(const Model& model, const Partition& partition, std::span<const int> stages) {
+// The parameter floats of the layers `stages` hold (all, or the product operands only).
+uint64_t param_floats(const Model& model, const Partition& partition, std::span<const int> stages,
+                      bool operands_only = false) {
   uint64_t floats = 0;
   for (int r : stages)
     for (int i = partition.begin(r); i < partition.end(r); ++i)
-      floats += model.layer(i).param_floats();
+      floats +=
+          operands_only ? model.layer(i).product_operand_floats() : model.layer(i).param_floats();
   return floats;
 }
 
@@ -33,7 +35,7 @@ uint64_t param_floats(const Model& model, const Partition& partition, std::span<
 
 uint64_t least_stage_bytes(const Model& model, const Partition& partition, Mode mode,
                            const std::string& optimizer_kind, std::span<const int> stages, int B,
-                           int T, Precision precision) {
+                           int T, Precision precision, bool bf16_stash) {
   const uint64_t versions =
       1 + (mode == Mode::twobw || mode == Mode::pipedream || mode == Mode::xpipe ? 1 : 0);
   const uint64_t per_float =
@@ -43,6 +45,8 @@ uint64_t least_stage_bytes(const Model& model, const Partition& partition, Mode 
   const uint64_t tokens =
       static_cast<uint64_t>(std::max(B, 0)) * static_cast<uint64_t>(std::max(T, 0));
   uint64_t bytes = param_floats(model, partition, stages) * per_float;
+  // a bf16 stash keeps the extra versions' product operands as their bf16 copy alone
+  if (bf16_stash) bytes -= 4 * (versions - 1) * param_floats(model, partition, stages, true);
   for (int r : stages) {
     bytes += 4 * tokens * static_cast<uint64_t>(o.width);  // the stage's output
     if (r == partition.stages() - 1) bytes += 4 * tokens * static_cast<uint64_t>(o.vocab_size);
@@ -64,10 +68,11 @@ std::optional<uint64_t> available_memory_bytes() {
 
 Status check_memory_fits(const Model& model, const Partition& partition, Mode mode,
                          const std::string& optimizer_kind, std::span<const int> stages, int B,
-                         int T, std::optional<uint64_t> available, Precision precision) {
+                         int T, std::optional<uint64_t> available, Precision precision,
+                         bool bf16_stash) {
   if (!available) return {};
-  const uint64_t need =
-      least_stage_bytes(model, partition, mode, optimizer_kind, stages, B, T, precision);
+  const uint64_t need = least_stage_bytes(model, partition, mode, optimizer_kind, stages, B, T,
+                                          precision, bf16_stash);
   if (need <= *available) return {};
   const uint64_t floats = param_floats(model, partition, stages);
   const ModelOptions& o = model.options();

@@ -19,12 +19,14 @@ namespace actorpipe {
 /// The least bytes `stages` of a run hold whatever else happens: per parameter float of their
 /// layers 4 bytes each for the weights, the gradient accumulator, the optimizer state (AdamW 2,
 /// SGD 1) and the extra weight version 2bw, pipedream and xpipe keep (at least 1), in bf16 2
-/// more per version for its bf16 copy; and for one microbatch of B sequences of T tokens, each
+/// more per version for its bf16 copy; with `bf16_stash` (pipeline.stash_precision = "bf16")
+/// the extra version's product operands (Layer::product_operand_floats) are only that copy,
+/// 4 bytes fewer each; and for one microbatch of B sequences of T tokens, each
 /// stage's output (B·T·width floats) and the last stage's logits (B·T·vocab_size floats).
 /// Stashes of more microbatches and channel buffers come on top.
 uint64_t least_stage_bytes(const Model& model, const Partition& partition, Mode mode,
                            const std::string& optimizer_kind, std::span<const int> stages, int B,
-                           int T, Precision precision = Precision::fp32);
+                           int T, Precision precision = Precision::fp32, bool bf16_stash = false);
 
 /// MemAvailable of /proc/meminfo in bytes, when it can be read.
 std::optional<uint64_t> available_memory_bytes();
@@ -38,6 +40,6 @@ std::optional<uint64_t> available_memory_bytes();
 Status check_memory_fits(const Model& model, const Partition& partition, Mode mode,
                          const std::string& optimizer_kind, std::span<const int> stages, int B,
                          int T, std::optional<uint64_t> available = available_memory_bytes(),
-                         Precision precision = Precision::fp32);
+                         Precision precision = Precision::fp32, bool bf16_stash = false);
 
 }  // namespace actorpipe

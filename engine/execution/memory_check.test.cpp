@@ -53,6 +53,12 @@ TEST_CASE("the least bytes count weights, gradients, optimizer state and weight 
         18 * (floats0 + floats1));
   CHECK(least_stage_bytes(model, part, Mode::twobw, "adamw", both, 0, 0, Precision::bf16) ==
         24 * (floats0 + floats1));
+  // a bf16 stash: the extra version's weight matrices are their bf16 copy alone
+  uint64_t operands = 0;
+  for (int i = 0; i < model.num_layers(); ++i) operands += model.layer(i).product_operand_floats();
+  REQUIRE(operands > 0);
+  CHECK(least_stage_bytes(model, part, Mode::twobw, "adamw", both, 0, 0, Precision::bf16, true) ==
+        24 * (floats0 + floats1) - 4 * operands);
 }
 
 TEST_CASE("stages that cannot fit are an error naming the keys that size the model") {

@@ -206,7 +206,8 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Config& c
   std::iota(all.begin(), all.end(), 0);
   if (Status ok = check_memory_fits(
           *model, *partition, *mode, config.optimizer.kind, all, o.B, o.T, available_memory_bytes(),
-          parse_precision(config.pipeline.precision).value_or(Precision::fp32));
+          parse_precision(config.pipeline.precision).value_or(Precision::fp32),
+          config.pipeline.stash_precision == "bf16");
       !ok)
     return ok.error();
   o.threads.assign(static_cast<size_t>(partition->stages()), config.pipeline.threads_per_stage);

@@ -63,6 +63,13 @@ const ParamSlot* Layer::find_slot(std::string_view name) const {
   return nullptr;
 }
 
+size_t Layer::product_operand_floats() const {
+  size_t n = 0;
+  for (const ParamSlot& s : slots_)
+    if (s.product_operand) n += s.numel;
+  return n;
+}
+
 void init_slot(const ParamSlot& s, float* p, uint64_t init_seed) {
   switch (s.init) {
     case InitKind::zeros:

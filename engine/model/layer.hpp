@@ -99,6 +99,8 @@ class Layer {
   size_t param_floats() const { return param_floats_; }
   /// The slot called `name`, or nullptr.
   const ParamSlot* find_slot(std::string_view name) const;
+  /// Floats of the slots marked ParamSlot::product_operand.
+  size_t product_operand_floats() const;
   /// False for the first layer, which reads tokens from the microbatch instead of `in`.
   bool takes_input() const { return role_ != LayerRole::input; }
   /// True for the last layer, which reads targets and returns the loss instead of `out`.

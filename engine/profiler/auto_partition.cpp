@@ -75,9 +75,11 @@ Expected<AutoPartition> plan_auto_partition(const Config& config,
       }
     }
   }
-  auto costs = options.model != nullptr
-                   ? layer_costs(out.profile, *options.model, config.optimizer, precision)
-                   : layer_costs(out.profile, config.model, config.optimizer, precision);
+  const bool bf16_stash = config.pipeline.stash_precision == "bf16";
+  auto costs =
+      options.model != nullptr
+          ? layer_costs(out.profile, *options.model, config.optimizer, precision, bf16_stash)
+          : layer_costs(out.profile, config.model, config.optimizer, precision, bf16_stash);
   if (!costs) return costs.error();
   out.costs = std::move(*costs);
 

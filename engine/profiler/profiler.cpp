@@ -285,14 +285,14 @@ constexpr std::int64_t kFloat = 4;  // bytes of an f32
 
 Expected<std::vector<LayerCosts>> layer_bytes(const ModelOptions& model_opts,
                                               const OptimizerOptions& optimizer, int B, int T,
-                                              Precision precision) {
+                                              Precision precision, bool bf16_stash) {
   auto model = Model::build(model_opts);
   if (!model) return model.error();
-  return layer_bytes(*model, optimizer, B, T, precision);
+  return layer_bytes(*model, optimizer, B, T, precision, bf16_stash);
 }
 
 Expected<std::vector<LayerCosts>> layer_bytes(const Model& m, const OptimizerOptions& optimizer,
-                                              int B, int T, Precision precision) {
+                                              int B, int T, Precision precision, bool bf16_stash) {
   const ModelOptions& model_opts = m.options();
   if (B < 1 || T < 1 || T > model_opts.context)
     return make_error("layer bytes: B = {}, T = {}: expected B >= 1 and 1 <= T <= context ({})", B,
@@ -307,7 +307,10 @@ Expected<std::vector<LayerCosts>> layer_bytes(const Model& m, const OptimizerOpt
     LayerCosts c;
     c.parameter_bytes = params;
     c.gradient_bytes = params;
-    c.version_bytes = params;
+    // a bf16 stash keeps a stored version's product operands as their bf16 copy only
+    c.version_bytes =
+        params -
+        (bf16_stash ? static_cast<std::int64_t>(layer.product_operand_floats()) * kFloat : 0);
     c.weight_copy_bytes = precision == Precision::bf16 ? params / 2 : 0;  // 2 bytes a value
     c.optimizer_bytes =
         static_cast<std::int64_t>(optimizer_state_floats(optimizer, layer.param_floats())) * kFloat;
@@ -326,16 +329,16 @@ Expected<std::vector<LayerCosts>> layer_bytes(const Model& m, const OptimizerOpt
 Expected<std::vector<LayerCosts>> layer_costs(const LayerProfile& profile,
                                               const ModelOptions& model,
                                               const OptimizerOptions& optimizer,
-                                              Precision precision) {
+                                              Precision precision, bool bf16_stash) {
   auto built = Model::build(model);
   if (!built) return built.error();
-  return layer_costs(profile, *built, optimizer, precision);
+  return layer_costs(profile, *built, optimizer, precision, bf16_stash);
 }
 
 Expected<std::vector<LayerCosts>> layer_costs(const LayerProfile& profile, const Model& model,
                                               const OptimizerOptions& optimizer,
-                                              Precision precision) {
-  auto costs = layer_bytes(model, optimizer, profile.B, profile.T, precision);
+                                              Precision precision, bool bf16_stash) {
+  auto costs = layer_bytes(model, optimizer, profile.B, profile.T, precision, bf16_stash);
   if (!costs) return costs.error();
   if (costs->size() != profile.layers.size())
     return make_error("layer costs: the profile has {} layers but the model has {}",

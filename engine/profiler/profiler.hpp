@@ -76,24 +76,31 @@ Expected<LayerProfile> profile_layers_loaded(const ModelOptions& model,
 ///  - output: the (B, T, C) hidden state it hands on (0 for the head: it ends in the loss);
 ///  - weight copy: in bf16 (`precision`) Layer::param_floats() bf16 values, the copy of one
 ///    stored version the products read (StageWorkerOptions::bf16_weight_copies); 0 in fp32.
+///  - version with `bf16_stash` (pipeline.stash_precision = "bf16"): a stored extra version
+///    keeps its product operands (ParamSlot::product_operand) in bf16 only, the values its
+///    weight copy counts, so its version bytes are the other floats alone.
 /// All else f32 (4 bytes a float). Errors: a bad model, B < 1 or T outside [1, context].
 Expected<std::vector<LayerCosts>> layer_bytes(const ModelOptions& model,
                                               const OptimizerOptions& optimizer, int B, int T,
-                                              Precision precision = Precision::fp32);
+                                              Precision precision = Precision::fp32,
+                                              bool bf16_stash = false);
 /// The same for a model already built.
 Expected<std::vector<LayerCosts>> layer_bytes(const Model& model, const OptimizerOptions& optimizer,
-                                              int B, int T, Precision precision = Precision::fp32);
+                                              int B, int T, Precision precision = Precision::fp32,
+                                              bool bf16_stash = false);
 
-/// The planner's costs: layer_bytes for the profile's (B, T) and `precision` with the profile's
-/// times (forward, backward, backward_weight, update). Errors: as layer_bytes, or a profile with
-/// another number of layers than the model.
+/// The planner's costs: layer_bytes for the profile's (B, T), `precision` and `bf16_stash` with
+/// the profile's times (forward, backward, backward_weight, update). Errors: as layer_bytes, or
+/// a profile with another number of layers than the model.
 Expected<std::vector<LayerCosts>> layer_costs(const LayerProfile& profile,
                                               const ModelOptions& model,
                                               const OptimizerOptions& optimizer,
-                                              Precision precision = Precision::fp32);
+                                              Precision precision = Precision::fp32,
+                                              bool bf16_stash = false);
 /// The same for a model already built.
 Expected<std::vector<LayerCosts>> layer_costs(const LayerProfile& profile, const Model& model,
                                               const OptimizerOptions& optimizer,
-                                              Precision precision = Precision::fp32);
+                                              Precision precision = Precision::fp32,
+                                              bool bf16_stash = false);
 
 }  // namespace actorpipe

@@ -181,6 +181,14 @@ TEST_CASE("layer bytes of the tiny GPT equal a hand count of its buffers") {
   CHECK((*h16)[1].version_bytes == 872 * 4);
   CHECK((*h16)[1].activation_bytes == (1632 - 336 + 96) * 4);
   CHECK((*h16)[0].activation_bytes == (*b)[0].activation_bytes);  // the embedding: all f32
+  // a bf16 stash: a stored version keeps a block's four matrices (12 C² = 768 floats) as their
+  // bf16 copy only; the embedding and the head (tied) keep theirs in f32
+  auto s16 = layer_bytes(m, OptimizerOptions{}, testing::kB, testing::kT, Precision::bf16, true);
+  REQUIRE(s16.ok());
+  CHECK((*s16)[1].version_bytes == (872 - 768) * 4);
+  CHECK((*s16)[1].weight_copy_bytes == 872 * 2);
+  CHECK((*s16)[0].version_bytes == 256 * 4);
+  CHECK((*s16)[3].version_bytes == 208 * 4);
 }
 
 TEST_CASE("layer_costs puts a profile's times on the model's bytes") {
