@@ -154,10 +154,14 @@ Expected<int> rejoin_limit(const EnvLookup& env) {
   return static_cast<int>(v);
 }
 
-// Bounds the teardown of a failed attempt that is to be rejoined: if leaving the failed run's
-// process group (its actors, UCX endpoints and connections to a lost rank) takes longer than
-// `limit` once armed, the process says so and exits 1, so that actorpipe-launch relaunches it
-// instead of the job waiting for it.
+// Bounds the teardown of a failed attempt in a job of several processes: if leaving the failed
+// run's process group (its actors, UCX endpoints and connections to a lost rank) takes longer
+// than `limit` once armed, the process says so and exits 1 (a rank to be rejoined: so that
+// actorpipe-launch relaunches it instead of the job waiting for it; any other: the process
+// fails anyway, and a lost peer must not keep it alive).
+// How long a failed process of a job may take to leave before TeardownWatchdog ends it.
+constexpr std::chrono::milliseconds kFailedTeardownLimit{5000};
+
 class TeardownWatchdog {
  public:
   TeardownWatchdog() = default;
@@ -172,15 +176,15 @@ class TeardownWatchdog {
     cv_.notify_all();
     thread_.join();
   }
-  void arm(std::string program, int rank, std::chrono::milliseconds limit) {
+  void arm(std::string program, int rank, std::chrono::milliseconds limit, bool relaunched) {
     if (thread_.joinable()) return;
-    thread_ = std::thread([this, program = std::move(program), rank, limit] {
+    thread_ = std::thread([this, program = std::move(program), rank, limit, relaunched] {
       std::unique_lock<std::mutex> lock(mu_);
       if (cv_.wait_for(lock, limit, [this] { return done_; })) return;
-      fmt::print(stderr,
-                 "{}: rank {}: leaving the failed run took longer than {:.0f} s; exiting so that "
-                 "actorpipe-launch relaunches this rank\n",
-                 program, rank, std::chrono::duration<double>(limit).count());
+      fmt::print(stderr, "{}: rank {}: leaving the failed run took longer than {:.0f} s; {}\n",
+                 program, rank, std::chrono::duration<double>(limit).count(),
+                 relaunched ? "exiting so that actorpipe-launch relaunches this rank"
+                            : "exiting without waiting for it");
       std::fflush(stderr);
       std::_Exit(kExitError);
     });
@@ -461,7 +465,11 @@ Attempt train_in_job(const TrainerProgram& program, Config config, TrainerOption
     if (may_rejoin && may_rejoin_later) {
       watchdog.arm(std::string(program.name), cluster.rank,
                    std::chrono::milliseconds(
-                       static_cast<int64_t>(config.cluster.peer_timeout * 1000.0) + 5000));
+                       static_cast<int64_t>(config.cluster.peer_timeout * 1000.0) + 5000),
+                   true);
+    } else if (cluster.multi_process()) {
+      // the error is out; what is left is teardown, which normally takes about a second
+      watchdog.arm(std::string(program.name), cluster.rank, kFailedTeardownLimit, false);
     }
     return Attempt{kExitError, may_rejoin, error};
   };
