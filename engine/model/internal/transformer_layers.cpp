@@ -202,6 +202,25 @@ void linear_backward(Context& ctx, DeferredGrads* later, float* dinp, float* dwe
   }
 }
 
+// linear_backward's bf16 products on an output gradient the caller rounded already (and whose
+// bias gradient it took in that pass): both now, or the input product now and the weight
+// product recorded into `later` (dout must live until later runs).
+void linear_products_bf16(Context& ctx, DeferredGrads* later, float* dinp, float* dweight,
+                          const bf16* dout, ProductInput inp, const float* weight, int N, int C,
+                          int OC) {
+  if (later != nullptr) {
+    matmul_backward_products(ctx, dinp, nullptr, dout, inp.f32, weight, N, C, OC);
+    if (inp.b16 != nullptr)
+      later->add_linear(dweight, dout, inp.b16, N, C, OC);
+    else
+      later->add_linear(dweight, dout, inp.f32, N, C, OC);
+  } else if (inp.b16 != nullptr) {
+    matmul_backward_products(ctx, dinp, dweight, dout, inp.b16, weight, N, C, OC);
+  } else {
+    matmul_backward_products(ctx, dinp, dweight, dout, inp.f32, weight, N, C, OC);
+  }
+}
+
 void check_ids(const std::vector<int32_t>& ids, size_t n, int32_t limit, bool allow_ignore,
                const char* what) {
   AP_CHECK(ids.size() == n, "microbatch {} has {} entries, expected B*T = {}", what, ids.size(), n);
@@ -433,20 +452,8 @@ class Block final : public SlotLayer {
       bf16* dfch16 = later != nullptr ? later->hold_bf16(4 * NC)
                                       : alloc_bf16(ctx, static_cast<int64_t>(4 * NC));
       gelu_backward(ctx, dfch16, g(grads, FCB), S + s.fch, dfch_gelu, N, 4 * C);
-      const ProductInput ln2 = saved_input(ctx, S + s.ln2);
-      if (later != nullptr) {
-        matmul_backward_products(ctx, dln, nullptr, dfch16, ln2.f32, p(params, FCW), N, C, 4 * C);
-        if (ln2.b16 != nullptr)
-          later->add_linear(g(grads, FCW), dfch16, ln2.b16, N, C, 4 * C);
-        else
-          later->add_linear(g(grads, FCW), dfch16, ln2.f32, N, C, 4 * C);
-      } else if (ln2.b16 != nullptr) {
-        matmul_backward_products(ctx, dln, g(grads, FCW), dfch16, ln2.b16, p(params, FCW), N, C,
-                                 4 * C);
-      } else {
-        matmul_backward_products(ctx, dln, g(grads, FCW), dfch16, ln2.f32, p(params, FCW), N, C,
-                                 4 * C);
-      }
+      linear_products_bf16(ctx, later, dln, g(grads, FCW), dfch16, saved_input(ctx, S + s.ln2),
+                           p(params, FCW), N, C, 4 * C);
     } else {
       float* dfch = kept_zeros(ctx, later, 4 * NC);
       gelu_backward(ctx, dfch, S + s.fch, dfch_gelu, static_cast<long>(4 * NC));
