@@ -1064,7 +1064,10 @@ class FlakySource final : public DataSource {
   FlakySource(std::shared_ptr<const DataSource> inner, std::shared_ptr<std::atomic<bool>> armed)
       : inner_(std::move(inner)), armed_(std::move(armed)) {}
   Microbatch microbatch(uint64_t n) const override {
-    if (n == 5 && armed_->exchange(false)) throw std::runtime_error("flaky read");
+    // each failure in other words: the same error at the same step again would be taken for a
+    // repeat and not restarted (Supervisor::run)
+    if (n == 5 && armed_->exchange(false))
+      throw std::runtime_error(throws_++ == 0 ? "flaky read" : "flaky read, another time");
     return inner_->microbatch(n);
   }
   int vocab_size() const override { return inner_->vocab_size(); }
@@ -1075,6 +1078,7 @@ class FlakySource final : public DataSource {
  private:
   std::shared_ptr<const DataSource> inner_;
   std::shared_ptr<std::atomic<bool>> armed_;
+  mutable std::atomic<int> throws_{0};
 };
 
 }  // namespace
