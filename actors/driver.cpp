@@ -111,15 +111,6 @@ class DriverActor : public caf::event_based_actor {
           report_steps();
           await_next();
         },
-        [this](flush_atom, int, int ordinal) {
-          ++messages_;
-          report_steps();
-          if (++flush_count_[ordinal] == st_->stages) {
-            flush_count_.erase(ordinal);
-            for (const caf::actor& a : st_->directory.stages) send(a, release_atom::value, ordinal);
-          }
-          await_next();
-        },
         [this](commit_atom, const Commit& c) {
           ++messages_;
           AP_CHECK(c.stage >= 0 && c.stage < st_->stages, "commit of stage {}", c.stage);
@@ -259,14 +250,13 @@ class DriverActor : public caf::event_based_actor {
   // A stop asked (ActorCallbacks::stop), seen the first time: the run ends after the last step
   // any microbatch of which was fed (the step in flight): no later microbatch is fed, and every
   // stage ends its list after that step (`cut`). In the sync modes, where every repetition of the
-  // schedule is one step ending in a flush, such a stage is at most at that step's flush: none
-  // can pass it without the driver's release, nor start a later step without a microbatch of
-  // it. In 2bw the run's one schedule ends after that step instead (first_steps): no stage can
-  // have started an action of a later step, which needs a microbatch of it or the updates of
-  // its backwards; the next run continues it exactly, as after any run of 2bw. pipedream and
-  // xpipe end the same way with ActorCallbacks::stop_drains (train.stop = "step": the pipeline
-  // drains there, where the uninterrupted training does not), else they run their schedule to
-  // its end.
+  // schedule is one step ending in a flush, no stage can run an action of a later step: each
+  // needs a microbatch of it. In 2bw the run's one schedule ends after
+  // that step instead (first_steps): no stage can have started an action of a later step, which
+  // needs a microbatch of it or the updates of its backwards; the next run continues it exactly, as
+  // after any run of 2bw. pipedream and xpipe end the same way with ActorCallbacks::stop_drains
+  // (train.stop = "step": the pipeline drains there, where the uninterrupted training does not),
+  // else they run their schedule to its end.
   void check_stop() {
     check_cut();
     if (stop_seen_ || finished_ || st_->callbacks.stop == nullptr ||
@@ -472,7 +462,6 @@ class DriverActor : public caf::event_based_actor {
   };
   std::map<int64_t, ReplicaLosses> replica_losses_;
   bool from_replica_ = false;  // the run failed because another replica's did
-  std::map<int, int> flush_count_;
   std::set<int64_t> skipped_;  // ordinals of the steps dropped (train.nonfinite = "skip")
   std::map<int64_t, std::vector<std::vector<double>>> sumsq_;
   std::map<int64_t, int> sumsq_count_;

@@ -20,7 +20,6 @@ struct RunState;
 ///    microbatch order; calls on_step in step order with the stages' busy and idle times;
 ///  - in modes that clip globally, sums every stage's Σg² in stage then layer order and sends
 ///    each optimizer shard the clip scale (`scale`);
-///  - releases the k-th FLUSH once every stage has reached it (`release`);
 ///  - on `fail`, a monitored actor going down, or no progress for stall_timeout_seconds, stops
 ///    every actor and answers the error.
 caf::actor spawn_driver(caf::actor_system& sys, std::shared_ptr<internal::RunState> state);

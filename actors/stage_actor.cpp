@@ -82,10 +82,6 @@ class StageActor : public caf::event_based_actor {
             tied_w_[{t.tied, TiedVersion{static_cast<int>(t.key), t.lookahead}}] = std::move(*w);
           advance_or_spin();
         },
-        [this](release_atom, int ordinal) {
-          released_ = std::max(released_, ordinal);
-          advance_or_spin();
-        },
         [this](cut_atom, int32_t steps) {
           // the run ends after `steps` steps (the driver's cut: this stage has not started an
           // action of a later step). Sync modes: after that many repetitions of the schedule;
@@ -276,13 +272,7 @@ class StageActor : public caf::event_based_actor {
       }
       case ActionKind::B:
         return mbs_.count(s.mb) > 0;
-      case ActionKind::FLUSH:
-        if (!flush_sent_) {
-          flush_sent_ = true;
-          ++flushes_;
-          send(st_->directory.driver, flush_atom::value, r_, flushes_);
-        }
-        return released_ >= flushes_;
+      case ActionKind::FLUSH:  // local: see execute()
       case ActionKind::SEND_F:
       case ActionKind::SEND_B:
       case ActionKind::OPT_STEP:
@@ -432,8 +422,14 @@ class StageActor : public caf::event_based_actor {
         break;
       }
       case ActionKind::FLUSH:
+        // The schedule's end-of-step barrier needs no message here: nothing of step t+1 runs at
+        // any stage before the work of step t it depends on is done everywhere (a stage's next
+        // step waits for its own update's commit and for microbatches of that step; its update
+        // waits for its last backward, which waits for every later stage's, and with a global
+        // clip for every stage's gradient norm). Waiting for the driver's word as well would add
+        // two control-plane hops per step across processes and change no value: the serial
+        // executor, which waits, computes the same bits.
         if (!skip()) worker_.exec_flush(a);
-        flush_sent_ = false;
         break;
     }
   }
@@ -543,9 +539,6 @@ class StageActor : public caf::event_based_actor {
   int64_t credit_ns_ = 0;  // a wait for the shard's compute, to count as busy
   bool failed_ = false;
   bool done_sent_ = false;
-  bool flush_sent_ = false;
-  int flushes_ = 0;
-  int released_ = 0;
   Clock::time_point start_, last_end_;
 
   std::unordered_map<int64_t, MicrobatchPtr> mbs_;

@@ -15,8 +15,8 @@ struct RunState;
 /// worker's own Context. Messages (see actors/internal/messages.hpp):
 ///  in:  mb (driver), ann (neighbour stages), tweight (the tied owner's optimizer shard: a new
 ///       version; in xpipe also the owner's stage: a prediction its forward computed with),
-///       release (driver, after a FLUSH), published (its optimizer shard, after an OPT_STEP)
-///  out: ann (neighbours), loss (last stage), credit (stage 0), flush, done, fail (driver),
+///       published (its optimizer shard, after an OPT_STEP)
+///  out: ann (neighbours), loss (last stage), credit (stage 0), done, fail (driver),
 ///       update (its optimizer shard: the worker's UpdateJob of an OPT_STEP), tweight (xpipe
 ///       owner: to the copy's stage)
 /// At an OPT_STEP it hands the update's job to its shard and goes on with its next actions; it

@@ -19,7 +19,6 @@ namespace actorpipe::internal {
 using run_atom = caf::atom_constant<caf::atom("run")>;
 // driver -> stages
 using mb_atom = caf::atom_constant<caf::atom("mb")>;            // (int64 mb): take it from the feed
-using release_atom = caf::atom_constant<caf::atom("release")>;  // (int flush ordinal)
 // (int32 repeats): a stop was asked; the run ends after that many repetitions of the schedule
 using cut_atom = caf::atom_constant<caf::atom("cut")>;
 // stages -> driver
@@ -27,7 +26,6 @@ using cut_atom = caf::atom_constant<caf::atom("cut")>;
 // -1 and loops on an infinity, and a skipped step's loss may be either: train.nonfinite)
 using loss_atom = caf::atom_constant<caf::atom("loss")>;
 using credit_atom = caf::atom_constant<caf::atom("credit")>;  // (int64 mb)
-using flush_atom = caf::atom_constant<caf::atom("flush")>;    // (int stage, int ordinal)
 using commit_atom = caf::atom_constant<caf::atom("commit")>;  // (Commit)
 using done_atom = caf::atom_constant<caf::atom("done")>;      // (int stage, StageTimes)
 using fail_atom = caf::atom_constant<caf::atom("fail")>;      // (Failure)
