@@ -12,6 +12,7 @@
 
 #include "kernels/check.hpp"
 #include "transport/local_channel.hpp"
+#include "transport/ucx_messenger.hpp"
 
 namespace actorpipe {
 
@@ -117,6 +118,8 @@ UcxChannel::UcxChannel(std::shared_ptr<UcxWorker> worker, ChannelEnds ends, End 
   AP_CHECK(!opts_.carry_announcements || ends.tag < kUcxAnnouncementTagBit,
            "{}: tag {} leaves no bit to mark its announcements", name(), ends.tag);
   AP_CHECK(ends.tag != kUcxExchangeChannelTag, "{}: tag {} is ucx_exchange's", name(), ends.tag);
+  AP_CHECK(ends.tag != kUcxMessengerChannelTag, "{}: tag {} is the UCX messenger's", name(),
+           ends.tag);
 }
 
 std::unique_ptr<UcxChannel> UcxChannel::sender(std::shared_ptr<UcxWorker> worker, ChannelEnds ends,

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "transport/tools/ucx_test_job.hpp"
 #include "transport/ucx_channel.hpp"
 
 using namespace actorpipe;
@@ -22,32 +23,10 @@ std::string why(const Expected<T>& e) {
   return e.ok() ? std::string() : e.error().message;
 }
 
-// n workers of this process, each with an endpoint to every other (peers[i]: rank -> endpoint)
-struct Job {
-  std::vector<std::shared_ptr<UcxWorker>> workers;
-  std::vector<std::map<int, UcxEndpoint>> peers;
-};
+using Job = test::UcxTestJob;
 
 Job connected(int n) {
-  Job job;
-  for (int i = 0; i < n; ++i) {
-    UcxWorkerOptions o;
-    o.name = "worker " + std::to_string(i);
-    auto w = UcxWorker::create(o);
-    REQUIRE_MESSAGE(w.ok(), why(w));
-    job.workers.push_back(*w);
-  }
-  job.peers.resize(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) {
-    for (int j = 0; j < n; ++j) {
-      if (i == j) continue;
-      auto ep = job.workers[static_cast<size_t>(i)]->connect(
-          job.workers[static_cast<size_t>(j)]->address());
-      REQUIRE_MESSAGE(ep.ok(), why(ep));
-      job.peers[static_cast<size_t>(i)][j] = *ep;
-    }
-  }
-  return job;
+  return test::connected_workers(n);
 }
 
 std::byte pattern(int from, int to, uint32_t round, size_t i) {
