@@ -8,10 +8,12 @@
 #include <charconv>
 #include <cmath>
 #include <optional>
+#include <random>
 
 #include "actors/driver.hpp"
 #include "actors/internal/messages.hpp"
 #include "actors/internal/microbatch_feed.hpp"
+#include "actors/internal/remote_mail.hpp"
 #include "actors/internal/run_state.hpp"
 #include "actors/migration_manager.hpp"
 #include "actors/optimizer_actor.hpp"
@@ -462,6 +464,14 @@ Expected<RunOutcome> decode(caf::actor_system& sys, const std::string& text) {
   return o;
 }
 
+// The stream of a run's remote mail, chosen by the run's lead: counted from a random start in
+// each process, so neither a later run nor a relaunched lead reuses the stream of a run whose
+// leftovers a peer's worker may still hold (a failed run's messages nobody received).
+uint32_t next_mail_stream() {
+  static std::atomic<uint32_t> next{std::random_device{}()};
+  return next.fetch_add(1) & 0xFFFF;
+}
+
 // Several processes: this rank's stages and shards (and on rank 0 the driver) in the group's
 // actor system; the ranks agree on the directory of every actor before the driver starts, and
 // on rank 0's outcome after every actor has stopped.
@@ -515,9 +525,12 @@ Expected<RunOutcome> run_ranks(ProcessGroup& group, const std::shared_ptr<RunSta
     size_t down = 0;
     self->receive_while([&] { return down < local.size(); })([&](caf::down_msg&) { ++down; });
   };
+  std::unique_ptr<internal::RemoteMail> mail;
   auto fail = [&](const Error& e) -> Expected<RunOutcome> {
     stop_local();
     await_local();
+    st->mail = nullptr;
+    mail.reset();
     group.on_lost({});
     st->directory = Directory{};
     return e;
@@ -525,8 +538,10 @@ Expected<RunOutcome> run_ranks(ProcessGroup& group, const std::shared_ptr<RunSta
 
   RankPart part;
   part.actors = local;
+  if (rank == lead) part.text = std::to_string(next_mail_stream());
   auto parts = group.all_gather(std::move(part));
   if (!parts) return fail(parts.error());
+  uint32_t stream = 0;
   for (const RankPart& p : *parts) {
     size_t i = 0;
     for (int r = 0; r < st->stages; ++r) {
@@ -542,6 +557,14 @@ Expected<RunOutcome> run_ranks(ProcessGroup& group, const std::shared_ptr<RunSta
       if (p.rank == lead) st->directory.driver = p.actors.back();
       if (st->replicas > 1) st->directory.drivers.push_back(p.actors.back());
     }
+    if (p.rank == lead) stream = static_cast<uint32_t>(std::strtoul(p.text.c_str(), nullptr, 10));
+  }
+  // control messages to and from the other processes on UCX, on the lead's stream for this run
+  if (st->options.remote_mail && group.ucx() != nullptr) {
+    auto m = internal::RemoteMail::create(sys, *st, group.ucx(), rank, group.peers(), stream);
+    if (!m) return fail(m.error());
+    mail = std::move(*m);
+    st->mail = mail.get();
   }
   // every rank holds the directory before the driver's first message
   if (auto barrier = group.all_gather({}); !barrier) return fail(barrier.error());
@@ -554,6 +577,8 @@ Expected<RunOutcome> run_ranks(ProcessGroup& group, const std::shared_ptr<RunSta
     result.text = encode(sys, outcome);
   }
   await_local();
+  st->mail = nullptr;
+  mail.reset();
   group.on_lost({});
   st->directory = Directory{};
   auto all = group.all_gather(std::move(result));
@@ -596,6 +621,7 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(
   st->stages = d;
   st->rank_of_stage = im.placement.ranks();
   st->driver_rank = im.placement.first_rank();
+  st->rank = im.multi() ? im.rank : 0;
   st->replicas = im.replicas;
   st->replica = im.replica;
   st->reducer = eval ? nullptr : im.reducer.get();

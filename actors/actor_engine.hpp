@@ -111,6 +111,10 @@ struct ActorEngineOptions {
   /// microbatches ahead of the first stage, so the release's middleman hop is off the path of
   /// their inputs (UCX is faster). Off: every stage gets it with the first (to compare).
   bool release_ahead_remote = true;
+  /// Control messages between actors of different processes (losses, credits, commits,
+  /// microbatch releases, clip sums and scales, tied announcements) travel on the job's UCX
+  /// workers (actors/internal/remote_mail.hpp). Off: through CAF's middleman (to compare).
+  bool remote_mail = true;
   /// A stage whose channels lead to other processes drives their transport (UCX) itself while
   /// it waits for a message, for up to this many microseconds (instead of spin_before_wait_us)
   /// before its thread sleeps and the transport's progress thread takes over: an input that

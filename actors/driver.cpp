@@ -12,6 +12,7 @@
 #include <set>
 
 #include "actors/internal/messages.hpp"
+#include "actors/internal/remote_mail.hpp"
 #include "actors/internal/run_state.hpp"
 #include "actors/internal/spin_wait.hpp"
 #include "engine/data/loader.hpp"
@@ -190,8 +191,8 @@ class DriverActor : public caf::event_based_actor {
                                                         per_layer[static_cast<size_t>(bad)])});
             return;
           }
-          for (const caf::actor& a : st_->directory.optimizers)
-            send(a, scale_atom::value, s.ordinal, scale);
+          for (int r = 0; r < st_->stages; ++r)
+            send_to(this, *st_, MailAddress::shard(r), scale_atom::value, s.ordinal, scale);
           sumsq_.erase(s.ordinal);
           sumsq_count_.erase(s.ordinal);
           await_next();
@@ -235,7 +236,7 @@ class DriverActor : public caf::event_based_actor {
     check_stop();
     while (!finished_ && next_mb_ < end_mbs_ && outstanding_ < st_->credits) {
       for (size_t r = 0; r < st_->directory.stages.size(); ++r)
-        if (!remote(r)) send(st_->directory.stages[r], mb_atom::value, next_mb_);
+        if (!remote(r)) send(st_->directory.stages[r], mb_atom::value, next_mb_);  // local
       ++next_mb_;
       ++outstanding_;
       peak_ahead_ = std::max(peak_ahead_, outstanding_);
@@ -244,7 +245,9 @@ class DriverActor : public caf::event_based_actor {
     const int64_t ahead = std::min(end_mbs_, next_mb_ + lead);
     for (; !finished_ && next_remote_mb_ < ahead; ++next_remote_mb_)
       for (size_t r = 0; r < st_->directory.stages.size(); ++r)
-        if (remote(r)) send(st_->directory.stages[r], mb_atom::value, next_remote_mb_);
+        if (remote(r))
+          send_to(this, *st_, MailAddress::stage(static_cast<int>(r)), mb_atom::value,
+                  next_remote_mb_);
   }
 
   // A stop asked (ActorCallbacks::stop), seen the first time: the run ends after the last step
@@ -292,8 +295,8 @@ class DriverActor : public caf::event_based_actor {
     const int64_t steps = std::max<int64_t>(1, (released + per - 1) / per);
     if (steps >= total) return;
     end_mbs_ = steps * per;
-    for (const caf::actor& a : st_->directory.stages)
-      send(a, cut_atom::value, static_cast<int32_t>(steps));
+    for (int r = 0; r < st_->stages; ++r)
+      send_to(this, *st_, MailAddress::stage(r), cut_atom::value, static_cast<int32_t>(steps));
   }
 
   // Whether stage r runs in another process than the driver.

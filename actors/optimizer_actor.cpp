@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "actors/internal/messages.hpp"
+#include "actors/internal/remote_mail.hpp"
 #include "actors/internal/run_state.hpp"
 #include "actors/internal/spin_wait.hpp"
 #include "engine/execution/gradient_reducer.hpp"
@@ -138,7 +139,7 @@ class OptimizerActor : public caf::event_based_actor {
       });
       const ChannelKind kind = s.owner ? ChannelKind::tied_to_copy : ChannelKind::tied_to_owner;
       if (!post_tied(s, kind, std::move(g), ordinal_, 0, tgrad_atom::value,
-                     st_->directory.optimizers[static_cast<size_t>(s.peer)]))
+                     MailAddress::shard(static_cast<int>(s.peer))))
         return;
     }
   }
@@ -191,7 +192,8 @@ class OptimizerActor : public caf::event_based_actor {
       }
       // step 3
       if (global_clip_) {
-        send(st_->directory.driver, sumsq_atom::value, SumSq{ordinal_, r_, std::move(per_layer)});
+        send_to(this, *st_, MailAddress::driver(), sumsq_atom::value,
+                SumSq{ordinal_, r_, std::move(per_layer)});
       } else {
         // per-stage clipping (the modes that follow the tied owner): the owner's scale covers
         // the tied parameter, which the copy does not update; a non-finite gradient stops the
@@ -244,7 +246,7 @@ class OptimizerActor : public caf::event_based_actor {
             }
           });
           if (!post_tied(s, ChannelKind::tied_weights, std::move(w), version, 0,
-                         tweight_atom::value, st_->directory.stages[static_cast<size_t>(s.peer)]))
+                         tweight_atom::value, MailAddress::stage(static_cast<int>(s.peer))))
             return;
         }
       }
@@ -281,7 +283,7 @@ class OptimizerActor : public caf::event_based_actor {
   // False after reporting a failure.
   template <class Atom>
   bool post_tied(const Split& s, ChannelKind kind, Tensor t, int64_t key, int lookahead, Atom atom,
-                 const caf::actor& to) {
+                 MailAddress to) {
     TensorChannel& ch = st_->channels->tied(static_cast<int>(s.k), kind);
     auto ann = ch.post(std::move(t), -1, static_cast<int32_t>(key));
     if (!ann) {
@@ -294,7 +296,7 @@ class OptimizerActor : public caf::event_based_actor {
     a.tied = static_cast<int32_t>(s.k);
     a.from_stage = r_;
     a.payload = *ann;
-    send(to, atom, a);
+    send_to(this, *st_, to, atom, a);
     return true;
   }
 

@@ -14,6 +14,7 @@
 
 #include "actors/internal/messages.hpp"
 #include "actors/internal/microbatch_feed.hpp"
+#include "actors/internal/remote_mail.hpp"
 #include "actors/internal/run_state.hpp"
 #include "actors/internal/spin_wait.hpp"
 #include "engine/execution/stage_worker.hpp"
@@ -118,8 +119,8 @@ class StageActor : public caf::event_based_actor {
           }
           // the step this update ends is complete at this stage (the driver reports a step once
           // every stage's update of it is in)
-          send(st_->directory.driver, commit_atom::value,
-               Commit{r_, updates_++, committed, stage_times(*st_, r_)});
+          send_to(this, *st_, MailAddress::driver(), commit_atom::value,
+                  Commit{r_, updates_++, committed, stage_times(*st_, r_)});
           advance_or_spin();
         },
     };
@@ -184,7 +185,7 @@ class StageActor : public caf::event_based_actor {
     if (pc_ == n_ && !done_sent_ && !failed_) {
       if (!skip() && !st_->eval && !install_owner_tied()) return;
       done_sent_ = true;
-      send(st_->directory.driver, done_atom::value, r_, stage_times(*st_, r_));
+      send_to(this, *st_, MailAddress::driver(), done_atom::value, r_, stage_times(*st_, r_));
     }
   }
 
@@ -348,14 +349,14 @@ class StageActor : public caf::event_based_actor {
             return report_failure(
                 fmt::format("non-finite loss {} over {} targets", out.loss.sum, out.loss.count));
           }
-          send(st_->directory.driver, loss_atom::value, s.mb, std::bit_cast<uint64_t>(out.loss.sum),
-               out.loss.count);
+          send_to(this, *st_, MailAddress::driver(), loss_atom::value, s.mb,
+                  std::bit_cast<uint64_t>(out.loss.sum), out.loss.count);
         } else {
           outputs_[s.mb] = std::move(out.out);
         }
         if (st_->eval) {  // no B follows: the microbatch is done here
           mbs_.erase(s.mb);
-          if (r_ == 0) send(st_->directory.driver, credit_atom::value, s.mb);
+          if (r_ == 0) send_to(this, *st_, MailAddress::driver(), credit_atom::value, s.mb);
         }
         break;
       }
@@ -403,7 +404,7 @@ class StageActor : public caf::event_based_actor {
           if (r_ > 0) dins_[s.mb] = std::move(din);
         }
         mbs_.erase(s.mb);
-        if (r_ == 0) send(st_->directory.driver, credit_atom::value, s.mb);
+        if (r_ == 0) send_to(this, *st_, MailAddress::driver(), credit_atom::value, s.mb);
         break;
       }
       case ActionKind::SEND_B: {
@@ -506,7 +507,7 @@ class StageActor : public caf::event_based_actor {
       t.from_stage = r_;
       t.payload = *ann;
       const int copy = worker_.partition().stage_of(worker_.model().tied()[k].copy_layer);
-      send(st_->directory.stages[static_cast<size_t>(copy)], tweight_atom::value, t);
+      send_to(this, *st_, MailAddress::stage(copy), tweight_atom::value, t);
     }
   }
 

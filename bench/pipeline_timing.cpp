@@ -69,6 +69,9 @@ Expected<PipelineRunResult> measure_pipeline(const PipelineRunSpec& spec) {
     o.release_ahead_remote = std::string_view(v) != "0";
   if (const char* v = std::getenv("ACTORPIPE_BENCH_POLL_US"); v != nullptr)
     o.poll_before_wait_us = std::atoi(v);
+  // ACTORPIPE_BENCH_REMOTE_MAIL=0: control messages between processes through CAF's middleman
+  if (const char* v = std::getenv("ACTORPIPE_BENCH_REMOTE_MAIL"); v != nullptr)
+    o.remote_mail = std::string_view(v) != "0";
   auto engine = ActorEngine::create(c, o, spec.group);
   if (!engine) return engine.error();
 

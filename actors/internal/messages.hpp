@@ -18,7 +18,7 @@ namespace actorpipe::internal {
 // driver <-> engine
 using run_atom = caf::atom_constant<caf::atom("run")>;
 // driver -> stages
-using mb_atom = caf::atom_constant<caf::atom("mb")>;            // (int64 mb): take it from the feed
+using mb_atom = caf::atom_constant<caf::atom("mb")>;  // (int64 mb): take it from the feed
 // (int32 repeats): a stop was asked; the run ends after that many repetitions of the schedule
 using cut_atom = caf::atom_constant<caf::atom("cut")>;
 // stages -> driver

@@ -25,6 +25,7 @@ class StageWorker;
 namespace internal {
 
 class MicrobatchFeed;
+class RemoteMail;
 
 /// One action of a stage's run-wide list: the schedule's action and where it sits in the run.
 struct StageStep {
@@ -62,6 +63,11 @@ struct RunState {
   int stages = 0;
   std::vector<int> rank_of_stage;  ///< the process (rank) each stage runs in (all 0: one process)
   int driver_rank = 0;             ///< the process the driver runs in (its replica's first)
+  int rank = 0;                    ///< the process this run state belongs to
+  /// Control messages between this process's actors and those of other processes travel here
+  /// (send_to, actors/internal/remote_mail.hpp); null: all through CAF (one process, or no
+  /// UCX worker).
+  RemoteMail* mail = nullptr;
   /// pipeline.replicas: this pipeline is replica `replica` of `replicas`; its shards sum their
   /// gradients through `reducer` (null with one replica, and in evaluations).
   int replicas = 1;
