@@ -615,7 +615,15 @@ Expected<std::shared_ptr<UcxWorker>> UcxWorker::create(UcxWorkerOptions options)
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return m.ucx_error("ucp_config_read", st);
-  for (const auto& [key, value] : m.opts.config) {
+  std::vector<std::pair<std::string, std::string>> settings;
+  const bool threshold_given =
+      std::getenv("UCX_RNDV_THRESH") != nullptr ||
+      std::any_of(m.opts.config.begin(), m.opts.config.end(),
+                  [](const auto& kv) { return kv.first == "RNDV_THRESH"; });
+  if (m.opts.rendezvous_threshold > 0 && !threshold_given)
+    settings.emplace_back("RNDV_THRESH", std::to_string(m.opts.rendezvous_threshold));
+  settings.insert(settings.end(), m.opts.config.begin(), m.opts.config.end());
+  for (const auto& [key, value] : settings) {
     st = ucp_config_modify(config, key.c_str(), value.c_str());
     if (st != UCS_OK) {
       ucp_config_release(config);

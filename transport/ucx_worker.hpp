@@ -39,6 +39,15 @@ struct UcxWorkerOptions {
   /// when the worker is free, poll() while they wait (begin_wait). Off: every call goes through
   /// the progress thread, poll() does nothing (the engine before caller progress; to compare).
   bool caller_progress = true;
+  /// Messages shorter than this go eagerly (on one host through UCX's shared-memory FIFO, copied
+  /// in and out as they stream; between hosts straight down the socket); longer ones by
+  /// rendezvous (on one host one copy by the receiver, CMA's process_vm_readv). CMA pins every
+  /// 4 KiB page it copies, so below the 2 MiB huge pages of large tensors (kernels/tensor.hpp)
+  /// the eager path moved 64 KiB to 1 MiB 2-3x faster over shared memory here, while over TCP
+  /// rendezvous was faster from 1 MiB on (docs/benchmarks.md, "The eager threshold").
+  /// UCX_RNDV_THRESH in the environment, or RNDV_THRESH in `config`, wins; 0 leaves UCX its
+  /// own choice.
+  size_t rendezvous_threshold = size_t{1} << 20;
   /// Names the worker in error messages.
   std::string name = "ucx";
 };
