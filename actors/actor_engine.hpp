@@ -108,8 +108,8 @@ struct ActorEngineOptions {
   /// Bounds the CPU a waiting actor burns; 0 sleeps at once.
   int spin_before_wait_us = 50;
   /// Stages in other processes than the driver's get each microbatch's release up to `credits`
-  /// microbatches ahead of the first stage, so the release's middleman hop is off the path of
-  /// their inputs (UCX is faster). Off: every stage gets it with the first (to compare).
+  /// microbatches ahead of the first stage, so the release's hop between processes is off the
+  /// path of their inputs. Off: every stage gets it with the first (to compare).
   bool release_ahead_remote = true;
   /// Control messages between actors of different processes (losses, credits, commits,
   /// microbatch releases, clip sums and scales, tied announcements) travel on the job's UCX

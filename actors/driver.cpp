@@ -221,22 +221,22 @@ class DriverActor : public caf::event_based_actor {
 
  private:
   // While the run goes, a bounded spin on the mailbox before the scheduler thread parks: the
-  // stages' next credit, loss or flush often follows within microseconds.
+  // stages' next credit, loss or commit often follows within microseconds.
   void await_next() {
     if (!finished_) spin_for_mail(*this, st_->spin_budget());
   }
 
   // Releases microbatches while credits last: each stage takes microbatch next_mb_ from its
   // process's feed. Stages in other processes than the driver's get each microbatch up to
-  // `credits` microbatches earlier: their release crosses CAF's middleman (a hop of 100 µs or
-  // more), which the first stage's activation on the UCX channel would otherwise overtake, so
+  // `credits` microbatches earlier: their release crosses processes (remote mail, or CAF's
+  // middleman at 100 µs or more a hop), which the first stage's activation could overtake, so
   // that hop would be on every microbatch's path. What they hold stays bounded (up to
   // 2 × credits microbatches); what they compute does not change.
   void feed() {
     check_stop();
     while (!finished_ && next_mb_ < end_mbs_ && outstanding_ < st_->credits) {
       for (size_t r = 0; r < st_->directory.stages.size(); ++r)
-        if (!remote(r)) send(st_->directory.stages[r], mb_atom::value, next_mb_);  // local
+        if (!remote(r)) send(st_->directory.stages[r], mb_atom::value, next_mb_);
       ++next_mb_;
       ++outstanding_;
       peak_ahead_ = std::max(peak_ahead_, outstanding_);
@@ -254,12 +254,12 @@ class DriverActor : public caf::event_based_actor {
   // any microbatch of which was fed (the step in flight): no later microbatch is fed, and every
   // stage ends its list after that step (`cut`). In the sync modes, where every repetition of the
   // schedule is one step ending in a flush, no stage can run an action of a later step: each
-  // needs a microbatch of it. In 2bw the run's one schedule ends after
-  // that step instead (first_steps): no stage can have started an action of a later step, which
-  // needs a microbatch of it or the updates of its backwards; the next run continues it exactly, as
+  // needs a microbatch of it. In 2bw the run's one schedule ends after that step instead
+  // (first_steps): no stage can have started an action of a later step, which needs a
+  // microbatch of it or the updates of its backwards; the next run continues it exactly, as
   // after any run of 2bw. pipedream and xpipe end the same way with ActorCallbacks::stop_drains
-  // (train.stop = "step": the pipeline drains there, where the uninterrupted training does not),
-  // else they run their schedule to its end.
+  // (train.stop = "step": the pipeline drains there, where the uninterrupted training does
+  // not), else they run their schedule to its end.
   void check_stop() {
     check_cut();
     if (stop_seen_ || finished_ || st_->callbacks.stop == nullptr ||
