@@ -87,6 +87,8 @@ class DriverActor : public caf::event_based_actor {
           have_loss_.assign(static_cast<size_t>(st_->total_mbs), false);
           commits_.assign(static_cast<size_t>(st_->stages), {});
           times_.assign(static_cast<size_t>(st_->stages), StageTimes{});
+          any_remote_ = std::any_of(st_->rank_of_stage.begin(), st_->rank_of_stage.end(),
+                                    [&](int rank) { return rank != st_->driver_rank; });
           feed();
           last_progress_ = -1;
           last_change_ = std::chrono::steady_clock::now();
@@ -227,27 +229,28 @@ class DriverActor : public caf::event_based_actor {
   }
 
   // Releases microbatches while credits last: each stage takes microbatch next_mb_ from its
-  // process's feed. Stages in other processes than the driver's get each microbatch up to
-  // `credits` microbatches earlier: their release crosses processes (remote mail, or CAF's
-  // middleman at 100 µs or more a hop), which the first stage's activation could overtake, so
-  // that hop would be on every microbatch's path. What they hold stays bounded (up to
-  // 2 × credits microbatches); what they compute does not change.
+  // process's feed. In a job of several processes every stage gets each microbatch up to
+  // `credits` microbatches earlier: a release to another process crosses it (remote mail, or
+  // CAF's middleman at 100 µs or more a hop), which the first stage's activation could
+  // overtake, and one in the driver's process would wait for the driver's thread to wake for
+  // stage 0's credit; either would then be on every microbatch's path. What a stage holds stays
+  // bounded (up to 2 × credits microbatches); what it computes does not change: its action list
+  // orders its work.
   void feed() {
     check_stop();
     while (!finished_ && next_mb_ < end_mbs_ && outstanding_ < st_->credits) {
-      for (size_t r = 0; r < st_->directory.stages.size(); ++r)
-        if (!remote(r)) send(st_->directory.stages[r], mb_atom::value, next_mb_);
+      if (!any_remote_)
+        for (const caf::actor& a : st_->directory.stages) send(a, mb_atom::value, next_mb_);
       ++next_mb_;
       ++outstanding_;
       peak_ahead_ = std::max(peak_ahead_, outstanding_);
     }
+    if (!any_remote_) return;
     const int64_t lead = st_->options.release_ahead_remote ? st_->credits : 0;
     const int64_t ahead = std::min(end_mbs_, next_mb_ + lead);
     for (; !finished_ && next_remote_mb_ < ahead; ++next_remote_mb_)
-      for (size_t r = 0; r < st_->directory.stages.size(); ++r)
-        if (remote(r))
-          send_to(this, *st_, MailAddress::stage(static_cast<int>(r)), mb_atom::value,
-                  next_remote_mb_);
+      for (int r = 0; r < st_->stages; ++r)
+        send_to(this, *st_, MailAddress::stage(r), mb_atom::value, next_remote_mb_);
   }
 
   // A stop asked (ActorCallbacks::stop), seen the first time: the run ends after the last step
@@ -288,20 +291,13 @@ class DriverActor : public caf::event_based_actor {
     const bool sync = st_->repeats > 1;
     const int64_t per = sync ? st_->schedule.total_microbatches() : st_->schedule.microbatches;
     const int64_t total = sync ? st_->repeats : st_->schedule.steps;
-    // stages of other processes get microbatches ahead (feed): the furthest one released counts
-    bool any_remote = false;
-    for (size_t r = 0; r < st_->directory.stages.size(); ++r) any_remote = any_remote || remote(r);
-    const int64_t released = any_remote ? std::max(next_mb_, next_remote_mb_) : next_mb_;
+    // in a job of several processes stages get microbatches ahead (feed): the furthest counts
+    const int64_t released = any_remote_ ? std::max(next_mb_, next_remote_mb_) : next_mb_;
     const int64_t steps = std::max<int64_t>(1, (released + per - 1) / per);
     if (steps >= total) return;
     end_mbs_ = steps * per;
     for (int r = 0; r < st_->stages; ++r)
       send_to(this, *st_, MailAddress::stage(r), cut_atom::value, static_cast<int32_t>(steps));
-  }
-
-  // Whether stage r runs in another process than the driver.
-  bool remote(size_t r) const {
-    return r < st_->rank_of_stage.size() && st_->rank_of_stage[r] != st_->driver_rank;
   }
 
   // Calls on_step for every complete step, in order: its losses are in and every stage has
@@ -449,7 +445,8 @@ class DriverActor : public caf::event_based_actor {
   bool stop_seen_ = false;
   bool cut_seen_ = false;
   int64_t next_mb_ = 0;
-  int64_t next_remote_mb_ = 0;  // the next microbatch released to stages in other processes
+  int64_t next_remote_mb_ = 0;  // the next microbatch released (several processes: any_remote_)
+  bool any_remote_ = false;     // a stage runs in another process than the driver
   int64_t outstanding_ = 0;
   int64_t peak_ahead_ = 0;
   int done_ = 0;
