@@ -107,9 +107,10 @@ struct ActorEngineOptions {
   /// polls its mailbox for up to this many microseconds, so a prompt message costs no wake-up.
   /// Bounds the CPU a waiting actor burns; 0 sleeps at once.
   int spin_before_wait_us = 50;
-  /// Stages in other processes than the driver's get each microbatch's release up to `credits`
-  /// microbatches ahead of the first stage, so the release's hop between processes is off the
-  /// path of their inputs. Off: every stage gets it with the first (to compare).
+  /// In a job of several processes every stage gets each microbatch's release up to `credits`
+  /// microbatches ahead of stage 0's credits, so neither a release's hop between processes nor
+  /// the driver's wake-up for a credit is on the path of the stages' inputs. Off: releases
+  /// follow the credits (to compare).
   bool release_ahead_remote = true;
   /// Control messages between actors of different processes (losses, credits, commits,
   /// microbatch releases, clip sums and scales, tied announcements) travel on the job's UCX
