@@ -1,0 +1,45 @@
+# Smoke test of `actorpipe-bench update`: at the tiny shape, one thread, fp32 (and bf16 where the
+# processor has bf16 instructions), one update each way; the command must exit 0 and print one
+# JSON line per configuration with positive times and parameters and the same bits both ways. An
+# unknown shape must exit 2 naming it.
+# Usage: cmake -DBENCH=<path to actorpipe-bench> -DPRECISIONS=fp32[,bf16] -P update_smoke_test.cmake
+if(NOT BENCH OR NOT PRECISIONS)
+  message(FATAL_ERROR "pass -DBENCH=<path to actorpipe-bench> -DPRECISIONS=<list>")
+endif()
+execute_process(
+  COMMAND ${BENCH} update --shapes tiny --threads 1 --precision ${PRECISIONS} --reps 1 --json
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "actorpipe-bench update exited with ${rc}\nstdout:\n${out}\nstderr:\n${err}")
+endif()
+string(STRIP "${out}" out)
+string(REPLACE ";" "," out "${out}")
+string(REPLACE "\n" ";" lines "${out}")
+string(REPLACE "," ";" want "${PRECISIONS}")
+set(seen "")
+foreach(line IN LISTS lines)
+  string(JSON bench ERROR_VARIABLE jerr GET "${line}" bench)
+  if(jerr OR NOT bench STREQUAL "update")
+    message(FATAL_ERROR "not an update line: ${jerr}\n${line}")
+  endif()
+  foreach(key parameters separate_ms fused_ms)
+    string(JSON v GET "${line}" ${key})
+    if(NOT v GREATER 0)
+      message(FATAL_ERROR "${key} = ${v}, expected > 0:\n${line}")
+    endif()
+  endforeach()
+  string(JSON same GET "${line}" same_bits)
+  if(NOT same)
+    message(FATAL_ERROR "the fused and the separate update left other bits:\n${line}")
+  endif()
+  string(JSON precision GET "${line}" precision)
+  list(APPEND seen ${precision})
+endforeach()
+if(NOT seen STREQUAL want)
+  message(FATAL_ERROR "precisions printed: '${seen}', expected '${want}'\n${out}")
+endif()
+execute_process(COMMAND ${BENCH} update --shapes nope RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                ERROR_VARIABLE err)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "unknown shape 'nope'")
+  message(FATAL_ERROR "an unknown shape: exit ${rc}, stderr:\n${err}")
+endif()
