@@ -18,10 +18,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-template <class T>
-std::string why(const Expected<T>& e) {
-  return e.ok() ? std::string() : e.error().message;
-}
+using test::why;
 
 using Job = test::UcxTestJob;
 

@@ -21,10 +21,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-template <class T>
-std::string why(const Expected<T>& e) {
-  return e.ok() ? std::string() : e.error().message;
-}
+using test::why;
 
 /// A message: sender, thread, index, then `extra` bytes of a pattern of the three.
 std::vector<std::byte> make_message(int from, int thread, int index, size_t extra) {

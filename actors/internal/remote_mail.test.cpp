@@ -21,27 +21,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-template <class T>
-std::string why(const Expected<T>& e) {
-  return e.ok() ? std::string() : e.error().message;
-}
-
-struct Fixture {
-  caf::actor_system_config cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  Fixture() {
-    add_message_types(cfg);
-    cfg.set("scheduler.max-threads", 1);
-    sys = std::make_unique<caf::actor_system>(cfg);
-  }
-};
-
-/// A run of two stages, stage r on rank r, the driver on rank 0; every actor is `self`'s
-/// forwarder named by its role, so the test sees who got what.
-struct TwoRanks {
-  RunState st0, st1;  // rank 0's and rank 1's view
-  test::UcxTestJob job = test::connected_workers(2);
-};
+using test::why;
 
 // Function actors here take an argument: CAF 0.17 spawns one without any through a null
 // std::tuple<> pointer, which UBSan reports.
@@ -56,41 +36,65 @@ caf::behavior forwarder(caf::event_based_actor* self, std::string name, caf::act
   return {[](int) {}};  // every real message goes through the default handler
 }
 
-void fill(RunState& st, int rank, const std::map<std::string, caf::actor>& actors) {
-  st.stages = 2;
-  st.rank_of_stage = {0, 1};
-  st.driver_rank = 0;
-  st.rank = rank;
-  st.directory.driver = actors.at("driver");
-  st.directory.stages = {actors.at("stage 0"), actors.at("stage 1")};
-  st.directory.optimizers = {actors.at("shard 0"), actors.at("shard 1")};
-}
+/// Two ranks of a run of two stages, stage r on rank r, the driver on rank 0 (st0 and st1: each
+/// rank's view of it); every actor is a forwarder to `self` named by its role, so the test sees
+/// who got what.
+struct TwoRanks {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::unique_ptr<caf::scoped_actor> self;
+  std::map<std::string, caf::actor> actors;
+  RunState st0, st1;
+  test::UcxTestJob job = test::connected_workers(2);
+
+  TwoRanks() {
+    add_message_types(cfg);
+    cfg.set("scheduler.max-threads", 1);
+    sys = std::make_unique<caf::actor_system>(cfg);
+    self = std::make_unique<caf::scoped_actor>(*sys);
+    for (std::string name : {"driver", "stage 0", "stage 1", "shard 0", "shard 1"})
+      actors[name] = sys->spawn(forwarder, name, caf::actor{*self});
+    for (int rank : {0, 1}) {
+      RunState& st = rank == 0 ? st0 : st1;
+      st.stages = 2;
+      st.rank_of_stage = {0, 1};
+      st.driver_rank = 0;
+      st.rank = rank;
+      st.directory.driver = actors.at("driver");
+      st.directory.stages = {actors.at("stage 0"), actors.at("stage 1")};
+      st.directory.optimizers = {actors.at("shard 0"), actors.at("shard 1")};
+    }
+  }
+  ~TwoRanks() {
+    for (auto& [name, a] : actors) (*self)->send_exit(a, caf::exit_reason::user_shutdown);
+  }
+
+  /// Rank `rank`'s remote mail on `stream`, made its run state's mail.
+  std::unique_ptr<RemoteMail> mail(int rank, uint32_t stream) {
+    RunState& st = rank == 0 ? st0 : st1;
+    auto m = RemoteMail::create(*sys, st, job.workers[static_cast<size_t>(rank)], rank,
+                                job.peers[static_cast<size_t>(rank)], stream);
+    REQUIRE_MESSAGE(m.ok(), why(m));
+    st.mail = m->get();
+    return std::move(*m);
+  }
+};
 
 }  // namespace
 
 TEST_CASE(
     "remote mail: send_to reaches the other rank's actors in order, and its own through CAF") {
-  Fixture f;
-  caf::scoped_actor self{*f.sys};
-  std::map<std::string, caf::actor> actors;
-  for (std::string name : {"driver", "stage 0", "stage 1", "shard 0", "shard 1"})
-    actors[name] = f.sys->spawn(forwarder, name, caf::actor{self});
   TwoRanks t;
-  fill(t.st0, 0, actors);
-  fill(t.st1, 1, actors);
-  auto m0 = RemoteMail::create(*f.sys, t.st0, t.job.workers[0], 0, t.job.peers[0], 11);
-  REQUIRE_MESSAGE(m0.ok(), why(m0));
-  auto m1 = RemoteMail::create(*f.sys, t.st1, t.job.workers[1], 1, t.job.peers[1], 11);
-  REQUIRE_MESSAGE(m1.ok(), why(m1));
-  t.st0.mail = m0->get();
-  t.st1.mail = m1->get();
+  caf::scoped_actor& self = *t.self;
+  auto m0 = t.mail(0, 11);
+  auto m1 = t.mail(1, 11);
 
   // rank 1's stage sends the driver (rank 0) losses and a commit; rank 0's driver sends rank
   // 1's shard a scale and its stage microbatches; rank 1's shard sends rank 0's shard a tied
   // announcement; rank 0 sends its own stage 0 a microbatch (CAF: same rank)
   const Commit commit{1, 0, 1.5, {0.25, 0.5, 7}};
   const TiedAnnouncement tied{3, 0, 0, 1, Announcement{}};
-  auto sender = f.sys->spawn(
+  auto sender = t.sys->spawn(
       [&](caf::event_based_actor* a, int) -> caf::behavior {
         for (int64_t mb = 0; mb < 50; ++mb)
           send_to(a, t.st1, MailAddress::driver(), loss_atom::value, mb, uint64_t{42} + mb,
@@ -142,28 +146,18 @@ TEST_CASE(
   CHECK(tgrads == 1);
   CHECK(own == 1);
   // everything but the same-rank microbatch crossed on UCX
-  CHECK((*m0)->delivered() == 50 + 1 + 1);
-  CHECK((*m1)->delivered() == 1 + 3);
-  for (auto& [name, a] : actors) self->send_exit(a, caf::exit_reason::user_shutdown);
+  CHECK(m0->delivered() == 50 + 1 + 1);
+  CHECK(m1->delivered() == 1 + 3);
   self->send_exit(sender, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE("remote mail: a message too long for the messenger takes CAF") {
-  Fixture f;
-  caf::scoped_actor self{*f.sys};
-  std::map<std::string, caf::actor> actors;
-  for (std::string name : {"driver", "stage 0", "stage 1", "shard 0", "shard 1"})
-    actors[name] = f.sys->spawn(forwarder, name, caf::actor{self});
   TwoRanks t;
-  fill(t.st0, 0, actors);
-  fill(t.st1, 1, actors);
-  auto m0 = RemoteMail::create(*f.sys, t.st0, t.job.workers[0], 0, t.job.peers[0], 12);
-  REQUIRE_MESSAGE(m0.ok(), why(m0));
-  auto m1 = RemoteMail::create(*f.sys, t.st1, t.job.workers[1], 1, t.job.peers[1], 12);
-  REQUIRE_MESSAGE(m1.ok(), why(m1));
-  t.st1.mail = m1->get();
+  caf::scoped_actor& self = *t.self;
+  auto m0 = t.mail(0, 12);
+  auto m1 = t.mail(1, 12);
   SumSq big{7, 1, std::vector<double>(4096, 0.125)};  // 32 KiB of sums: over the 16 KiB limit
-  auto sender = f.sys->spawn(
+  auto sender = t.sys->spawn(
       [&](caf::event_based_actor* a, int) -> caf::behavior {
         send_to(a, t.st1, MailAddress::driver(), sumsq_atom::value, big);
         return {};
@@ -176,24 +170,17 @@ TEST_CASE("remote mail: a message too long for the messenger takes CAF") {
         CHECK(m.get_as<SumSq>(1) == big);
       },
       caf::after(10s) >> [&] { FAIL("the sums did not arrive"); });
-  CHECK((*m0)->delivered() == 0);
-  for (auto& [name, a] : actors) self->send_exit(a, caf::exit_reason::user_shutdown);
+  CHECK(m0->delivered() == 0);
   self->send_exit(sender, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE("remote mail: an unreadable message and one for an actor of another rank fail the run") {
-  Fixture f;
-  caf::scoped_actor self{*f.sys};
-  std::map<std::string, caf::actor> actors;
-  for (std::string name : {"driver", "stage 0", "stage 1", "shard 0", "shard 1"})
-    actors[name] = f.sys->spawn(forwarder, name, caf::actor{self});
   TwoRanks t;
-  fill(t.st1, 1, actors);
+  caf::scoped_actor& self = *t.self;
   // rank 0 is a bare messenger on the same stream, sending what it likes
   auto raw = UcxMessenger::create(t.job.workers[0], 0, t.job.peers[0], 13, {}, {});
   REQUIRE_MESSAGE(raw.ok(), why(raw));
-  auto m1 = RemoteMail::create(*f.sys, t.st1, t.job.workers[1], 1, t.job.peers[1], 13);
-  REQUIRE_MESSAGE(m1.ok(), why(m1));
+  auto m1 = t.mail(1, 13);
   auto expect_failure = [&](const std::string& words) {
     self->receive(
         [&](const std::string& who, caf::message& m) {
@@ -210,14 +197,13 @@ TEST_CASE("remote mail: an unreadable message and one for an actor of another ra
   expect_failure("could not be read");
   // a well-formed message for the driver, which runs on rank 0, not on rank 1
   std::vector<char> buf;
-  caf::binary_serializer sink{*f.sys, buf};
+  caf::binary_serializer sink{*t.sys, buf};
   uint8_t kind = static_cast<uint8_t>(MailAddress::Kind::driver);
   int32_t index = 0;
   caf::message msg = caf::make_message(credit_atom::value, int64_t{3});
   REQUIRE_FALSE(sink(kind, index, msg));
   REQUIRE((*raw)->send(1, std::as_bytes(std::span<const char>(buf))).ok());
   expect_failure("for the driver, which does not run in this process");
-  for (auto& [name, a] : actors) self->send_exit(a, caf::exit_reason::user_shutdown);
 }
 
 }  // namespace actorpipe::internal

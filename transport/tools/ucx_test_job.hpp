@@ -9,9 +9,16 @@
 #include <string>
 #include <vector>
 
+#include "engine/expected.hpp"
 #include "transport/ucx_worker.hpp"
 
 namespace actorpipe::test {
+
+/// The error message of `e`, empty when it holds a value (for test messages).
+template <class T>
+std::string why(const Expected<T>& e) {
+  return e.ok() ? std::string() : e.error().message;
+}
 
 /// workers[i] is rank i's; peers[i] maps every other rank to rank i's endpoint to it.
 struct UcxTestJob {
@@ -25,7 +32,7 @@ inline UcxTestJob connected_workers(int n) {
     UcxWorkerOptions o;
     o.name = "worker " + std::to_string(i);
     auto w = UcxWorker::create(o);
-    REQUIRE_MESSAGE(w.ok(), (w.ok() ? std::string() : w.error().message));
+    REQUIRE_MESSAGE(w.ok(), why(w));
     job.workers.push_back(*w);
   }
   job.peers.resize(static_cast<size_t>(n));
@@ -34,7 +41,7 @@ inline UcxTestJob connected_workers(int n) {
       if (i == j) continue;
       auto ep = job.workers[static_cast<size_t>(i)]->connect(
           job.workers[static_cast<size_t>(j)]->address());
-      REQUIRE_MESSAGE(ep.ok(), (ep.ok() ? std::string() : ep.error().message));
+      REQUIRE_MESSAGE(ep.ok(), why(ep));
       job.peers[static_cast<size_t>(i)][j] = *ep;
     }
   }
