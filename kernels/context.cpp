@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "kernels/check.hpp"
+#include "kernels/cpu_backend.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -232,6 +233,32 @@ Context::Context(int threads) : threads_(threads) {
 }
 
 Context::~Context() = default;
+
+ComputeBackend& Context::backend() {
+  if (backend_ != nullptr) return *backend_;
+  if (!cpu_backend_) cpu_backend_ = make_cpu_backend(*this);
+  return *cpu_backend_;
+}
+
+void Context::set_backend(ComputeBackend* b) {
+  if (b != nullptr && b->device() != Device::cpu) {
+    AP_CHECK(precision_ == Precision::fp32,
+             "the {} backend computes in fp32 only; this Context's precision is {}", b->name(),
+             to_string(precision_));
+  }
+  backend_ = (b != nullptr && b->device() == Device::cpu && cpu_backend_.get() == b) ? nullptr : b;
+}
+
+bool Context::host_backend() const {
+  return backend_ == nullptr || backend_->device() == Device::cpu;
+}
+
+void Context::set_precision(Precision p) {
+  AP_CHECK(p == Precision::fp32 || backend_ == nullptr || backend_->device() == Device::cpu,
+           "precision {} needs the CPU backend; this Context runs on {}", to_string(p),
+           backend_->name());
+  precision_ = p;
+}
 
 double* Context::reduction_buffer(size_t n) {
   if (reduce_.size() < n) reduce_.resize(n);

@@ -15,6 +15,7 @@ namespace actorpipe {
 
 class ThreadPool;
 class Bf16Weights;
+class ComputeBackend;
 
 /// Grow-only bump allocator for per-step scratch; `reset()` at a step boundary makes the
 /// next step reuse the same memory, so a steady-state step performs no allocation.
@@ -69,7 +70,7 @@ class Context {
   /// What the matrix products of this Context's callers compute in (matmul_*, attention):
   /// fp32 (the default) or bf16 (kernels/bf16_gemm.hpp). Set it before the first call.
   Precision precision() const { return precision_; }
-  void set_precision(Precision p) { precision_ = p; }
+  void set_precision(Precision p);
   /// In bf16: where the linear layers take their weights' bf16 copies (kernels/bf16_weights.hpp),
   /// or null (the default): a copy per product. Owned by the caller.
   Bf16Weights* bf16_weights() const { return bf16_weights_; }
@@ -101,6 +102,16 @@ class Context {
 
   Arena& arena() { return arena_; }
 
+  /// Where the layers' ops run (kernels/compute_backend.hpp): this Context's own CPU backend (its
+  /// threads and arena) unless set_backend chose another. The layers reach every op through it.
+  ComputeBackend& backend();
+  /// Runs the layers' ops on `b` (not owned; must outlive its use here), or on the Context's own
+  /// CPU backend again for nullptr. A backend other than the CPU needs fp32 precision (bf16
+  /// products are CPU kernels today): a CheckFailure otherwise, here or in set_precision.
+  void set_backend(ComputeBackend* b);
+  /// True when the layers' memory is this process's host memory (the CPU backend).
+  bool host_backend() const;
+
   /// A grow-only buffer of at least n doubles for reductions inside one kernel call (kept
   /// by the Context so that a steady-state call does not allocate). Valid until the next
   /// call of this function.
@@ -113,6 +124,8 @@ class Context {
   Precision precision_ = Precision::fp32;
   Bf16Weights* bf16_weights_ = nullptr;
   bool bf16_activations_ = true;
+  ComputeBackend* backend_ = nullptr;            // set_backend's; null = cpu_backend_
+  std::unique_ptr<ComputeBackend> cpu_backend_;  // made on first use
   std::unique_ptr<ThreadPool> pool_;
   Arena arena_;
   std::vector<double> reduce_;

@@ -1,6 +1,8 @@
 // Element-wise helpers: plain restrict loops over 16-aligned chunks (vectorised by gcc).
 #include "kernels/elementwise.hpp"
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 namespace actorpipe {
@@ -59,6 +61,20 @@ void fill_zero(Context& ctx, float* dst, long N) {
 void scale_inplace(Context& ctx, float* dst, float s, long N) {
   ctx.parallel_for_aligned(N, kAlignElems,
                            [&](int, int64_t i0, int64_t i1) { scale_range(dst + i0, s, i1 - i0); });
+}
+
+void gather_rows(Context& ctx, float* out, const float* x, const int32_t* rows, int n, int C) {
+  ctx.parallel_for(n, [&](int, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      std::copy_n(x + static_cast<size_t>(rows[r]) * C, C, out + r * C);
+  });
+}
+
+void scatter_rows(Context& ctx, float* out, const float* x, const int32_t* rows, int n, int C) {
+  ctx.parallel_for(n, [&](int, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      std::copy_n(x + r * C, C, out + static_cast<size_t>(rows[r]) * C);
+  });
 }
 
 }  // namespace actorpipe

@@ -3,6 +3,8 @@
 // for any thread count.
 #pragma once
 
+#include <cstdint>
+
 #include "kernels/context.hpp"
 
 namespace actorpipe {
@@ -21,5 +23,12 @@ void fill_zero(Context& ctx, float* dst, long N);
 
 /// dst (N) *= s.
 void scale_inplace(Context& ctx, float* dst, float s, long N);
+
+/// out (n,C) = rows `rows` of x (·,C): out row r is x row rows[r]. Split over rows.
+void gather_rows(Context& ctx, float* out, const float* x, const int32_t* rows, int n, int C);
+
+/// Rows `rows` of out (·,C) = x (n,C): out row rows[r] is x row r (a copy; the other rows of out
+/// are left as they are). The rows must be distinct. Split over rows.
+void scatter_rows(Context& ctx, float* out, const float* x, const int32_t* rows, int n, int C);
 
 }  // namespace actorpipe

@@ -46,3 +46,26 @@ TEST_CASE("residual forward/backward, accumulate, fill_zero and scale are exact"
     CHECK(s[static_cast<size_t>(N - 1)] == sc[static_cast<size_t>(N - 1)]);
   }
 }
+
+TEST_CASE("gather_rows and scatter_rows move whole rows, for any thread count") {
+  const int C = 5, rows_in = 7;
+  std::vector<float> x(static_cast<size_t>(rows_in) * C);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i) + 0.5f;
+  const std::vector<int32_t> rows = {6, 0, 3};
+  for (int threads : {1, 2, 3}) {
+    Context ctx(threads);
+    std::vector<float> g(rows.size() * C, -1.0f);
+    gather_rows(ctx, g.data(), x.data(), rows.data(), 3, C);
+    for (size_t r = 0; r < rows.size(); ++r)
+      for (int c = 0; c < C; ++c) CHECK(g[r * C + c] == x[static_cast<size_t>(rows[r]) * C + c]);
+    std::vector<float> back(x.size(), 7.0f);
+    scatter_rows(ctx, back.data(), g.data(), rows.data(), 3, C);
+    for (int r = 0; r < rows_in; ++r) {
+      const bool chosen = r == 6 || r == 0 || r == 3;
+      for (int c = 0; c < C; ++c) {
+        const size_t i = static_cast<size_t>(r) * C + c;
+        CHECK(back[i] == (chosen ? x[i] : 7.0f));
+      }
+    }
+  }
+}

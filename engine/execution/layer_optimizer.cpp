@@ -8,6 +8,7 @@
 #include <numbers>
 
 #include "kernels/check.hpp"
+#include "kernels/compute_backend.hpp"
 
 namespace actorpipe {
 namespace {
@@ -103,6 +104,21 @@ void update_runs(Context& ctx, const OptimizerOptions& o, const Layer& layer, fl
     }
     const float wd = decay ? o.weight_decay : 0.0f;
     const UpdateOutputs out{clear != nullptr ? clear + begin : nullptr, rule.rounded};
+    if (!ctx.host_backend()) {
+      // buffers in a device's memory: the backend's update (its outputs are host-only passes)
+      AP_CHECK(out.clear == nullptr && out.rounded == nullptr,
+               "the optimizer update on {} clears and rounds nothing in its pass",
+               ctx.backend().name());
+      if (adamw)
+        ctx.backend().adamw_update(params + begin, grads + begin, state + begin, state + n + begin,
+                                   end - begin, AdamWParams{lr, o.beta1, o.beta2, o.eps, wd}, step,
+                                   rule.scale, offset_correction(correction, begin));
+      else
+        ctx.backend().sgd_update(params + begin, grads + begin, state + begin, end - begin,
+                                 SGDParams{lr, o.momentum, wd}, rule.scale,
+                                 offset_correction(correction, begin));
+      continue;
+    }
     if (adamw) {
       const AdamWParams p{lr, o.beta1, o.beta2, o.eps, wd};
       adamw_update(ctx, params + begin, grads + begin, state + begin, state + n + begin,

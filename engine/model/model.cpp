@@ -9,6 +9,7 @@
 
 #include "engine/model/internal/transformer_layers.hpp"
 #include "kernels/check.hpp"
+#include "kernels/compute_backend.hpp"
 #include "kernels/optimizer.hpp"
 
 namespace actorpipe {
@@ -188,7 +189,9 @@ double Model::grad_sumsq(Context& ctx, int layer_index, const float* grads) cons
       end = slots[s].offset + slots[s].numel;
       ++s;
     }
-    sum += actorpipe::grad_sumsq(ctx, grads + begin, end - begin);
+    // the CPU kernel itself on the host (the Context's own threads), else the Context's backend
+    sum += ctx.host_backend() ? actorpipe::grad_sumsq(ctx, grads + begin, end - begin)
+                              : ctx.backend().grad_sumsq(grads + begin, end - begin);
   }
   return sum;
 }

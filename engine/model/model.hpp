@@ -70,7 +70,8 @@ class Model {
 
   /// Σ g² (double) over layer i's gradient buffer, tied copies excluded, slot ranges in
   /// order, each through grad_sumsq. The global squared norm is the sum of these in layer
-  /// order 0..num_layers()-1 (every executor must combine them in that order).
+  /// order 0..num_layers()-1 (every executor must combine them in that order). `grads` is in
+  /// the memory of ctx.backend(), which computes the sums.
   double grad_sumsq(Context& ctx, int layer, const float* grads) const;
 
  private:

@@ -9,6 +9,7 @@
 
 #include "kernels/attention.hpp"
 #include "kernels/check.hpp"
+#include "kernels/compute_backend.hpp"
 #include "kernels/crossentropy.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/encoder.hpp"
@@ -68,10 +69,21 @@ class Layout {
   size_t size_ = 0;
 };
 
+// Every op below runs on the Context's backend (kernels/compute_backend.hpp): the CPU kernels, or a
+// device's, with every float buffer in that backend's memory. The bf16 products are CPU kernels
+// (a Context on another backend computes in fp32 only).
+
+// n floats of the backend's scratch, zeroed.
 float* zeros(Context& ctx, size_t n) {
-  float* p = ctx.arena().alloc_f32(n);
-  fill_zero(ctx, p, static_cast<long>(n));
+  float* p = ctx.backend().scratch(n);
+  ctx.backend().fill_zero(p, static_cast<long>(n));
   return p;
+}
+
+// `later` where the layer may defer weight gradients into it: it keeps host copies, so only on
+// the host backend (elsewhere the backward runs in one pass, which the Layer contract allows).
+DeferredGrads* deferral(const Context& ctx, DeferredGrads* later) {
+  return ctx.host_backend() ? later : nullptr;
 }
 
 // The deferred weight half reads an output gradient in f32 (fp32), or its bf16 rounding, which
@@ -83,13 +95,13 @@ bool defers_f32(const Context& ctx, const DeferredGrads* later) {
 // n floats of an output gradient a linear backward reads: in later's storage when its deferred
 // weight half reads them in f32, in the arena otherwise. Uninitialised.
 float* kept(Context& ctx, DeferredGrads* later, size_t n) {
-  return defers_f32(ctx, later) ? later->hold(n) : ctx.arena().alloc_f32(n);
+  return defers_f32(ctx, later) ? later->hold(n) : ctx.backend().scratch(n);
 }
 
 // kept(), zeroed.
 float* kept_zeros(Context& ctx, DeferredGrads* later, size_t n) {
   float* p = kept(ctx, later, n);
-  fill_zero(ctx, p, static_cast<long>(n));
+  ctx.backend().fill_zero(p, static_cast<long>(n));
   return p;
 }
 
@@ -116,14 +128,14 @@ void linear_backward(Context& ctx, DeferredGrads* later, float* dinp, float* dwe
                      const float* dout, const float* inp, const float* weight, int N, int C,
                      int OC) {
   if (later == nullptr) {
-    matmul_backward(ctx, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    ctx.backend().matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     return;
   }
   if (ctx.precision() == Precision::bf16) {
     deferred_bf16(ctx, *later, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     return;
   }
-  if (dinp != nullptr) matmul_backward_input(ctx, dinp, dout, weight, N, C, OC);
+  if (dinp != nullptr) ctx.backend().matmul_backward_input(dinp, dout, weight, N, C, OC);
   later->add_linear(dweight, dbias, dout, inp, N, C, OC);
 }
 
@@ -154,7 +166,7 @@ ProductInput keep_for_products(Context& ctx, const float* written, float* region
 ProductInput layernorm_for_products(Context& ctx, float* region, float* mean, float* rstd,
                                     const float* in, const float* w, const float* b, int N, int C) {
   if (!ctx.bf16_activations()) {
-    layernorm_forward(ctx, region, mean, rstd, in, w, b, N, C);
+    ctx.backend().layernorm_forward(region, mean, rstd, in, w, b, N, C);
     return {region, nullptr};
   }
   bf16* kept16 = reinterpret_cast<bf16*>(region);
@@ -165,7 +177,7 @@ ProductInput layernorm_for_products(Context& ctx, float* region, float* mean, fl
 // gelu_forward of n values into the saved region `region`, likewise.
 ProductInput gelu_for_products(Context& ctx, float* region, const float* in, size_t n) {
   if (!ctx.bf16_activations()) {
-    gelu_forward(ctx, region, in, static_cast<long>(n));
+    ctx.backend().gelu_forward(region, in, static_cast<long>(n));
     return {region, nullptr};
   }
   bf16* kept16 = reinterpret_cast<bf16*>(region);
@@ -184,7 +196,7 @@ void linear_forward(Context& ctx, float* out, ProductInput x, const float* weigh
   if (x.b16 != nullptr)
     matmul_forward(ctx, out, x.b16, weight, bias, N, C, OC);
   else
-    matmul_forward(ctx, out, x.f32, weight, bias, N, C, OC);
+    ctx.backend().matmul_forward(out, x.f32, weight, bias, N, C, OC);
 }
 
 void linear_backward(Context& ctx, DeferredGrads* later, float* dinp, float* dweight, float* dbias,
@@ -272,8 +284,8 @@ class GptEmbedding final : public SlotLayer {
                     float* out, float*) const override {
     check_shape(mb);
     check_ids(mb.tokens, static_cast<size_t>(mb.B) * mb.T, V_, false, "tokens");
-    encoder_forward(ctx, out, mb.tokens.data(), nullptr, p(params, WTE), p(params, WPE), nullptr,
-                    mb.B, mb.T, C_);
+    ctx.backend().encoder_forward(out, mb.tokens.data(), nullptr, p(params, WTE), p(params, WPE),
+                                  nullptr, mb.B, mb.T, C_);
     return {};
   }
 
@@ -281,8 +293,8 @@ class GptEmbedding final : public SlotLayer {
   void backward(Context& ctx, const float*, float* grads, const Microbatch& mb, const float*,
                 const float*, const float* dout, float*, float, DeferredGrads*) const override {
     check_shape(mb);
-    encoder_backward(ctx, g(grads, WTE), g(grads, WPE), nullptr, dout, mb.tokens.data(), nullptr,
-                     mb.B, mb.T, C_);
+    ctx.backend().encoder_backward(g(grads, WTE), g(grads, WPE), nullptr, dout, mb.tokens.data(),
+                                   nullptr, mb.B, mb.T, C_);
   }
 };
 
@@ -319,10 +331,10 @@ class BertEmbedding final : public SlotLayer {
     check_ids(mb.tokens, N, V_, false, "tokens");
     check_ids(mb.segments, N, S_, false, "segments");
     const Saved s = layout(mb.B, mb.T, C_);
-    encoder_forward(ctx, saved + s.enc, mb.tokens.data(), mb.segments.data(), p(params, WTE),
-                    p(params, WPE), p(params, WSE), mb.B, mb.T, C_);
-    layernorm_forward(ctx, out, saved + s.mean, saved + s.rstd, saved + s.enc, p(params, LNW),
-                      p(params, LNB), static_cast<int>(N), C_);
+    ctx.backend().encoder_forward(saved + s.enc, mb.tokens.data(), mb.segments.data(),
+                                  p(params, WTE), p(params, WPE), p(params, WSE), mb.B, mb.T, C_);
+    ctx.backend().layernorm_forward(out, saved + s.mean, saved + s.rstd, saved + s.enc,
+                                    p(params, LNW), p(params, LNB), static_cast<int>(N), C_);
     return {};
   }
 
@@ -334,10 +346,11 @@ class BertEmbedding final : public SlotLayer {
     const size_t N = static_cast<size_t>(mb.B) * mb.T;
     const Saved s = layout(mb.B, mb.T, C_);
     float* denc = zeros(ctx, N * C_);
-    layernorm_backward(ctx, denc, g(grads, LNW), g(grads, LNB), dout, saved + s.enc, p(params, LNW),
-                       saved + s.mean, saved + s.rstd, static_cast<int>(N), C_);
-    encoder_backward(ctx, g(grads, WTE), g(grads, WPE), g(grads, WSE), denc, mb.tokens.data(),
-                     mb.segments.data(), mb.B, mb.T, C_);
+    ctx.backend().layernorm_backward(denc, g(grads, LNW), g(grads, LNB), dout, saved + s.enc,
+                                     p(params, LNW), saved + s.mean, saved + s.rstd,
+                                     static_cast<int>(N), C_);
+    ctx.backend().encoder_backward(g(grads, WTE), g(grads, WPE), g(grads, WSE), denc,
+                                   mb.tokens.data(), mb.segments.data(), mb.B, mb.T, C_);
   }
 
  private:
@@ -415,17 +428,18 @@ class Block final : public SlotLayer {
                                                     in, p(params, LN1W), p(params, LN1B), N, C);
     linear_forward(ctx, S + s.qkv, ln1, p(params, QKVW), p(params, QKVB), N, C, 3 * C);
     float* atty_out = b16 ? ctx.arena().alloc_f32(NC) : S + s.atty;
-    attention_forward(ctx, atty_out, S + s.att, S + s.qkv, key_mask(mb), causal_, B, T, C, NH_);
+    ctx.backend().attention_forward(atty_out, S + s.att, S + s.qkv, key_mask(mb), causal_, B, T, C,
+                                    NH_);
     const ProductInput atty = keep_for_products(ctx, atty_out, S + s.atty, NC);
     linear_forward(ctx, out, atty, p(params, PROJW), p(params, PROJB), N, C, C);
-    residual_forward(ctx, S + s.res2, in, out, static_cast<long>(NC));
+    ctx.backend().residual_forward(S + s.res2, in, out, static_cast<long>(NC));
     const ProductInput ln2 =
         layernorm_for_products(ctx, S + s.ln2, S + s.ln2_mean, S + s.ln2_rstd, S + s.res2,
                                p(params, LN2W), p(params, LN2B), N, C);
     linear_forward(ctx, S + s.fch, ln2, p(params, FCW), p(params, FCB), N, C, 4 * C);
     const ProductInput fch_gelu = gelu_for_products(ctx, S + s.fch_gelu, S + s.fch, 4 * NC);
     linear_forward(ctx, out, fch_gelu, p(params, FCPW), p(params, FCPB), N, 4 * C, C);
-    residual_forward(ctx, out, out, S + s.res2, static_cast<long>(NC));
+    ctx.backend().residual_forward(out, out, S + s.res2, static_cast<long>(NC));
     return {};
   }
 
@@ -433,13 +447,14 @@ class Block final : public SlotLayer {
                 const float* in, const float* saved, const float* dout, float* din, float,
                 DeferredGrads* later) const override {
     check_shape(mb);
+    later = deferral(ctx, later);
     const int B = mb.B, T = mb.T, C = C_;
     const int N = B * T;
     const size_t NC = static_cast<size_t>(N) * C;
     const Saved s = layout(B, T, ctx.bf16_activations());
     const float* S = saved;
     // din accumulates d(res2) first (residual + ln2 path), then d(in) (+ ln1 path).
-    std::copy(dout, dout + NC, din);
+    ctx.backend().copy(din, dout, NC);
     float* dfch_gelu = zeros(ctx, 4 * NC);
     linear_backward(ctx, later, dfch_gelu, g(grads, FCPW), g(grads, FCPB),
                     keep(ctx, later, dout, NC), saved_input(ctx, S + s.fch_gelu), p(params, FCPW),
@@ -456,24 +471,25 @@ class Block final : public SlotLayer {
                            p(params, FCW), N, C, 4 * C);
     } else {
       float* dfch = kept_zeros(ctx, later, 4 * NC);
-      gelu_backward(ctx, dfch, S + s.fch, dfch_gelu, static_cast<long>(4 * NC));
+      ctx.backend().gelu_backward(dfch, S + s.fch, dfch_gelu, static_cast<long>(4 * NC));
       linear_backward(ctx, later, dln, g(grads, FCW), g(grads, FCB), dfch,
                       saved_input(ctx, S + s.ln2), p(params, FCW), N, C, 4 * C);
     }
-    layernorm_backward(ctx, din, g(grads, LN2W), g(grads, LN2B), dln, S + s.res2, p(params, LN2W),
-                       S + s.ln2_mean, S + s.ln2_rstd, N, C);
+    ctx.backend().layernorm_backward(din, g(grads, LN2W), g(grads, LN2B), dln, S + s.res2,
+                                     p(params, LN2W), S + s.ln2_mean, S + s.ln2_rstd, N, C);
     float* datty = zeros(ctx, NC);
     // din goes on accumulating: the projection's weight gradient reads its present value
     linear_backward(ctx, later, datty, g(grads, PROJW), g(grads, PROJB), keep(ctx, later, din, NC),
                     saved_input(ctx, S + s.atty), p(params, PROJW), N, C, C);
     float* dqkv = kept_zeros(ctx, later, 3 * NC);
-    float* scratch = ctx.arena().alloc_f32(static_cast<size_t>(B) * NH_ * T * T);
-    attention_backward(ctx, dqkv, scratch, datty, S + s.qkv, S + s.att, B, T, C, NH_, causal_);
-    fill_zero(ctx, dln, static_cast<long>(NC));
+    float* scratch = ctx.backend().scratch(static_cast<size_t>(B) * NH_ * T * T);
+    ctx.backend().attention_backward(dqkv, scratch, datty, S + s.qkv, S + s.att, B, T, C, NH_,
+                                     causal_);
+    ctx.backend().fill_zero(dln, static_cast<long>(NC));
     linear_backward(ctx, later, dln, g(grads, QKVW), g(grads, QKVB), dqkv,
                     saved_input(ctx, S + s.ln1), p(params, QKVW), N, C, 3 * C);
-    layernorm_backward(ctx, din, g(grads, LN1W), g(grads, LN1B), dln, in, p(params, LN1W),
-                       S + s.ln1_mean, S + s.ln1_rstd, N, C);
+    ctx.backend().layernorm_backward(din, g(grads, LN1W), g(grads, LN1B), dln, in, p(params, LN1W),
+                                     S + s.ln1_mean, S + s.ln1_rstd, N, C);
   }
 
  private:
@@ -493,23 +509,25 @@ class Block final : public SlotLayer {
 
 /// Cross-entropy forward on saved logits (N rows, their targets); returns the loss.
 LossStats loss_forward(Context& ctx, const float* logits, const int32_t* targets, int N, int V) {
-  float* losses = ctx.arena().alloc_f32(static_cast<size_t>(N));
-  float* probs = ctx.arena().alloc_f32(static_cast<size_t>(N) * V);
-  const int count = crossentropy_forward(ctx, losses, probs, logits, targets, N, V);
-  return {sum_losses(losses, N), count};
+  ComputeBackend& be = ctx.backend();
+  float* losses = be.scratch(static_cast<size_t>(N));
+  float* probs = be.scratch(static_cast<size_t>(N) * V);
+  const int count = be.crossentropy_forward(losses, probs, logits, targets, N, V);
+  return {be.sum_losses(losses, N), count};
 }
 
 /// dlogits (N,V) for dloss·Σ losses, in kept() storage (the decoder's weight gradient reads it).
 const float* loss_backward(Context& ctx, DeferredGrads* later, const float* logits,
                            const int32_t* targets, int N, int V, float dloss) {
-  float* losses = ctx.arena().alloc_f32(static_cast<size_t>(N));
+  float* losses = ctx.backend().scratch(static_cast<size_t>(N));
   float* dlogits = kept(ctx, later, static_cast<size_t>(N) * V);
-  crossentropy_forward_backward(ctx, losses, dlogits, logits, targets, dloss, N, V);
+  ctx.backend().crossentropy_forward_backward(losses, dlogits, logits, targets, dloss, N, V);
   return dlogits;
 }
 
 /// The rows of a microbatch whose targets count, in order, and their targets: n of them, in
-/// arena scratch (no allocation in the steady state).
+/// the Context's host arena (index arrays are host memory for every backend; no allocation in
+/// the steady state).
 struct CountedRows {
   int32_t* rows = nullptr;
   int32_t* targets = nullptr;
@@ -527,14 +545,6 @@ CountedRows counted_rows(Context& ctx, const Microbatch& mb) {
     ++c.n;
   }
   return c;
-}
-
-/// out (n,C) = rows `rows` of x (·,C).
-void gather_rows(Context& ctx, float* out, const float* x, const int32_t* rows, int n, int C) {
-  ctx.parallel_for(n, [&](int, int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      std::copy_n(x + static_cast<size_t>(rows[r]) * C, C, out + r * C);
-  });
 }
 
 class GptHead final : public SlotLayer {
@@ -571,9 +581,9 @@ class GptHead final : public SlotLayer {
     const int N = mb.B * mb.T;
     const Saved s = layout(mb.B, mb.T);
     float* S = saved;
-    layernorm_forward(ctx, S + s.lnf, S + s.mean, S + s.rstd, in, p(params, LNFW), p(params, LNFB),
-                      N, C_);
-    matmul_forward(ctx, S + s.logits, S + s.lnf, p(params, LMW), nullptr, N, C_, V_);
+    ctx.backend().layernorm_forward(S + s.lnf, S + s.mean, S + s.rstd, in, p(params, LNFW),
+                                    p(params, LNFB), N, C_);
+    ctx.backend().matmul_forward(S + s.logits, S + s.lnf, p(params, LMW), nullptr, N, C_, V_);
     check_ids(mb.targets, static_cast<size_t>(N), V_, true, "targets");
     return loss_forward(ctx, S + s.logits, mb.targets.data(), N, V_);
   }
@@ -582,6 +592,7 @@ class GptHead final : public SlotLayer {
                 const float* in, const float* saved, const float*, float* din, float dloss,
                 DeferredGrads* later) const override {
     check_shape(mb);
+    later = deferral(ctx, later);
     const int N = mb.B * mb.T;
     const size_t NC = static_cast<size_t>(N) * C_;
     const Saved s = layout(mb.B, mb.T);
@@ -590,9 +601,9 @@ class GptHead final : public SlotLayer {
     float* dlnf = zeros(ctx, NC);
     linear_backward(ctx, later, dlnf, g(grads, LMW), nullptr, dlogits, S + s.lnf, p(params, LMW), N,
                     C_, V_);
-    fill_zero(ctx, din, static_cast<long>(NC));
-    layernorm_backward(ctx, din, g(grads, LNFW), g(grads, LNFB), dlnf, in, p(params, LNFW),
-                       S + s.mean, S + s.rstd, N, C_);
+    ctx.backend().fill_zero(din, static_cast<long>(NC));
+    ctx.backend().layernorm_backward(din, g(grads, LNFW), g(grads, LNFB), dlnf, in, p(params, LNFW),
+                                     S + s.mean, S + s.rstd, N, C_);
   }
 };
 
@@ -651,15 +662,16 @@ class BertHead final : public SlotLayer {
     const CountedRows c = counted_rows(ctx, mb);
     const int n = c.n;
     if (n == 0) return {};
-    float* x = ctx.arena().alloc_f32(static_cast<size_t>(n) * C_);
-    gather_rows(ctx, x, in, c.rows, n, C_);
-    layernorm_forward(ctx, S + s.lnf, S + s.lnf_mean, S + s.lnf_rstd, x, p(params, LNFW),
-                      p(params, LNFB), n, C_);
-    matmul_forward(ctx, S + s.h, S + s.lnf, p(params, DW), p(params, DB), n, C_, C_);
-    gelu_forward(ctx, S + s.hg, S + s.h, static_cast<long>(n) * C_);
-    layernorm_forward(ctx, S + s.t, S + s.t_mean, S + s.t_rstd, S + s.hg, p(params, LNW),
-                      p(params, LNB), n, C_);
-    matmul_forward(ctx, S + s.logits, S + s.t, p(params, DECW), p(params, DECB), n, C_, V_);
+    ComputeBackend& be = ctx.backend();
+    float* x = be.scratch(static_cast<size_t>(n) * C_);
+    be.gather_rows(x, in, c.rows, n, C_);
+    be.layernorm_forward(S + s.lnf, S + s.lnf_mean, S + s.lnf_rstd, x, p(params, LNFW),
+                         p(params, LNFB), n, C_);
+    be.matmul_forward(S + s.h, S + s.lnf, p(params, DW), p(params, DB), n, C_, C_);
+    be.gelu_forward(S + s.hg, S + s.h, static_cast<long>(n) * C_);
+    be.layernorm_forward(S + s.t, S + s.t_mean, S + s.t_rstd, S + s.hg, p(params, LNW),
+                         p(params, LNB), n, C_);
+    be.matmul_forward(S + s.logits, S + s.t, p(params, DECW), p(params, DECB), n, C_, V_);
     return loss_forward(ctx, S + s.logits, c.targets, n, V_);
   }
 
@@ -667,10 +679,12 @@ class BertHead final : public SlotLayer {
                 const float* in, const float* saved, const float*, float* din, float dloss,
                 DeferredGrads* later) const override {
     check_shape(mb);
+    later = deferral(ctx, later);
+    ComputeBackend& be = ctx.backend();
     const int N = mb.B * mb.T;
     const Saved s = layout(mb.B, mb.T);
     const float* S = saved;
-    fill_zero(ctx, din, static_cast<long>(N) * C_);
+    be.fill_zero(din, static_cast<long>(N) * C_);
     const CountedRows c = counted_rows(ctx, mb);
     const int n = c.n;
     if (n == 0) return;
@@ -680,23 +694,20 @@ class BertHead final : public SlotLayer {
     linear_backward(ctx, later, dt, g(grads, DECW), g(grads, DECB), dlogits, S + s.t,
                     p(params, DECW), n, C_, V_);
     float* dhg = zeros(ctx, nC);
-    layernorm_backward(ctx, dhg, g(grads, LNW), g(grads, LNB), dt, S + s.hg, p(params, LNW),
-                       S + s.t_mean, S + s.t_rstd, n, C_);
+    be.layernorm_backward(dhg, g(grads, LNW), g(grads, LNB), dt, S + s.hg, p(params, LNW),
+                          S + s.t_mean, S + s.t_rstd, n, C_);
     float* dh = kept_zeros(ctx, later, nC);
-    gelu_backward(ctx, dh, S + s.h, dhg, static_cast<long>(nC));
+    be.gelu_backward(dh, S + s.h, dhg, static_cast<long>(nC));
     float* dlnf = dt;  // dt is dead: reuse it
-    fill_zero(ctx, dlnf, static_cast<long>(nC));
+    be.fill_zero(dlnf, static_cast<long>(nC));
     linear_backward(ctx, later, dlnf, g(grads, DW), g(grads, DB), dh, S + s.lnf, p(params, DW), n,
                     C_, C_);
-    float* x = ctx.arena().alloc_f32(nC);
-    gather_rows(ctx, x, in, c.rows, n, C_);
+    float* x = be.scratch(nC);
+    be.gather_rows(x, in, c.rows, n, C_);
     float* dx = zeros(ctx, nC);
-    layernorm_backward(ctx, dx, g(grads, LNFW), g(grads, LNFB), dlnf, x, p(params, LNFW),
-                       S + s.lnf_mean, S + s.lnf_rstd, n, C_);
-    ctx.parallel_for(n, [&](int, int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r)
-        std::copy_n(dx + r * C_, C_, din + static_cast<size_t>(c.rows[r]) * C_);
-    });
+    be.layernorm_backward(dx, g(grads, LNFW), g(grads, LNFB), dlnf, x, p(params, LNFW),
+                          S + s.lnf_mean, S + s.lnf_rstd, n, C_);
+    be.scatter_rows(din, dx, c.rows, n, C_);
   }
 };
 
