@@ -1,0 +1,59 @@
+// BackendTrainer on the CPU backend computes the ReferenceTrainer's bits (GPT and BERT, tied,
+// clipped AdamW with weight decay, and SGD with momentum), so the only thing another backend can
+// change is the kernels; tests/gpu holds a device's trainer to the same reference.
+#include "engine/execution/backend_trainer.hpp"
+
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "engine/execution/reference_trainer.hpp"
+#include "kernels/check.hpp"
+#include "kernels/cpu_backend.hpp"
+#include "tests/support/bits.hpp"
+#include "tests/support/tiny_model.hpp"
+
+using namespace actorpipe;
+using namespace actorpipe::testing;
+
+TEST_CASE("on the CPU backend, the reference trainer's bits: GPT and BERT, AdamW and SGD") {
+  for (Arch arch : {Arch::gpt, Arch::bert}) {
+    for (const char* kind : {"adamw", "sgd"}) {
+      CAPTURE(static_cast<int>(arch));
+      CAPTURE(kind);
+      const ModelOptions m = tiny_model(arch, true, 3);
+      OptimizerOptions opt = clipped_adamw();
+      opt.kind = kind;
+      ReferenceTrainer ref(build_model(m), opt, kB, kT);
+      ref.set_fused_update(false);
+      Context cpu_ctx(1);
+      auto cpu = make_cpu_backend(cpu_ctx);
+      BackendTrainer dev(build_model(m), opt, kB, kT, *cpu);
+      const auto batches = tiny_batches(arch, m.vocab_size, 6, 11);
+      for (int s = 0; s < 3; ++s) {
+        const std::span<const Microbatch> step(batches.data() + 2 * s, 2);
+        CHECK(same_bits(dev.step(step), ref.step(step)));
+        CHECK(same_bits(dev.last_grad_norm(), ref.last_grad_norm()));
+      }
+      for (int i = 0; i < ref.num_layers(); ++i) {
+        CAPTURE(i);
+        CHECK(same_bits(dev.params(i), ref.params(i)));
+      }
+      CHECK(dev.steps() == 3);
+    }
+  }
+}
+
+TEST_CASE("BackendTrainer refuses what does not fit, naming it") {
+  Context cpu_ctx(1);
+  auto cpu = make_cpu_backend(cpu_ctx);
+  const ModelOptions m = tiny_model(Arch::gpt, true, 1);
+  CHECK_THROWS_WITH_AS(BackendTrainer(build_model(m), clipped_adamw(), kB, 99, *cpu),
+                       doctest::Contains("T = 99 (context 8)"), CheckFailure);
+  BackendTrainer t(build_model(m), clipped_adamw(), kB, kT, *cpu);
+  CHECK_THROWS_WITH_AS(t.set_params(1, std::vector<float>(3, 0.0f)),
+                       doctest::Contains("layer 1: 3 parameter values"), CheckFailure);
+  auto wrong = tiny_batches(Arch::gpt, m.vocab_size, 1, 1);
+  wrong[0].B = 1;
+  CHECK_THROWS_AS(t.forward(wrong[0]), CheckFailure);
+}
