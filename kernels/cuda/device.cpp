@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include "kernels/check.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
+
 #ifdef ACTORPIPE_WITH_CUDA
 #include "kernels/cuda/cuda_probe.h"
 #endif
@@ -40,5 +43,16 @@ std::string cuda_self_test() {
   return "the CUDA backend is not built";
 #endif
 }
+
+#ifndef ACTORPIPE_WITH_CUDA
+// Without CUDA in the build the backend cannot be made; the message says so and how to get it.
+std::string cuda_unavailable_reason() {
+  return "the CUDA backend is not built (ACTORPIPE_CUDA=OFF, or no nvcc when configured)";
+}
+
+std::unique_ptr<ComputeBackend> make_cuda_backend(int device_index) {
+  AP_CHECK(false, "cuda device {}: {}", device_index, cuda_unavailable_reason());
+}
+#endif
 
 }  // namespace actorpipe
