@@ -1,0 +1,41 @@
+# Smoke test of actorpipe-bench-device: the tiny shape's step on the CPU backend, one timed step,
+# must print one JSON line with positive times, products and a finite loss; asking for the CUDA
+# backend where it cannot run must exit non-zero saying why (never a silent CPU run); an unknown
+# shape must exit 2 naming it.
+# Usage: cmake -DBENCH=<path to actorpipe-bench-device> -P device_smoke_test.cmake
+if(NOT BENCH)
+  message(FATAL_ERROR "pass -DBENCH=<path to actorpipe-bench-device>")
+endif()
+execute_process(COMMAND ${BENCH} --backend cpu --shape tiny --reps 1 --warmup 0 --json
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "exited with ${rc}\nstdout:\n${out}\nstderr:\n${err}")
+endif()
+string(STRIP "${out}" out)
+string(JSON bench GET "${out}" bench)
+string(JSON backend GET "${out}" backend)
+if(NOT bench STREQUAL "device_step" OR NOT backend MATCHES "^cpu")
+  message(FATAL_ERROR "not a device_step line on the CPU:\n${out}")
+endif()
+foreach(key step_ms floor_ms products tokens_per_s first_loss)
+  string(JSON v GET "${out}" ${key})
+  if(NOT v GREATER 0)
+    message(FATAL_ERROR "${key} = ${v}, expected > 0:\n${out}")
+  endif()
+endforeach()
+execute_process(COMMAND ${BENCH} --backend cuda --shape tiny --reps 1 --warmup 0
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 0)
+  string(FIND "${out}" "cuda:" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "--backend cuda exited 0 without running on a GPU:\n${out}")
+  endif()
+  message(STATUS "a GPU is usable here:\n${out}")
+elseif(NOT err MATCHES "no usable GPU|not built|cuda")
+  message(FATAL_ERROR "--backend cuda failed without saying why (${rc}):\n${err}")
+endif()
+execute_process(COMMAND ${BENCH} --shape huge RESULT_VARIABLE rc ERROR_VARIABLE err)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "huge")
+  message(FATAL_ERROR "--shape huge: exit ${rc}, expected 2 naming it:\n${err}")
+endif()
+message(STATUS "actorpipe-bench-device smoke test passed")
