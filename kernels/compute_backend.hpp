@@ -66,8 +66,9 @@ class ComputeBackend {
                                   const float* rstd, int N, int C) = 0;
   virtual void gelu_forward(float* out, const float* inp, long N) = 0;
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, long N) = 0;
-  /// key_mask: host memory (see above). The CUDA backend needs scratch of NH·T·T floats in the
-  /// backward; B·NH·T·T (what the CPU kernel's contract allows the caller to pass) suffices.
+  /// key_mask: host memory (see above). The backward's scratch: B·NH·T·T floats (the CPU
+  /// kernel needs threads·T·T of them; the CUDA backend all B·NH·T·T, one score matrix per
+  /// head of every sequence, computed in one batched product).
   virtual void attention_forward(float* out, float* att, const float* qkv, const uint8_t* key_mask,
                                  bool causal, int B, int T, int C, int NH) = 0;
   virtual void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,

@@ -80,9 +80,10 @@ constexpr int kLanes = 16;     // lanes of the CPU's fixed-order row reductions
 static_assert(kLanes == internal::kLanes, "the row kernels reproduce the CPU's lane order");
 constexpr int kRowThreads = 128;                     // block of the per-row kernels:
 constexpr int kRowsPerBlock = kRowThreads / kLanes;  // 8 rows of 16 lanes
-constexpr int64_t kSumBlock = int64_t{1} << 14;      // grad_sumsq: elements per block (as CPU)
-constexpr int kDLanes = 8;                           // grad_sumsq: double lanes per block
-constexpr size_t kAlign = 256;                       // scratch and staging alignment (bytes)
+constexpr int kUnroll = 8;  // loads in flight per serial sum (the adds stay in order)
+constexpr int64_t kSumBlock = int64_t{1} << 14;  // grad_sumsq: elements per block (as CPU)
+constexpr int kDLanes = 8;                       // grad_sumsq: double lanes per block
+constexpr size_t kAlign = 256;                   // scratch and staging alignment (bytes)
 constexpr size_t kMinScratchBlock = size_t{16} << 20;
 constexpr size_t kCublasWorkspace = size_t{32} << 20;
 constexpr float kLnEps = 1e-5f;                // layernorm.cpp
@@ -239,15 +240,36 @@ __global__ void k_bias_rows(float* __restrict__ out, const float* __restrict__ b
   GRID_STRIDE(i, N * OC) out[i] = bias[i % OC];
 }
 
-// dbias[o] += Σ_r dout[r,o]: one thread per column, rows in order from the value in dbias
-// (bias_backward's order: the CPU's bits).
+// The per-column sums keep the CPU's order (each column's rows in order, from the value already
+// there), which leaves one thread per column to add; what makes them fast is the loading: a block
+// takes kTileCols columns and reads kTileRows rows of them at a time into shared memory, every
+// thread of the block loading (coalesced, all in flight), and then one warp adds the tile's rows
+// in order, a column per thread.
+constexpr int kTileCols = 32;  // one warp adds: a column per lane
+constexpr int kTileRows = 64;  // rows a block reads at once
+constexpr int kTileThreads = 256;
+
+// dbias[o] += Σ_r dout[r,o], rows in order from the value in dbias (bias_backward's order: the
+// CPU's bits).
 __global__ void k_bias_backward(float* __restrict__ dbias, const float* __restrict__ dout, int N,
                                 int OC) {
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (o >= OC) return;
-  float acc = dbias[o];
-  for (int64_t r = 0; r < N; ++r) acc = __fadd_rn(acc, dout[r * OC + o]);
-  dbias[o] = acc;
+  __shared__ float tile[kTileRows][kTileCols + 1];
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kTileCols;
+  const int lane = static_cast<int>(threadIdx.x);
+  float acc = lane < kTileCols && o0 + lane < OC ? dbias[o0 + lane] : 0.0f;
+  for (int64_t r0 = 0; r0 < N; r0 += kTileRows) {
+    for (int e = static_cast<int>(threadIdx.x); e < kTileRows * kTileCols; e += kTileThreads) {
+      const int r = e / kTileCols, c = e % kTileCols;
+      tile[r][c] = r0 + r < N && o0 + c < OC ? dout[(r0 + r) * OC + o0 + c] : 0.0f;
+    }
+    __syncthreads();
+    if (lane < kTileCols) {
+      const int rows = N - r0 < kTileRows ? static_cast<int>(N - r0) : kTileRows;
+      for (int r = 0; r < rows; ++r) acc = __fadd_rn(acc, tile[r][lane]);
+    }
+    __syncthreads();
+  }
+  if (lane < kTileCols && o0 + lane < OC) dbias[o0 + lane] = acc;
 }
 
 // ---- layernorm (layernorm.cpp) ------------------------------------------------------------------
@@ -311,23 +333,45 @@ __global__ void k_layernorm_backward_input(float* __restrict__ dinp, const float
   }
 }
 
-// dbias[c] += Σ_r g, dweight[c] += Σ_r x̂·g: one thread per channel, rows in order
-// (param_grad_row's order: the CPU's bits).
+// dbias[c] += Σ_r g, dweight[c] += Σ_r x̂·g: rows in order per channel (param_grad_row's order:
+// the CPU's bits), tiled as k_bias_backward.
 __global__ void k_layernorm_backward_params(float* __restrict__ dw, float* __restrict__ db,
                                             const float* __restrict__ dout,
                                             const float* __restrict__ inp,
                                             const float* __restrict__ mean,
                                             const float* __restrict__ rstd, int N, int C) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float w = dw[c], b = db[c];
-  for (int64_t r = 0; r < N; ++r) {
-    const float g = dout[r * C + c];
-    b = __fadd_rn(b, g);
-    w = fmaf(__fmul_rn(__fsub_rn(inp[r * C + c], mean[r]), rstd[r]), g, w);
+  __shared__ float gt[kTileRows][kTileCols + 1], xt[kTileRows][kTileCols + 1];
+  __shared__ float mt[kTileRows], st[kTileRows];
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTileCols;
+  const int lane = static_cast<int>(threadIdx.x);
+  const bool mine = lane < kTileCols && c0 + lane < C;
+  float w = mine ? dw[c0 + lane] : 0.0f, b = mine ? db[c0 + lane] : 0.0f;
+  for (int64_t r0 = 0; r0 < N; r0 += kTileRows) {
+    for (int e = static_cast<int>(threadIdx.x); e < kTileRows * kTileCols; e += kTileThreads) {
+      const int r = e / kTileCols, c = e % kTileCols;
+      const bool in = r0 + r < N && c0 + c < C;
+      gt[r][c] = in ? dout[(r0 + r) * C + c0 + c] : 0.0f;
+      xt[r][c] = in ? inp[(r0 + r) * C + c0 + c] : 0.0f;
+    }
+    if (threadIdx.x < kTileRows && r0 + threadIdx.x < N) {
+      mt[threadIdx.x] = mean[r0 + threadIdx.x];
+      st[threadIdx.x] = rstd[r0 + threadIdx.x];
+    }
+    __syncthreads();
+    if (lane < kTileCols) {
+      const int rows = N - r0 < kTileRows ? static_cast<int>(N - r0) : kTileRows;
+      for (int r = 0; r < rows; ++r) {
+        const float g = gt[r][lane];
+        b = __fadd_rn(b, g);
+        w = fmaf(__fmul_rn(__fsub_rn(xt[r][lane], mt[r]), st[r]), g, w);
+      }
+    }
+    __syncthreads();
   }
-  dw[c] = w;
-  db[c] = b;
+  if (mine) {
+    dw[c0 + lane] = w;
+    db[c0 + lane] = b;
+  }
 }
 
 // ---- attention (attention.cpp) ------------------------------------------------------------------
@@ -386,49 +430,111 @@ __global__ void k_attention_softmax_backward(float* __restrict__ d, const float*
     dr[j] = j < n ? __fmul_rn(__fmul_rn(a[j], __fsub_rn(dr[j], dot)), scale) : 0.0f;
 }
 
+// The operands of the B·NH products of one attention step: product i = b·NH + h takes matrix
+// base + b·batch + h·head of each operand (heads sit side by side in a row, batches one after
+// another, so no single stride reaches them all).
+struct HeadOperand {
+  const float* base;
+  int64_t batch, head;
+};
+__global__ void k_head_pointers(const float** __restrict__ ptrs, HeadOperand a, HeadOperand b,
+                                HeadOperand c, int NH, int count) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i >= count) return;
+  const int64_t bi = i / NH, h = i % NH;
+  ptrs[i] = a.base + bi * a.batch + h * a.head;
+  ptrs[count + i] = b.base + bi * b.batch + h * b.head;
+  ptrs[2 * count + i] = c.base + bi * c.batch + h * c.head;
+}
+
 // ---- cross-entropy (crossentropy.cpp) -----------------------------------------------------------
 
-// One row per 16-lane group. losses[r] = log Σexp(x − max) + (max − x[tgt]); out row = softmax
-// (backward = false: probs) or (softmax − onehot)·dloss (backward = true: dlogits). Ignored rows
-// (target −1): loss 0, probs untouched, dlogits 0. out may alias logits: every lane reads x[tgt]
-// before the group's barrier, and each element is read and written by the same lane.
-__global__ void k_crossentropy(float* __restrict__ losses, float* out, const float* logits,
-                               const int32_t* __restrict__ targets, float dloss, bool backward,
-                               int N, int V) {
+// Cross-entropy in four passes, with crossentropy_row's bits: the CPU's order lives only in the
+// lane sums of the exponentials, which k_ce_sum keeps (16 lanes per row, each adding its elements
+// in order); the max, the exponentials and the scaling are element-wise or order-free, so they
+// run over every element of the (N,V) logits at once. out may alias logits: x[tgt] and the max
+// are read (k_ce_max) before any pass writes out, and each later pass reads an element and
+// writes it in the same thread. Ignored rows (target −1): loss 0, probs untouched, dlogits 0.
+
+// mx[r] = max of row r, xt[r] = x[tgt]: one block per row (a max does not depend on the order).
+__global__ void k_ce_max(float* __restrict__ mx, float* __restrict__ xt, const float* logits,
+                         const int32_t* __restrict__ targets, int V) {
+  const int64_t row = blockIdx.x;
+  const int tgt = targets[row];
+  if (tgt == kIgnoreIndex) return;
+  const float* x = logits + row * V;
+  __shared__ float part[kThreads];
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) m = x[j] > m ? x[j] : m;
+  part[threadIdx.x] = m;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if (static_cast<int>(threadIdx.x) < w)
+      part[threadIdx.x] =
+          part[threadIdx.x + w] > part[threadIdx.x] ? part[threadIdx.x + w] : part[threadIdx.x];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    mx[row] = part[0];
+    xt[row] = x[tgt];
+  }
+}
+
+// out = exp(x − mx[row]) (dlogits of an ignored row: 0).
+__global__ void k_ce_exp(float* out, const float* logits, const float* __restrict__ mx,
+                         const int32_t* __restrict__ targets, bool backward, int64_t N, int V) {
+  GRID_STRIDE(i, N * V) {
+    const int64_t row = i / V;
+    if (targets[row] == kIgnoreIndex) {
+      if (backward) out[i] = 0.0f;
+      continue;
+    }
+    out[i] = exp_f32(__fsub_rn(logits[i], mx[row]));
+  }
+}
+
+// One row per 16-lane group: sum = lane sums of the exponentials in order, the lanes in order;
+// losses[r] = log(sum) + (mx − x[tgt]); inv[r] = 1/sum.
+__global__ void k_ce_sum(float* __restrict__ losses, float* __restrict__ inv,
+                         const float* __restrict__ e, const float* __restrict__ mx,
+                         const float* __restrict__ xt, const int32_t* __restrict__ targets, int N,
+                         int V) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kLanes;
   const int lane = static_cast<int>(threadIdx.x % kLanes);
   if (row >= N) return;
   const unsigned mask = lane_group_mask();
-  const int tgt = targets[row];
-  float* d = out + row * V;
-  if (tgt == kIgnoreIndex) {
+  if (targets[row] == kIgnoreIndex) {
     if (lane == 0) losses[row] = 0.0f;
-    if (backward)
-      for (int j = lane; j < V; j += kLanes) d[j] = 0.0f;
     return;
   }
-  const float* x = logits + row * V;
-  const float xt = x[tgt];
-  float mx = -INFINITY;
-  for (int j = lane; j < V; j += kLanes) mx = x[j] > mx ? x[j] : mx;
-  mx = lanes_max(mx, mask);
-  __syncwarp(mask);  // every lane has read x[tgt] before any lane writes its part of out
+  const float* d = e + row * V;
   float acc = 0.0f;
-  for (int j = lane; j < V; j += kLanes) {
-    const float e = exp_f32(__fsub_rn(x[j], mx));
-    d[j] = e;
-    acc = __fadd_rn(acc, e);
+  int j = lane;
+  for (; j + (kUnroll - 1) * kLanes < V; j += kUnroll * kLanes) {  // loads in flight, adds in order
+    float v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = d[j + u * kLanes];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) acc = __fadd_rn(acc, v[u]);
   }
+  for (; j < V; j += kLanes) acc = __fadd_rn(acc, d[j]);
   const float sum = lanes_sum(acc, mask);
-  if (lane == 0) losses[row] = __fadd_rn(logf(sum), __fsub_rn(mx, xt));
-  const float inv = __fdiv_rn(1.0f, sum);
-  if (!backward) {
-    for (int j = lane; j < V; j += kLanes) d[j] = __fmul_rn(d[j], inv);
-  } else {
-    for (int j = lane; j < V; j += kLanes) {
-      const float p = __fmul_rn(d[j], inv);
-      d[j] = __fmul_rn(j == tgt ? __fsub_rn(p, 1.0f) : p, dloss);
-    }
+  if (lane == 0) {
+    losses[row] = __fadd_rn(logf(sum), __fsub_rn(mx[row], xt[row]));
+    inv[row] = __fdiv_rn(1.0f, sum);
+  }
+}
+
+// out = e·inv[row] (probs), or (e·inv[row] − onehot)·dloss (dlogits); ignored rows as they are.
+__global__ void k_ce_scale(float* out, const float* __restrict__ inv,
+                           const int32_t* __restrict__ targets, float dloss, bool backward,
+                           int64_t N, int V) {
+  GRID_STRIDE(i, N * V) {
+    const int64_t row = i / V;
+    const int tgt = targets[row];
+    if (tgt == kIgnoreIndex) continue;
+    const float p = __fmul_rn(out[i], inv[row]);
+    out[i] = backward ? __fmul_rn(i - row * V == tgt ? __fsub_rn(p, 1.0f) : p, dloss) : p;
   }
 }
 
@@ -569,7 +675,18 @@ __global__ void k_sumsq_blocks(double* __restrict__ partial, const float* __rest
   const int64_t s = blk * kSumBlock;
   const int64_t len = min(n - s, kSumBlock);
   double acc = 0.0;
-  for (int64_t i = lane; i < len; i += kDLanes) {
+  int64_t i = lane;
+  for (; i + (kUnroll - 1) * kDLanes < len; i += kUnroll * kDLanes) {  // loads in flight
+    float v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = g[s + i + u * kDLanes];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const double x = static_cast<double>(v[u]);
+      acc = __dadd_rn(acc, __dmul_rn(x, x));
+    }
+  }
+  for (; i < len; i += kDLanes) {
     const double x = static_cast<double>(g[s + i]);
     acc = __dadd_rn(acc, __dmul_rn(x, x));
   }
@@ -772,7 +889,8 @@ class CudaBackend final : public ComputeBackend {
     // dweight (OC,C) += doutᵀ (OC,N) · inp (N,C)
     gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     if (dbias != nullptr && OC > 0) {
-      k_bias_backward<<<blocks_for(OC), kThreads, 0, stream_>>>(dbias, dout, N, OC);
+      k_bias_backward<<<static_cast<unsigned>(cdiv(OC, kTileCols)), kTileThreads, 0, stream_>>>(
+          dbias, dout, N, OC);
       AP_LAUNCHED(k_bias_backward);
     }
   }
@@ -796,8 +914,8 @@ class CudaBackend final : public ComputeBackend {
     k_layernorm_backward_input<<<row_blocks(N), kRowThreads, 0, stream_>>>(dinp, dout, inp, weight,
                                                                            mean, rstd, N, C);
     AP_LAUNCHED(k_layernorm_backward_input);
-    k_layernorm_backward_params<<<blocks_for(C), kThreads, 0, stream_>>>(dweight, dbias, dout, inp,
-                                                                         mean, rstd, N, C);
+    k_layernorm_backward_params<<<static_cast<unsigned>(cdiv(C, kTileCols)), kTileThreads, 0,
+                                  stream_>>>(dweight, dbias, dout, inp, mean, rstd, N, C);
     AP_LAUNCHED(k_layernorm_backward_params);
   }
 
@@ -829,24 +947,21 @@ class CudaBackend final : public ComputeBackend {
     const uint8_t* mask = nullptr;
     if (key_mask != nullptr)
       mask = static_cast<const uint8_t*>(stage({{key_mask, size_t(B) * size_t(T)}})[0]);
-    for (int b = 0; b < B; ++b) {
-      const float* q = qkv + int64_t{b} * T * C3;
-      gemm_batched(false, true, T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.0f,
-                   att + int64_t{b} * NH * TT, T, TT, NH);
-    }
+    const int64_t bq = int64_t{T} * C3, ba = int64_t{NH} * TT;
+    // att(b,h) = scale·Q·Kᵀ, every (b, h) in one batched product
+    gemm_heads(false, true, T, T, hs, scale, {qkv, bq, hs}, C3, {qkv + C, bq, hs}, C3, 0.0f,
+               {att, ba, TT}, T, B, NH);
     const int64_t rows = int64_t{B} * NH * T;
     k_attention_softmax<<<row_blocks(rows), kRowThreads, 0, stream_>>>(att, mask, rows, T, NH,
                                                                        causal);
     AP_LAUNCHED(k_attention_softmax);
-    for (int b = 0; b < B; ++b) {
-      const float* v = qkv + int64_t{b} * T * C3 + 2 * C;
-      gemm_batched(false, false, T, hs, T, 1.0f, att + int64_t{b} * NH * TT, T, TT, v, C3, hs, 0.0f,
-                   out + int64_t{b} * T * C, C, hs, NH);
-    }
+    // out(b,h) = att·V
+    gemm_heads(false, false, T, hs, T, 1.0f, {att, ba, TT}, T, {qkv + 2 * C, bq, hs}, C3, 0.0f,
+               {out, int64_t{T} * C, hs}, C, B, NH);
   }
 
-  // Per batch b, with D = scratch (NH·T·T): D = dout_h·V_hᵀ; dV_h += att_hᵀ·dout_h;
-  // D = att ⊙ (D − Σ_row att·D)·scale; dQ_h += D·K_h; dK_h += Dᵀ·Q_h.
+  // Every (b, h) at once, with D = scratch (B·NH·T·T): D = dout·Vᵀ; dV += attᵀ·dout;
+  // D = att ⊙ (D − Σ_row att·D)·scale; dQ += D·K; dK += Dᵀ·Q.
   void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                           const float* att, int B, int T, int C, int NH, bool causal) override {
     AP_CHECK(NH > 0 && C % NH == 0, "attention: C={} not divisible by NH={}", C, NH);
@@ -855,26 +970,18 @@ class CudaBackend final : public ComputeBackend {
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
     const int64_t TT = int64_t{T} * T;
-    const int64_t rows = int64_t{NH} * T;
-    float* D = scratch;
-    for (int b = 0; b < B; ++b) {
-      const int64_t base = int64_t{b} * T * C3;
-      const float* q = qkv + base;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      float* dq = dqkv + base;
-      float* dk = dq + C;
-      float* dv = dq + 2 * C;
-      const float* A = att + int64_t{b} * NH * TT;
-      const float* go = dout + int64_t{b} * T * C;
-      gemm_batched(false, true, T, T, hs, 1.0f, go, C, hs, v, C3, hs, 0.0f, D, T, TT, NH);
-      gemm_batched(true, false, T, hs, T, 1.0f, A, T, TT, go, C, hs, 1.0f, dv, C3, hs, NH);
-      k_attention_softmax_backward<<<row_blocks(rows), kRowThreads, 0, stream_>>>(D, A, rows, T,
-                                                                                  scale, causal);
-      AP_LAUNCHED(k_attention_softmax_backward);
-      gemm_batched(false, false, T, hs, T, 1.0f, D, T, TT, k, C3, hs, 1.0f, dq, C3, hs, NH);
-      gemm_batched(true, false, T, hs, T, 1.0f, D, T, TT, q, C3, hs, 1.0f, dk, C3, hs, NH);
-    }
+    const int64_t bq = int64_t{T} * C3, ba = int64_t{NH} * TT, bo = int64_t{T} * C;
+    const HeadOperand A{att, ba, TT}, D{scratch, ba, TT}, go{dout, bo, hs};
+    const HeadOperand q{qkv, bq, hs}, k{qkv + C, bq, hs}, v{qkv + 2 * C, bq, hs};
+    const HeadOperand dq{dqkv, bq, hs}, dk{dqkv + C, bq, hs}, dv{dqkv + 2 * C, bq, hs};
+    gemm_heads(false, true, T, T, hs, 1.0f, go, C, v, C3, 0.0f, D, T, B, NH);
+    gemm_heads(true, false, T, hs, T, 1.0f, A, T, go, C, 1.0f, dv, C3, B, NH);
+    const int64_t rows = int64_t{B} * NH * T;
+    k_attention_softmax_backward<<<row_blocks(rows), kRowThreads, 0, stream_>>>(scratch, att, rows,
+                                                                                T, scale, causal);
+    AP_LAUNCHED(k_attention_softmax_backward);
+    gemm_heads(false, false, T, hs, T, 1.0f, D, T, k, C3, 1.0f, dq, C3, B, NH);
+    gemm_heads(true, false, T, hs, T, 1.0f, D, T, q, C3, 1.0f, dk, C3, B, NH);
   }
 
   // ---- loss -------------------------------------------------------------------------------------
@@ -1158,14 +1265,20 @@ class CudaBackend final : public ComputeBackend {
                           M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
   }
 
-  // The same for `batch` products, matrix i of each operand `stride` floats after matrix i−1.
-  void gemm_batched(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
-                    int64_t strideA, const float* B, int ldb, int64_t strideB, float beta, float* C,
-                    int ldc, int64_t strideC, int batch) {
-    if (M == 0 || N == 0 || batch == 0) return;
-    AP_CUBLAS(cublasSgemmStridedBatched(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                        ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb,
-                                        strideB, A, lda, strideA, &beta, C, ldc, strideC, batch));
+  // The B·NH products of one attention step as one batched product (k_head_pointers): product
+  // (b, h) is C(b,h) = alpha·op(A(b,h))·op(B(b,h)) + beta·C(b,h), row-major, as gemm().
+  void gemm_heads(bool ta, bool tb, int M, int N, int K, float alpha, HeadOperand A, int lda,
+                  HeadOperand B, int ldb, float beta, HeadOperand C, int ldc, int batches, int NH) {
+    const int count = batches * NH;
+    if (M == 0 || N == 0 || count == 0) return;
+    // in stream order: the pointers of one product are written after the product before ran
+    auto* ptrs = static_cast<const float**>(
+        ensure(head_ptrs_, 3 * static_cast<size_t>(count) * sizeof(float*)));
+    k_head_pointers<<<blocks_for(count), kThreads, 0, stream_>>>(ptrs, A, B, C, NH, count);
+    AP_LAUNCHED(k_head_pointers);
+    AP_CUBLAS(cublasSgemmBatched(
+        blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
+        ptrs + count, ldb, ptrs, lda, &beta, const_cast<float**>(ptrs + 2 * count), ldc, count));
   }
 
   int crossentropy(float* losses, float* out, const float* logits, const int32_t* targets,
@@ -1182,9 +1295,18 @@ class CudaBackend final : public ComputeBackend {
     if (N <= 0) return count;
     const auto* tg =
         static_cast<const int32_t*>(stage({{targets, size_t(N) * sizeof(int32_t)}})[0]);
-    k_crossentropy<<<row_blocks(N), kRowThreads, 0, stream_>>>(losses, out, logits, tg, dloss,
-                                                               backward, N, V);
-    AP_LAUNCHED(k_crossentropy);
+    auto* rows = static_cast<float*>(ensure(ce_rows_, 3 * size_t(N) * sizeof(float)));
+    float *mx = rows, *xt = rows + N, *inv = rows + 2 * int64_t{N};
+    k_ce_max<<<static_cast<unsigned>(N), kThreads, 0, stream_>>>(mx, xt, logits, tg, V);
+    AP_LAUNCHED(k_ce_max);
+    k_ce_exp<<<grid_stride_blocks(int64_t{N} * V), kThreads, 0, stream_>>>(out, logits, mx, tg,
+                                                                           backward, N, V);
+    AP_LAUNCHED(k_ce_exp);
+    k_ce_sum<<<row_blocks(N), kRowThreads, 0, stream_>>>(losses, inv, out, mx, xt, tg, N, V);
+    AP_LAUNCHED(k_ce_sum);
+    k_ce_scale<<<grid_stride_blocks(int64_t{N} * V), kThreads, 0, stream_>>>(out, inv, tg, dloss,
+                                                                             backward, N, V);
+    AP_LAUNCHED(k_ce_scale);
     return count;
   }
 
@@ -1230,9 +1352,11 @@ class CudaBackend final : public ComputeBackend {
   size_t cur_ = 0;
   std::array<Slot, kSlots> slots_{};
   size_t next_slot_ = 0;
-  DeviceBuffer staging_;   // staged index arrays
-  DeviceBuffer bounce_;    // overlapping copies
-  DeviceBuffer partials_;  // grad_sumsq's per-block sums
+  DeviceBuffer staging_;    // staged index arrays
+  DeviceBuffer bounce_;     // overlapping copies
+  DeviceBuffer partials_;   // grad_sumsq's per-block sums
+  DeviceBuffer ce_rows_;    // cross-entropy's per-row max, x[target] and 1/sum
+  DeviceBuffer head_ptrs_;  // attention's batched products: the operands' pointers
 };
 
 // The reason no GPU is usable, or "" with the device count in *count.
