@@ -53,6 +53,7 @@ std::string device_step_usage() {
   --reps N         timed steps and floor replays (default 10)
   --warmup N       untimed steps first (default 2)
   --json           one JSON line instead of the table
+  --profile        one more step, timed op by op (each op synchronised): where the time goes
 )";
 }
 
@@ -68,6 +69,8 @@ Expected<DeviceStepOptions> parse_device_step_args(std::span<const std::string> 
       o.help = true;
     } else if (a == "--json") {
       o.json = true;
+    } else if (a == "--profile") {
+      o.profile = true;
     } else if (a == "--shape") {
       auto v = shape_option(args, i);
       if (!v.ok()) return v.error();
@@ -132,6 +135,18 @@ Expected<DeviceStepResult> time_device_step(const DeviceStepOptions& o) {
   backend.start();
   trainer.step(std::span<const Microbatch>(&mb, 1));
   backend.stop();
+  if (o.profile) {
+    const Microbatch next = (*loader)->next();
+    backend.set_profiling(true);
+    const auto t0 = std::chrono::steady_clock::now();
+    trainer.step(std::span<const Microbatch>(&next, 1));
+    backend.synchronize();
+    r.profiled_step_ms = ms_since(t0);
+    backend.set_profiling(false);
+    for (const auto& t : backend.profile()) r.profile.push_back({t.op, t.calls, t.ms});
+    std::sort(r.profile.begin(), r.profile.end(),
+              [](const auto& a, const auto& b) { return a.ms > b.ms; });
+  }
   r.products = static_cast<int>(backend.calls());
   r.floor_flops = backend.flops();
   for (int i = 0; i < o.reps; ++i) {
@@ -163,6 +178,7 @@ std::string format_device_step(const DeviceStepResult& r, bool json) {
                         {"products", r.products},
                         {"first_loss", r.first_loss},
                         {"last_loss", r.last_loss}};
+    for (const auto& t : r.profile) j["profile"][t.op] = {{"calls", t.calls}, {"ms", t.ms}};
     return j.dump() + "\n";
   }
   std::string s = fmt::format("actorpipe-bench-device: {} on {} ({} timed steps, medians)\n",
@@ -173,6 +189,16 @@ std::string format_device_step(const DeviceStepResult& r, bool json) {
                    floor, step / floor, tok_s, gflops, floor_gflops, r.products);
   s +=
       fmt::format("loss {:.4f} at the first step, {:.4f} at the last\n", r.first_loss, r.last_loss);
+  if (!r.profile.empty()) {
+    double sum = 0.0;
+    for (const auto& t : r.profile) sum += t.ms;
+    s += fmt::format(
+        "one more step op by op: {:.3f} ms with a synchronisation per op, {:.3f} ms in the ops\n",
+        r.profiled_step_ms, sum);
+    for (const auto& t : r.profile)
+      s += fmt::format("  {:<30} {:>5} calls {:>9.3f} ms {:>5.1f}%\n", t.op, t.calls, t.ms,
+                       100.0 * t.ms / r.profiled_step_ms);
+  }
   return s;
 }
 

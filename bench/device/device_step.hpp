@@ -19,6 +19,7 @@ struct DeviceStepOptions {
   int reps = 10;                 ///< --reps N timed steps (and floor replays)
   int warmup = 2;                ///< --warmup N untimed steps first
   bool json = false;             ///< --json: one JSON line instead of the table
+  bool profile = false;          ///< --profile: one more step, timed op by op
   bool help = false;
 };
 
@@ -37,6 +38,15 @@ struct DeviceStepResult {
   std::vector<double> step_ms;   ///< every timed step, in order
   std::vector<double> floor_ms;  ///< every timed replay, in order
   double first_loss = 0.0, last_loss = 0.0;
+  /// --profile: the time of each op name over one step (synchronised op by op), largest first,
+  /// and that step's total.
+  struct OpTime {
+    std::string op;
+    int calls = 0;
+    double ms = 0.0;
+  };
+  std::vector<OpTime> profile;
+  double profiled_step_ms = 0.0;
   double step_median_ms() const;
   double floor_median_ms() const;
 };

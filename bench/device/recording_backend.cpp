@@ -7,7 +7,7 @@ void RecordingBackend::matmul_forward(float* out, const float* inp, const float*
                                       const float* bias, int N, int C, int OC) {
   if (recording_)
     calls_.push_back({Kind::forward, out, nullptr, nullptr, inp, weight, bias, nullptr, N, C, OC});
-  inner_.matmul_forward(out, inp, weight, bias, N, C, OC);
+  timed("matmul_forward", [&] { inner_.matmul_forward(out, inp, weight, bias, N, C, OC); });
 }
 
 void RecordingBackend::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -15,7 +15,8 @@ void RecordingBackend::matmul_backward(float* dinp, float* dweight, float* dbias
                                        int OC) {
   if (recording_)
     calls_.push_back({Kind::backward, dinp, dweight, dbias, inp, weight, nullptr, dout, N, C, OC});
-  inner_.matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  timed("matmul_backward",
+        [&] { inner_.matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC); });
 }
 
 void RecordingBackend::matmul_backward_input(float* dinp, const float* dout, const float* weight,
@@ -23,7 +24,8 @@ void RecordingBackend::matmul_backward_input(float* dinp, const float* dout, con
   if (recording_)
     calls_.push_back(
         {Kind::input, dinp, nullptr, nullptr, nullptr, weight, nullptr, dout, N, C, OC});
-  inner_.matmul_backward_input(dinp, dout, weight, N, C, OC);
+  timed("matmul_backward_input",
+        [&] { inner_.matmul_backward_input(dinp, dout, weight, N, C, OC); });
 }
 
 void RecordingBackend::matmul_backward_weight(float* dweight, float* dbias, const float* dout,
@@ -31,7 +33,19 @@ void RecordingBackend::matmul_backward_weight(float* dweight, float* dbias, cons
   if (recording_)
     calls_.push_back(
         {Kind::weight, nullptr, dweight, dbias, inp, nullptr, nullptr, dout, N, C, OC});
-  inner_.matmul_backward_weight(dweight, dbias, dout, inp, N, C, OC);
+  timed("matmul_backward_weight",
+        [&] { inner_.matmul_backward_weight(dweight, dbias, dout, inp, N, C, OC); });
+}
+
+void RecordingBackend::add_time(const char* op, double ms) {
+  for (OpTime& t : profile_) {
+    if (t.op == op) {
+      ++t.calls;
+      t.ms += ms;
+      return;
+    }
+  }
+  profile_.push_back({op, 1, ms});
 }
 
 double RecordingBackend::flops() const {
