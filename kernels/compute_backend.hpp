@@ -17,6 +17,7 @@
 #include <string>
 
 #include "kernels/optimizer.hpp"
+#include "kernels/precision.hpp"
 #include "kernels/tensor.hpp"
 
 namespace actorpipe {
@@ -32,6 +33,13 @@ class ComputeBackend {
   virtual Device device() const = 0;
   /// For messages and logs: "cpu (2 threads)", "cuda:0 (NVIDIA H200)".
   virtual std::string name() const = 0;
+
+  /// What the products (the matmul ops, attention) compute in: fp32, or bf16 (their operands
+  /// rounded to bf16 as they are read, round to nearest even, the products accumulated in f32:
+  /// the CPU kernels' bf16 semantics with a copy per product). Every other op computes in f32
+  /// either way. Set through Context::set_precision.
+  virtual Precision precision() const = 0;
+  virtual void set_precision(Precision p) = 0;
 
   // ---- memory ------------------------------------------------------------------------------
   /// n floats of the backend's memory, zero-filled; freed by release(). A CheckFailure naming

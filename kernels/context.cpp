@@ -241,12 +241,8 @@ ComputeBackend& Context::backend() {
 }
 
 void Context::set_backend(ComputeBackend* b) {
-  if (b != nullptr && b->device() != Device::cpu) {
-    AP_CHECK(precision_ == Precision::fp32,
-             "the {} backend computes in fp32 only; this Context's precision is {}", b->name(),
-             to_string(precision_));
-  }
-  backend_ = (b != nullptr && b->device() == Device::cpu && cpu_backend_.get() == b) ? nullptr : b;
+  if (b != nullptr && b != cpu_backend_.get()) b->set_precision(precision_);
+  backend_ = (b != nullptr && cpu_backend_.get() == b) ? nullptr : b;
 }
 
 bool Context::host_backend() const {
@@ -254,9 +250,7 @@ bool Context::host_backend() const {
 }
 
 void Context::set_precision(Precision p) {
-  AP_CHECK(p == Precision::fp32 || backend_ == nullptr || backend_->device() == Device::cpu,
-           "precision {} needs the CPU backend; this Context runs on {}", to_string(p),
-           backend_->name());
+  if (backend_ != nullptr) backend_->set_precision(p);
   precision_ = p;
 }
 

@@ -80,7 +80,10 @@ class Context {
   /// gradient; the same bits as keeping them in f32, which false does: the tests' oracle). True
   /// by default; always false in fp32. Set it before the first call: it fixes the layout of
   /// the layers' saved activations (Layer::saved_floats_bf16).
-  bool bf16_activations() const { return precision_ == Precision::bf16 && bf16_activations_; }
+  /// Only on the host: a layer reads such regions with CPU kernels.
+  bool bf16_activations() const {
+    return precision_ == Precision::bf16 && bf16_activations_ && host_backend();
+  }
   void set_bf16_activations(bool on) { bf16_activations_ = on; }
 
   /// Runs fn(chunk, begin, end) for chunk = 0..threads()-1 over [0, n); chunk c covers
@@ -106,8 +109,8 @@ class Context {
   /// threads and arena) unless set_backend chose another. The layers reach every op through it.
   ComputeBackend& backend();
   /// Runs the layers' ops on `b` (not owned; must outlive its use here), or on the Context's own
-  /// CPU backend again for nullptr. A backend other than the CPU needs fp32 precision (bf16
-  /// products are CPU kernels today): a CheckFailure otherwise, here or in set_precision.
+  /// CPU backend again for nullptr. The backend takes the Context's precision, here and in every
+  /// later set_precision.
   void set_backend(ComputeBackend* b);
   /// True when the layers' memory is this process's host memory (the CPU backend).
   bool host_backend() const;

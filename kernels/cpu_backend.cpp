@@ -25,6 +25,8 @@ class CpuBackend final : public ComputeBackend {
   explicit CpuBackend(Context& ctx) : ctx_(ctx) {}
 
   Device device() const override { return Device::cpu; }
+  Precision precision() const override { return ctx_.precision(); }
+  void set_precision(Precision p) override { ctx_.set_precision(p); }
   std::string name() const override {
     return fmt::format("cpu ({} thread{})", ctx_.threads(), ctx_.threads() == 1 ? "" : "s");
   }

@@ -48,6 +48,7 @@ std::string device_step_usage() {
   floor on that backend).
   --shape NAME     tiny | small | gpt2 (default small)
   --backend NAME   cpu | cuda (default cuda)
+  --precision P    fp32 | bf16: what the products compute in (default fp32)
   --device I       the GPU's index (default 0)
   --threads N      the CPU backend's threads (default 1)
   --reps N         timed steps and floor replays (default 10)
@@ -75,6 +76,12 @@ Expected<DeviceStepOptions> parse_device_step_args(std::span<const std::string> 
       auto v = shape_option(args, i);
       if (!v.ok()) return v.error();
       o.shape = *v;
+    } else if (a == "--precision") {
+      auto v = value();
+      if (!v.ok()) return v.error();
+      if (!parse_precision(*v))
+        return make_error("--precision {}: unknown precision (allowed: fp32, bf16)", *v);
+      o.precision = *v;
     } else if (a == "--backend") {
       auto v = value();
       if (!v.ok()) return v.error();
@@ -115,6 +122,8 @@ Expected<DeviceStepResult> time_device_step(const DeviceStepOptions& o) {
   r.model_flops = step_model_flops(*model, shape->B, shape->T);
   OptimizerOptions opt;  // AdamW, clipped at 1.0 (the config's defaults)
   BackendTrainer trainer(*model, opt, shape->B, shape->T, backend);
+  trainer.set_precision(*parse_precision(o.precision));
+  r.precision = o.precision;
   auto loader =
       DataLoader::open(DataOptions{}, Arch::gpt, shape->model.vocab_size, shape->B, shape->T);
   if (!loader.ok()) return loader.error();
@@ -167,6 +176,7 @@ std::string format_device_step(const DeviceStepResult& r, bool json) {
     nlohmann::json j = {{"bench", "device_step"},
                         {"shape", r.shape},
                         {"backend", r.backend},
+                        {"precision", r.precision},
                         {"reps", r.step_ms.size()},
                         {"step_ms", step},
                         {"step_ms_min", *std::min_element(r.step_ms.begin(), r.step_ms.end())},
@@ -181,8 +191,8 @@ std::string format_device_step(const DeviceStepResult& r, bool json) {
     for (const auto& t : r.profile) j["profile"][t.op] = {{"calls", t.calls}, {"ms", t.ms}};
     return j.dump() + "\n";
   }
-  std::string s = fmt::format("actorpipe-bench-device: {} on {} ({} timed steps, medians)\n",
-                              r.shape, r.backend, r.step_ms.size());
+  std::string s = fmt::format("actorpipe-bench-device: {} on {}, {} ({} timed steps, medians)\n",
+                              r.shape, r.backend, r.precision, r.step_ms.size());
   s += fmt::format("{:>10} {:>10} {:>10} {:>12} {:>12} {:>12} {:>9}\n", "step ms", "floor ms",
                    "step/floor", "tokens/s", "model GF/s", "floor GF/s", "products");
   s += fmt::format("{:>10.3f} {:>10.3f} {:>10.2f} {:>12.0f} {:>12.1f} {:>12.1f} {:>9}\n", step,

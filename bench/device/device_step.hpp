@@ -12,14 +12,15 @@
 namespace actorpipe::bench {
 
 struct DeviceStepOptions {
-  std::string shape = "small";   ///< --shape NAME (bench_shapes(): tiny, small, gpt2)
-  std::string backend = "cuda";  ///< --backend cpu | cuda
-  int device = 0;                ///< --device I: the GPU's index (cuda)
-  int threads = 1;               ///< --threads N: the CPU backend's threads
-  int reps = 10;                 ///< --reps N timed steps (and floor replays)
-  int warmup = 2;                ///< --warmup N untimed steps first
-  bool json = false;             ///< --json: one JSON line instead of the table
-  bool profile = false;          ///< --profile: one more step, timed op by op
+  std::string shape = "small";     ///< --shape NAME (bench_shapes(): tiny, small, gpt2)
+  std::string precision = "fp32";  ///< --precision fp32 | bf16 (the products)
+  std::string backend = "cuda";    ///< --backend cpu | cuda
+  int device = 0;                  ///< --device I: the GPU's index (cuda)
+  int threads = 1;                 ///< --threads N: the CPU backend's threads
+  int reps = 10;                   ///< --reps N timed steps (and floor replays)
+  int warmup = 2;                  ///< --warmup N untimed steps first
+  bool json = false;               ///< --json: one JSON line instead of the table
+  bool profile = false;            ///< --profile: one more step, timed op by op
   bool help = false;
 };
 
@@ -31,6 +32,7 @@ std::string device_step_usage();
 
 struct DeviceStepResult {
   std::string shape, backend;  ///< backend: its name(), e.g. "cuda:0 (NVIDIA H200)"
+  std::string precision;
   long tokens_per_step = 0;
   double model_flops = 0.0;      ///< step_model_flops of the shape
   double floor_flops = 0.0;      ///< the replayed products' FLOPs

@@ -44,6 +44,8 @@ class RecordingBackend final : public ComputeBackend {
 
   Device device() const override { return inner_.device(); }
   std::string name() const override { return inner_.name(); }
+  Precision precision() const override { return inner_.precision(); }
+  void set_precision(Precision p) override { inner_.set_precision(p); }
   float* allocate(size_t n) override { return inner_.allocate(n); }
   void release(float* p) override { inner_.release(p); }
   float* scratch(size_t n) override { return inner_.scratch(n); }

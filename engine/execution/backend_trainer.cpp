@@ -37,6 +37,11 @@ BackendTrainer::BackendTrainer(Model model, const OptimizerOptions& opt, int B, 
   backend_.synchronize();  // `init` goes now
 }
 
+void BackendTrainer::set_precision(Precision p) {
+  ctx_.set_bf16_activations(false);  // saved_ holds f32 activations (saved_floats)
+  ctx_.set_precision(p);
+}
+
 void BackendTrainer::reset_scratch() {
   ctx_.arena().reset();
   backend_.reset_scratch();

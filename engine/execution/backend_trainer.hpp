@@ -19,7 +19,7 @@ namespace actorpipe {
 class BackendTrainer {
  public:
   /// Parameters start at the model's seeded init (made on the host, then copied to the
-  /// backend). `backend` must outlive the trainer. fp32 only.
+  /// backend). `backend` must outlive the trainer. fp32 until set_precision.
   BackendTrainer(Model model, const OptimizerOptions& opt, int B, int T, ComputeBackend& backend);
 
   /// compute_gradients then apply_update; returns the step's loss (1/m)·Σⱼ meanⱼ.
@@ -32,6 +32,11 @@ class BackendTrainer {
   void apply_update();
   /// Forward only of one microbatch.
   LossStats forward(const Microbatch& mb);
+  /// What the products compute in (ComputeBackend::precision): in bf16 they round their
+  /// operands, every other op and the master weights, gradients and optimizer state stay f32. The
+  /// layers keep their activations in f32 (a bf16 product rounds them as it reads them: the same
+  /// values as the ReferenceTrainer's bf16 activations).
+  void set_precision(Precision p);
 
   /// Host copies of layer i's buffers (wait for the backend).
   std::vector<float> params(int layer) const;

@@ -1,6 +1,7 @@
 // BackendTrainer on the CPU backend computes the ReferenceTrainer's bits (GPT and BERT, tied,
-// clipped AdamW with weight decay, and SGD with momentum), so the only thing another backend can
-// change is the kernels; tests/gpu holds a device's trainer to the same reference.
+// clipped AdamW with weight decay, and SGD with momentum; in fp32 and in bf16), so the only thing
+// another backend can change is the kernels; tests/cuda holds a GPU's trainer to the same
+// reference.
 #include "engine/execution/backend_trainer.hpp"
 
 #include <doctest/doctest.h>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "engine/execution/reference_trainer.hpp"
+#include "kernels/bf16_gemm.hpp"
 #include "kernels/check.hpp"
 #include "kernels/cpu_backend.hpp"
 #include "tests/support/bits.hpp"
@@ -56,4 +58,25 @@ TEST_CASE("BackendTrainer refuses what does not fit, naming it") {
   auto wrong = tiny_batches(Arch::gpt, m.vocab_size, 1, 1);
   wrong[0].B = 1;
   CHECK_THROWS_AS(t.forward(wrong[0]), CheckFailure);
+}
+
+TEST_CASE("in bf16 on the CPU backend, the reference trainer's bf16 bits" *
+          doctest::skip(!bf16_support().native)) {
+  for (Arch arch : {Arch::gpt, Arch::bert}) {
+    CAPTURE(static_cast<int>(arch));
+    const ModelOptions m = tiny_model(arch, true, 4);
+    ReferenceTrainer ref(build_model(m), clipped_adamw(), kB, kT);
+    ref.set_precision(Precision::bf16);  // bf16 activations and weight copies: the same values
+    Context cpu_ctx(1);
+    auto cpu = make_cpu_backend(cpu_ctx);
+    BackendTrainer dev(build_model(m), clipped_adamw(), kB, kT, *cpu);
+    dev.set_precision(Precision::bf16);
+    CHECK(cpu->precision() == Precision::bf16);
+    const auto batches = tiny_batches(arch, m.vocab_size, 6, 12);
+    for (int s = 0; s < 3; ++s) {
+      const std::span<const Microbatch> step(batches.data() + 2 * s, 2);
+      CHECK(same_bits(dev.step(step), ref.step(step)));
+    }
+    for (int i = 0; i < ref.num_layers(); ++i) CHECK(same_bits(dev.params(i), ref.params(i)));
+  }
 }

@@ -433,18 +433,41 @@ __global__ void k_attention_softmax_backward(float* __restrict__ d, const float*
 // The operands of the B·NH products of one attention step: product i = b·NH + h takes matrix
 // base + b·batch + h·head of each operand (heads sit side by side in a row, batches one after
 // another, so no single stride reaches them all).
+// Strides in elements; `bytes` per element (4: f32, 2: bf16).
 struct HeadOperand {
-  const float* base;
+  const void* base;
   int64_t batch, head;
+  int bytes = 4;
 };
-__global__ void k_head_pointers(const float** __restrict__ ptrs, HeadOperand a, HeadOperand b,
+// (cuBLAS takes the operands' pointer arrays as void*; it only reads A and B)
+__device__ void* head_matrix(const HeadOperand& x, int64_t bi, int64_t h) {
+  return const_cast<char*>(static_cast<const char*>(x.base)) +
+         (bi * x.batch + h * x.head) * x.bytes;
+}
+__global__ void k_head_pointers(void** __restrict__ ptrs, HeadOperand a, HeadOperand b,
                                 HeadOperand c, int NH, int count) {
   const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (i >= count) return;
   const int64_t bi = i / NH, h = i % NH;
-  ptrs[i] = a.base + bi * a.batch + h * a.head;
-  ptrs[count + i] = b.base + bi * b.batch + h * b.head;
-  ptrs[2 * count + i] = c.base + bi * c.batch + h * c.head;
+  ptrs[i] = head_matrix(a, bi, h);
+  ptrs[count + i] = head_matrix(b, bi, h);
+  ptrs[2 * count + i] = head_matrix(c, bi, h);
+}
+
+// ---- bf16 operands (bf16.hpp)
+// --------------------------------------------------------------------
+
+// out = to_bf16(in): round to nearest even on the bits, a NaN kept quiet, as the CPU's to_bf16.
+__global__ void k_to_bf16(uint16_t* __restrict__ out, const float* __restrict__ in, int64_t n) {
+  GRID_STRIDE(i, n) {
+    uint32_t u = __float_as_uint(in[i]);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+      out[i] = static_cast<uint16_t>((u >> 16) | 0x40u);
+    } else {
+      u += 0x7fffu + ((u >> 16) & 1u);
+      out[i] = static_cast<uint16_t>(u >> 16);
+    }
+  }
 }
 
 // ---- cross-entropy (crossentropy.cpp) -----------------------------------------------------------
@@ -756,6 +779,8 @@ class CudaBackend final : public ComputeBackend {
 
   Device device() const override { return Device::cuda; }
   std::string name() const override { return name_; }
+  Precision precision() const override { return precision_; }
+  void set_precision(Precision p) override { precision_ = p; }
 
   // ---- memory -----------------------------------------------------------------------------------
 
@@ -867,7 +892,8 @@ class CudaBackend final : public ComputeBackend {
       AP_LAUNCHED(k_bias_rows);
     }
     // out (N,OC) = inp (N,C) · weight (OC,C)ᵀ (+ the bias already in out)
-    gemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, bias != nullptr ? 1.0f : 0.0f, out, OC);
+    product(false, true, N, OC, C, operand(inp, int64_t{N} * C, 0), C,
+            operand(weight, int64_t{OC} * C, 1), C, bias != nullptr ? 1.0f : 0.0f, out, OC);
   }
 
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -880,14 +906,16 @@ class CudaBackend final : public ComputeBackend {
                              int OC) override {
     use();
     // dinp (N,C) += dout (N,OC) · weight (OC,C)
-    gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+    product(false, false, N, C, OC, operand(dout, int64_t{N} * OC, 0), OC,
+            operand(weight, int64_t{OC} * C, 1), C, 1.0f, dinp, C);
   }
 
   void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
                               int N, int C, int OC) override {
     use();
     // dweight (OC,C) += doutᵀ (OC,N) · inp (N,C)
-    gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+    product(true, false, OC, C, N, operand(dout, int64_t{N} * OC, 0), OC,
+            operand(inp, int64_t{N} * C, 1), C, 1.0f, dweight, C);
     if (dbias != nullptr && OC > 0) {
       k_bias_backward<<<static_cast<unsigned>(cdiv(OC, kTileCols)), kTileThreads, 0, stream_>>>(
           dbias, dout, N, OC);
@@ -948,16 +976,20 @@ class CudaBackend final : public ComputeBackend {
     if (key_mask != nullptr)
       mask = static_cast<const uint8_t*>(stage({{key_mask, size_t(B) * size_t(T)}})[0]);
     const int64_t bq = int64_t{T} * C3, ba = int64_t{NH} * TT;
+    // the products' operands: qkv (and below the probabilities) as they are, or rounded to bf16
+    const int w = precision_ == Precision::bf16 ? 2 : 4;
+    const void* x = operand(qkv, int64_t{B} * bq, 0);
+    const auto at = [&](int64_t offset) { return static_cast<const char*>(x) + offset * w; };
     // att(b,h) = scale·Q·Kᵀ, every (b, h) in one batched product
-    gemm_heads(false, true, T, T, hs, scale, {qkv, bq, hs}, C3, {qkv + C, bq, hs}, C3, 0.0f,
+    gemm_heads(false, true, T, T, hs, scale, {at(0), bq, hs, w}, C3, {at(C), bq, hs, w}, C3, 0.0f,
                {att, ba, TT}, T, B, NH);
     const int64_t rows = int64_t{B} * NH * T;
     k_attention_softmax<<<row_blocks(rows), kRowThreads, 0, stream_>>>(att, mask, rows, T, NH,
                                                                        causal);
     AP_LAUNCHED(k_attention_softmax);
     // out(b,h) = att·V
-    gemm_heads(false, false, T, hs, T, 1.0f, {att, ba, TT}, T, {qkv + 2 * C, bq, hs}, C3, 0.0f,
-               {out, int64_t{T} * C, hs}, C, B, NH);
+    gemm_heads(false, false, T, hs, T, 1.0f, {operand(att, B * ba, 1), ba, TT, w}, T,
+               {at(2 * C), bq, hs, w}, C3, 0.0f, {out, int64_t{T} * C, hs}, C, B, NH);
   }
 
   // Every (b, h) at once, with D = scratch (B·NH·T·T): D = dout·Vᵀ; dV += attᵀ·dout;
@@ -971,17 +1003,24 @@ class CudaBackend final : public ComputeBackend {
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
     const int64_t TT = int64_t{T} * T;
     const int64_t bq = int64_t{T} * C3, ba = int64_t{NH} * TT, bo = int64_t{T} * C;
-    const HeadOperand A{att, ba, TT}, D{scratch, ba, TT}, go{dout, bo, hs};
-    const HeadOperand q{qkv, bq, hs}, k{qkv + C, bq, hs}, v{qkv + 2 * C, bq, hs};
-    const HeadOperand dq{dqkv, bq, hs}, dk{dqkv + C, bq, hs}, dv{dqkv + 2 * C, bq, hs};
+    // the products' operands as they are, or rounded to bf16 (D after the softmax's backward)
+    const int w = precision_ == Precision::bf16 ? 2 : 4;
+    const void* x = operand(qkv, int64_t{B} * bq, 0);
+    const auto at = [&](int64_t offset) { return static_cast<const char*>(x) + offset * w; };
+    const HeadOperand A{operand(att, B * ba, 1), ba, TT, w},
+        go{operand(dout, B * bo, 2), bo, hs, w};
+    const HeadOperand q{at(0), bq, hs, w}, k{at(C), bq, hs, w}, v{at(2 * C), bq, hs, w};
+    const HeadOperand D{scratch, ba, TT}, dq{dqkv, bq, hs}, dk{dqkv + C, bq, hs},
+        dv{dqkv + 2 * C, bq, hs};
     gemm_heads(false, true, T, T, hs, 1.0f, go, C, v, C3, 0.0f, D, T, B, NH);
     gemm_heads(true, false, T, hs, T, 1.0f, A, T, go, C, 1.0f, dv, C3, B, NH);
     const int64_t rows = int64_t{B} * NH * T;
     k_attention_softmax_backward<<<row_blocks(rows), kRowThreads, 0, stream_>>>(scratch, att, rows,
                                                                                 T, scale, causal);
     AP_LAUNCHED(k_attention_softmax_backward);
-    gemm_heads(false, false, T, hs, T, 1.0f, D, T, k, C3, 1.0f, dq, C3, B, NH);
-    gemm_heads(true, false, T, hs, T, 1.0f, D, T, q, C3, 1.0f, dk, C3, B, NH);
+    const HeadOperand D16{operand(scratch, B * ba, 3), ba, TT, w};
+    gemm_heads(false, false, T, hs, T, 1.0f, D16, T, k, C3, 1.0f, dq, C3, B, NH);
+    gemm_heads(true, false, T, hs, T, 1.0f, D16, T, q, C3, 1.0f, dk, C3, B, NH);
   }
 
   // ---- loss -------------------------------------------------------------------------------------
@@ -1267,18 +1306,55 @@ class CudaBackend final : public ComputeBackend {
 
   // The B·NH products of one attention step as one batched product (k_head_pointers): product
   // (b, h) is C(b,h) = alpha·op(A(b,h))·op(B(b,h)) + beta·C(b,h), row-major, as gemm().
+  // A and B are both f32 (bytes 4) or both bf16 (bytes 2: bf16 inputs, f32 accumulation); C f32.
   void gemm_heads(bool ta, bool tb, int M, int N, int K, float alpha, HeadOperand A, int lda,
                   HeadOperand B, int ldb, float beta, HeadOperand C, int ldc, int batches, int NH) {
     const int count = batches * NH;
     if (M == 0 || N == 0 || count == 0) return;
     // in stream order: the pointers of one product are written after the product before ran
-    auto* ptrs = static_cast<const float**>(
-        ensure(head_ptrs_, 3 * static_cast<size_t>(count) * sizeof(float*)));
+    auto* ptrs =
+        static_cast<void**>(ensure(head_ptrs_, 3 * static_cast<size_t>(count) * sizeof(void*)));
     k_head_pointers<<<blocks_for(count), kThreads, 0, stream_>>>(ptrs, A, B, C, NH, count);
     AP_LAUNCHED(k_head_pointers);
-    AP_CUBLAS(cublasSgemmBatched(
-        blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
-        ptrs + count, ldb, ptrs, lda, &beta, const_cast<float**>(ptrs + 2 * count), ldc, count));
+    const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (A.bytes == 4) {
+      AP_CUBLAS(cublasSgemmBatched(blas_, opb, opa, N, M, K, &alpha,
+                                   reinterpret_cast<const float* const*>(ptrs + count), ldb,
+                                   reinterpret_cast<const float* const*>(ptrs), lda, &beta,
+                                   reinterpret_cast<float* const*>(ptrs + 2 * count), ldc, count));
+    } else {
+      AP_CUBLAS(cublasGemmBatchedEx(blas_, opb, opa, N, M, K, &alpha, ptrs + count, CUDA_R_16BF,
+                                    ldb, ptrs, CUDA_R_16BF, lda, &beta, ptrs + 2 * count,
+                                    CUDA_R_32F, ldc, count, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT));
+    }
+  }
+
+  // A product's operand: x itself in fp32; in bf16 its n values rounded into bf16 buffer `slot`
+  // (reused by the next op in stream order).
+  const void* operand(const float* x, int64_t n, int slot) {
+    if (precision_ == Precision::fp32) return x;
+    auto* out = static_cast<uint16_t*>(
+        ensure(bf16_[static_cast<size_t>(slot)], static_cast<size_t>(n) * sizeof(uint16_t)));
+    k_to_bf16<<<grid_stride_blocks(n), kThreads, 0, stream_>>>(out, x, n);
+    AP_LAUNCHED(k_to_bf16);
+    return out;
+  }
+
+  // gemm() on operand()s: sgemm in fp32, bf16 inputs with f32 accumulation in bf16.
+  void product(bool ta, bool tb, int M, int N, int K, const void* A, int lda, const void* B,
+               int ldb, float beta, float* C, int ldc) {
+    if (M == 0 || N == 0) return;
+    if (precision_ == Precision::fp32) {
+      gemm(ta, tb, M, N, K, 1.0f, static_cast<const float*>(A), lda, static_cast<const float*>(B),
+           ldb, beta, C, ldc);
+      return;
+    }
+    const float one = 1.0f;
+    AP_CUBLAS(cublasGemmEx(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N,
+                           M, K, &one, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C,
+                           CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 
   int crossentropy(float* losses, float* out, const float* logits, const int32_t* targets,
@@ -1327,8 +1403,10 @@ class CudaBackend final : public ComputeBackend {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     for (Block& b : blocks_) cudaFree(b.data);
     blocks_.clear();
-    for (DeviceBuffer* b : {&staging_, &bounce_, &partials_})
+    for (DeviceBuffer* b : {&staging_, &bounce_, &partials_, &ce_rows_, &head_ptrs_})
       if (b->data != nullptr) cudaFree(b->data);
+    for (DeviceBuffer& b : bf16_)
+      if (b.data != nullptr) cudaFree(b.data);
     for (Slot& s : slots_) {
       if (s.host != nullptr) cudaFreeHost(s.host);
       if (s.done != nullptr) cudaEventDestroy(s.done);
@@ -1352,11 +1430,13 @@ class CudaBackend final : public ComputeBackend {
   size_t cur_ = 0;
   std::array<Slot, kSlots> slots_{};
   size_t next_slot_ = 0;
-  DeviceBuffer staging_;    // staged index arrays
-  DeviceBuffer bounce_;     // overlapping copies
-  DeviceBuffer partials_;   // grad_sumsq's per-block sums
-  DeviceBuffer ce_rows_;    // cross-entropy's per-row max, x[target] and 1/sum
-  DeviceBuffer head_ptrs_;  // attention's batched products: the operands' pointers
+  DeviceBuffer staging_;              // staged index arrays
+  DeviceBuffer bounce_;               // overlapping copies
+  DeviceBuffer partials_;             // grad_sumsq's per-block sums
+  DeviceBuffer ce_rows_;              // cross-entropy's per-row max, x[target] and 1/sum
+  DeviceBuffer head_ptrs_;            // attention's batched products: the operands' pointers
+  std::array<DeviceBuffer, 4> bf16_;  // bf16 roundings of products' operands (operand())
+  Precision precision_ = Precision::fp32;
 };
 
 // The reason no GPU is usable, or "" with the device count in *count.

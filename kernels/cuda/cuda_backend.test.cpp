@@ -10,6 +10,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/bf16_gemm.hpp"
 #include "kernels/check.hpp"
 #include "kernels/context.hpp"
 #include "kernels/cpu_backend.hpp"
@@ -71,10 +73,13 @@ struct Tolerance {
 // Runs `op` on the CPU backend and on the GPU (twice), checks buffers `outputs` against the CPU
 // within `tol` and the two GPU runs bitwise.
 void parity(const std::string& what, const std::vector<std::vector<float>>& in,
-            const std::vector<size_t>& outputs, Tolerance tol, const Op& op) {
+            const std::vector<size_t>& outputs, Tolerance tol, const Op& op,
+            Precision precision = Precision::fp32) {
   Context ctx(1);
   auto cpu = make_cpu_backend(ctx);
   auto gpu = make_cuda_backend(0);
+  cpu->set_precision(precision);
+  gpu->set_precision(precision);
   const auto want = run(*cpu, in, op);
   const auto got = run(*gpu, in, op);
   const auto again = run(*gpu, in, op);
@@ -344,4 +349,78 @@ TEST_CASE("optimizer updates with every delay correction, and the gradient norm"
     sums[be.device() == Device::cpu ? 0 : 1] = be.grad_sumsq(p[0], n);
   });
   CHECK(same_bits(sums[1], sums[0]));
+}
+
+// In bf16 both backends round the products' operands the same way (round to nearest even), and the
+// products of bf16 values are exact in f32: what differs is only the order of the f32 sums, as in
+// fp32. Attention rounds values the two backends computed in f32 in different orders (the
+// probabilities, the scores' gradient), so a value near a rounding boundary may round apart:
+// its tolerance is wider.
+TEST_CASE("bf16 products: the linear layer and attention against the CPU's bf16 kernels") {
+  if (skip_without_gpu()) return;
+  if (!bf16_support().native) {
+    std::cout << "SKIPPED: this CPU has no bf16 instructions for the reference\n";
+    return;
+  }
+  Rng r(8);
+  const int N = 67, C = 48, OC = 80;
+  auto inp = random_vec(size_t{N} * C, r), w = random_vec(size_t{OC} * C, r),
+       bias = random_vec(OC, r), out = random_vec(size_t{N} * OC, r),
+       dout = random_vec(size_t{N} * OC, r), dinp = random_vec(size_t{N} * C, r),
+       dw = random_vec(size_t{OC} * C, r), db = random_vec(OC, r);
+  const Precision b16 = Precision::bf16;
+  parity(
+      "bf16 matmul_forward", {out, inp, w, bias}, {0}, kGemm,
+      [&](ComputeBackend& be, auto& p) { be.matmul_forward(p[0], p[1], p[2], p[3], N, C, OC); },
+      b16);
+  parity(
+      "bf16 matmul_backward", {dinp, dw, db, dout, inp, w}, {0, 1, 2}, kGemm,
+      [&](ComputeBackend& be, auto& p) {
+        be.matmul_backward(p[0], p[1], p[2], p[3], p[4], p[5], N, C, OC);
+      },
+      b16);
+  parity(
+      "bf16 matmul_backward_input", {dinp, dout, w}, {0}, kGemm,
+      [&](ComputeBackend& be, auto& p) { be.matmul_backward_input(p[0], p[1], p[2], N, C, OC); },
+      b16);
+  parity(
+      "bf16 matmul_backward_weight", {dw, db, dout, inp}, {0, 1}, kGemm,
+      [&](ComputeBackend& be, auto& p) {
+        be.matmul_backward_weight(p[0], p[1], p[2], p[3], N, C, OC);
+      },
+      b16);
+  // fp32 products would be wrong here: the bf16 results differ from them by far more than kGemm
+  Context ctx(1);
+  auto cpu = make_cpu_backend(ctx);
+  std::vector<float> f32_out = out, b16_out = out;
+  cpu->matmul_forward(f32_out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+  cpu->set_precision(b16);
+  cpu->matmul_forward(b16_out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+  double worst = 0.0;
+  for (size_t i = 0; i < f32_out.size(); ++i)
+    worst = std::max(worst, std::fabs(double(f32_out[i]) - double(b16_out[i])));
+  CHECK(worst > 1e-3);
+
+  const int B = 3, T = 17, AC = 24, NH = 4;
+  const size_t BTC = size_t{B} * T * AC, att_n = size_t{B} * NH * T * T;
+  auto qkv = random_vec(3 * BTC, r, -2.0f, 2.0f), aout = random_vec(BTC, r),
+       att = random_vec(att_n, r), adout = random_vec(BTC, r), dqkv = random_vec(3 * BTC, r),
+       scratch = std::vector<float>(att_n, 0.0f);
+  for (bool causal : {true, false}) {
+    const std::string kind = causal ? " (causal)" : " (bidirectional)";
+    parity(
+        "bf16 attention_forward" + kind, {aout, att, qkv}, {0, 1}, {1e-4, 1e-3},
+        [&](ComputeBackend& be, auto& p) {
+          be.attention_forward(p[0], p[1], p[2], nullptr, causal, B, T, AC, NH);
+        },
+        b16);
+    std::vector<float> o(BTC), a(att_n);
+    cpu->attention_forward(o.data(), a.data(), qkv.data(), nullptr, causal, B, T, AC, NH);
+    parity(
+        "bf16 attention_backward" + kind, {dqkv, scratch, adout, qkv, a}, {0}, {1e-4, 1e-3},
+        [&](ComputeBackend& be, auto& p) {
+          be.attention_backward(p[0], p[1], p[2], p[3], p[4], B, T, AC, NH, causal);
+        },
+        b16);
+  }
 }

@@ -70,8 +70,10 @@ class Layout {
 };
 
 // Every op below runs on the Context's backend (kernels/compute_backend.hpp): the CPU kernels, or a
-// device's, with every float buffer in that backend's memory. The bf16 products are CPU kernels
-// (a Context on another backend computes in fp32 only).
+// device's, with every float buffer in that backend's memory. In bf16 the backend's products round
+// their operands; the fused bf16 paths (bf16 activations, GELU's backward writing the products'
+// operand, deferred bf16 gradients) are CPU kernels, taken on the host only: elsewhere the f32
+// paths compute the same values.
 
 // n floats of the backend's scratch, zeroed.
 float* zeros(Context& ctx, size_t n) {
@@ -460,7 +462,7 @@ class Block final : public SlotLayer {
                     keep(ctx, later, dout, NC), saved_input(ctx, S + s.fch_gelu), p(params, FCPW),
                     N, 4 * C, C);
     float* dln = zeros(ctx, NC);
-    if (ctx.precision() == Precision::bf16) {
+    if (ctx.precision() == Precision::bf16 && ctx.host_backend()) {
       // GELU's backward makes the fc products' bf16 operand and the fc bias gradient in one
       // pass (the bits of the f32 d(fch) through linear_backward); a deferred weight half
       // keeps that operand
