@@ -241,7 +241,8 @@ ComputeBackend& Context::backend() {
 }
 
 void Context::set_backend(ComputeBackend* b) {
-  if (b != nullptr && b != cpu_backend_.get()) b->set_precision(precision_);
+  if (b != nullptr && b != cpu_backend_.get() && b->precision() != precision_)
+    b->set_precision(precision_);
   backend_ = (b != nullptr && cpu_backend_.get() == b) ? nullptr : b;
 }
 
@@ -250,8 +251,9 @@ bool Context::host_backend() const {
 }
 
 void Context::set_precision(Precision p) {
-  if (backend_ != nullptr) backend_->set_precision(p);
   precision_ = p;
+  // (a CPU backend made over this very Context reads precision_: it is set already)
+  if (backend_ != nullptr && backend_->precision() != p) backend_->set_precision(p);
 }
 
 double* Context::reduction_buffer(size_t n) {

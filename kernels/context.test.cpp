@@ -11,6 +11,10 @@
 #include <vector>
 
 #include "kernels/check.hpp"
+#include "kernels/compute_backend.hpp"
+#include "kernels/cpu_backend.hpp"
+#include "kernels/compute_backend.hpp"
+#include "kernels/cpu_backend.hpp"
 
 using namespace actorpipe;
 
@@ -167,4 +171,25 @@ TEST_CASE("Context rejects a bad thread count") {
   CHECK(c.threads() == 1);
   double* r = c.reduction_buffer(10);
   CHECK(r == c.reduction_buffer(5));  // grow-only: no reallocation for a smaller request
+}
+
+TEST_CASE("a Context passes its precision to the backend it runs on") {
+  Context ctx(1);
+  Context other(1);
+  auto cpu = make_cpu_backend(other);
+  ctx.set_precision(Precision::bf16);
+  ctx.set_backend(cpu.get());
+  CHECK(cpu->precision() == Precision::bf16);
+  CHECK(other.precision() == Precision::bf16);
+  CHECK(ctx.host_backend());  // another Context's CPU backend: host memory still
+  ctx.set_precision(Precision::fp32);
+  CHECK(cpu->precision() == Precision::fp32);
+  // a CPU backend made over the Context itself: no loop between the two
+  auto own = make_cpu_backend(ctx);
+  ctx.set_backend(own.get());
+  ctx.set_precision(Precision::bf16);
+  CHECK(own->precision() == Precision::bf16);
+  CHECK(ctx.bf16_activations());  // host memory: a layer may keep bf16 activations
+  ctx.set_backend(nullptr);
+  CHECK(&ctx.backend() != own.get());
 }
