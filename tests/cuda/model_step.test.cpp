@@ -135,11 +135,18 @@ TEST_CASE("a GPT and a BERT step in bf16 on the GPU follow the CPU reference tra
     for (int i = 0; i < ref.num_layers(); ++i) {
       const std::vector<float> g = dev.grads(i);
       const std::span<float> r = ref.grads(i), f = fp32.grads(i);
+      double layer_gpu = 0.0, layer_fp32 = 0.0, layer_norm = 0.0;
       for (size_t k = 0; k < g.size(); ++k) {
-        to_gpu += (double(g[k]) - r[k]) * (double(g[k]) - r[k]);
-        to_fp32 += (double(f[k]) - r[k]) * (double(f[k]) - r[k]);
-        norm += double(r[k]) * r[k];
+        layer_gpu += (double(g[k]) - r[k]) * (double(g[k]) - r[k]);
+        layer_fp32 += (double(f[k]) - r[k]) * (double(f[k]) - r[k]);
+        layer_norm += double(r[k]) * r[k];
       }
+      std::cout << "  layer " << i
+                << ": |gpu - cpu| / |cpu| = " << std::sqrt(layer_gpu / layer_norm)
+                << ", |fp32 - cpu| / |cpu| = " << std::sqrt(layer_fp32 / layer_norm) << "\n";
+      to_gpu += layer_gpu;
+      to_fp32 += layer_fp32;
+      norm += layer_norm;
     }
     INFO("|g_gpu - g_cpu| = ", std::sqrt(to_gpu), ", |g_fp32 - g_cpu| = ", std::sqrt(to_fp32),
          ", |g_cpu| = ", std::sqrt(norm));
