@@ -230,14 +230,13 @@ Context::Context(int threads) : threads_(threads) {
   AP_CHECK(threads >= 1 && threads <= 256, "Context threads = {}, allowed 1..256", threads);
   pin_blas_single_threaded();
   if (threads_ > 1) pool_ = std::make_unique<ThreadPool>(threads_ - 1);
+  cpu_backend_ = make_cpu_backend(*this);  // made up front: backend() only reads
 }
 
 Context::~Context() = default;
 
 ComputeBackend& Context::backend() {
-  if (backend_ != nullptr) return *backend_;
-  if (!cpu_backend_) cpu_backend_ = make_cpu_backend(*this);
-  return *cpu_backend_;
+  return backend_ != nullptr ? *backend_ : *cpu_backend_;
 }
 
 void Context::set_backend(ComputeBackend* b) {

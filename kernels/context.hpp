@@ -128,7 +128,7 @@ class Context {
   Bf16Weights* bf16_weights_ = nullptr;
   bool bf16_activations_ = true;
   ComputeBackend* backend_ = nullptr;            // set_backend's; null = cpu_backend_
-  std::unique_ptr<ComputeBackend> cpu_backend_;  // made on first use
+  std::unique_ptr<ComputeBackend> cpu_backend_;  // this Context's own
   std::unique_ptr<ThreadPool> pool_;
   Arena arena_;
   std::vector<double> reduce_;

@@ -13,8 +13,6 @@
 #include "kernels/check.hpp"
 #include "kernels/compute_backend.hpp"
 #include "kernels/cpu_backend.hpp"
-#include "kernels/compute_backend.hpp"
-#include "kernels/cpu_backend.hpp"
 
 using namespace actorpipe;
 
