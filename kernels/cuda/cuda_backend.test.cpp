@@ -24,19 +24,12 @@
 #include "kernels/cpu_backend.hpp"
 #include "kernels/internal/test_util.hpp"
 #include "tests/support/bits.hpp"
+#include "tests/support/gpu_skip.hpp"
 
 using namespace actorpipe;
 using namespace actorpipe::testing;
 
 namespace {
-
-// True (and the skip line printed) when there is no GPU to test on.
-bool skip_without_gpu() {
-  const std::string why = cuda_unavailable_reason();
-  if (why.empty()) return false;
-  std::cout << "SKIPPED: " << why << "\n";
-  return true;
-}
 
 // One op's inputs and outputs as host vectors; run() copies them to a backend, calls the op
 // there and copies every buffer back (outputs included, as accumulating ops read them first).
@@ -357,11 +350,7 @@ TEST_CASE("optimizer updates with every delay correction, and the gradient norm"
 // probabilities, the scores' gradient), so a value near a rounding boundary may round apart:
 // its tolerance is wider.
 TEST_CASE("bf16 products: the linear layer and attention against the CPU's bf16 kernels") {
-  if (skip_without_gpu()) return;
-  if (!bf16_support().native) {
-    std::cout << "SKIPPED: this CPU has no bf16 instructions for the reference\n";
-    return;
-  }
+  if (skip_without_gpu_or_bf16()) return;
   Rng r(8);
   const int N = 67, C = 48, OC = 80;
   auto inp = random_vec(size_t{N} * C, r), w = random_vec(size_t{OC} * C, r),

@@ -15,18 +15,12 @@
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/internal/test_util.hpp"
 #include "tests/support/bits.hpp"
+#include "tests/support/gpu_skip.hpp"
 
 using namespace actorpipe;
 using namespace actorpipe::testing;
 
 namespace {
-
-bool skip_without_gpu() {
-  const std::string why = cuda_unavailable_reason();
-  if (why.empty()) return false;
-  std::cout << "SKIPPED: " << why << "\n";
-  return true;
-}
 
 constexpr int kBatch = 4, kSeq = 32;
 
@@ -113,11 +107,7 @@ TEST_CASE("two GPU runs of the same steps have the same bits") {
 // follow the CPU's. Parameters after AdamW are not compared element by element: for a gradient near
 // zero AdamW moves a weight by about lr whichever its sign, so one rounding apart shows as lr.
 TEST_CASE("a GPT and a BERT step in bf16 on the GPU follow the CPU reference trainer in bf16") {
-  if (skip_without_gpu()) return;
-  if (!bf16_support().native) {
-    std::cout << "SKIPPED: this CPU has no bf16 instructions for the reference\n";
-    return;
-  }
+  if (skip_without_gpu_or_bf16()) return;
   for (Arch arch : {Arch::gpt, Arch::bert}) {
     CAPTURE(static_cast<int>(arch));
     const auto data = batches(arch, 6);
