@@ -16,6 +16,7 @@
 #include "kernels/internal/test_util.hpp"
 #include "tests/support/bits.hpp"
 #include "tests/support/gpu_skip.hpp"
+#include "tests/support/tiny_model.hpp"
 
 using namespace actorpipe;
 using namespace actorpipe::testing;
@@ -35,12 +36,6 @@ ModelOptions model(Arch arch) {
   o.tied = true;
   o.init_seed = 5;
   return o;
-}
-
-Model build(const ModelOptions& o) {
-  auto m = Model::build(o);
-  REQUIRE_MESSAGE(m.ok(), (m.ok() ? "" : m.error().message));
-  return std::move(m).value();
 }
 
 std::vector<Microbatch> batches(Arch arch, int n) {
@@ -66,9 +61,9 @@ TEST_CASE("a GPT and a BERT step on the GPU follow the CPU reference trainer") {
   for (Arch arch : {Arch::gpt, Arch::bert}) {
     CAPTURE(static_cast<int>(arch));
     const auto data = batches(arch, 6);
-    ReferenceTrainer ref(build(model(arch)), adamw(), kBatch, kSeq);
+    ReferenceTrainer ref(build_model(model(arch)), adamw(), kBatch, kSeq);
     auto gpu = make_cuda_backend(0);
-    BackendTrainer dev(build(model(arch)), adamw(), kBatch, kSeq, *gpu);
+    BackendTrainer dev(build_model(model(arch)), adamw(), kBatch, kSeq, *gpu);
     for (int s = 0; s < 3; ++s) {
       const std::span<const Microbatch> step(data.data() + 2 * s, 2);
       const double want = ref.step(step);
@@ -89,8 +84,8 @@ TEST_CASE("two GPU runs of the same steps have the same bits") {
   for (Arch arch : {Arch::gpt, Arch::bert}) {
     const auto data = batches(arch, 4);
     auto gpu = make_cuda_backend(0);
-    BackendTrainer a(build(model(arch)), adamw(), kBatch, kSeq, *gpu);
-    BackendTrainer b(build(model(arch)), adamw(), kBatch, kSeq, *gpu);
+    BackendTrainer a(build_model(model(arch)), adamw(), kBatch, kSeq, *gpu);
+    BackendTrainer b(build_model(model(arch)), adamw(), kBatch, kSeq, *gpu);
     for (int s = 0; s < 2; ++s) {
       const std::span<const Microbatch> step(data.data() + 2 * s, 2);
       CHECK(same_bits(a.step(step), b.step(step)));
@@ -111,11 +106,11 @@ TEST_CASE("a GPT and a BERT step in bf16 on the GPU follow the CPU reference tra
   for (Arch arch : {Arch::gpt, Arch::bert}) {
     CAPTURE(static_cast<int>(arch));
     const auto data = batches(arch, 6);
-    ReferenceTrainer ref(build(model(arch)), adamw(), kBatch, kSeq);
+    ReferenceTrainer ref(build_model(model(arch)), adamw(), kBatch, kSeq);
     ref.set_precision(Precision::bf16);
-    ReferenceTrainer fp32(build(model(arch)), adamw(), kBatch, kSeq);
+    ReferenceTrainer fp32(build_model(model(arch)), adamw(), kBatch, kSeq);
     auto gpu = make_cuda_backend(0);
-    BackendTrainer dev(build(model(arch)), adamw(), kBatch, kSeq, *gpu);
+    BackendTrainer dev(build_model(model(arch)), adamw(), kBatch, kSeq, *gpu);
     dev.set_precision(Precision::bf16);
     const std::span<const Microbatch> first(data.data(), 2);
     const double want = ref.compute_gradients(first);
