@@ -104,11 +104,9 @@ void update_runs(Context& ctx, const OptimizerOptions& o, const Layer& layer, fl
     }
     const float wd = decay ? o.weight_decay : 0.0f;
     const UpdateOutputs out{clear != nullptr ? clear + begin : nullptr, rule.rounded};
-    if (!ctx.host_backend()) {
-      // buffers in a device's memory: the backend's update (its outputs are host-only passes)
-      AP_CHECK(out.clear == nullptr && out.rounded == nullptr,
-               "the optimizer update on {} clears and rounds nothing in its pass",
-               ctx.backend().name());
+    if (out.clear == nullptr && out.rounded == nullptr) {
+      // the update alone: the Context's backend's (on the host the CPU kernel; element-wise, so
+      // its threads do not change the bits)
       if (adamw)
         ctx.backend().adamw_update(params + begin, grads + begin, state + begin, state + n + begin,
                                    end - begin, AdamWParams{lr, o.beta1, o.beta2, o.eps, wd}, step,
@@ -119,6 +117,9 @@ void update_runs(Context& ctx, const OptimizerOptions& o, const Layer& layer, fl
                                  offset_correction(correction, begin));
       continue;
     }
+    // a gradient cleared or a bf16 copy written in the same pass: the CPU kernel's outputs
+    AP_CHECK(ctx.host_backend(), "the optimizer update on {} clears and rounds nothing in its pass",
+             ctx.backend().name());
     if (adamw) {
       const AdamWParams p{lr, o.beta1, o.beta2, o.eps, wd};
       adamw_update(ctx, params + begin, grads + begin, state + begin, state + n + begin,

@@ -43,8 +43,8 @@ float scheduled_lr(const OptimizerOptions& o, long step);
 /// ParamSlot::decay (matrices, embeddings), never to biases and layernorm parameters: decoupled
 /// for AdamW, added to the gradient for SGD. o.delay_correction applies (dc with `delta`, the
 /// layer's Δ = W_now − W_stale, nullptr when nothing is stale). Element-wise, so equal inputs
-/// give equal bits. On a Context whose backend is not the host's, every buffer is in that
-/// backend's memory and its adamw_update / sgd_update computes the update.
+/// give equal bits. The Context's backend computes it (every buffer in that backend's memory; on
+/// the host the CPU kernels).
 void optimizer_update(Context& ctx, const OptimizerOptions& o, const Layer& layer, float* params,
                       const float* grads, float* state, long step, float grad_scale,
                       const float* delta = nullptr);

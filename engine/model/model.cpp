@@ -189,9 +189,8 @@ double Model::grad_sumsq(Context& ctx, int layer_index, const float* grads) cons
       end = slots[s].offset + slots[s].numel;
       ++s;
     }
-    // the CPU kernel itself on the host (the Context's own threads), else the Context's backend
-    sum += ctx.host_backend() ? actorpipe::grad_sumsq(ctx, grads + begin, end - begin)
-                              : ctx.backend().grad_sumsq(grads + begin, end - begin);
+    // the Context's backend: on the host the CPU kernel, whose order does not depend on threads
+    sum += ctx.backend().grad_sumsq(grads + begin, end - begin);
   }
   return sum;
 }
