@@ -26,6 +26,11 @@ trap 'rm -rf "$logs"' EXIT
 # down that thread's state, and the interceptor crashes. UCX then runs without memory events
 # (no registration cache: shared memory and TCP do not need one).
 export UCX_MEM_EVENTS=no
+# TSan does not intercept shmat: a System V segment UCX maps where a finished thread's stack
+# used to be keeps that thread's shadow, and UCX's first copy into it reads as a race with the
+# dead thread (seen in transport.ucx_messenger). Shared memory goes through POSIX segments
+# (mmap, intercepted: the shadow is reset) unless the command chose transports itself.
+export UCX_TLS="${UCX_TLS:-^sysv}"
 # Reports go to files (one per process, children included), never change the exit code, and
 # do not stop the run: the filter below decides.
 export TSAN_OPTIONS="${TSAN_OPTIONS:-} log_path=$logs/report exitcode=0 halt_on_error=0 second_deadlock_stack=1"
