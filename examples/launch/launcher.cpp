@@ -7,6 +7,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -42,6 +43,10 @@ Starts N processes of PROGRAM on this host: ranks 0 to N-1 of one job.
                  restart the job after a failure, up to K times, 0 to 1000 (default 0): a dead
                  rank is relaunched with ACTORPIPE_RESTART=k, the others rejoin the job
                  (ACTORPIPE_REJOIN=K), and a trainer resumes from checkpoint.dir
+  --cpu-bind auto|cores|none
+                 cores: each rank runs on its own CPUs, an equal share of the launcher's (rank k
+                 of N on C CPUs: CPUs k*C/N to (k+1)*C/N - 1 of them); none: no binding; auto
+                 (default): cores when N <= C, else none
   --relaunch dead|all
                  dead (default): relaunch only the ranks that died; all: stop every rank and
                  relaunch them all (for programs that do not rejoin)
@@ -208,9 +213,12 @@ void close_fd(int& fd) {
   fd = -1;
 }
 
-// Starts one rank; returns 0 or the errno of what failed (pipe, fork or execve).
+// Starts one rank bound to `cpus` (empty: not bound); returns 0 or the errno of what failed
+// (pipe, fork, the binding, execve), and says in `binding_failed` whether it was the binding.
 int spawn(Rank& r, const std::string& program, const std::vector<std::string>& argv,
-          const std::vector<std::string>& env, int devnull) {
+          const std::vector<std::string>& env, const std::vector<int>& cpus, int devnull,
+          bool& binding_failed) {
+  binding_failed = false;
   int out[2] = {-1, -1};
   int err[2] = {-1, -1};
   int status[2] = {-1, -1};
@@ -236,6 +244,14 @@ int spawn(Rank& r, const std::string& program, const std::vector<std::string>& a
   sigset_t no_signals;
   sigemptyset(&no_signals);
   const pid_t launcher = ::getpid();
+  // the rank's CPU set, sized for the highest CPU number (no limit of CPU_SETSIZE)
+  const int max_cpu = cpus.empty() ? 0 : *std::max_element(cpus.begin(), cpus.end());
+  cpu_set_t* cpu_set = cpus.empty() ? nullptr : CPU_ALLOC(max_cpu + 1);
+  const std::size_t cpu_set_size = CPU_ALLOC_SIZE(max_cpu + 1);
+  if (cpu_set != nullptr) {
+    CPU_ZERO_S(cpu_set_size, cpu_set);
+    for (const int c : cpus) CPU_SET_S(static_cast<std::size_t>(c), cpu_set_size, cpu_set);
+  }
 
   const pid_t pid = ::fork();
   if (pid < 0) {
@@ -244,9 +260,17 @@ int spawn(Rank& r, const std::string& program, const std::vector<std::string>& a
       close_fd(p[0]);
       close_fd(p[1]);
     }
+    if (cpu_set != nullptr) CPU_FREE(cpu_set);
     return e;
   }
   if (pid == 0) {
+    // before execve: every thread the program starts inherits the set. A failure is sent as a
+    // negative errno, to tell it from execve's.
+    if (cpu_set != nullptr && ::sched_setaffinity(0, cpu_set_size, cpu_set) != 0) {
+      const int e = -errno;
+      (void)!::write(status[1], &e, sizeof e);
+      ::_exit(127);
+    }
     ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != launcher) ::_exit(127);  // the launcher died before prctl
@@ -262,6 +286,7 @@ int spawn(Rank& r, const std::string& program, const std::vector<std::string>& a
     (void)!::write(status[1], &e, sizeof e);
     ::_exit(127);
   }
+  if (cpu_set != nullptr) CPU_FREE(cpu_set);
   ::setpgid(pid, pid);  // also here, so that no signal to the group can come before it exists
   ::close(out[1]);
   ::close(err[1]);
@@ -272,12 +297,13 @@ int spawn(Rank& r, const std::string& program, const std::vector<std::string>& a
     n = ::read(status[0], &exec_error, sizeof exec_error);
   } while (n < 0 && errno == EINTR);
   ::close(status[0]);
-  if (n == static_cast<ssize_t>(sizeof exec_error)) {  // execve failed; the child has exited
+  if (n == static_cast<ssize_t>(sizeof exec_error)) {  // the binding or execve failed; it exited
     while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
     ::close(out[0]);
     ::close(err[0]);
-    return exec_error;
+    binding_failed = exec_error < 0;
+    return exec_error < 0 ? -exec_error : exec_error;
   }
   ::fcntl(out[0], F_SETFL, ::fcntl(out[0], F_GETFL) | O_NONBLOCK);
   ::fcntl(err[0], F_SETFL, ::fcntl(err[0], F_GETFL) | O_NONBLOCK);
@@ -366,11 +392,12 @@ Expected<LaunchOptions> parse_launch_args(const std::vector<std::string>& args) 
           name);
     }
     if (name != "-n" && name != "--port" && name != "--bind" && name != "--grace" &&
-        name != "--max-restarts" && name != "--restart-backoff" && name != "--relaunch") {
+        name != "--max-restarts" && name != "--restart-backoff" && name != "--relaunch" &&
+        name != "--cpu-bind") {
       return make_error(
           "unknown argument '{}'; allowed: -n N, --port P, --bind ADDR, --grace S, "
-          "--max-restarts K, --relaunch dead|all, --restart-backoff S, --help, then [--] "
-          "PROGRAM ARGS...",
+          "--max-restarts K, --relaunch dead|all, --restart-backoff S, --cpu-bind "
+          "auto|cores|none, --help, then [--] PROGRAM ARGS...",
           arg);
     }
     if (!value) {
@@ -403,6 +430,16 @@ Expected<LaunchOptions> parse_launch_args(const std::vector<std::string>& args) 
         return make_error("--relaunch: '{}' is not allowed: expected dead or all", *value);
       }
       o.relaunch_dead = *value == "dead";
+    } else if (name == "--cpu-bind") {
+      if (*value == "auto") {
+        o.cpu_bind = CpuBind::automatic;
+      } else if (*value == "cores") {
+        o.cpu_bind = CpuBind::cores;
+      } else if (*value == "none") {
+        o.cpu_bind = CpuBind::none;
+      } else {
+        return make_error("--cpu-bind: '{}' is not allowed: expected auto, cores or none", *value);
+      }
     } else if (name == "--restart-backoff") {
       auto b = parse_seconds("--restart-backoff", *value);
       if (!b) return b.error();
@@ -526,7 +563,61 @@ Expected<LaunchPlan> plan_launch(const LaunchOptions& options, const std::string
     plan.env.push_back(
         rank_environment(base_env, k, options.processes, plan.coordinator, plan.secret));
   }
+  auto cpus = plan_cpu_binding(options.cpu_bind, options.processes, allowed_cpus());
+  if (!cpus) return cpus.error();
+  plan.cpus = std::move(*cpus);
   return plan;
+}
+
+std::vector<int> allowed_cpus() {
+  std::vector<int> cpus;
+  // sized up until the kernel's mask fits (EINVAL: the set is smaller than the kernel's)
+  for (int n = 1024; n <= (1 << 20); n *= 2) {
+    cpu_set_t* set = CPU_ALLOC(n);
+    const std::size_t size = CPU_ALLOC_SIZE(n);
+    CPU_ZERO_S(size, set);
+    if (::sched_getaffinity(0, size, set) == 0) {
+      for (int c = 0; c < n; ++c) {
+        if (CPU_ISSET_S(static_cast<std::size_t>(c), size, set)) cpus.push_back(c);
+      }
+      CPU_FREE(set);
+      return cpus;
+    }
+    const int e = errno;
+    CPU_FREE(set);
+    if (e != EINVAL) break;
+  }
+  return cpus;  // unknown: empty, so that nothing is bound
+}
+
+Expected<std::vector<std::vector<int>>> plan_cpu_binding(CpuBind mode, int ranks,
+                                                         const std::vector<int>& cpus) {
+  const auto count = static_cast<long>(cpus.size());
+  if (mode == CpuBind::cores && ranks > count) {
+    return make_error(
+        "--cpu-bind cores: {} ranks need at least {} CPUs, and this launcher may run on {} ({}); "
+        "use --cpu-bind none or fewer ranks",
+        ranks, ranks, count, count == 0 ? "none known" : cpu_list_text(cpus));
+  }
+  std::vector<std::vector<int>> out(static_cast<std::size_t>(std::max(ranks, 0)));
+  if (mode == CpuBind::none || ranks > count) return out;  // automatic with too few CPUs
+  for (long k = 0; k < ranks; ++k) {
+    for (long i = k * count / ranks; i < (k + 1) * count / ranks; ++i)
+      out[static_cast<std::size_t>(k)].push_back(cpus[static_cast<std::size_t>(i)]);
+  }
+  return out;
+}
+
+std::string cpu_list_text(const std::vector<int>& cpus) {
+  std::string out;
+  for (std::size_t i = 0; i < cpus.size();) {
+    std::size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    out += j == i ? fmt::format("{}", cpus[i]) : fmt::format("{}-{}", cpus[i], cpus[j]);
+    i = j + 1;
+  }
+  return out;
 }
 
 std::string prefixed_line(int rank, std::string_view line) {
@@ -598,14 +689,22 @@ LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io) {
   // those already running.
   const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   auto start_rank = [&](int k, const std::vector<std::string>& env) {
+    static const std::vector<int> unbound;
+    const std::vector<int>& cpus = static_cast<std::size_t>(k) < plan.cpus.size()
+                                       ? plan.cpus[static_cast<std::size_t>(k)]
+                                       : unbound;
+    bool binding_failed = false;
     const int e = devnull < 0 ? errno
                               : spawn(ranks[static_cast<std::size_t>(k)], plan.program, plan.argv,
-                                      env, devnull);
+                                      env, cpus, devnull, binding_failed);
     if (e == 0) return 0;
     result.failed_rank = k;
     result.exit_code = 127;
     const std::vector<int> running = live();
-    io.message(fmt::format("cannot start rank {}: {}: {}{}", k, plan.program, std::strerror(e),
+    const std::string what = binding_failed
+                                 ? fmt::format("cannot bind it to CPUs {}", cpu_list_text(cpus))
+                                 : plan.program;
+    io.message(fmt::format("cannot start rank {}: {}: {}{}", k, what, std::strerror(e),
                            running.empty() ? "" : "; stopping " + rank_list(running)));
     signal_ranks(ranks, running, SIGTERM);
     start_stop(SIGTERM);

@@ -17,17 +17,25 @@ namespace actorpipe {
 /// The most processes actorpipe-launch starts.
 inline constexpr int kMaxLocalRanks = 1024;
 
+/// --cpu-bind: which CPUs each rank may run on.
+enum class CpuBind {
+  automatic,  ///< auto: `cores` when every rank gets at least one CPU, else `none`
+  cores,      ///< each rank its own CPUs: an equal share of the launcher's, in order
+  none,       ///< every rank the launcher's CPUs (the scheduler places the threads)
+};
+
 /// actorpipe-launch's command line.
 struct LaunchOptions {
-  int processes = 0;                 ///< -n N: ranks to start, 1 to kMaxLocalRanks
-  int port = 0;                      ///< --port P; 0: pick a free port on `bind`
-  std::string bind = "127.0.0.1";    ///< --bind ADDR: numeric IPv4 or IPv6 address of this host
-  double grace_seconds = 10;         ///< --grace S: SIGTERM to SIGKILL, 0 to 3600
-  int max_restarts = 0;              ///< --max-restarts K: relaunches of a failed job, 0 to 1000
-  double restart_backoff = 1.0;      ///< --restart-backoff S: wait before the first, 0 to 3600
-  bool relaunch_dead = true;         ///< --relaunch dead|all: the dead ranks only, or every rank
-  std::vector<std::string> command;  ///< PROGRAM ARGS...
-  bool help = false;                 ///< --help
+  int processes = 0;               ///< -n N: ranks to start, 1 to kMaxLocalRanks
+  int port = 0;                    ///< --port P; 0: pick a free port on `bind`
+  std::string bind = "127.0.0.1";  ///< --bind ADDR: numeric IPv4 or IPv6 address of this host
+  double grace_seconds = 10;       ///< --grace S: SIGTERM to SIGKILL, 0 to 3600
+  int max_restarts = 0;            ///< --max-restarts K: relaunches of a failed job, 0 to 1000
+  double restart_backoff = 1.0;    ///< --restart-backoff S: wait before the first, 0 to 3600
+  bool relaunch_dead = true;       ///< --relaunch dead|all: the dead ranks only, or every rank
+  CpuBind cpu_bind = CpuBind::automatic;  ///< --cpu-bind auto|cores|none
+  std::vector<std::string> command;       ///< PROGRAM ARGS...
+  bool help = false;                      ///< --help
 };
 
 /// actorpipe-launch's usage text.
@@ -59,13 +67,28 @@ std::vector<std::string> rank_environment(const std::vector<std::string>& base, 
 /// of that name in `path` (a PATH value; an empty entry is the current folder).
 Expected<std::string> resolve_program(const std::string& program, const std::string& path);
 
+/// The CPUs the calling thread may run on (sched_getaffinity), ascending.
+std::vector<int> allowed_cpus();
+
+/// The CPUs of each of `ranks` ranks under `mode`, from `cpus` (the launcher's, ascending): with
+/// `cores`, rank k gets cpus[k·C/N, (k+1)·C/N) (C CPUs, N ranks: disjoint, in order, sizes
+/// differing by at most one); with `none`, every list is empty (no binding); `automatic` is
+/// `cores` when N <= C, else `none`. Error: `cores` with more ranks than CPUs, naming both.
+Expected<std::vector<std::vector<int>>> plan_cpu_binding(CpuBind mode, int ranks,
+                                                         const std::vector<int>& cpus);
+
+/// "0-3,6" for {0, 1, 2, 3, 6}: the form of /proc's Cpus_allowed_list.
+std::string cpu_list_text(const std::vector<int>& cpus);
+
 /// Everything needed to start the ranks.
 struct LaunchPlan {
   std::string program;                        ///< resolved file to execute
   std::vector<std::string> argv;              ///< argv[0] as given, then the arguments
   std::vector<std::vector<std::string>> env;  ///< per rank
-  std::string coordinator;                    ///< host:port given to every rank
-  std::string secret;                         ///< 64 hex digits
+  /// Per rank, the CPUs it is bound to before it starts (a relaunch too); empty: not bound.
+  std::vector<std::vector<int>> cpus;
+  std::string coordinator;  ///< host:port given to every rank
+  std::string secret;       ///< 64 hex digits
   double grace_seconds = 10;
   /// Ranks that failed are relaunched in place, this many times in all (--relaunch dead): the
   /// others go on (and rejoin the job); 0: a failure stops every rank.

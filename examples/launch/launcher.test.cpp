@@ -68,6 +68,7 @@ struct Job {
   double grace = 10;
   std::vector<std::string> base_env = own_environment();
   int interrupt_fd = -1;
+  CpuBind cpu_bind = CpuBind::automatic;
   // called after each captured line (the test's chance to act on a rank's output)
   std::function<void(const Captured&)> after_line;
 };
@@ -77,6 +78,7 @@ LaunchResult run_sh(const std::string& script, const Job& job, Captured& capture
   LaunchOptions options;
   options.processes = job.processes;
   options.grace_seconds = job.grace;
+  options.cpu_bind = job.cpu_bind;
   options.command = {"sh", "-c", script};
   auto plan = plan_launch(options, sh_path(), job.base_env);
   REQUIRE(plan.ok());
@@ -144,7 +146,8 @@ TEST_CASE("bad arguments: one line naming the argument, its value and what is al
       {{"-n", "2", "--grace", "soon", "p"}, "--grace: 'soon' is not allowed"},
       {{"-n", "2", "--verbose", "p"},
        "unknown argument '--verbose'; allowed: -n N, --port P, --bind ADDR, --grace S, "
-       "--max-restarts K, --relaunch dead|all, --restart-backoff S, --help"},
+       "--max-restarts K, --relaunch dead|all, --restart-backoff S, --cpu-bind auto|cores|none, "
+       "--help"},
       {{"-n", "2", "--relaunch", "some", "p"},
        "--relaunch: 'some' is not allowed: expected dead or all"},
       {{"-n"}, "-n needs a value (see --help)"},
@@ -304,6 +307,100 @@ TEST_CASE("each rank sees its rank, the world, the coordinator and the job's one
   REQUIRE(run_sh(script, job, c2, &plan2).exit_code == 0);
   CHECK(is_hex64(plan2.secret));
   CHECK(plan2.secret != plan1.secret);  // and a new one for the next job
+}
+
+TEST_CASE("--cpu-bind: auto by default, cores, none; anything else is refused") {
+  auto a = parse_launch_args({"-n", "2", "prog"});
+  REQUIRE(a.ok());
+  CHECK(a->cpu_bind == CpuBind::automatic);
+  auto c = parse_launch_args({"-n", "2", "--cpu-bind", "cores", "prog"});
+  REQUIRE(c.ok());
+  CHECK(c->cpu_bind == CpuBind::cores);
+  auto n = parse_launch_args({"-n", "2", "--cpu-bind=none", "prog"});
+  REQUIRE(n.ok());
+  CHECK(n->cpu_bind == CpuBind::none);
+  auto bad = parse_launch_args({"-n", "2", "--cpu-bind", "socket", "prog"});
+  REQUIRE(!bad.ok());
+  CHECK(bad.error().message == "--cpu-bind: 'socket' is not allowed: expected auto, cores or none");
+}
+
+TEST_CASE("CPU binding: equal shares in order, none, auto with too few CPUs, cores refused") {
+  using Lists = std::vector<std::vector<int>>;
+  const std::vector<int> eight = {0, 1, 2, 3, 4, 5, 6, 7};
+  auto three = plan_cpu_binding(CpuBind::cores, 3, eight);
+  REQUIRE(three.ok());
+  CHECK(*three == Lists{{0, 1}, {2, 3, 4}, {5, 6, 7}});
+  // the launcher's own CPUs, whatever their numbers
+  auto sparse = plan_cpu_binding(CpuBind::automatic, 2, {2, 5, 7, 9});
+  REQUIRE(sparse.ok());
+  CHECK(*sparse == Lists{{2, 5}, {7, 9}});
+  auto one_each = plan_cpu_binding(CpuBind::automatic, 2, {0, 1});
+  REQUIRE(one_each.ok());
+  CHECK(*one_each == Lists{{0}, {1}});
+  auto none = plan_cpu_binding(CpuBind::none, 2, eight);
+  REQUIRE(none.ok());
+  CHECK(*none == Lists{{}, {}});
+  auto too_many = plan_cpu_binding(CpuBind::automatic, 3, {0, 1});
+  REQUIRE(too_many.ok());
+  CHECK(*too_many == Lists{{}, {}, {}});
+  auto refused = plan_cpu_binding(CpuBind::cores, 3, {0, 1});
+  REQUIRE(!refused.ok());
+  CHECK(refused.error().message ==
+        "--cpu-bind cores: 3 ranks need at least 3 CPUs, and this launcher may run on 2 (0-1); "
+        "use --cpu-bind none or fewer ranks");
+
+  CHECK(cpu_list_text({}).empty());
+  CHECK(cpu_list_text({5}) == "5");
+  CHECK(cpu_list_text({0, 1, 2, 3, 6, 8, 9}) == "0-3,6,8-9");
+}
+
+TEST_CASE("bound ranks run on their own CPUs; unbound ones on the launcher's") {
+  const std::vector<int> mine = allowed_cpus();
+  REQUIRE(!mine.empty());
+  const std::string script = "grep '^Cpus_allowed_list:' /proc/self/status | cut -f2";
+  Job job;
+  job.processes = static_cast<int>(std::min<std::size_t>(mine.size(), 2));
+  job.cpu_bind = CpuBind::cores;
+  Captured bound;
+  LaunchPlan plan;
+  REQUIRE(run_sh(script, job, bound, &plan).exit_code == 0);
+  REQUIRE(plan.cpus.size() == static_cast<std::size_t>(job.processes));
+  std::vector<int> covered;
+  for (int k = 0; k < job.processes; ++k) {
+    const auto& cpus = plan.cpus[static_cast<std::size_t>(k)];
+    CHECK(!cpus.empty());
+    covered.insert(covered.end(), cpus.begin(), cpus.end());
+    CHECK(bound.of(k, OutputStream::out) == std::vector<std::string>{cpu_list_text(cpus)});
+  }
+  CHECK(covered == mine);  // disjoint shares that cover the launcher's CPUs, in order
+
+  job.cpu_bind = CpuBind::none;
+  Captured unbound;
+  REQUIRE(run_sh(script, job, unbound).exit_code == 0);
+  for (int k = 0; k < job.processes; ++k)
+    CHECK(unbound.of(k, OutputStream::out) == std::vector<std::string>{cpu_list_text(mine)});
+}
+
+TEST_CASE("a rank that cannot be bound is not started: exit code 127 and the CPUs named") {
+  LaunchOptions options;
+  options.processes = 1;
+  options.cpu_bind = CpuBind::none;
+  options.command = {"sh", "-c", "echo started"};
+  auto plan = plan_launch(options, sh_path(), own_environment());
+  REQUIRE(plan.ok());
+  plan->cpus = {{4095}};  // a CPU no machine here has
+  Captured c;
+  LaunchIo io;
+  io.line = [&](int rank, OutputStream stream, std::string_view line) {
+    c.lines.emplace_back(rank, stream, std::string(line));
+  };
+  io.message = [&](std::string_view m) { c.messages.emplace_back(m); };
+  const LaunchResult r = run_launch(*plan, io);
+  CHECK(r.exit_code == 127);
+  CHECK(r.failed_rank == 0);
+  CHECK(c.of(0, OutputStream::out).empty());
+  REQUIRE(c.messages.size() == 1);
+  CHECK(contains(c.messages[0], "cannot start rank 0: cannot bind it to CPUs 4095: "));
 }
 
 TEST_CASE("a rank that exits 3 stops its siblings within the grace period") {
