@@ -489,14 +489,32 @@ Expected<RunOutcome> run_ranks(ProcessGroup& group, const std::shared_ptr<RunSta
   std::vector<caf::actor> local;
   for (int r : mine) {
     const caf::actor stage = spawn_stage_actor(sys, st, r);
+    const caf::actor shard = spawn_optimizer_actor(sys, st, r);
     local.push_back(stage);
-    local.push_back(spawn_optimizer_actor(sys, st, r));
+    local.push_back(shard);
     // a channel from another process hands its announcements to the stage directly
     auto deliver = [stage](const Announcement& a) {
       caf::anon_send(stage, internal::ann_atom::value, a);
     };
     if (r > 0) st->channels->forward(r - 1).on_announcement(deliver);
     if (r + 1 < st->stages) st->channels->backward(r).on_announcement(deliver);
+    // and so does a tied channel: gradient contributions to the stage's shard, weight values
+    // to the stage (as the sender would have sent them)
+    for (uint32_t tag = 0; tag < st->channels->size(); ++tag) {
+      if (!st->channels->has(tag)) continue;
+      TensorChannel& ch = st->channels->at(tag);
+      const ChannelEnds ends = ch.ends();
+      if (ends.tied < 0 || ends.to != r) continue;
+      const bool gradient =
+          ends.kind == ChannelKind::tied_to_owner || ends.kind == ChannelKind::tied_to_copy;
+      ch.on_announcement([ends, gradient, to = gradient ? shard : stage](const Announcement& a) {
+        const internal::TiedAnnouncement t = internal::tied_announcement(ends, a);
+        if (gradient)
+          caf::anon_send(to, internal::tgrad_atom::value, t);
+        else
+          caf::anon_send(to, internal::tweight_atom::value, t);
+      });
+    }
   }
   if (rank == lead) local.push_back(spawn_driver(sys, st));
 

@@ -279,24 +279,20 @@ class OptimizerActor : public caf::event_based_actor {
     return false;
   }
 
-  // Posts `t` on tied parameter s.k's channel of `kind` and announces it to `to` with `atom`.
+  // Posts `t` on tied parameter s.k's channel of `kind` and announces it to `to` with `atom`
+  // (unless the channel delivers the announcement itself).
   // False after reporting a failure.
   template <class Atom>
   bool post_tied(const Split& s, ChannelKind kind, Tensor t, int64_t key, int lookahead, Atom atom,
                  MailAddress to) {
     TensorChannel& ch = st_->channels->tied(static_cast<int>(s.k), kind);
-    auto ann = ch.post(std::move(t), -1, static_cast<int32_t>(key));
-    if (!ann) {
-      report_failure(ann.error().message);
+    auto a = post_tied_value(ch, std::move(t), key, lookahead);
+    if (!a) {
+      report_failure(a.error().message);
       return false;
     }
-    TiedAnnouncement a;
-    a.key = key;
-    a.lookahead = lookahead;
-    a.tied = static_cast<int32_t>(s.k);
-    a.from_stage = r_;
-    a.payload = *ann;
-    send_to(this, *st_, to, atom, a);
+    if (!ch.announces())  // else the channel delivered it with the payload
+      send_to(this, *st_, to, atom, *a);
     return true;
   }
 

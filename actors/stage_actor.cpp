@@ -498,16 +498,10 @@ class StageActor : public caf::event_based_actor {
       Tensor w = predicted_pool_[k].acquire();
       std::copy(p.weights.begin(), p.weights.end(), w.f32());
       TensorChannel& ch = st_->channels->tied(static_cast<int>(k), ChannelKind::tied_prediction);
-      auto ann = ch.post(std::move(w), -1, p.version.version);
-      if (!ann) return report_failure(ann.error().message);
-      TiedAnnouncement t;
-      t.key = p.version.version;
-      t.lookahead = p.version.lookahead;
-      t.tied = static_cast<int32_t>(k);
-      t.from_stage = r_;
-      t.payload = *ann;
-      const int copy = worker_.partition().stage_of(worker_.model().tied()[k].copy_layer);
-      send_to(this, *st_, MailAddress::stage(copy), tweight_atom::value, t);
+      auto t = post_tied_value(ch, std::move(w), p.version.version, p.version.lookahead);
+      if (!t) return report_failure(t.error().message);
+      if (!ch.announces())  // else the channel delivered it with the payload
+        send_to(this, *st_, MailAddress::stage(ch.ends().to), tweight_atom::value, *t);
     }
   }
 

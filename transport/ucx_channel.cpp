@@ -420,12 +420,8 @@ Expected<ChannelSet> make_ucx_channels(const UcxChannelPlan& plan) {
     if (plan.worker == nullptr)
       return make_error("UCX channels: rank {} needs a UCX worker for {}", plan.rank,
                         channel_name(ends));
-    // the stages' activations and gradients carry their announcements when asked to; the tied
-    // parameters' channels are announced on the control plane (TiedAnnouncement)
-    UcxChannelOptions options = plan.options;
-    options.carry_announcements =
-        plan.options.carry_announcements &&
-        (ends.kind == ChannelKind::activation || ends.kind == ChannelKind::gradient);
+    // every channel carries its announcements when asked to (the tied parameters' too)
+    const UcxChannelOptions& options = plan.options;
     if (from == plan.rank) {
       auto peer = plan.peers.find(to);
       if (peer == plan.peers.end())

@@ -39,7 +39,7 @@ inline constexpr uint32_t kUcxExchangeChannelTag = 0x7FFF;
 struct UcxChannelOptions {
   /// post() also sends the announcement (its bytes, tagged with kUcxAnnouncementTagBit) right
   /// after the payload, and the receiving end hands each one to its on_announcement handler:
-  /// the control plane then carries no announcement between the stages. Both ends must agree.
+  /// the control plane then carries no announcement for this channel. Both ends must agree.
   bool carry_announcements = false;
   /// receive() fails after waiting this long for the payload, so a vanished peer never hangs it.
   std::chrono::milliseconds receive_timeout{60000};
@@ -147,10 +147,10 @@ struct UcxChannelPlan {
 };
 
 /// The channels of process `plan.rank`, in the fixed order of ChannelSet (with
-/// plan.options.carry_announcements, only the activation and gradient channels carry theirs): a
-/// LocalChannel where the rank holds both stages, a UcxChannel end where it holds one, none where
-/// it holds neither (ChannelSet::partial). Errors: no stages, a negative rank, no worker or no
-/// endpoint for a rank that a channel of this process leads to.
+/// plan.options.carry_announcements, every UCX channel carries its announcements, the tied
+/// parameters' too): a LocalChannel where the rank holds both stages, a UcxChannel end where it
+/// holds one, none where it holds neither (ChannelSet::partial). Errors: no stages, a negative
+/// rank, no worker or no endpoint for a rank that a channel of this process leads to.
 Expected<ChannelSet> make_ucx_channels(const UcxChannelPlan& plan);
 
 }  // namespace actorpipe

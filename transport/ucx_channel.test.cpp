@@ -243,7 +243,9 @@ TEST_CASE("a channel that carries its announcements hands each to the receiver, 
   CHECK(got.size() == posted.size());
 }
 
-TEST_CASE("channels that do not carry announcements say so and take no handler") {
+TEST_CASE(
+    "channels that do not carry announcements say so and take no handler; a set carries them on "
+    "every channel") {
   Pair p = connected_pair();
   auto send = UcxChannel::sender(p.a, channel_ends(0, Direction::forward), p.a_to_b);
   auto recv = UcxChannel::receiver(p.b, channel_ends(0, Direction::forward));
@@ -254,7 +256,7 @@ TEST_CASE("channels that do not carry announcements say so and take no handler")
   auto carrying_send =
       UcxChannel::sender(p.a, channel_ends(1, Direction::forward), p.a_to_b, carry);
   CHECK_FALSE(carrying_send->on_announcement([](const Announcement&) {}));  // the wrong end
-  // a process's channel set carries them on activations and gradients, not on tied channels
+  // a process's channel set carries them on every channel, the tied parameters' too
   UcxChannelPlan plan;
   plan.rank_of_stage = {0, 1};
   plan.tied = {TiedPair{0, 1}};
@@ -266,12 +268,11 @@ TEST_CASE("channels that do not carry announcements say so and take no handler")
   REQUIRE(set.ok());
   CHECK(set->forward(0).announces());
   CHECK(set->backward(0).on_announcement([](const Announcement&) {}));
-  for (ChannelKind k : {ChannelKind::tied_to_owner, ChannelKind::tied_to_copy,
-                        ChannelKind::tied_weights, ChannelKind::tied_prediction}) {
-    TensorChannel& c = set->tied(0, k);
-    CHECK_FALSE(c.announces());
-    CHECK_FALSE(c.on_announcement([](const Announcement&) {}));
-  }
+  // rank 0 holds the owner (stage 0): it receives the copy's gradient, sends the rest
+  CHECK(set->tied(0, ChannelKind::tied_to_owner).on_announcement([](const Announcement&) {}));
+  for (ChannelKind k :
+       {ChannelKind::tied_to_copy, ChannelKind::tied_weights, ChannelKind::tied_prediction})
+    CHECK(set->tied(0, k).announces());
 }
 
 TEST_CASE("an announcement of another channel is refused before anything is posted") {

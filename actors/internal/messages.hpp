@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actors/actor_engine.hpp"
+#include "transport/channel.hpp"
 #include "transport/wire.hpp"
 
 namespace actorpipe::internal {
@@ -86,6 +87,36 @@ struct TiedAnnouncement {
   Announcement payload;  ///< the tensor on the channel
   friend bool operator==(const TiedAnnouncement&, const TiedAnnouncement&) = default;
 };
+
+/// Posts `t` on tied channel `ch` as value `key` (`lookahead`: as TiedAnnouncement) and returns
+/// its announcement. Everything in it travels in the payload's Announcement, so that a channel
+/// that delivers its announcements itself (UCX, TensorChannel::announces) carries the whole of
+/// it: the channel names the parameter and the sending stage, `version` holds the key and
+/// `microbatch` (a tied value belongs to no microbatch) holds -1 - lookahead.
+inline Expected<TiedAnnouncement> post_tied_value(TensorChannel& ch, Tensor t, int64_t key,
+                                                  int lookahead) {
+  auto ann = ch.post(std::move(t), -1 - static_cast<int64_t>(lookahead), static_cast<int32_t>(key));
+  if (!ann) return ann.error();
+  TiedAnnouncement a;
+  a.key = key;
+  a.lookahead = lookahead;
+  a.tied = ch.ends().tied;
+  a.from_stage = ch.ends().from;
+  a.payload = *ann;
+  return a;
+}
+
+/// The TiedAnnouncement of `payload`, which arrived on tied channel `ends` (post_tied_value's
+/// encoding).
+inline TiedAnnouncement tied_announcement(const ChannelEnds& ends, const Announcement& payload) {
+  TiedAnnouncement a;
+  a.key = payload.version;
+  a.lookahead = static_cast<int32_t>(-1 - payload.microbatch);
+  a.tied = ends.tied;
+  a.from_stage = ends.from;
+  a.payload = payload;
+  return a;
+}
 
 /// Σg² per layer of one stage for one update.
 struct SumSq {

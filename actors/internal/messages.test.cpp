@@ -9,6 +9,8 @@
 #include <iterator>
 #include <limits>
 
+#include "transport/local_channel.hpp"
+
 namespace actorpipe::internal {
 namespace {
 
@@ -122,6 +124,28 @@ TEST_CASE("messages: a message holding them crosses as it would between processe
   CHECK(out.get_as<Failure>(3).cause == "x");
   // a text form for logs, from the same inspect()
   CHECK(caf::to_string(commit).find("Commit") != std::string::npos);
+}
+
+TEST_CASE("messages: a tied value's announcement is whole in its payload's announcement") {
+  // a channel that delivers its announcements itself hands the receiver only the payload's: the
+  // key, the lookahead, the parameter and the sending stage must all come back from it
+  const std::vector<ChannelEnds> layout = channel_layout(3, {TiedPair{0, 2}});
+  for (const ChannelEnds& ends : layout) {
+    if (ends.tied < 0) continue;
+    LocalChannel ch(ends);
+    for (const auto& [key, lookahead] : {std::pair<int64_t, int>{0, 0}, {7, 0}, {12, 3}}) {
+      auto a = post_tied_value(ch, Tensor::zeros({4}), key, lookahead);
+      REQUIRE(a.ok());
+      CHECK(a->key == key);
+      CHECK(a->lookahead == lookahead);
+      CHECK(a->tied == 0);
+      CHECK(a->from_stage == ends.from);
+      CHECK(a->payload.tag == ends.tag);
+      CHECK(a->payload.microbatch < 0);  // no microbatch's
+      CHECK(tied_announcement(ends, a->payload) == *a);
+      CHECK(ch.receive(a->payload).ok());
+    }
+  }
 }
 
 }  // namespace actorpipe::internal
