@@ -31,6 +31,9 @@ class ComputeBackend {
 
   /// Where the backend's memory lives.
   virtual Device device() const = 0;
+  /// Whether host code may read and write the backend's memory directly (and so run the CPU
+  /// kernels on it): the CPU backend's; not a device's, nor a CheckedBackend's.
+  virtual bool host_memory() const { return device() == Device::cpu; }
   /// For messages and logs: "cpu (2 threads)", "cuda:0 (NVIDIA H200)".
   virtual std::string name() const = 0;
 

@@ -246,7 +246,7 @@ void Context::set_backend(ComputeBackend* b) {
 }
 
 bool Context::host_backend() const {
-  return backend_ == nullptr || backend_->device() == Device::cpu;
+  return backend_ == nullptr || backend_->host_memory();
 }
 
 void Context::set_precision(Precision p) {

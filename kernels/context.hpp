@@ -112,7 +112,8 @@ class Context {
   /// CPU backend again for nullptr. The backend takes the Context's precision, here and in every
   /// later set_precision.
   void set_backend(ComputeBackend* b);
-  /// True when the layers' memory is this process's host memory (the CPU backend).
+  /// True when the layers' memory is this process's host memory, which the CPU kernels may
+  /// touch (ComputeBackend::host_memory: the CPU backend).
   bool host_backend() const;
 
   /// A grow-only buffer of at least n doubles for reductions inside one kernel call (kept

@@ -43,6 +43,7 @@ class RecordingBackend final : public ComputeBackend {
   void replay();
 
   Device device() const override { return inner_.device(); }
+  bool host_memory() const override { return inner_.host_memory(); }
   std::string name() const override { return inner_.name(); }
   Precision precision() const override { return inner_.precision(); }
   void set_precision(Precision p) override { inner_.set_precision(p); }

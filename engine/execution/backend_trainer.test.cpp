@@ -11,6 +11,7 @@
 #include "engine/execution/reference_trainer.hpp"
 #include "kernels/bf16_gemm.hpp"
 #include "kernels/check.hpp"
+#include "kernels/checked_backend.hpp"
 #include "kernels/cpu_backend.hpp"
 #include "tests/support/bits.hpp"
 #include "tests/support/tiny_model.hpp"
@@ -78,5 +79,44 @@ TEST_CASE("in bf16 on the CPU backend, the reference trainer's bf16 bits" *
       CHECK(same_bits(dev.step(step), ref.step(step)));
     }
     for (int i = 0; i < ref.num_layers(); ++i) CHECK(same_bits(dev.params(i), ref.params(i)));
+  }
+}
+
+TEST_CASE("on a CheckedBackend, the same bits: the trainer keeps to a device backend's rules") {
+  // the checked backend's memory is closed between ops, so any host access to a parameter,
+  // gradient, optimizer state or activation other than through to_host/to_backend faults, and
+  // every op's arguments are checked to lie whole in its memory (index arrays outside it)
+  std::vector<Precision> precisions = {Precision::fp32};
+  if (bf16_support().native) precisions.push_back(Precision::bf16);
+  for (Arch arch : {Arch::gpt, Arch::bert}) {
+    for (Precision precision : precisions) {
+      for (const char* kind : {"adamw", "sgd"}) {
+        CAPTURE(static_cast<int>(arch));
+        CAPTURE(static_cast<int>(precision));
+        CAPTURE(kind);
+        const ModelOptions m = tiny_model(arch, true, 3);
+        OptimizerOptions opt = clipped_adamw();
+        opt.kind = kind;
+        ReferenceTrainer ref(build_model(m), opt, kB, kT);
+        ref.set_fused_update(false);
+        if (precision == Precision::bf16) ref.set_precision(Precision::bf16);
+        Context ctx(1);
+        CheckedBackend checked(ctx);
+        BackendTrainer dev(build_model(m), opt, kB, kT, checked);
+        if (precision == Precision::bf16) dev.set_precision(Precision::bf16);
+        const auto batches = tiny_batches(arch, m.vocab_size, 6, 13);
+        for (int s = 0; s < 3; ++s) {
+          const std::span<const Microbatch> step(batches.data() + 2 * s, 2);
+          CHECK(same_bits(dev.step(step), ref.step(step)));
+          CHECK(same_bits(dev.last_grad_norm(), ref.last_grad_norm()));
+        }
+        for (int i = 0; i < ref.num_layers(); ++i) {
+          CAPTURE(i);
+          CHECK(same_bits(dev.params(i), ref.params(i)));
+          CHECK(same_bits(dev.grads(i), ref.grads(i)));
+        }
+        CHECK(checked.ops() > 0);
+      }
+    }
   }
 }
