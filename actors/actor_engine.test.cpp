@@ -418,7 +418,7 @@ TEST_CASE("recompute: the actors compute the bits of no recompute, split backwar
 
 TEST_CASE(
     "a stop asked before a run: gpipe, 1f1b and 2bw end after one step, exactly as a run of one "
-    "step, and the loader is past its microbatches only; pipedream and xpipe run to the end") {
+    "step, and the loader is past its microbatches only, pipedream and xpipe run to the end") {
   for (const char* mode : {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"}) {
     const std::string what = mode;
     CAPTURE(what);

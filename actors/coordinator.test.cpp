@@ -605,7 +605,7 @@ TEST_CASE("a rank that starts before the coordinator listens keeps trying and jo
 
 TEST_CASE(
     "a rejoining rank waits out the previous job's coordinator and joins the next one on the same "
-    "port; a first join is refused at once") {
+    "port, a first join is refused at once") {
   // the previous job: rank 0 alone, complete, still published
   TestConfig cfg_old, cfg0, cfg1;
   caf::actor_system sys_old{cfg_old};

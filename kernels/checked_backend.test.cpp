@@ -31,7 +31,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST_CASE("ops on its memory compute the CPU backend's bits; transfers round-trip") {
+TEST_CASE("ops on its memory compute the CPU backend's bits, transfers round-trip") {
   Context ctx(1);
   CheckedBackend dev(ctx);
   auto cpu = make_cpu_backend(ctx);

@@ -244,7 +244,7 @@ TEST_CASE("a channel that carries its announcements hands each to the receiver, 
 }
 
 TEST_CASE(
-    "channels that do not carry announcements say so and take no handler; a set carries them on "
+    "channels that do not carry announcements say so and take no handler, a set carries them on "
     "every channel") {
   Pair p = connected_pair();
   auto send = UcxChannel::sender(p.a, channel_ends(0, Direction::forward), p.a_to_b);

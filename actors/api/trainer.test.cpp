@@ -106,7 +106,7 @@ TEST_CASE("the actors and the serial backend train to the same bits in every mod
 }
 
 TEST_CASE(
-    "gpipe, 1f1b and 2bw: train 2N == train N, resume, train N, bitwise; pipedream, xpipe "
+    "gpipe, 1f1b and 2bw: train 2N == train N, resume, train N, bitwise, pipedream, xpipe "
     "with checkpoints every N") {
   constexpr int N = 3;
   for (const char* mode : {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"}) {
@@ -703,7 +703,7 @@ TEST_CASE(
 
 TEST_CASE(
     "train.max_restarts: a failure that repeats ends it after one restart, past the limit the "
-    "last failure is the error; the keys are checked") {
+    "last failure is the error, the keys are checked") {
   TempDir tmp;
   Config c = tiny("1f1b", 2, 4);
   c.checkpoint.dir = tmp.file("ckpt");
@@ -872,7 +872,7 @@ TEST_CASE(
 
 TEST_CASE(
     "eval.every: held-out losses after every N steps and the last, equal on both backends, "
-    "in the metrics, the trace and on_eval; gpipe/1f1b/2bw training bits unchanged") {
+    "in the metrics, the trace and on_eval, gpipe/1f1b/2bw training bits unchanged") {
   TempDir tmp;
   for (const char* mode : {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"}) {
     const std::string what = mode;
@@ -1162,7 +1162,7 @@ Model tied_blocks(const ModelOptions& o) {
 
 TEST_CASE(
     "a model of one's own with a tie between two hidden layers trains in every mode, both "
-    "backends equal, the tied copies equal; xpipe refuses a copy off the last stage") {
+    "backends equal, the tied copies equal, xpipe refuses a copy off the last stage") {
   for (const char* mode : {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"}) {
     for (int stages : {2, 3, 4}) {
       const std::string what = fmt::format("{} d={}", mode, stages);

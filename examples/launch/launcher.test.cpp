@@ -309,7 +309,7 @@ TEST_CASE("each rank sees its rank, the world, the coordinator and the job's one
   CHECK(plan2.secret != plan1.secret);  // and a new one for the next job
 }
 
-TEST_CASE("--cpu-bind: auto by default, cores, none; anything else is refused") {
+TEST_CASE("--cpu-bind: auto by default, cores, none, anything else refused") {
   auto a = parse_launch_args({"-n", "2", "prog"});
   REQUIRE(a.ok());
   CHECK(a->cpu_bind == CpuBind::automatic);
@@ -354,7 +354,7 @@ TEST_CASE("CPU binding: equal shares in order, none, auto with too few CPUs, cor
   CHECK(cpu_list_text({0, 1, 2, 3, 6, 8, 9}) == "0-3,6,8-9");
 }
 
-TEST_CASE("bound ranks run on their own CPUs; unbound ones on the launcher's") {
+TEST_CASE("bound ranks run on their own CPUs, unbound ones on the launcher's") {
   const std::vector<int> mine = allowed_cpus();
   REQUIRE(!mine.empty());
   const std::string script = "grep '^Cpus_allowed_list:' /proc/self/status | cut -f2";
@@ -726,7 +726,7 @@ TEST_CASE(
 
 TEST_CASE(
     "--max-restarts (--relaunch dead): only the dead rank is relaunched, in place, told which "
-    "restart; the others live on, told they may rejoin") {
+    "restart, the others live on, told they may rejoin") {
   actorpipe::testing::TempDir dir;
   const std::string done = dir.file("done");
   LaunchOptions options;
