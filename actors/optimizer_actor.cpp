@@ -58,7 +58,7 @@ class OptimizerActor : public caf::event_based_actor {
       s.k = k;
       s.owner = role == TiedRole::owner;
       s.peer = s.owner ? part.stage_of(tp.copy_layer) : part.stage_of(tp.owner_layer);
-      s.numel = model.layer(tp.owner_layer).find_slot(tp.owner_slot)->numel;
+      s.numel = model.tied_slots(tp).owner.numel;
       const std::vector<int64_t> shape{static_cast<int64_t>(s.numel)};
       if (skip()) s.dummy = Tensor::zeros(shape);
       s.pool = std::make_shared<TensorPool>(shape, 0);

@@ -50,8 +50,7 @@ class StageActor : public caf::event_based_actor {
     }
     sent_predicted_.resize(worker_.num_tied());
     for (size_t k = 0; k < worker_.num_tied(); ++k) {
-      const TiedParam& tp = worker_.model().tied()[k];
-      const size_t numel = worker_.model().layer(tp.owner_layer).find_slot(tp.owner_slot)->numel;
+      const size_t numel = worker_.model().tied_slots(worker_.model().tied()[k]).owner.numel;
       predicted_pool_.emplace_back(std::vector<int64_t>{static_cast<int64_t>(numel)}, 0);
     }
   }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -107,6 +108,20 @@ class CheckedBackend::Op {
     AP_CHECK(!overlaps,
              "CheckedBackend: {}: {} ({} bytes at {}) is backend memory; it must be host memory",
              name_, arg, bytes, p);
+    return *this;
+  }
+  /// The embeddings' host index arrays (tokens; segments, null allowed) and their tables in
+  /// the backend's memory: token and segment tables as many rows of C as the largest index
+  /// names, the position table T rows.
+  Op& embedding(const int32_t* tokens, const int32_t* segments, std::array<const float*, 3> tables,
+                std::array<const char*, 3> names, int B, int T, int C) {
+    const long BT = 1L * B * T;
+    host(tokens, static_cast<size_t>(std::max(BT, 0L)) * sizeof(int32_t), "tokens");
+    host(segments, static_cast<size_t>(std::max(BT, 0L)) * sizeof(int32_t), "segments");
+    dev(tables[0], static_cast<size_t>((max_index(tokens, BT) + 1L) * C), names[0]);
+    dev(tables[1], static_cast<size_t>(std::max(1L * T * C, 0L)), names[1]);
+    if (segments != nullptr)
+      dev(tables[2], static_cast<size_t>((max_index(segments, BT) + 1L) * C), names[2]);
     return *this;
   }
   template <class F>
@@ -344,12 +359,8 @@ void CheckedBackend::encoder_forward(float* out, const int32_t* tokens, const in
                                      const float* wte, const float* wpe, const float* wse, int B,
                                      int T, int C) {
   Op op(*this, "encoder_forward");
-  const long BT = 1L * B * T;
-  op.host(tokens, z(BT) * sizeof(int32_t), "tokens");
-  op.host(segments, z(BT) * sizeof(int32_t), "segments");
-  op.dev(out, z(BT * C), "out").dev(wte, z((max_index(tokens, BT) + 1L) * C), "wte");
-  op.dev(wpe, z(1L * T * C), "wpe");
-  if (segments != nullptr) op.dev(wse, z((max_index(segments, BT) + 1L) * C), "wse");
+  op.dev(out, z(1L * B * T * C), "out");
+  op.embedding(tokens, segments, {wte, wpe, wse}, {"wte", "wpe", "wse"}, B, T, C);
   op.run([&] { cpu_->encoder_forward(out, tokens, segments, wte, wpe, wse, B, T, C); });
 }
 
@@ -357,12 +368,8 @@ void CheckedBackend::encoder_backward(float* dwte, float* dwpe, float* dwse, con
                                       const int32_t* tokens, const int32_t* segments, int B, int T,
                                       int C) {
   Op op(*this, "encoder_backward");
-  const long BT = 1L * B * T;
-  op.host(tokens, z(BT) * sizeof(int32_t), "tokens");
-  op.host(segments, z(BT) * sizeof(int32_t), "segments");
-  op.dev(dout, z(BT * C), "dout").dev(dwte, z((max_index(tokens, BT) + 1L) * C), "dwte");
-  op.dev(dwpe, z(1L * T * C), "dwpe");
-  if (segments != nullptr) op.dev(dwse, z((max_index(segments, BT) + 1L) * C), "dwse");
+  op.dev(dout, z(1L * B * T * C), "dout");
+  op.embedding(tokens, segments, {dwte, dwpe, dwse}, {"dwte", "dwpe", "dwse"}, B, T, C);
   op.run([&] { cpu_->encoder_backward(dwte, dwpe, dwse, dout, tokens, segments, B, T, C); });
 }
 

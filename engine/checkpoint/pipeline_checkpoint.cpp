@@ -122,8 +122,7 @@ Status load_previous_version(const CheckpointContents& ckpt, std::span<StageWork
       if (copy->tied_role(k) != TiedRole::copy || tied_sync(copy->mode()) != TiedSync::follow_owner)
         continue;
       const TiedParam& tp = copy->model().tied()[k];
-      const ParamSlot* slot = copy->model().layer(tp.owner_layer).find_slot(tp.owner_slot);
-      AP_CHECK(slot != nullptr, "tied parameter {} has no owner slot {}", k, tp.owner_slot);
+      const ParamSlot* slot = &copy->model().tied_slots(tp).owner;
       std::vector<float> owner(slot->numel);
       if (Status ok = copy_tensor(ckpt.versions, kVersionsFile,
                                   copy->model().param_name(tp.owner_layer, *slot) + suffix,

@@ -88,12 +88,11 @@ double BackendTrainer::compute_gradients(std::span<const Microbatch> mbs) {
   }
   // reduce_tied_grads on the backend: owner += copy (owner[k] + copy[k]), then copy = owner
   for (const TiedParam& t : model_.tied()) {
-    const ParamSlot* a = model_.layer(t.owner_layer).find_slot(t.owner_slot);
-    const ParamSlot* b = model_.layer(t.copy_layer).find_slot(t.copy_slot);
-    float* owner = buffers_[static_cast<size_t>(t.owner_layer)].grads.data() + a->offset;
-    float* copy = buffers_[static_cast<size_t>(t.copy_layer)].grads.data() + b->offset;
-    backend_.accumulate(owner, copy, static_cast<long>(a->numel));
-    backend_.copy(copy, owner, a->numel);
+    const auto [a, b] = model_.tied_slots(t);
+    float* owner = buffers_[static_cast<size_t>(t.owner_layer)].grads.data() + a.offset;
+    float* copy = buffers_[static_cast<size_t>(t.copy_layer)].grads.data() + b.offset;
+    backend_.accumulate(owner, copy, static_cast<long>(a.numel));
+    backend_.copy(copy, owner, a.numel);
   }
   return loss / m;
 }

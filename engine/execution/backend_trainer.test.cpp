@@ -19,6 +19,28 @@
 using namespace actorpipe;
 using namespace actorpipe::testing;
 
+namespace {
+
+// Three steps of two microbatches on both trainers: the same losses, gradient norms, and in the
+// end every layer's parameters and gradients, bit for bit.
+void check_same_steps(BackendTrainer& dev, ReferenceTrainer& ref, Arch arch, int vocab,
+                      uint64_t seed) {
+  const auto batches = tiny_batches(arch, vocab, 6, seed);
+  for (int s = 0; s < 3; ++s) {
+    const std::span<const Microbatch> step(batches.data() + 2 * s, 2);
+    CHECK(same_bits(dev.step(step), ref.step(step)));
+    CHECK(same_bits(dev.last_grad_norm(), ref.last_grad_norm()));
+  }
+  for (int i = 0; i < ref.num_layers(); ++i) {
+    CAPTURE(i);
+    CHECK(same_bits(dev.params(i), ref.params(i)));
+    CHECK(same_bits(dev.grads(i), ref.grads(i)));
+  }
+  CHECK(dev.steps() == 3);
+}
+
+}  // namespace
+
 TEST_CASE("on the CPU backend, the reference trainer's bits: GPT and BERT, AdamW and SGD") {
   for (Arch arch : {Arch::gpt, Arch::bert}) {
     for (const char* kind : {"adamw", "sgd"}) {
@@ -32,17 +54,7 @@ TEST_CASE("on the CPU backend, the reference trainer's bits: GPT and BERT, AdamW
       Context cpu_ctx(1);
       auto cpu = make_cpu_backend(cpu_ctx);
       BackendTrainer dev(build_model(m), opt, kB, kT, *cpu);
-      const auto batches = tiny_batches(arch, m.vocab_size, 6, 11);
-      for (int s = 0; s < 3; ++s) {
-        const std::span<const Microbatch> step(batches.data() + 2 * s, 2);
-        CHECK(same_bits(dev.step(step), ref.step(step)));
-        CHECK(same_bits(dev.last_grad_norm(), ref.last_grad_norm()));
-      }
-      for (int i = 0; i < ref.num_layers(); ++i) {
-        CAPTURE(i);
-        CHECK(same_bits(dev.params(i), ref.params(i)));
-      }
-      CHECK(dev.steps() == 3);
+      check_same_steps(dev, ref, arch, m.vocab_size, 11);
     }
   }
 }
@@ -104,17 +116,7 @@ TEST_CASE("on a CheckedBackend, the same bits: the trainer keeps to a device bac
         CheckedBackend checked(ctx);
         BackendTrainer dev(build_model(m), opt, kB, kT, checked);
         if (precision == Precision::bf16) dev.set_precision(Precision::bf16);
-        const auto batches = tiny_batches(arch, m.vocab_size, 6, 13);
-        for (int s = 0; s < 3; ++s) {
-          const std::span<const Microbatch> step(batches.data() + 2 * s, 2);
-          CHECK(same_bits(dev.step(step), ref.step(step)));
-          CHECK(same_bits(dev.last_grad_norm(), ref.last_grad_norm()));
-        }
-        for (int i = 0; i < ref.num_layers(); ++i) {
-          CAPTURE(i);
-          CHECK(same_bits(dev.params(i), ref.params(i)));
-          CHECK(same_bits(dev.grads(i), ref.grads(i)));
-        }
+        check_same_steps(dev, ref, arch, m.vocab_size, 13);
         CHECK(checked.ops() > 0);
       }
     }

@@ -121,10 +121,9 @@ Expected<GradientCheck> check_gradients(const Model& model, std::span<const Micr
     for (int i = 0; i < model.num_layers(); ++i)
       for (float& p : tr.params(i)) p += static_cast<float>(options.jitter * rng.next());
     for (const TiedParam& t : model.tied()) {
-      const ParamSlot* a = model.layer(t.owner_layer).find_slot(t.owner_slot);
-      const ParamSlot* b = model.layer(t.copy_layer).find_slot(t.copy_slot);
-      std::copy_n(tr.params(t.owner_layer).data() + a->offset, a->numel,
-                  tr.params(t.copy_layer).data() + b->offset);
+      const auto [a, b] = model.tied_slots(t);
+      std::copy_n(tr.params(t.owner_layer).data() + a.offset, a.numel,
+                  tr.params(t.copy_layer).data() + b.offset);
     }
   }
   GradientCheck out;
@@ -139,8 +138,7 @@ Expected<GradientCheck> check_gradients(const Model& model, std::span<const Micr
       std::vector<float*> copies;
       for (const TiedParam& t : model.tied()) {
         if (t.owner_layer != i || t.owner_slot != s.name) continue;
-        copies.push_back(tr.params(t.copy_layer).data() +
-                         model.layer(t.copy_layer).find_slot(t.copy_slot)->offset);
+        copies.push_back(tr.params(t.copy_layer).data() + model.tied_slots(t).copy.offset);
       }
       const size_t n = std::min(s.numel, static_cast<size_t>(options.entries_per_slot));
       std::vector<double> fd(n), analytic(n);

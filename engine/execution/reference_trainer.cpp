@@ -99,10 +99,9 @@ double ReferenceTrainer::compute_gradients(std::span<const Microbatch> mbs) {
     run_backward(mb, loss_scale(stats.count, m));
   }
   for (const TiedParam& t : model_.tied()) {
-    const ParamSlot* a = model_.layer(t.owner_layer).find_slot(t.owner_slot);
-    const ParamSlot* b = model_.layer(t.copy_layer).find_slot(t.copy_slot);
-    reduce_tied_grads(grads(t.owner_layer).data() + a->offset,
-                      grads(t.copy_layer).data() + b->offset, a->numel);
+    const auto [a, b] = model_.tied_slots(t);
+    reduce_tied_grads(grads(t.owner_layer).data() + a.offset, grads(t.copy_layer).data() + b.offset,
+                      a.numel);
   }
   return loss / m;
 }

@@ -43,12 +43,10 @@ TiedParams::TiedParams(const Model& model, const Partition& partition, int stage
     TiedLayout t;
     t.owner_stage = partition.stage_of(tp.owner_layer);
     t.copy_stage = partition.stage_of(tp.copy_layer);
-    const ParamSlot* a = model.layer(tp.owner_layer).find_slot(tp.owner_slot);
-    const ParamSlot* b = model.layer(tp.copy_layer).find_slot(tp.copy_slot);
-    AP_CHECK(a && b && a->numel == b->numel, "tied slots {} / {}", tp.owner_slot, tp.copy_slot);
-    AP_CHECK(a->decay == b->decay, "tied slots {} / {} differ in weight decay", tp.owner_slot,
+    const auto [a, b] = model.tied_slots(tp);
+    AP_CHECK(a.decay == b.decay, "tied slots {} / {} differ in weight decay", tp.owner_slot,
              tp.copy_slot);
-    t.numel = a->numel;
+    t.numel = a.numel;
     const bool owner = t.owner_stage == stage, copy = t.copy_stage == stage;
     t.role = owner && copy ? TiedRole::both
              : owner       ? TiedRole::owner
@@ -56,11 +54,11 @@ TiedParams::TiedParams(const Model& model, const Partition& partition, int stage
                            : TiedRole::none;
     if (owner) {
       t.owner_local = tp.owner_layer - first;
-      t.owner_offset = a->offset;
+      t.owner_offset = a.offset;
     }
     if (copy) {
       t.copy_local = tp.copy_layer - first;
-      t.copy_offset = b->offset;
+      t.copy_offset = b.offset;
     }
     layouts_.push_back(t);
     held_.emplace_back();

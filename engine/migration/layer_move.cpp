@@ -53,13 +53,11 @@ void add_tied_owner_versions(CheckpointContents& state, std::span<StageWorker* c
       if (w->tied_role(k) != TiedRole::copy || tied_sync(w->mode()) != TiedSync::follow_owner)
         continue;
       const TiedParam& tp = w->model().tied()[k];
-      const ParamSlot* owner = w->model().layer(tp.owner_layer).find_slot(tp.owner_slot);
-      const ParamSlot* copy = w->model().layer(tp.copy_layer).find_slot(tp.copy_slot);
-      if (owner == nullptr || copy == nullptr) continue;
-      const std::string owner_name = w->model().param_name(tp.owner_layer, *owner) + suffix;
+      const auto [owner, copy] = w->model().tied_slots(tp);
+      const std::string owner_name = w->model().param_name(tp.owner_layer, owner) + suffix;
       if (find_tensor(state.versions, owner_name) != nullptr) continue;
       const NamedTensor* held =
-          find_tensor(state.versions, w->model().param_name(tp.copy_layer, *copy) + suffix);
+          find_tensor(state.versions, w->model().param_name(tp.copy_layer, copy) + suffix);
       if (held == nullptr) continue;  // the load names what is missing
       NamedTensor alias = *held;
       alias.name = owner_name;

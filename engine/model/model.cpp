@@ -163,13 +163,21 @@ size_t Model::unique_parameters() const {
   return n;
 }
 
+Model::TiedSlots Model::tied_slots(const TiedParam& t) const {
+  const ParamSlot* owner = layer(t.owner_layer).find_slot(t.owner_slot);
+  const ParamSlot* copy = layer(t.copy_layer).find_slot(t.copy_slot);
+  AP_CHECK(owner != nullptr && copy != nullptr && owner->numel == copy->numel,
+           "tied parameter {}.{} / {}.{}: no such slots of equal size in this model", t.owner_layer,
+           t.owner_slot, t.copy_layer, t.copy_slot);
+  return {*owner, *copy};
+}
+
 void Model::init_layer(int i, float* params) const {
   layer(i).init(params, opts_.init_seed);
   for (const TiedParam& t : tied_) {
     if (t.copy_layer != i) continue;
-    const ParamSlot* owner = layer(t.owner_layer).find_slot(t.owner_slot);
-    const ParamSlot* copy = layer(i).find_slot(t.copy_slot);
-    init_slot(*owner, params + copy->offset, opts_.init_seed);
+    const auto [owner, copy] = tied_slots(t);
+    init_slot(owner, params + copy.offset, opts_.init_seed);
   }
 }
 

@@ -54,6 +54,13 @@ class Model {
   std::shared_ptr<const Layer> layer_ptr(int i) const;
   /// The declared shared parameters; empty when options().tied is false.
   const std::vector<TiedParam>& tied() const { return tied_; }
+  /// A tied parameter's two slots: the owner's and the copy's (a model validated both when it
+  /// was built; AP_CHECK for a TiedParam of another model).
+  struct TiedSlots {
+    const ParamSlot& owner;
+    const ParamSlot& copy;
+  };
+  TiedSlots tied_slots(const TiedParam& t) const;
   /// True if slot `slot_index` of layer `layer` is the copy side of a tied parameter: it is
   /// skipped by the global gradient norm (the parameter counts once) and by parameter counts.
   bool is_tied_copy(int layer, size_t slot_index) const;
