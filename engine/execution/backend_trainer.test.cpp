@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <memory>
 #include <vector>
 
 #include "engine/execution/reference_trainer.hpp"
@@ -39,6 +40,21 @@ void check_same_steps(BackendTrainer& dev, ReferenceTrainer& ref, Arch arch, int
   CHECK(dev.steps() == 3);
 }
 
+// The optimizer of these tests (clipped, with weight decay) of `kind`, and the tiny model's
+// reference trainer with it: the unfused update (the one a backend computes), in `precision`.
+OptimizerOptions optimizer(const char* kind) {
+  OptimizerOptions opt = clipped_adamw();
+  opt.kind = kind;
+  return opt;
+}
+std::unique_ptr<ReferenceTrainer> reference(const ModelOptions& m, const char* kind,
+                                            Precision precision = Precision::fp32) {
+  auto ref = std::make_unique<ReferenceTrainer>(build_model(m), optimizer(kind), kB, kT);
+  ref->set_fused_update(false);
+  if (precision == Precision::bf16) ref->set_precision(Precision::bf16);
+  return ref;
+}
+
 }  // namespace
 
 TEST_CASE("on the CPU backend, the reference trainer's bits: GPT and BERT, AdamW and SGD") {
@@ -47,14 +63,11 @@ TEST_CASE("on the CPU backend, the reference trainer's bits: GPT and BERT, AdamW
       CAPTURE(static_cast<int>(arch));
       CAPTURE(kind);
       const ModelOptions m = tiny_model(arch, true, 3);
-      OptimizerOptions opt = clipped_adamw();
-      opt.kind = kind;
-      ReferenceTrainer ref(build_model(m), opt, kB, kT);
-      ref.set_fused_update(false);
+      auto ref = reference(m, kind);
       Context cpu_ctx(1);
       auto cpu = make_cpu_backend(cpu_ctx);
-      BackendTrainer dev(build_model(m), opt, kB, kT, *cpu);
-      check_same_steps(dev, ref, arch, m.vocab_size, 11);
+      BackendTrainer dev(build_model(m), optimizer(kind), kB, kT, *cpu);
+      check_same_steps(dev, *ref, arch, m.vocab_size, 11);
     }
   }
 }
@@ -107,16 +120,12 @@ TEST_CASE("on a CheckedBackend, the same bits: the trainer keeps to a device bac
         CAPTURE(static_cast<int>(precision));
         CAPTURE(kind);
         const ModelOptions m = tiny_model(arch, true, 3);
-        OptimizerOptions opt = clipped_adamw();
-        opt.kind = kind;
-        ReferenceTrainer ref(build_model(m), opt, kB, kT);
-        ref.set_fused_update(false);
-        if (precision == Precision::bf16) ref.set_precision(Precision::bf16);
+        auto ref = reference(m, kind, precision);
         Context ctx(1);
         CheckedBackend checked(ctx);
-        BackendTrainer dev(build_model(m), opt, kB, kT, checked);
+        BackendTrainer dev(build_model(m), optimizer(kind), kB, kT, checked);
         if (precision == Precision::bf16) dev.set_precision(Precision::bf16);
-        check_same_steps(dev, ref, arch, m.vocab_size, 13);
+        check_same_steps(dev, *ref, arch, m.vocab_size, 13);
         CHECK(checked.ops() > 0);
       }
     }
