@@ -52,6 +52,9 @@ struct OptimizerOptions {
   // none | nesterov | dc (docs/modes.md, "Delay corrections")
   std::string delay_correction = "none";
   float dc_lambda = 3000.0f;  // dc: λ, the weight of the delay-compensation term
+  // nesterov with adamw: ψ of NAdam's momentum schedule μ_t = β1(1 − 0.5·0.96^(t·ψ)) (torch's
+  // momentum_decay, 0.004 there); 0 keeps μ_t = β1
+  float momentum_decay = 0.0f;
 };
 
 /// pipeline.partition: how the model's layers are cut into stages — "even", explicit layer

@@ -158,6 +158,23 @@ float inv_sqrt_bias(float decay, long k) {
   return 1.0f / std::sqrt(1.0f - static_cast<float>(std::pow(static_cast<double>(decay), k)));
 }
 
+NadamSteps nadam_steps(float lr, float beta1, long t, float momentum_decay) {
+  AP_CHECK(t >= 1 && momentum_decay >= 0.0f, "nadam_steps: t = {}, momentum_decay = {}", t,
+           momentum_decay);
+  const double b1 = static_cast<double>(beta1), rate = static_cast<double>(lr);
+  if (momentum_decay == 0.0f) {
+    return {static_cast<float>(rate * b1 / (1.0 - std::pow(b1, t + 1))),
+            static_cast<float>(rate * (1.0 - b1) / (1.0 - std::pow(b1, t)))};
+  }
+  const double psi = static_cast<double>(momentum_decay);
+  auto mu = [&](long i) { return b1 * (1.0 - 0.5 * std::pow(0.96, static_cast<double>(i) * psi)); };
+  double product = 1.0;  // Π_{i<=t} μ_i, in update order
+  for (long i = 1; i <= t; ++i) product *= mu(i);
+  const double mu_t = mu(t), mu_next = mu(t + 1);
+  return {static_cast<float>(rate * mu_next / (1.0 - product * mu_next)),
+          static_cast<float>(rate * (1.0 - mu_t) / (1.0 - product))};
+}
+
 void adamw_update(Context& ctx, float* params, const float* grads, float* m, float* v, size_t n,
                   const AdamWParams& p, long t, float grad_scale, const DelayCorrection& dc,
                   const UpdateOutputs& out) {
@@ -178,10 +195,8 @@ void adamw_update(Context& ctx, float* params, const float* grads, float* m, flo
     });
   };
   if (dc.kind == DelayCorrectionKind::nesterov) {
-    const double b1 = static_cast<double>(p.beta1);
-    const NesterovCoef k{
-        static_cast<float>(static_cast<double>(p.lr) * b1 / (1.0 - std::pow(b1, t + 1))),
-        static_cast<float>(static_cast<double>(p.lr) * (1.0 - b1) / (1.0 - std::pow(b1, t)))};
+    const NadamSteps s = nadam_steps(p.lr, p.beta1, t, dc.momentum_decay);
+    const NesterovCoef k{s.on_m, s.on_g};
     over([&](int64_t b, int64_t e) {
       adamw_nesterov_range(params + b, grads + b, m + b, v + b, e - b, c, k);
     });

@@ -40,7 +40,20 @@ struct DelayCorrection {
   float* mean_square = nullptr;  ///< dc with SGD: its mean square, n floats (starts zeroed)
   float ms_decay = 0.95f;        ///< dc with SGD: decay of mean_square
   long step = 1;                 ///< dc with SGD: this update's number (1-based), for ms's bias
+  /// nesterov with AdamW: ψ of NAdam's momentum schedule (torch.optim.NAdam's momentum_decay),
+  /// μ_t = β1·(1 − 0.5·0.96^(t·ψ)); 0: μ_t = β1 at every update (nadam_steps)
+  float momentum_decay = 0.0f;
 };
+
+/// NAdam's two step sizes at update t (1-based): p −= (on_m·m + on_g·g) / (√v̂ + ε), with
+/// on_g = lr·(1 − μ_t)/(1 − Π_{i≤t} μ_i) and on_m = lr·μ_{t+1}/(1 − Π_{i≤t+1} μ_i), in double,
+/// rounded to float once. μ_t = β1(1 − 0.5·0.96^(t·ψ)) for ψ = momentum_decay > 0 (torch's
+/// NAdam); β1 for ψ = 0, where the products are β1^t (std::pow, as before ψ existed).
+struct NadamSteps {
+  float on_m = 0.0f;
+  float on_g = 0.0f;
+};
+NadamSteps nadam_steps(float lr, float beta1, long t, float momentum_decay);
 
 struct AdamWParams {
   float lr = 3e-4f;
@@ -56,8 +69,8 @@ struct AdamWParams {
 /// the gradient first (clipping). m and v are the moment buffers (same size as params).
 /// With `dc`, the gradient (after grad_scale) is corrected first and m and v take the corrected
 /// value; √v̂ of the correction is v's before this update, √(v/(1−β2^(t−1))), and at t = 1 there
-/// is no correction. With `nesterov` (NAdam with a constant β1):
-/// p −= lr·(β1·m/(1−β1^(t+1)) + (1−β1)·g/(1−β1ᵗ)) / (√v / √(1−β2ᵗ) + eps).
+/// is no correction. With `nesterov` (NAdam; with a constant β1 unless correction.momentum_decay):
+/// p −= lr·(β1·m/(1−β1^(t+1)) + (1−β1)·g/(1−β1ᵗ)) / (√v / √(1−β2ᵗ) + eps) (nadam_steps).
 void adamw_update(Context& ctx, float* params, const float* grads, float* m, float* v, size_t n,
                   const AdamWParams& p, long t, float grad_scale = 1.0f,
                   const DelayCorrection& correction = {}, const UpdateOutputs& out = {});

@@ -105,6 +105,51 @@ TEST_CASE("AdamW with the nesterov correction: NAdam with a constant beta1, doub
   }
 }
 
+TEST_CASE("AdamW with the nesterov correction and a momentum decay: torch's NAdam schedule") {
+  // mu_t = beta1 (1 - 0.5 * 0.96^(t psi)); p -= lr ((1 - mu_t) / (1 - prod_{i<=t} mu_i) g +
+  // mu_{t+1} / (1 - prod_{i<=t+1} mu_i) m) / (sqrt(v_hat) + eps), m and v as AdamW's
+  Rng rng(33);
+  const size_t n = 513;
+  AdamWParams hp;
+  hp.lr = 1e-2f;
+  hp.weight_decay = 0.1f;
+  const float psi = 0.004f;
+  auto p = random_vec(n, rng);
+  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  std::vector<double> pd = to_double(p), md(n, 0.0), vd(n, 0.0);
+  Context ctx(2);
+  DelayCorrection nadam;
+  nadam.kind = DelayCorrectionKind::nesterov;
+  nadam.momentum_decay = psi;
+  const double b1 = hp.beta1, b2 = hp.beta2, lr = hp.lr;
+  auto mu = [&](long i) { return b1 * (1.0 - 0.5 * std::pow(0.96, i * static_cast<double>(psi))); };
+  double product = 1.0;
+  for (long t = 1; t <= 6; ++t) {
+    const auto g = random_vec(n, rng, -2.0f, 2.0f);
+    adamw_update(ctx, p.data(), g.data(), m.data(), v.data(), n, hp, t, 1.0f, nadam);
+    product *= mu(t);
+    const double on_g = lr * (1 - mu(t)) / (1 - product);
+    const double on_m = lr * mu(t + 1) / (1 - product * mu(t + 1));
+    for (size_t i = 0; i < n; ++i) {
+      const double gi = g[i];
+      pd[i] *= 1.0 - lr * hp.weight_decay;
+      md[i] = b1 * md[i] + (1 - b1) * gi;
+      vd[i] = b2 * vd[i] + (1 - b2) * gi * gi;
+      pd[i] -= (on_m * md[i] + on_g * gi) / (std::sqrt(vd[i] / (1 - std::pow(b2, t))) + hp.eps);
+    }
+    check_close("nadam (momentum decay) params", p, pd, 1e-6, 1e-5);
+  }
+  // the schedule's look-ahead weight starts near half of beta1's (0.5 * 0.96^psi): less on the
+  // momentum from the first update on, more on the gradient from the second (at t = 1 the
+  // gradient's step is lr for any mu)
+  const NadamSteps decayed1 = nadam_steps(hp.lr, hp.beta1, 1, psi);
+  const NadamSteps constant1 = nadam_steps(hp.lr, hp.beta1, 1, 0.0f);
+  CHECK(decayed1.on_m < 0.5f * constant1.on_m);
+  CHECK(decayed1.on_g == doctest::Approx(hp.lr).epsilon(1e-6));
+  CHECK(nadam_steps(hp.lr, hp.beta1, 2, psi).on_g > nadam_steps(hp.lr, hp.beta1, 2, 0.0f).on_g);
+  CHECK_THROWS_AS(nadam_steps(hp.lr, hp.beta1, 1, -1.0f), CheckFailure);
+}
+
 TEST_CASE(
     "AdamW with the dc correction: g + lambda g^2 / (sqrt(v_hat) + eps) delta, double reference") {
   Rng rng(32);

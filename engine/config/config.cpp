@@ -696,6 +696,15 @@ Status validate(const Config& c) {
   if (!(o.dc_lambda >= 0.0f) || !finite(o.dc_lambda)) {
     bad(fmt::format("optimizer.dc_lambda = {}: must be >= 0", o.dc_lambda));
   }
+  if (!(o.momentum_decay >= 0.0f) || !finite(o.momentum_decay)) {
+    bad(fmt::format("optimizer.momentum_decay = {}: must be >= 0", o.momentum_decay));
+  } else if (o.momentum_decay != 0.0f && (o.delay_correction != "nesterov" || o.kind != "adamw")) {
+    bad(fmt::format(
+        "optimizer.momentum_decay = {}: NAdam's momentum schedule applies to delay_correction = "
+        "\"nesterov\" with the adamw optimizer (here delay_correction = \"{}\", optimizer.kind "
+        "= \"{}\")",
+        o.momentum_decay, o.delay_correction, o.kind));
+  }
   if (o.delay_correction != "none" && o.delay_correction != "nesterov" &&
       o.delay_correction != "dc") {
     bad(fmt::format(

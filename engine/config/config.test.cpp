@@ -223,6 +223,8 @@ TEST_CASE("to_toml round-trips a config in which every key differs from its defa
   async.pipeline.mode = "2bw";
   async.train.nonfinite = "stop";
   async.optimizer.delay_correction = "nesterov";
+  async.optimizer.kind = "adamw";  // NAdam's momentum schedule: AdamW only
+  async.optimizer.momentum_decay = 0.004f;
   async.pipeline.stash_precision = "bf16";
   for (const auto& spec : internal::option_table()) {
     CHECK_MESSAGE((spec.get(c) != spec.get(defaults) || spec.get(async) != spec.get(defaults)),
@@ -474,6 +476,16 @@ TEST_CASE("out-of-range values and impossible combinations are refused") {
         "optimizer.delay_correction = \"dc\": pipeline.mode = \"xpipe\" runs each backward on "
         "the weights its update changes");
   check({"optimizer.dc_lambda=-1"}, "optimizer.dc_lambda = -1: must be >= 0");
+  check(
+      {"pipeline.mode=2bw", "optimizer.delay_correction=nesterov", "optimizer.momentum_decay=-0.5"},
+      "optimizer.momentum_decay = -0.5: must be >= 0");
+  check({"pipeline.mode=2bw", "optimizer.delay_correction=dc", "optimizer.momentum_decay=0.004"},
+        "optimizer.momentum_decay = 0.004: NAdam's momentum schedule applies to delay_correction = "
+        "\"nesterov\" with the adamw optimizer (here delay_correction = \"dc\", optimizer.kind = "
+        "\"adamw\")");
+  check({"pipeline.mode=2bw", "optimizer.delay_correction=nesterov", "optimizer.kind=sgd",
+         "optimizer.momentum_decay=0.004"},
+        "optimizer.kind = \"sgd\")");
   check({"pipeline.precision=fp16"},
         "pipeline.precision = \"fp16\": unknown precision (allowed: fp32, bf16)");
   check({"pipeline.stash_precision=fp16"},
@@ -489,6 +501,9 @@ TEST_CASE("out-of-range values and impossible combinations are refused") {
   check({"train.steps=0"}, "train.steps = 0: must be >= 1");
   check({"checkpoint.every=5"}, "checkpoint.every = 5: periodic checkpoints need checkpoint.dir");
   // The same combinations are fine when they are consistent.
+  CHECK(config_from_string("", {"pipeline.mode=pipedream", "optimizer.delay_correction=nesterov",
+                                "optimizer.momentum_decay=0.004"})
+            .ok());
   CHECK(
       config_from_string("", {"pipeline.mode=2bw", "pipeline.stages=4", "pipeline.microbatches=4"})
           .ok());

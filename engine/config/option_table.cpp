@@ -279,6 +279,11 @@ std::vector<OptionSpec> build_table() {
                   "1f1b. docs/modes.md, \"Delay corrections\"."));
   t.push_back(row("optimizer", "dc_lambda", &C::optimizer, &OptimizerOptions::dc_lambda, ">= 0",
                   "delay_correction = dc: the weight of the compensation term."));
+  t.push_back(row("optimizer", "momentum_decay", &C::optimizer, &OptimizerOptions::momentum_decay,
+                  ">= 0",
+                  "delay_correction = nesterov with adamw: psi of NAdam's momentum schedule "
+                  "mu_t = beta1 (1 - 0.5 * 0.96^(t psi)) (torch.optim.NAdam's momentum_decay, "
+                  "0.004 there); 0 keeps mu_t = beta1."));
   // [train]
   t.push_back(row("train", "steps", &C::train, &TrainOptions::steps, ">= 1",
                   "Optimizer steps to run (in total, counting those before a resume)."));

@@ -35,6 +35,7 @@ DelayCorrection delay_correction(const OptimizerOptions& o, size_t n, float* sta
   if (o.delay_correction == "none") return c;
   if (o.delay_correction == "nesterov") {
     c.kind = DelayCorrectionKind::nesterov;
+    c.momentum_decay = o.momentum_decay;
     return c;
   }
   AP_CHECK(o.delay_correction == "dc",

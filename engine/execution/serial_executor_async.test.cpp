@@ -549,8 +549,15 @@ TEST_CASE("delay corrections: 2bw, pipedream and xpipe equal their rules with ne
         const Partition p = *Partition::even(4, d);
         compare(Arch::gpt, true, p, opt, Mode::twobw, d + 1, 4);
         compare(Arch::bert, false, p, opt, Mode::pipedream, 1, 9);
-        if (std::string(correction) == "nesterov")
+        if (std::string(correction) == "nesterov") {
           compare(Arch::gpt, true, p, opt, Mode::xpipe, 2, 4);
+          if (!use_sgd) {  // NAdam's momentum schedule
+            OptimizerOptions decayed = opt;
+            decayed.momentum_decay = 0.004f;
+            compare(Arch::gpt, true, p, decayed, Mode::twobw, d + 1, 4);
+            compare(Arch::bert, false, p, decayed, Mode::pipedream, 1, 9);
+          }
+        }
       }
     }
   }

@@ -1152,9 +1152,8 @@ class CudaBackend final : public ComputeBackend {
     NesterovCoef nk{0.0f, 0.0f};
     DcCoef dk{0.0f, 1.0f, p.eps};
     if (dc.kind == DelayCorrectionKind::nesterov) {
-      const double b1 = static_cast<double>(p.beta1);
-      nk = {static_cast<float>(static_cast<double>(p.lr) * b1 / (1.0 - std::pow(b1, t + 1))),
-            static_cast<float>(static_cast<double>(p.lr) * (1.0 - b1) / (1.0 - std::pow(b1, t)))};
+      const NadamSteps s = nadam_steps(p.lr, p.beta1, t, dc.momentum_decay);
+      nk = {s.on_m, s.on_g};
       mode = kNesterov;
     } else if (dc.kind == DelayCorrectionKind::dc && dc.delta != nullptr && t > 1) {
       dk = {dc.lambda, inv_sqrt_bias(p.beta2, t - 1), p.eps};
