@@ -27,9 +27,9 @@ Expected<RankJobResult> run_rank_job(const std::vector<std::string>& args, int w
   // ACTORPIPE_BENCH_CPU_BIND=none|cores|auto: actorpipe-launch's --cpu-bind (default auto), to
   // compare
   if (const char* v = std::getenv("ACTORPIPE_BENCH_CPU_BIND"); v != nullptr) {
-    auto parsed = parse_launch_args({"-n", "1", "--cpu-bind", v, "x"});
-    if (!parsed) return make_error("ACTORPIPE_BENCH_CPU_BIND: {}", parsed.error().message);
-    options.cpu_bind = parsed->cpu_bind;
+    auto bind = parse_cpu_bind(v);
+    if (!bind) return make_error("ACTORPIPE_BENCH_CPU_BIND: {}", bind.error().message);
+    options.cpu_bind = *bind;
   }
   const std::string self = self_executable();
   options.command.push_back(self);

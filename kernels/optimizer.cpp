@@ -24,11 +24,6 @@ struct AdamCoef {
   float b1, b2, step_size, bc2_sqrt, decay, eps, grad_scale;
 };
 
-// NAdam: p -= (a·m + b·g) / denom
-struct NesterovCoef {
-  float a, b;
-};
-
 // DC: g += lambda · g² / (√v · inv_sqrt_bc + eps) · delta
 struct DcCoef {
   float lambda, inv_sqrt_bc, eps;
@@ -53,14 +48,14 @@ void adamw_range(float* __restrict p, const float* __restrict g, float* __restri
 }
 
 void adamw_nesterov_range(float* __restrict p, const float* __restrict g, float* __restrict m,
-                          float* __restrict v, int64_t n, const AdamCoef c, const NesterovCoef k) {
+                          float* __restrict v, int64_t n, const AdamCoef c, const NadamSteps k) {
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i] * c.grad_scale;
     const float pi = p[i] * c.decay;
     const float mi = std::fma(1.0f - c.b1, gi - m[i], m[i]);
     const float vi = c.b2 * v[i] + (1.0f - c.b2) * (gi * gi);
     const float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
-    p[i] = pi - (k.a * mi + k.b * gi) / denom;
+    p[i] = pi - (k.on_m * mi + k.on_g * gi) / denom;
     m[i] = mi;
     v[i] = vi;
   }
@@ -168,11 +163,20 @@ NadamSteps nadam_steps(float lr, float beta1, long t, float momentum_decay) {
   }
   const double psi = static_cast<double>(momentum_decay);
   auto mu = [&](long i) { return b1 * (1.0 - 0.5 * std::pow(0.96, static_cast<double>(i) * psi)); };
-  double product = 1.0;  // Π_{i<=t} μ_i, in update order
-  for (long i = 1; i <= t; ++i) product *= mu(i);
+  // Π_{i<=t} μ_i, multiplied in update order. Every layer's update of a step asks for the same
+  // t, and the next step for t + 1: the thread keeps the product it reached and goes on from
+  // there (the same multiplications in the same order, so the same bits as from 1).
+  struct Product {
+    double b1 = -1.0, psi = -1.0;
+    long t = 0;
+    double value = 1.0;
+  };
+  thread_local Product product;
+  if (product.b1 != b1 || product.psi != psi || product.t > t) product = {b1, psi, 0, 1.0};
+  for (; product.t < t; ++product.t) product.value *= mu(product.t + 1);
   const double mu_t = mu(t), mu_next = mu(t + 1);
-  return {static_cast<float>(rate * mu_next / (1.0 - product * mu_next)),
-          static_cast<float>(rate * (1.0 - mu_t) / (1.0 - product))};
+  return {static_cast<float>(rate * mu_next / (1.0 - product.value * mu_next)),
+          static_cast<float>(rate * (1.0 - mu_t) / (1.0 - product.value))};
 }
 
 void adamw_update(Context& ctx, float* params, const float* grads, float* m, float* v, size_t n,
@@ -195,8 +199,7 @@ void adamw_update(Context& ctx, float* params, const float* grads, float* m, flo
     });
   };
   if (dc.kind == DelayCorrectionKind::nesterov) {
-    const NadamSteps s = nadam_steps(p.lr, p.beta1, t, dc.momentum_decay);
-    const NesterovCoef k{s.on_m, s.on_g};
+    const NadamSteps k = nadam_steps(p.lr, p.beta1, t, dc.momentum_decay);
     over([&](int64_t b, int64_t e) {
       adamw_nesterov_range(params + b, grads + b, m + b, v + b, e - b, c, k);
     });

@@ -363,6 +363,13 @@ void signal_ranks(std::vector<Rank>& ranks, const std::vector<int>& which, int s
 
 }  // namespace
 
+Expected<CpuBind> parse_cpu_bind(std::string_view text) {
+  if (text == "auto") return CpuBind::automatic;
+  if (text == "cores") return CpuBind::cores;
+  if (text == "none") return CpuBind::none;
+  return make_error("--cpu-bind: '{}' is not allowed: expected auto, cores or none", text);
+}
+
 Expected<LaunchOptions> parse_launch_args(const std::vector<std::string>& args) {
   LaunchOptions o;
   bool n_given = false;
@@ -431,15 +438,9 @@ Expected<LaunchOptions> parse_launch_args(const std::vector<std::string>& args) 
       }
       o.relaunch_dead = *value == "dead";
     } else if (name == "--cpu-bind") {
-      if (*value == "auto") {
-        o.cpu_bind = CpuBind::automatic;
-      } else if (*value == "cores") {
-        o.cpu_bind = CpuBind::cores;
-      } else if (*value == "none") {
-        o.cpu_bind = CpuBind::none;
-      } else {
-        return make_error("--cpu-bind: '{}' is not allowed: expected auto, cores or none", *value);
-      }
+      auto bind = parse_cpu_bind(*value);
+      if (!bind) return bind.error();
+      o.cpu_bind = *bind;
     } else if (name == "--restart-backoff") {
       auto b = parse_seconds("--restart-backoff", *value);
       if (!b) return b.error();

@@ -24,6 +24,9 @@ enum class CpuBind {
   none,       ///< every rank the launcher's CPUs (the scheduler places the threads)
 };
 
+/// "auto", "cores" or "none"; an error naming the value otherwise.
+Expected<CpuBind> parse_cpu_bind(std::string_view text);
+
 /// actorpipe-launch's command line.
 struct LaunchOptions {
   int processes = 0;               ///< -n N: ranks to start, 1 to kMaxLocalRanks
