@@ -8,12 +8,13 @@
 # the processes the command starts inherit it.
 #
 # libcaf from Debian is not instrumented, so TSan sees only part of what CAF's own code does.
-# A report is forgiven only when every frame of every access stack in it lies inside libcaf
-# (tsan_filter.awk says exactly what counts); any other report fails the test, even when the
-# command itself passed. TSan's own suppression files cannot say "every frame": a `race:libcaf`
-# line forgives a report if *any* frame matches, and every actor's code runs on a stack that
-# ends in libcaf's scheduler, so it would hide every race in our actors too
-# (tests.sanitizers.racy_actor shows this filter still catches one).
+# A report is forgiven only when every access in it was made by libcaf's code: in each access
+# stack, the innermost frame that is not runtime code lies inside libcaf (tsan_filter.awk says
+# exactly what counts); any other report fails the test, even when the command itself passed.
+# TSan's own suppression files cannot say that: a `race:libcaf` line forgives a report if *any*
+# frame matches, and every actor's code runs on a stack that ends in libcaf's scheduler, so it
+# would hide every race in our actors too (tests.sanitizers.racy_actor shows this filter still
+# catches one).
 set -uo pipefail
 if [[ "${1:-}" == "--preload" ]]; then
   export LD_PRELOAD="$2${LD_PRELOAD:+:$LD_PRELOAD}"
