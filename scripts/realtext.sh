@@ -2,7 +2,8 @@
 # The real-text benchmark of the training modes (docs/modes.md, "On real text"): trains the GPT
 # of examples/configs/realtext-gpt.toml on the fortune cookies of Debian's `fortunes` package in
 # every mode at equal tokens — gpipe and 1f1b at 4 stages, 2bw, pipedream and xpipe at 2 and 4
-# stages, each without and with every delay correction (optimizer.delay_correction) — at each
+# stages, each without and with every delay correction (optimizer.delay_correction; "nadam" is
+# nesterov with NAdam's momentum schedule, optimizer.momentum_decay = 0.004) — at each
 # learning rate given, then prints the table of final losses, writes it as Markdown and draws
 # the training and held-out loss curves (PNG, gnuplot).
 #
@@ -59,9 +60,14 @@ for lr in $lrs; do
   done
   for d in 2 4; do
     for mode in 2bw pipedream xpipe; do
-      for corr in none nesterov dc; do
+      for corr in none nesterov nadam dc; do
         [[ $mode == xpipe && $corr == dc ]] && continue  # refused: nothing stale in its backward
-        set_mode="--set pipeline.mode=$mode --set pipeline.stages=$d --set optimizer.delay_correction=$corr"
+        set_mode="--set pipeline.mode=$mode --set pipeline.stages=$d"
+        if [[ $corr == nadam ]]; then
+          set_mode+=" --set optimizer.delay_correction=nesterov --set optimizer.momentum_decay=0.004"
+        else
+          set_mode+=" --set optimizer.delay_correction=$corr"
+        fi
         if [[ $mode == pipedream ]]; then  # an update per microbatch: 4x the updates, same tokens
           set_mode+=" --set pipeline.microbatches=1 --set train.steps=$((4 * steps))"
           set_mode+=" --set optimizer.warmup_steps=40 --set optimizer.decay_steps=$((4 * steps))"

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 MODES = ["gpipe", "1f1b", "2bw", "pipedream", "xpipe"]
-CORRECTIONS = ["none", "nesterov", "dc"]
+CORRECTIONS = ["none", "nesterov", "nadam", "dc"]  # nadam: nesterov, momentum_decay 0.004
 
 
 def load(path):
