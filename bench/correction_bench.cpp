@@ -20,8 +20,13 @@ namespace actorpipe::bench {
 
 std::vector<std::string> corrections_of(Mode mode) {
   if (is_synchronous(mode)) return {};
-  if (mode == Mode::xpipe) return {"none", "nesterov"};
-  return {"none", "nesterov", "dc"};
+  if (mode == Mode::xpipe) return {"none", "nesterov", "nadam"};
+  return {"none", "nesterov", "nadam", "dc"};
+}
+
+CorrectionSettings correction_settings(const std::string& name) {
+  if (name == "nadam") return {"nesterov", 0.004f};
+  return {name, 0.0f};
 }
 
 double update_seconds(size_t n, const std::string& correction, int reps) {
@@ -33,14 +38,16 @@ double update_seconds(size_t n, const std::string& correction, int reps) {
   hp.lr = 1e-3f;
   hp.weight_decay = 0.1f;
   OptimizerOptions o;
-  o.delay_correction = correction;
+  const CorrectionSettings settings = correction_settings(correction);
+  o.delay_correction = settings.delay_correction;
+  o.momentum_decay = settings.momentum_decay;
   o.dc_lambda = 1.0f;
   // AdamW keeps no state of its own for a correction: the state pointer is not read
   const DelayCorrection c = delay_correction(o, n, nullptr, delta.data(), 10);
   std::vector<double> times;
   for (int r = 0; r < reps + 1; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
-    if (correction == "dc")  // the stage worker's Δ pass: newest minus stale version
+    if (o.delay_correction == "dc")  // the stage worker's Δ pass: newest minus stale version
       for (size_t i = 0; i < n; ++i) delta[i] = p[i] - older[i];
     adamw_update(ctx, p.data(), g.data(), m.data(), v.data(), n, hp, 10 + r, 1.0f, c);
     const auto t1 = std::chrono::steady_clock::now();
@@ -69,7 +76,7 @@ int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
                     "tokens/s", "x none", "kept floats", "update ms", "x none"));
   }
   std::map<std::string, double> update_ms;
-  for (const char* corr : {"none", "nesterov", "dc"})
+  for (const std::string& corr : corrections_of(Mode::pipedream))
     update_ms[corr] = update_seconds(params, corr, 7) * 1e3;
   for (Mode mode : modes) {
     const std::vector<std::string> corrections = corrections_of(mode);
@@ -77,7 +84,11 @@ int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
     const PipelineRunSpec spec = two_stage_spec(shape, mode, counts, m, warmup, reps);
     std::vector<Variant> variants;
     for (const std::string& corr : corrections)
-      variants.push_back({corr, [corr](PipelineRunSpec& s) { s.delay_correction = corr; }});
+      variants.push_back({corr, [corr](PipelineRunSpec& s) {
+                            const CorrectionSettings settings = correction_settings(corr);
+                            s.delay_correction = settings.delay_correction;
+                            s.momentum_decay = settings.momentum_decay;
+                          }});
     const std::vector<VariantResult> results = run_variants(spec, variants, rounds);
     std::map<std::string, std::vector<double>> tps;
     std::map<std::string, size_t> kept;
@@ -114,6 +125,8 @@ int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
                          {"shape", shape.name},
                          {"mode", std::string(to_string(mode))},
                          {"correction", corr},
+                         {"delay_correction", correction_settings(corr).delay_correction},
+                         {"momentum_decay", correction_settings(corr).momentum_decay},
                          {"stages", 2},
                          {"microbatches", m},
                          {"partition", counts},

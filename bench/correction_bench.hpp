@@ -16,8 +16,18 @@
 
 namespace actorpipe::bench {
 
-/// The corrections a mode takes: none, nesterov, and dc except in xpipe (refused there).
+/// The corrections a mode takes: none, nesterov, nadam, and dc except in xpipe (refused there).
+/// "nadam" is nesterov with NAdam's momentum schedule (optimizer.momentum_decay = 0.004, torch's
+/// default); the other names are optimizer.delay_correction's values.
 std::vector<std::string> corrections_of(Mode mode);
+
+/// The optimizer settings of a correction's name: optimizer.delay_correction and
+/// optimizer.momentum_decay.
+struct CorrectionSettings {
+  std::string delay_correction;
+  float momentum_decay = 0.0f;
+};
+CorrectionSettings correction_settings(const std::string& name);
 
 /// One update of `n` parameters (AdamW, whole-buffer kernels at 1 thread) with `correction`,
 /// dc including its Δ pass (the subtraction of two versions): the median of `reps` calls, in

@@ -30,8 +30,9 @@ prediction from a per-layer profile against each measurement.
   --overhead-only      only the profile and the compute-free runs: no training runs, no peer
   --profile-reps N     timed calls per layer and pass in the profile (default: 3)
   --corrections N      also each asynchronous mode on 2 stages without and with each delay
-                       correction (optimizer.delay_correction), N rounds interleaved: tokens/s,
-                       the floats kept, the cost of an update (default: 0, none)
+                       correction (optimizer.delay_correction; nadam: nesterov with
+                       optimizer.momentum_decay 0.004), N rounds interleaved: tokens/s, the
+                       floats kept, the cost of an update (default: 0, none)
   --precisions N       also every mode on 2 stages in fp32 and in bf16 (pipeline.precision), N
                        rounds interleaved: tokens/s and the ratio (default: 0, none; bf16 rows
                        only where the CPU has bf16 instructions)

@@ -2,7 +2,7 @@
 # must exit 0 and print only JSON lines: the setup, three profiles (1 thread, 2 threads, 1 thread
 # with the other core busy), 17 runs (5 modes x 3 configurations, and gpipe and 1f1b on two stages
 # with a one-pass backward) with predictions, 10 overhead runs, the GPipe peer (4 lines, or a line saying
-# torch is missing), the 8 delay-correction rows of --corrections, the 5 fp32 / bf16 rows of
+# torch is missing), the 11 delay-correction rows of --corrections, the 5 fp32 / bf16 rows of
 # --precisions (one line saying why not on a CPU without bf16 instructions) and the end line, with
 # sane values. Then --overhead-only: the same setup and
 # profiles, the overhead runs of the modes asked for and the end line, nothing else.
@@ -107,7 +107,8 @@ foreach(line IN LISTS lines)
       set(peer_missing TRUE)
     endif()
   elseif(name STREQUAL "pipeline_correction")
-    # --corrections 1: 2bw and pipedream with none, nesterov, dc; xpipe with none, nesterov
+    # --corrections 1: 2bw and pipedream with none, nesterov, nadam, dc; xpipe with none,
+    # nesterov, nadam (nesterov with optimizer.momentum_decay)
     math(EXPR n_correction "${n_correction} + 1")
     require_positive("${line}" tokens_per_s)
     require_positive("${line}" ratio_to_none)
@@ -116,6 +117,12 @@ foreach(line IN LISTS lines)
     string(JSON kept GET "${line}" kept_floats)
     if((corr STREQUAL "dc" AND NOT kept GREATER 0) OR (NOT corr STREQUAL "dc" AND NOT kept EQUAL 0))
       message(FATAL_ERROR "correction ${corr} keeps ${kept} floats:\n${line}")
+    endif()
+    string(JSON psi GET "${line}" momentum_decay)
+    string(JSON rule GET "${line}" delay_correction)
+    if((corr STREQUAL "nadam" AND NOT (rule STREQUAL "nesterov" AND psi GREATER 0))
+       OR (NOT corr STREQUAL "nadam" AND NOT (rule STREQUAL corr AND psi EQUAL 0)))
+      message(FATAL_ERROR "correction ${corr} ran as ${rule} with momentum_decay ${psi}:\n${line}")
     endif()
   elseif(name STREQUAL "pipeline_precision")
     math(EXPR n_precision "${n_precision} + 1")
@@ -135,7 +142,7 @@ foreach(line IN LISTS lines)
 endforeach()
 if(NOT n_setup EQUAL 1 OR NOT n_profile EQUAL 3 OR NOT n_loaded EQUAL 1 OR NOT n_run EQUAL 17
    OR NOT n_one_pass EQUAL 2 OR NOT n_overhead EQUAL 10 OR NOT n_end EQUAL 1
-   OR NOT n_correction EQUAL 8
+   OR NOT n_correction EQUAL 11
    OR NOT (n_precision EQUAL 5 OR (precision_skipped AND n_precision EQUAL 1)))
   message(FATAL_ERROR "lines: setup ${n_setup}, profile ${n_profile} (${n_loaded} loaded), run "
                       "${n_run} (${n_one_pass} one-pass), overhead ${n_overhead}, end ${n_end}, "

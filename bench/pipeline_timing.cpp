@@ -58,6 +58,7 @@ Expected<PipelineRunResult> measure_pipeline(const PipelineRunSpec& spec) {
   c.pipeline.split_backward = spec.split_backward;
   c.pipeline.replicas = spec.replicas;
   c.optimizer.delay_correction = spec.delay_correction;
+  c.optimizer.momentum_decay = spec.momentum_decay;
   c.pipeline.precision = spec.precision;
   ActorEngineOptions o;
   o.skip_compute = spec.skip_compute;

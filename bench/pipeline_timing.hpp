@@ -43,6 +43,8 @@ struct PipelineRunSpec {
   bool record_spans = false;
   /// optimizer.delay_correction: none, nesterov, dc (asynchronous modes).
   std::string delay_correction = "none";
+  /// optimizer.momentum_decay: NAdam's momentum schedule with nesterov (0: a constant β1).
+  float momentum_decay = 0.0f;
   /// pipeline.precision: fp32, bf16.
   std::string precision = "fp32";
 };
