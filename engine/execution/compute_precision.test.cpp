@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -62,6 +63,25 @@ double mean_of_last(const std::vector<double>& v, size_t n) {
   return std::accumulate(v.end() - static_cast<long>(n), v.end(), 0.0) / static_cast<double>(n);
 }
 
+// A bf16 pipeline of d stages × `threads`, m microbatches per step, of the tiny batch shape.
+SerialExecutorOptions bf16_options(Mode mode, int m, int d, int threads) {
+  SerialExecutorOptions o;
+  o.mode = mode;
+  o.microbatches = m;
+  o.B = kB;
+  o.T = kT;
+  o.threads.assign(static_cast<size_t>(d), threads);
+  o.precision = Precision::bf16;
+  return o;
+}
+
+std::unique_ptr<SerialExecutor> create(const Model& model, const Partition& p,
+                                       const SerialExecutorOptions& o) {
+  auto e = SerialExecutor::create(model, p, clipped_adamw(), o);
+  REQUIRE_MESSAGE(e.ok(), (e.ok() ? "" : e.error().message));
+  return std::move(e).value();
+}
+
 }  // namespace
 
 TEST_CASE("bf16 training follows fp32's loss within 1% over 300 steps, GPT and BERT" *
@@ -95,17 +115,9 @@ TEST_CASE("bf16 weight copies made once per version compute the bits of a copy p
         const Partition p = *Partition::even(model.num_layers(), d);
         const int m = mode == Mode::pipedream ? 1 : d + 1;
         auto make = [&](bool copies) {
-          SerialExecutorOptions o;
-          o.mode = mode;
-          o.microbatches = m;
-          o.B = kB;
-          o.T = kT;
-          o.threads.assign(static_cast<size_t>(d), 2);
-          o.precision = Precision::bf16;
+          SerialExecutorOptions o = bf16_options(mode, m, d, 2);
           o.bf16_weight_copies = copies;
-          auto e = SerialExecutor::create(model, p, clipped_adamw(), o);
-          REQUIRE_MESSAGE(e.ok(), (e.ok() ? "" : e.error().message));
-          return std::move(e).value();
+          return create(model, p, o);
         };
         auto once = make(true), each = make(false);
         const int steps = mode == Mode::pipedream ? 6 : 3;
@@ -151,6 +163,44 @@ TEST_CASE("bf16 weight copies made once per version compute the bits of a copy p
   }
 }
 
+TEST_CASE("a version's bf16 weight copies outlive the other versions' updates" *
+          doctest::skip(!bf16_support().native)) {
+  // After the first run's copies of version 0, every new version's product operands come
+  // rounded from its update's own pass: the first stage makes no copy in a second run. The last
+  // stage converts only the head's decoder weight (not declared a product operand, so no update
+  // rounds it) once per version: one per update, two with a tied embedding (2bw and pipedream
+  // install the owner's value into the versions too). Before copies were kept per buffer and
+  // layer, every update forgot every copy: the first stage made its 4 again each step, the last
+  // 6 per update in 1f1b and 2bw.
+  for (const char* mode_name : {"1f1b", "2bw", "pipedream"}) {
+    for (bool tied : {false, true}) {
+      CAPTURE(mode_name);
+      CAPTURE(tied);
+      const Mode mode = *parse_mode(mode_name);
+      const int d = 2;
+      const Model model = build_model(tiny_model(Arch::bert, tied, 5));
+      const Partition p = *Partition::even(model.num_layers(), d);
+      const int m = mode == Mode::pipedream ? 1 : d + 1;
+      auto e = create(model, p, bf16_options(mode, m, d, 1));
+      SerialExecutor& ex = *e;
+      const int steps = mode == Mode::pipedream ? 8 : 4;
+      const auto batches = tiny_batches(Arch::bert, model.options().vocab_size, 2 * steps * m, 9);
+      std::span<const Microbatch> all(batches);
+      const auto n = static_cast<size_t>(ex.microbatches_for(steps));
+      auto made = [&](int r) { return ex.worker(r).context().bf16_weights()->copies_made(); };
+      REQUIRE(ex.run(steps, all.subspan(0, n)).ok());
+      const uint64_t first0 = made(0), first1 = made(1);
+      REQUIRE(ex.run(steps, all.subspan(n, n)).ok());
+      CHECK(first0 > 0);
+      CHECK(first1 > 0);
+      CHECK(made(0) == first0);
+      // one update per step (pipedream: per microbatch, m = 1)
+      CHECK(made(1) - first1 <= static_cast<uint64_t>((tied ? 2 : 1) * steps));
+      CHECK(ex.worker(1).context().bf16_weights()->copies_marked() > 0);
+    }
+  }
+}
+
 TEST_CASE("a bf16 weight stash computes the bits of an f32 one, in fewer bytes" *
           doctest::skip(!bf16_support().native)) {
   // 2bw and pipedream (the modes that keep versions besides the newest), GPT (tied: the head's
@@ -170,17 +220,9 @@ TEST_CASE("a bf16 weight stash computes the bits of an f32 one, in fewer bytes" 
         const Partition p = *Partition::even(model.num_layers(), d);
         const int m = mode == Mode::pipedream ? 1 : d + 1;
         auto make = [&](bool stash) {
-          SerialExecutorOptions o;
-          o.mode = mode;
-          o.microbatches = m;
-          o.B = kB;
-          o.T = kT;
-          o.threads.assign(static_cast<size_t>(d), 2);
-          o.precision = Precision::bf16;
+          SerialExecutorOptions o = bf16_options(mode, m, d, 2);
           o.bf16_stash = stash;
-          auto e = SerialExecutor::create(model, p, clipped_adamw(), o);
-          REQUIRE_MESSAGE(e.ok(), (e.ok() ? "" : e.error().message));
-          return std::move(e).value();
+          return create(model, p, o);
         };
         auto stash = make(true), f32 = make(false);
         const int steps = mode == Mode::pipedream ? 6 : 3;
@@ -263,19 +305,11 @@ TEST_CASE("bf16 activations kept for the products compute the bits of f32 ones, 
       const Partition p = *Partition::even(model.num_layers(), d);
       const int m = mode == Mode::pipedream ? 1 : d + 1;
       auto make = [&](bool b16) {
-        SerialExecutorOptions o;
-        o.mode = mode;
-        o.microbatches = m;
-        o.B = kB;
-        o.T = kT;
-        o.threads.assign(static_cast<size_t>(d), 2);
-        o.precision = Precision::bf16;
+        SerialExecutorOptions o = bf16_options(mode, m, d, 2);
         o.bf16_activations = b16;
         o.recompute.assign(static_cast<size_t>(model.num_layers()), false);
         o.recompute[1] = true;
-        auto e = SerialExecutor::create(model, p, clipped_adamw(), o);
-        REQUIRE_MESSAGE(e.ok(), (e.ok() ? "" : e.error().message));
-        return std::move(e).value();
+        return create(model, p, o);
       };
       auto kept16 = make(true), kept32 = make(false);
       CHECK(kept16->worker(0).context().bf16_activations());

@@ -137,7 +137,8 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
     for (int i = 0; i < L; ++i) model.init_layer(first_ + i, store_->mutable_params(0, i).data());
   }
   if (options.precision == Precision::bf16 && options.bf16_weight_copies) {
-    for (std::span<const float> b : store_->buffers()) bf16_weights_.cover(b.data(), b.size());
+    for (int b = 0; b < store_->capacity(); ++b)
+      for (int i = 0; i < L; ++i) bf16_weights_.cover(store_->buffer(b, i));
     if (store_->bf16_stash()) {
       bf16_weights_.set_source([store = store_.get()](const float* w, int64_t n) {
         return store->stashed_bf16(w, static_cast<size_t>(n));
@@ -355,7 +356,7 @@ ForwardOutput StageWorker::exec_forward(const Action& a, const Microbatch& mb, c
   ForwardOutput result;
   if (!layers_.back()->is_loss()) result.out = out_pool_->acquire();
   store_->settle();
-  bf16_weights_.sync(store_->generation());
+  sync_bf16_copies();
   const int L = num_layers();
   for (int i = 0; i < L; ++i) {
     const size_t k = static_cast<size_t>(i);
@@ -417,7 +418,7 @@ ForwardOutput StageWorker::evaluate(const Microbatch& mb, const Tensor& in) {
     result.out = Tensor::zeros({opts_.B, opts_.T, model_.options().width});
   const int L = num_layers();
   const float* x = first.takes_input() ? in.f32() : nullptr;
-  bf16_weights_.sync(store_->generation());
+  sync_bf16_copies();
   for (int i = 0; i < L; ++i) {
     const Layer& layer = *layers_[static_cast<size_t>(i)];
     float* y = i + 1 < L ? eval_hidden_.data() + static_cast<size_t>(i % 2) * bth
@@ -491,7 +492,7 @@ Tensor StageWorker::backward_layers(const Action& a, const Microbatch& mb, const
   final_backward_ = backwards_since_update_ + 1 == update_mbs_;
   const float* dcur = last.is_loss() ? nullptr : dout.f32();
   store_->settle();
-  bf16_weights_.sync(store_->generation());
+  sync_bf16_copies();
   for (int i = num_layers() - 1; i >= 0; --i) {
     const size_t k = static_cast<size_t>(i);
     const Layer& layer = *layers_[k];
@@ -591,12 +592,22 @@ void StageWorker::commit_update(UpdateJob& job) {
   if (job_.rounded_written_) {
     // the update wrote the bf16 copies of the new version's product operands in its pass: the
     // products take them instead of converting the weights again
-    bf16_weights_.sync(store_->generation());
+    sync_bf16_copies();
     for (const float* w : rounded_src_) bf16_weights_.mark_current(w);
   }
   job_.open_ = false;
   job_.grads_ = nullptr;
   for (auto& p : job_.params_) p = {};
+}
+
+void StageWorker::sync_bf16_copies() {
+  if (ctx_.bf16_weights() != &bf16_weights_) return;  // no copies kept
+  for (int b = 0; b < store_->capacity(); ++b) {
+    for (int i = 0; i < num_layers(); ++i) {
+      const std::span<const float> w = store_->buffer(b, i);
+      if (!w.empty()) bf16_weights_.sync(w.data(), store_->generation(b, i));
+    }
+  }
 }
 
 void StageWorker::reserve_rounded() {

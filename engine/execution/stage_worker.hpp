@@ -326,6 +326,10 @@ class StageWorker {
   void take_scratch_buffers(ScratchPool* pool);
   // begin_update: the bf16 arrays the update fills with its product operands' new rounding
   void reserve_rounded();
+  // the bf16 copies of the weights written since their last sync (per version buffer and
+  // layer) are forgotten; the others' stay (a version's copies outlive the other buffers'
+  // updates, and an installed tied value costs only its layer's)
+  void sync_bf16_copies();
 
   Model model_;
   Partition partition_;

@@ -71,6 +71,7 @@ WeightStore::WeightStore(VersionPolicy policy, int capacity, std::vector<size_t>
   buffers_.reserve(static_cast<size_t>(capacity));
   for (int b = 0; b < capacity; ++b) buffers_.emplace_back(total);  // zeros
   ids_.assign(static_cast<size_t>(capacity), -1);
+  generations_.assign(static_cast<size_t>(capacity) * layer_sizes_.size(), 0);
   ids_[0] = 0;
   max_in_flight_ = static_cast<size_t>(max_in_flight);
   bound_.reserve(max_in_flight_);
@@ -133,7 +134,7 @@ std::span<float> WeightStore::mutable_params(int version, int layer) {
     AP_CHECK(buffer != b, "version {} is written while microbatch {} is bound to it", version, mb);
   }
   AP_CHECK(layer >= 0 && layer < num_layers(), "layer {} of {}", layer, num_layers());
-  ++generation_;  // the caller writes it
+  changed(b, layer);  // the caller writes it
   if (stashed(b)) widen(b, layer);
   const size_t l = static_cast<size_t>(layer);
   return {buffers_[static_cast<size_t>(b)].data() + layer_offsets_[l], layer_sizes_[l]};
@@ -144,8 +145,7 @@ void WeightStore::reset(int version) {
   AP_CHECK(version >= 0, "version {}", version);
   for (size_t b = 0; b < ids_.size(); ++b) ids_[b] = -1;
   settle();  // nothing stashed is left: widened layers give their pages back
-  ids_[static_cast<size_t>(latest_buffer_)] = version;
-  ++generation_;
+  ids_[static_cast<size_t>(latest_buffer_)] = version;  // renamed, not written
 }
 
 void WeightStore::add_older(int version) {
@@ -156,7 +156,7 @@ void WeightStore::add_older(int version) {
   for (size_t b = 0; b < ids_.size(); ++b) {
     if (ids_[b] >= 0) continue;
     ids_[b] = version;
-    ++generation_;
+    changed(static_cast<int>(b));
     return;
   }
   AP_CHECK(false, "add_older({}): every buffer holds a version (stored: {})", version,
@@ -243,7 +243,8 @@ void WeightStore::begin_update() {
     for (auto& [mb, b] : bound_)
       if (b == 0) b = target;
     updating_ = 0;
-    ++generation_;
+    changed(target);
+    changed(0);
     return;
   }
   if (capacity() == 1) {
@@ -252,20 +253,20 @@ void WeightStore::begin_update() {
              "(a saved activation would see other weights at its backward)",
              to_string(policy_), bound_.size());
     updating_ = latest_buffer_;
-    ++generation_;
+    changed(updating_);
     return;
   }
   const int target = update_target();
   const PageBuffer& src = buffers_[static_cast<size_t>(latest_buffer_)];
   std::copy_n(src.data(), src.size(), buffers_[static_cast<size_t>(target)].data());
   updating_ = target;
-  ++generation_;
+  changed(target);
 }
 
 std::span<float> WeightStore::update_params(int layer) {
   AP_CHECK(updating_ >= 0, "no update is open");
   AP_CHECK(layer >= 0 && layer < num_layers(), "layer {} of {}", layer, num_layers());
-  ++generation_;  // the caller writes it
+  changed(updating_, layer);  // the caller writes it
   const size_t l = static_cast<size_t>(layer);
   return {buffers_[static_cast<size_t>(updating_)].data() + layer_offsets_[l], layer_sizes_[l]};
 }
@@ -275,14 +276,37 @@ void WeightStore::commit_update() {
   const int next = latest() + 1;
   ids_[static_cast<size_t>(updating_)] = next;
   latest_buffer_ = updating_;
+  // written since begin_update: a copy made meanwhile (nothing should read it) is not kept
+  changed(updating_);
   updating_ = -1;
-  ++generation_;
   note_peak();
 }
 
 }  // namespace actorpipe
 
 namespace actorpipe {
+
+uint64_t WeightStore::generation(int buffer, int layer) const {
+  AP_CHECK(buffer >= 0 && buffer < capacity() && layer >= 0 && layer < num_layers(),
+           "buffer {} of {}, layer {} of {}", buffer, capacity(), layer, num_layers());
+  return generations_[static_cast<size_t>(buffer) * layer_sizes_.size() +
+                      static_cast<size_t>(layer)];
+}
+
+std::span<const float> WeightStore::buffer(int b, int layer) const {
+  AP_CHECK(b >= 0 && b < capacity() && layer >= 0 && layer < num_layers(),
+           "buffer {} of {}, layer {} of {}", b, capacity(), layer, num_layers());
+  const size_t l = static_cast<size_t>(layer);
+  return {buffers_[static_cast<size_t>(b)].data() + layer_offsets_[l], layer_sizes_[l]};
+}
+
+void WeightStore::changed(int buffer) {
+  for (int l = 0; l < num_layers(); ++l) changed(buffer, l);
+}
+
+void WeightStore::changed(int buffer, int layer) {
+  ++generations_[static_cast<size_t>(buffer) * layer_sizes_.size() + static_cast<size_t>(layer)];
+}
 
 std::vector<std::span<const float>> WeightStore::buffers() const {
   std::vector<std::span<const float>> out;
@@ -331,6 +355,7 @@ void WeightStore::settle() {
         convert_to_bf16(buffers_[k].data() + r.at, stash_bf16_[k].data() + r.bf16_at,
                         static_cast<int64_t>(r.n));
       buffers_[k].release(r.at, r.n);
+      changed(b, r.layer);
     }
     std::fill(widened_[k].begin(), widened_[k].end(), 0);
   }

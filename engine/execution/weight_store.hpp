@@ -111,13 +111,18 @@ class WeightStore {
   /// The produced version becomes the newest one.
   void commit_update();
 
-  /// Counts the changes a buffer's content may have seen: every writable access
-  /// (mutable_params, update_params), begin_update's copy, commit_update, reset and add_older
-  /// add one. Equal values mean no buffer was written in between (the bf16 weight copies of
-  /// kernels/bf16_weights.hpp are kept while it stays the same).
-  uint64_t generation() const { return generation_; }
-  /// Every version buffer (allocated up front; they never move).
+  /// Counts the changes layer `layer`'s part of buffer `buffer` may have seen: a writable
+  /// access to that layer of it (mutable_params, update_params) and settle() giving pages of it
+  /// back add one; begin_update's copy into a buffer and add_older of it add one to each of its
+  /// layers. Equal values mean those floats were not written in between (the bf16 weight copies
+  /// of kernels/bf16_weights.hpp are kept while it stays the same). commit_update adds one to
+  /// each layer of the buffer it makes the newest (its writer is done), and none to the others;
+  /// reset renames and adds none.
+  uint64_t generation(int buffer, int layer) const;
+  /// Every version buffer (allocated up front; they never move), buffer b at index b.
   std::vector<std::span<const float>> buffers() const;
+  /// Layer `layer`'s floats in buffer b (whatever version it holds).
+  std::span<const float> buffer(int b, int layer) const;
 
   /// True when stashed versions keep the bf16_stash ranges in bf16 only.
   bool bf16_stash() const { return !stash_.empty(); }
@@ -160,7 +165,9 @@ class WeightStore {
   std::vector<std::pair<int, int>> bound_;  // (microbatch, buffer)
   size_t max_in_flight_ = 0;
   int peak_versions_ = 1;
-  uint64_t generation_ = 0;
+  std::vector<uint64_t> generations_;  // per buffer and layer (generation()), buffer-major
+  void changed(int buffer);            // every layer of it
+  void changed(int buffer, int layer);
   // bf16 stash: the ranges (offsets from the buffer start), where each one's bf16 values start
   // in a stashed buffer's bf16 array, and per buffer that array and which layers are widened
   struct Range {

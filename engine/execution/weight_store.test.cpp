@@ -247,3 +247,41 @@ TEST_CASE("bf16 stash in a ring: each stashed version keeps its own bf16 values"
   CHECK(s.versions() == std::vector<int>{1, 2, 3});
   CHECK(to_f32(*s.stashed_bf16(2, 0, 1, 1)) == round_bf16(v2));
 }
+
+TEST_CASE("generation: an update changes the buffer it writes, a write changes its layer only") {
+  WeightStore s(VersionPolicy::double_buffered, 2, {2, 3}, 4);
+  auto gens = [&s] {
+    std::vector<uint64_t> g;
+    for (int b = 0; b < s.capacity(); ++b)
+      for (int l = 0; l < s.num_layers(); ++l) g.push_back(s.generation(b, l));
+    return g;
+  };
+  const std::vector<uint64_t> g0 = gens();
+  bump(s);  // version 1 into buffer 1: buffer 0 (version 0) untouched
+  std::vector<uint64_t> g1 = gens();
+  CHECK(g1[0] == g0[0]);
+  CHECK(g1[1] == g0[1]);
+  CHECK(g1[2] > g0[2]);
+  CHECK(g1[3] > g0[3]);
+  CHECK(s.buffer(1, 1).data() == s.params(1, 1).data());
+  // a write into layer 1 of version 0 changes that layer of that buffer only
+  s.mutable_params(0, 1)[0] = 5.0f;
+  std::vector<uint64_t> g2 = gens();
+  CHECK(g2[0] == g1[0]);
+  CHECK(g2[1] > g1[1]);
+  CHECK(g2[2] == g1[2]);
+  CHECK(g2[3] == g1[3]);
+  // commit renames without writing the buffer that stays
+  s.begin_update();  // version 2 over version 0's buffer
+  s.update_params(0);
+  s.commit_update();
+  std::vector<uint64_t> g3 = gens();
+  CHECK(g3[0] > g2[0]);
+  CHECK(g3[1] > g2[1]);
+  CHECK(g3[2] == g2[2]);
+  CHECK(g3[3] == g2[3]);
+  // a reset renames: nothing is written
+  s.reset(7);
+  CHECK(gens() == g3);
+  CHECK(s.params(7, 1).data() == s.buffer(0, 1).data());
+}
