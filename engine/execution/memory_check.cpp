@@ -20,14 +20,13 @@ std::string bytes_text(double b) {
   return fmt::format("{:.1f} {}", b, units[u]);
 }
 
-// The parameter floats of the layers `stages` hold (all, or the product operands only).
+// The parameter floats of the layers `stages` hold (all, or those a bf16 stash keeps in bf16).
 uint64_t param_floats(const Model& model, const Partition& partition, std::span<const int> stages,
-                      bool operands_only = false) {
+                      bool stashed_only = false) {
   uint64_t floats = 0;
   for (int r : stages)
     for (int i = partition.begin(r); i < partition.end(r); ++i)
-      floats +=
-          operands_only ? model.layer(i).product_operand_floats() : model.layer(i).param_floats();
+      floats += stashed_only ? model.bf16_stash_floats(i) : model.layer(i).param_floats();
   return floats;
 }
 

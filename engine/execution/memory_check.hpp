@@ -20,10 +20,10 @@ namespace actorpipe {
 /// layers 4 bytes each for the weights, the gradient accumulator, the optimizer state (AdamW 2,
 /// SGD 1) and the extra weight version 2bw, pipedream and xpipe keep (at least 1), in bf16 2
 /// more per version for its bf16 copy; with `bf16_stash` (pipeline.stash_precision = "bf16")
-/// the extra version's product operands (Layer::product_operand_floats) are only that copy,
-/// 4 bytes fewer each; and for one microbatch of B sequences of T tokens, each
-/// stage's output (B·T·width floats) and the last stage's logits (B·T·vocab_size floats).
-/// Stashes of more microbatches and channel buffers come on top.
+/// the extra version's product operands but tied ones (Model::bf16_stash_floats) are only that
+/// copy, 4 bytes fewer each; and for one microbatch of B sequences of T tokens, each stage's output
+/// (B·T·width floats) and the last stage's logits (B·T·vocab_size floats). Stashes of more
+/// microbatches and channel buffers come on top.
 uint64_t least_stage_bytes(const Model& model, const Partition& partition, Mode mode,
                            const std::string& optimizer_kind, std::span<const int> stages, int B,
                            int T, Precision precision = Precision::fp32, bool bf16_stash = false);

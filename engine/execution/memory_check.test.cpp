@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,10 +54,23 @@ TEST_CASE("the least bytes count weights, gradients, optimizer state and weight 
         18 * (floats0 + floats1));
   CHECK(least_stage_bytes(model, part, Mode::twobw, "adamw", both, 0, 0, Precision::bf16) ==
         24 * (floats0 + floats1));
-  // a bf16 stash: the extra version's weight matrices are their bf16 copy alone
+  // a bf16 stash: the extra version's weight matrices are their bf16 copy alone, but a tied one
   uint64_t operands = 0;
-  for (int i = 0; i < model.num_layers(); ++i) operands += model.layer(i).product_operand_floats();
+  for (int i = 0; i < model.num_layers(); ++i) {
+    const auto& slots = model.layer(i).slots();
+    for (size_t s = 0; s < slots.size(); ++s) {
+      const bool tied = std::any_of(model.tied().begin(), model.tied().end(), [&](const auto& t) {
+        return (t.owner_layer == i && t.owner_slot == slots[s].name) ||
+               (t.copy_layer == i && t.copy_slot == slots[s].name);
+      });
+      if (slots[s].product_operand && !tied) operands += slots[s].numel;
+    }
+    CHECK(model.bf16_stash_floats(i) <= model.layer(i).product_operand_floats());
+  }
   REQUIRE(operands > 0);
+  // the head's decoder is a product operand, tied to the embedding: kept in f32
+  const int head = model.num_layers() - 1;
+  CHECK(model.bf16_stash_floats(head) < model.layer(head).product_operand_floats());
   CHECK(least_stage_bytes(model, part, Mode::twobw, "adamw", both, 0, 0, Precision::bf16, true) ==
         24 * (floats0 + floats1) - 4 * operands);
 }

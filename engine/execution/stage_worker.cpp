@@ -25,14 +25,10 @@ namespace {
 std::vector<StashRange> bf16_stash_ranges(const Model& model, int first, int L) {
   std::vector<StashRange> out;
   for (int i = 0; i < L; ++i) {
-    const int layer = first + i;
-    for (const ParamSlot& slot : model.layer(layer).slots()) {
-      if (!slot.product_operand) continue;
-      const bool tied = std::any_of(model.tied().begin(), model.tied().end(), [&](const auto& t) {
-        return (t.owner_layer == layer && t.owner_slot == slot.name) ||
-               (t.copy_layer == layer && t.copy_slot == slot.name);
-      });
-      if (!tied) out.push_back({i, slot.offset, slot.numel});
+    const auto& slots = model.layer(first + i).slots();
+    for (size_t s = 0; s < slots.size(); ++s) {
+      if (slots[s].product_operand && !model.is_tied(first + i, s))
+        out.push_back({i, slots[s].offset, slots[s].numel});
     }
   }
   return out;

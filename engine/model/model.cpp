@@ -143,6 +143,26 @@ bool Model::is_tied_copy(int layer_index, size_t slot_index) const {
   return false;
 }
 
+bool Model::is_tied(int layer_index, size_t slot_index) const {
+  const auto& slots = layer(layer_index).slots();
+  if (slot_index >= slots.size()) return false;
+  const std::string& name = slots[slot_index].name;
+  for (const TiedParam& t : tied_) {
+    if ((t.owner_layer == layer_index && t.owner_slot == name) ||
+        (t.copy_layer == layer_index && t.copy_slot == name))
+      return true;
+  }
+  return false;
+}
+
+size_t Model::bf16_stash_floats(int layer_index) const {
+  const auto& slots = layer(layer_index).slots();
+  size_t n = 0;
+  for (size_t s = 0; s < slots.size(); ++s)
+    if (slots[s].product_operand && !is_tied(layer_index, s)) n += slots[s].numel;
+  return n;
+}
+
 std::string Model::param_name(int layer_index, const ParamSlot& slot) const {
   return fmt::format("layers.{}.{}", layer_index, slot.name);
 }

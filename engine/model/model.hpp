@@ -64,6 +64,12 @@ class Model {
   /// True if slot `slot_index` of layer `layer` is the copy side of a tied parameter: it is
   /// skipped by the global gradient norm (the parameter counts once) and by parameter counts.
   bool is_tied_copy(int layer, size_t slot_index) const;
+  /// True if slot `slot_index` of layer `layer` is either side of a tied parameter.
+  bool is_tied(int layer, size_t slot_index) const;
+  /// The floats of layer i that a bf16 weight stash keeps as their bf16 rounding alone in the
+  /// versions besides the newest: its product operands (ParamSlot::product_operand) that are not
+  /// tied (a tied value travels between stages in f32).
+  size_t bf16_stash_floats(int layer) const;
   /// Checkpoint name "layers.<i>.<slot>".
   std::string param_name(int layer, const ParamSlot& slot) const;
   /// Σ of param_floats() over layers (tied copies included: the floats a run stores).

@@ -309,8 +309,7 @@ Expected<std::vector<LayerCosts>> layer_bytes(const Model& m, const OptimizerOpt
     c.gradient_bytes = params;
     // a bf16 stash keeps a stored version's product operands as their bf16 copy only
     c.version_bytes =
-        params -
-        (bf16_stash ? static_cast<std::int64_t>(layer.product_operand_floats()) * kFloat : 0);
+        params - (bf16_stash ? static_cast<std::int64_t>(model->bf16_stash_floats(i)) * kFloat : 0);
     c.weight_copy_bytes = precision == Precision::bf16 ? params / 2 : 0;  // 2 bytes a value
     c.optimizer_bytes =
         static_cast<std::int64_t>(optimizer_state_floats(optimizer, layer.param_floats())) * kFloat;

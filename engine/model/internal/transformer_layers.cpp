@@ -49,10 +49,12 @@ ParamSlot norm_weight(std::string name, int64_t n) {
   s.init = InitKind::ones;
   return s;
 }
-/// The head's decoder weight (V,C): when tied, Model::init_layer starts it as the embedding's
-/// wte (the declared tie), whatever its own init says.
+/// The head's decoder weight (V,C): read only as the operand of the logits' product and of the
+/// input gradient's (ParamSlot::product_operand). When tied, Model::init_layer starts it as the
+/// embedding's wte (the declared tie), whatever its own init says; a tied slot is never kept in
+/// a bf16 stash (Model::bf16_stash_floats).
 ParamSlot decoder_weight(std::string name, const ModelOptions& o) {
-  return weight(std::move(name), {o.vocab_size, o.width});
+  return linear(std::move(name), {o.vocab_size, o.width});
 }
 
 /// Sequential offsets of the regions of a `saved` buffer.
