@@ -28,9 +28,10 @@ struct ParamSlot {
   float init_std = 0.0f;  // InitKind::normal: N(0, init_std²)
   bool decay = false;     // weight decay applies (matrices and embeddings; not biases, norms)
   // Every read of the slot in bf16 precision is as a matrix-product operand through the
-  // Context's bf16 weight copies (kernels/matmul.hpp's linear products): a bf16 weight stash
-  // (pipeline.stash_precision) keeps the slot of a stashed version as its bf16 copy only. A slot
-  // read any other way (an embedding's gather, a norm, a bias) must leave it false.
+  // Context's bf16 weight copies (kernels/matmul.hpp's linear products): an update writes the
+  // slot's bf16 copy in its own pass, and a bf16 weight stash (pipeline.stash_precision) keeps
+  // the slot of a stashed version as its bf16 copy only (unless the slot is tied). A slot read
+  // any other way (an embedding's gather, a norm, a bias) must leave it false.
   bool product_operand = false;
   // The RNG stream of a normal init is derive_seed(init_seed, stream_layer, stream_slot).
   // -1 (the default) means the slot's own (layer index, slot position); a tied copy names its
