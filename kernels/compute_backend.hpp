@@ -16,27 +16,15 @@
 #include <memory>
 #include <string>
 
+#include "kernels/backend_memory.hpp"
 #include "kernels/optimizer.hpp"
 #include "kernels/precision.hpp"
 #include "kernels/tensor.hpp"
 
 namespace actorpipe {
 
-class ComputeBackend {
+class ComputeBackend : public BackendMemory {
  public:
-  virtual ~ComputeBackend() = default;
-  ComputeBackend() = default;
-  ComputeBackend(const ComputeBackend&) = delete;
-  ComputeBackend& operator=(const ComputeBackend&) = delete;
-
-  /// Where the backend's memory lives.
-  virtual Device device() const = 0;
-  /// Whether host code may read and write the backend's memory directly (and so run the CPU
-  /// kernels on it): the CPU backend's; not a device's, nor a CheckedBackend's.
-  virtual bool host_memory() const { return device() == Device::cpu; }
-  /// For messages and logs: "cpu (2 threads)", "cuda:0 (NVIDIA H200)".
-  virtual std::string name() const = 0;
-
   /// What the products (the matmul ops, attention) compute in: fp32, or bf16 (their operands
   /// rounded to bf16 as they are read, round to nearest even, the products accumulated in f32:
   /// the CPU kernels' bf16 semantics with a copy per product). Every other op computes in f32
@@ -44,20 +32,11 @@ class ComputeBackend {
   virtual Precision precision() const = 0;
   virtual void set_precision(Precision p) = 0;
 
-  // ---- memory ------------------------------------------------------------------------------
-  /// n floats of the backend's memory, zero-filled; freed by release(). A CheckFailure naming
-  /// the size when the backend is out of memory.
-  virtual float* allocate(size_t n) = 0;
-  virtual void release(float* p) = 0;
+  // ---- memory (BackendMemory: allocate, release, to_backend, to_host, copy, fill_zero,
+  // synchronize) -------------------------------------------------------------------------------
   /// Scratch for one layer call: n floats (uninitialised) valid until reset_scratch().
   virtual float* scratch(size_t n) = 0;
   virtual void reset_scratch() = 0;
-  /// dst (backend, n floats) = src (host); dst (host) = src (backend); dst = src (both backend).
-  virtual void to_backend(float* dst, const float* src, size_t n) = 0;
-  virtual void to_host(float* dst, const float* src, size_t n) = 0;
-  virtual void copy(float* dst, const float* src, size_t n) = 0;
-  /// Waits until every op issued so far has finished (a no-op on the CPU).
-  virtual void synchronize() = 0;
 
   // ---- linear layer (kernels/matmul.hpp) -----------------------------------------------------
   virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
@@ -106,7 +85,6 @@ class ComputeBackend {
   virtual void residual_forward(float* out, const float* a, const float* b, long N) = 0;
   virtual void residual_backward(float* da, float* db, const float* dout, long N) = 0;
   virtual void accumulate(float* dst, const float* src, long N) = 0;
-  virtual void fill_zero(float* dst, long N) = 0;
   virtual void scale_inplace(float* dst, float s, long N) = 0;
   /// out (n,C) = rows `rows` (host) of x; out rows `rows` of (·,C) = x (n,C).
   virtual void gather_rows(float* out, const float* x, const int32_t* rows, int n, int C) = 0;
@@ -121,42 +99,6 @@ class ComputeBackend {
                           const DelayCorrection& correction) = 0;
   /// Σ g² in double, in a fixed order (waits for the ops before it).
   virtual double grad_sumsq(const float* grads, size_t n) = 0;
-};
-
-/// n floats of a backend's memory, released when it goes (the backend must outlive it).
-class BackendBuffer {
- public:
-  BackendBuffer() = default;
-  BackendBuffer(ComputeBackend& backend, size_t n)
-      : backend_(&backend), n_(n), p_(backend.allocate(n)) {}
-  ~BackendBuffer() { reset(); }
-  BackendBuffer(BackendBuffer&& o) noexcept : backend_(o.backend_), n_(o.n_), p_(o.p_) {
-    o.p_ = nullptr;
-    o.n_ = 0;
-  }
-  BackendBuffer& operator=(BackendBuffer&& o) noexcept {
-    if (this != &o) {
-      reset();
-      backend_ = o.backend_;
-      n_ = o.n_;
-      p_ = o.p_;
-      o.p_ = nullptr;
-      o.n_ = 0;
-    }
-    return *this;
-  }
-  float* data() { return p_; }
-  const float* data() const { return p_; }
-  size_t size() const { return n_; }
-
- private:
-  void reset() {
-    if (p_ != nullptr) backend_->release(p_);
-    p_ = nullptr;
-  }
-  ComputeBackend* backend_ = nullptr;
-  size_t n_ = 0;
-  float* p_ = nullptr;
 };
 
 }  // namespace actorpipe

@@ -31,13 +31,7 @@ class CpuBackend final : public ComputeBackend {
     return fmt::format("cpu ({} thread{})", ctx_.threads(), ctx_.threads() == 1 ? "" : "s");
   }
 
-  float* allocate(size_t n) override {
-    const size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, bytes == 0 ? 64 : bytes);
-    AP_CHECK(p != nullptr, "cpu backend: out of memory allocating {} floats", n);
-    std::memset(p, 0, bytes == 0 ? 64 : bytes);
-    return static_cast<float*>(p);
-  }
+  float* allocate(size_t n) override { return allocate_host_floats(n); }
   void release(float* p) override { std::free(p); }
   float* scratch(size_t n) override { return ctx_.arena().alloc_f32(n); }
   void reset_scratch() override { ctx_.arena().reset(); }

@@ -21,8 +21,9 @@ int default_stash_slots(Mode mode, int d, int r, int m) {
 }
 
 ActivationStash::ActivationStash(int stage, int slots, size_t hidden_floats, size_t saved_floats,
-                                 size_t weight_floats, ScratchPool* pool)
-    : stage_(stage),
+                                 size_t weight_floats, ScratchPool* pool, BackendMemory& memory)
+    : memory_(&memory),
+      stage_(stage),
       hidden_floats_(hidden_floats),
       saved_floats_(saved_floats),
       weight_floats_(weight_floats) {
@@ -43,16 +44,15 @@ void ActivationStash::give_buffers(ScratchPool& pool) {
 
 void ActivationStash::take_buffers(ScratchPool* pool) {
   // the largest first: the pool's smallest fit then leaves its big buffers to the big needs
-  for (Slot& s : slots_) assign_zeros(s.saved, saved_floats_, pool);
-  for (Slot& s : slots_) assign_zeros(s.hidden, hidden_floats_, pool);
-  for (Slot& s : slots_) assign_zeros(s.weights, weight_floats_, pool);
+  for (Slot& s : slots_) assign_zeros(s.saved, *memory_, saved_floats_, pool);
+  for (Slot& s : slots_) assign_zeros(s.hidden, *memory_, hidden_floats_, pool);
+  for (Slot& s : slots_) assign_zeros(s.weights, *memory_, weight_floats_, pool);
   has_buffers_ = true;
 }
 
 size_t ActivationStash::bytes() const {
   size_t floats = 0;
-  for (const Slot& s : slots_)
-    floats += s.hidden.capacity() + s.saved.capacity() + s.weights.capacity();
+  for (const Slot& s : slots_) floats += s.hidden.size() + s.saved.size() + s.weights.size();
   return floats * sizeof(float);
 }
 

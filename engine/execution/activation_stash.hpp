@@ -8,6 +8,7 @@
 #include "engine/execution/scratch_pool.hpp"
 #include "engine/mode.hpp"
 #include "engine/model/layer.hpp"
+#include "kernels/backend_memory.hpp"
 #include "kernels/tensor.hpp"
 
 namespace actorpipe {
@@ -23,22 +24,25 @@ int default_stash_slots(Mode mode, int d, int r, int m);
 class ActivationStash {
  public:
   struct Slot {
-    int microbatch = -1;        ///< schedule index; -1 = free
-    int version = 0;            ///< absolute version of its F
-    Tensor input;               ///< the previous stage's output, held until the B
-    std::vector<float> hidden;  ///< outputs of the stage's layers but the last, (B,T,C) each
-    std::vector<float> saved;   ///< saved activations of the layers not recomputed
+    int microbatch = -1;   ///< schedule index; -1 = free
+    int version = 0;       ///< absolute version of its F
+    Tensor input;          ///< the previous stage's output, held until the B
+    BackendBuffer hidden;  ///< outputs of the stage's layers but the last, (B,T,C) each
+    BackendBuffer saved;   ///< saved activations of the layers not recomputed
     /// xpipe: the weights the forward computed with of the recomputed layers (a prediction, or
     /// a version updated in place before the backward); empty in the other modes
-    std::vector<float> weights;
+    BackendBuffer weights;
     LossStats loss;
   };
 
   ActivationStash() = default;
   /// `slots` slots of `hidden_floats`, `saved_floats` and `weight_floats` each, for stage
-  /// `stage` (messages); the buffers from `pool` where it has them.
+  /// `stage` (messages), in `memory` (which must outlive the stash and any pool its buffers go
+  /// to); the buffers from `pool` where it has them. A buffer may hold more floats than asked
+  /// (one from the pool): its first ones are the slot's.
   ActivationStash(int stage, int slots, size_t hidden_floats, size_t saved_floats,
-                  size_t weight_floats = 0, ScratchPool* pool = nullptr);
+                  size_t weight_floats = 0, ScratchPool* pool = nullptr,
+                  BackendMemory& memory = host_backend_memory());
 
   /// No slot in flight: every slot's buffers go to `pool`; the stash holds none (and takes no
   /// forward) until take_buffers().
@@ -57,11 +61,12 @@ class ActivationStash {
   /// Slots taken: microbatches whose F ran and B has not.
   int in_flight() const;
   int size() const { return static_cast<int>(slots_.size()); }
-  /// Bytes the slots' buffers hold (their capacity: what was allocated), inputs not counted
-  /// (they are the previous stage's output tensors).
+  /// Bytes the slots' buffers hold (what was allocated), inputs not counted (they are the
+  /// previous stage's output tensors).
   size_t bytes() const;
 
  private:
+  BackendMemory* memory_ = nullptr;
   int stage_ = 0;
   size_t hidden_floats_ = 0, saved_floats_ = 0, weight_floats_ = 0;
   bool has_buffers_ = true;

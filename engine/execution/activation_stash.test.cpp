@@ -7,6 +7,8 @@
 #include <algorithm>
 
 #include "kernels/check.hpp"
+#include "kernels/checked_backend.hpp"
+#include "kernels/context.hpp"
 
 namespace actorpipe {
 
@@ -28,6 +30,38 @@ TEST_CASE("activation stash: a forward takes a free slot, its backward finds and
   CHECK_FALSE(a.input.defined());
   CHECK(stash.in_flight() == 1);
   CHECK(&stash.acquire(5) == &a);  // the freed slot is reused
+}
+
+TEST_CASE("activation stash: its buffers live in the memory it is given, zeroed, through a pool") {
+  Context ctx(1);
+  CheckedBackend dev(ctx);  // every access outside its operations faults
+  ScratchPool pool;
+  ActivationStash stash(0, 2, 6, 10, 3, nullptr, dev);
+  size_t floats = 0;
+  for (int mb = 0; mb < 2; ++mb) {
+    ActivationStash::Slot& s = stash.acquire(mb);
+    for (const BackendBuffer* b : {&s.hidden, &s.saved, &s.weights}) {
+      CHECK(dev.owns(b->data()));
+      floats += b->size();
+    }
+    const std::vector<float> ones(10, 1.0f);
+    dev.to_backend(s.saved.data(), ones.data(), 10);
+  }
+  CHECK(floats == 2 * (6 + 10 + 3));
+  CHECK(stash.bytes() == floats * sizeof(float));
+  CHECK_THROWS_WITH_AS(stash.give_buffers(pool), doctest::Contains("2 in flight"), CheckFailure);
+  for (int mb = 0; mb < 2; ++mb) ActivationStash::release(stash.find(mb));
+  const size_t regions = dev.regions();
+  stash.give_buffers(pool);
+  CHECK_FALSE(stash.has_buffers());
+  CHECK(pool.bytes_kept() == floats * sizeof(float));
+  CHECK(stash.bytes() == 0);
+  stash.take_buffers(&pool);  // the same buffers again, zeroed
+  CHECK(pool.bytes_kept() == 0);
+  CHECK(dev.regions() == regions);
+  std::vector<float> back(10, 1.0f);
+  dev.to_host(back.data(), stash.acquire(7).saved.data(), 10);
+  CHECK(back == std::vector<float>(10, 0.0f));
 }
 
 TEST_CASE("activation stash: misuse names the stage and the microbatch") {

@@ -100,11 +100,15 @@ void update_runs(Context& ctx, const OptimizerOptions& o, const Layer& layer, fl
       end = slots[s].offset + slots[s].numel;
     }
     if (!rule.update) {
-      if (clear != nullptr) std::fill(clear + begin, clear + end, 0.0f);
+      if (clear != nullptr) ctx.backend().fill_zero(clear + begin, static_cast<long>(end - begin));
       continue;
     }
     const float wd = decay ? o.weight_decay : 0.0f;
-    const UpdateOutputs out{clear != nullptr ? clear + begin : nullptr, rule.rounded};
+    // off the host a gradient is cleared after the update (the same bits: the update reads it
+    // first either way)
+    const bool clear_after = clear != nullptr && !ctx.host_backend() && rule.rounded == nullptr;
+    const UpdateOutputs out{clear != nullptr && !clear_after ? clear + begin : nullptr,
+                            rule.rounded};
     if (out.clear == nullptr && out.rounded == nullptr) {
       // the update alone: the Context's backend's (on the host the CPU kernel; element-wise, so
       // its threads do not change the bits)
@@ -116,6 +120,7 @@ void update_runs(Context& ctx, const OptimizerOptions& o, const Layer& layer, fl
         ctx.backend().sgd_update(params + begin, grads + begin, state + begin, end - begin,
                                  SGDParams{lr, o.momentum, wd}, rule.scale,
                                  offset_correction(correction, begin));
+      if (clear_after) ctx.backend().fill_zero(clear + begin, static_cast<long>(end - begin));
       continue;
     }
     // a gradient cleared or a bf16 copy written in the same pass: the CPU kernel's outputs

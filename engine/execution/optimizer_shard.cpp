@@ -11,8 +11,8 @@
 namespace actorpipe {
 
 OptimizerShard::OptimizerShard(const Model& model, const Partition& partition, int stage,
-                               const OptimizerOptions& optimizer)
-    : opt_(optimizer), stage_(stage) {
+                               const OptimizerOptions& optimizer, BackendMemory& memory)
+    : opt_(optimizer), stage_(stage), memory_(&memory) {
   AP_CHECK(partition.num_layers() == model.num_layers(),
            "partition of {} layers for a model of {} layers", partition.num_layers(),
            model.num_layers());
@@ -26,7 +26,7 @@ OptimizerShard::OptimizerShard(const Model& model, const Partition& partition, i
     offsets_.push_back(total);
     total += optimizer_state_floats(optimizer, layers_.back()->param_floats());
   }
-  state_.assign(total, 0.0f);
+  state_ = BackendBuffer(memory, total);
 }
 
 std::span<float> OptimizerShard::state(int i) {
@@ -75,7 +75,7 @@ void OptimizerShard::skip_update(UpdateJob& job) {
            job.stage());
   for (int i = 0; i < num_layers(); ++i) {
     const std::span<float> g = job.grads(i);
-    std::fill(g.begin(), g.end(), 0.0f);
+    if (!g.empty()) memory_->fill_zero(g.data(), static_cast<long>(g.size()));
   }
   job.rounded_written_ = false;
   job.applied_ = true;

@@ -10,6 +10,7 @@
 #include "engine/model/model.hpp"
 #include "engine/model/partition.hpp"
 #include "engine/options.hpp"
+#include "kernels/backend_memory.hpp"
 #include "kernels/context.hpp"
 
 namespace actorpipe {
@@ -22,8 +23,10 @@ namespace actorpipe {
 /// weights from it, see StageWorker::predict_from). One thread at a time calls run_update.
 class OptimizerShard {
  public:
+  /// The state lives in `memory` (which must outlive the shard): host memory, or the memory of
+  /// the backend the stage's worker computes on (run_update's ctx must compute on it then).
   OptimizerShard(const Model& model, const Partition& partition, int stage,
-                 const OptimizerOptions& optimizer);
+                 const OptimizerOptions& optimizer, BackendMemory& memory = host_backend_memory());
   OptimizerShard(const OptimizerShard&) = delete;
   OptimizerShard& operator=(const OptimizerShard&) = delete;
 
@@ -34,7 +37,8 @@ class OptimizerShard {
   const OptimizerOptions& options() const { return opt_; }
 
   /// Optimizer state of local layer i (optimizer_state_floats of its parameters): AdamW m then
-  /// v, SGD momentum. Writable for checkpoint loading, while no update runs.
+  /// v, SGD momentum, in the shard's memory. Writable for checkpoint loading, while no update
+  /// runs.
   std::span<float> state(int i);
   std::span<const float> state(int i) const;
 
@@ -57,7 +61,8 @@ class OptimizerShard {
   int first_ = 0;
   std::vector<std::shared_ptr<const Layer>> layers_;
   std::vector<size_t> offsets_;  // per local layer, floats into state_
-  std::vector<float> state_;
+  BackendBuffer state_;
+  BackendMemory* memory_ = nullptr;
   std::vector<SlotRule> rules_;  // run_update's, per slot of one layer
 };
 

@@ -1,40 +1,39 @@
-// Scratch pool: smallest fit over the kept buffers by capacity.
+// Scratch pool: smallest fit over the kept buffers of the memory asked for.
 #include "engine/execution/scratch_pool.hpp"
-
-#include <utility>
 
 namespace actorpipe {
 
-void ScratchPool::give(std::vector<float> buffer) {
-  const size_t floats = buffer.capacity();
+void ScratchPool::give(BackendBuffer buffer) {
+  const size_t floats = buffer.size();
   if (floats == 0) return;
   kept_bytes_ += floats * sizeof(float);
-  kept_.emplace(floats, std::move(buffer));
+  const BackendMemory* memory = buffer.memory();
+  kept_.emplace(std::make_pair(memory, floats), std::move(buffer));
 }
 
-std::vector<float> ScratchPool::take(size_t n) {
-  std::vector<float> out;
-  if (n == 0) return out;
-  auto it = kept_.lower_bound(n);
-  if (it == kept_.end()) {
-    out.assign(n, 0.0f);
+BackendBuffer ScratchPool::take(BackendMemory& memory, size_t n) {
+  if (n == 0) return {};
+  auto it = kept_.lower_bound({&memory, n});
+  if (it == kept_.end() || it->first.first != &memory) {
     allocated_bytes_ += n * sizeof(float);
-    return out;
+    return BackendBuffer(memory, n);
   }
-  out = std::move(it->second);
+  BackendBuffer out = std::move(it->second);
   kept_.erase(it);
-  const size_t bytes = out.capacity() * sizeof(float);
+  const size_t bytes = out.size() * sizeof(float);
   kept_bytes_ -= bytes;
   reused_bytes_ += bytes;
-  out.assign(n, 0.0f);  // within the capacity: no allocation
+  memory.fill_zero(out.data(), static_cast<long>(n));
   return out;
 }
 
-void assign_zeros(std::vector<float>& v, size_t n, ScratchPool* pool) {
-  if (pool == nullptr) {
-    v.assign(n, 0.0f);
+void assign_zeros(BackendBuffer& b, BackendMemory& memory, size_t n, ScratchPool* pool) {
+  if (pool != nullptr) {
+    b = pool->take(memory, n);
+  } else if (b.memory() == &memory && b.size() >= n && n > 0) {
+    memory.fill_zero(b.data(), static_cast<long>(n));
   } else {
-    v = pool->take(n);
+    b = n > 0 ? BackendBuffer(memory, n) : BackendBuffer();
   }
 }
 

@@ -96,20 +96,21 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
   recompute_floats_ = scratch;
   // a second gradient buffer only when backwards can run while an update is open
   const int versions = version_capacity(options.mode, d, stage_);
-  grad_buf_[0].assign(params, 0.0f);
-  if (versions > 1) grad_buf_[1].assign(params, 0.0f);
+  grad_buf_[0] = BackendBuffer(*memory_, params);
+  if (versions > 1) grad_buf_[1] = BackendBuffer(*memory_, params);
   grads_ = grad_buf_[0].data();
-  if (predicted_policy) predicted_.assign(params, 0.0f);
+  if (predicted_policy) predicted_ = BackendBuffer(*memory_, params);
   // the dc correction's Δ = W_now − W_stale, made when an update begins (2bw, pipedream: the
   // stale version is still stored then)
-  if (needs_weight_change(optimizer) && !predicted_policy) weight_change_.assign(params, 0.0f);
+  if (needs_weight_change(optimizer) && !predicted_policy)
+    weight_change_ = BackendBuffer(*memory_, params);
 
   // activation stash
   const int slots = options.stash_slots > 0
                         ? options.stash_slots
                         : default_stash_slots(options.mode, d, stage_, options.microbatches);
   stash_ = ActivationStash(stage_, slots, static_cast<size_t>(L - 1) * bth_, saved, weights,
-                           scratch_pool);
+                           scratch_pool, *memory_);
   take_scratch_buffers(scratch_pool);
   const std::vector<int64_t> hidden_shape{options.B, options.T, model.options().width};
   out_pool_ = std::make_unique<TensorPool>(hidden_shape, is_last() ? 0 : stash_slots() + 1);
@@ -128,7 +129,7 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
   }
   store_ =
       std::make_unique<WeightStore>(version_policy(options.mode), versions, std::move(layer_floats),
-                                    stash_slots(), std::move(bf16_stash));
+                                    stash_slots(), std::move(bf16_stash), *memory_);
   if (options.init_params) {
     for (int i = 0; i < L; ++i) model.init_layer(first_ + i, store_->mutable_params(0, i).data());
   }
@@ -188,11 +189,11 @@ StageWorker::~StageWorker() = default;
 void StageWorker::take_scratch_buffers(ScratchPool* pool) {
   // after the stash's (the largest first: the pool fits the smallest buffer that holds each)
   if (std::find(recompute_.begin(), recompute_.end(), true) != recompute_.end()) {
-    assign_zeros(recompute_saved_, recompute_floats_, pool);
-    assign_zeros(recompute_out_, bth_, pool);
+    assign_zeros(recompute_saved_, *memory_, recompute_floats_, pool);
+    assign_zeros(recompute_out_, *memory_, bth_, pool);
   }
-  assign_zeros(dh_a_, bth_, pool);
-  assign_zeros(dh_b_, bth_, pool);
+  assign_zeros(dh_a_, *memory_, bth_, pool);
+  assign_zeros(dh_b_, *memory_, bth_, pool);
 }
 
 void StageWorker::give_scratch(ScratchPool& pool) {
@@ -201,7 +202,7 @@ void StageWorker::give_scratch(ScratchPool& pool) {
            in_flight(), job_.open() ? ", an update open" : "");
   AP_CHECK(holds_scratch(), "stage {}: scratch buffers given away twice", stage_);
   stash_.give_buffers(pool);
-  for (std::vector<float>* v :
+  for (BackendBuffer* v :
        {&recompute_saved_, &recompute_out_, &dh_a_, &dh_b_, &eval_hidden_, &eval_saved_})
     pool.give(std::exchange(*v, {}));
 }
@@ -368,7 +369,7 @@ ForwardOutput StageWorker::exec_forward(const Action& a, const Microbatch& mb, c
       P = y;
     }
     if (recompute_[k] && predicted) {
-      std::copy_n(P, layer.param_floats(), slot.weights.data() + weight_off_[k]);
+      memory_->copy(slot.weights.data() + weight_off_[k], P, layer.param_floats());
     }
     ctx_.arena().reset();
     const float* x = i > 0 ? slot.hidden.data() + (k - 1) * bth
@@ -406,8 +407,8 @@ ForwardOutput StageWorker::evaluate(const Microbatch& mb, const Tensor& in) {
     size_t saved = 0;
     for (const auto& layer : layers_)
       saved = std::max(saved, layer->saved_floats_for(opts_.B, opts_.T, ctx_.bf16_activations()));
-    eval_hidden_.assign(2 * bth, 0.0f);
-    eval_saved_.assign(std::max<size_t>(saved, 1), 0.0f);
+    eval_hidden_ = BackendBuffer(*memory_, 2 * bth);
+    eval_saved_ = BackendBuffer(*memory_, std::max<size_t>(saved, 1));
   }
   ForwardOutput result;
   if (!layers_.back()->is_loss())
@@ -677,7 +678,7 @@ bool StageWorker::recomputes(int i) const {
 }
 
 size_t StageWorker::recompute_scratch_bytes() const {
-  return (recompute_saved_.capacity() + recompute_out_.capacity()) * sizeof(float);
+  return (recompute_saved_.size() + recompute_out_.size()) * sizeof(float);
 }
 
 float* StageWorker::saved_of(Slot& slot, int i) {
@@ -722,7 +723,7 @@ StageWorker::PredictedTied StageWorker::predicted_tied(size_t k) const {
   if (role != TiedRole::owner || !predicted_tied_.valid()) return {};
   const TiedLayout& t = tied_.layout(k);
   const size_t off = param_off_[static_cast<size_t>(t.owner_local)] + t.owner_offset;
-  return {predicted_tied_, std::span<const float>(predicted_).subspan(off, t.numel)};
+  return {predicted_tied_, std::span<const float>(predicted_.data() + off, t.numel)};
 }
 
 void StageWorker::install_tied_weights(size_t k, int version, std::span<const float> w) {

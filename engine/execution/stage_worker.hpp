@@ -331,6 +331,10 @@ class StageWorker {
   // updates, and an installed tied value costs only its layer's)
   void sync_bf16_copies();
 
+  // where every buffer of the stage lives (weight versions, gradients, the activation stash,
+  // the backward ping-pong, the recompute and evaluation buffers): the process's host memory,
+  // which outlives any pool the scratch buffers go to
+  BackendMemory* memory_ = &host_backend_memory();
   Model model_;
   Partition partition_;
   OptimizerOptions opt_;
@@ -349,30 +353,30 @@ class StageWorker {
   std::unique_ptr<WeightStore> store_;
   // gradients: the buffer backwards accumulate into, and a second one while the policy keeps
   // several versions (backwards may run while an update holds the first)
-  std::vector<float> grad_buf_[2];
+  BackendBuffer grad_buf_[2];
   float* grads_ = nullptr;
-  std::vector<float> predicted_;
+  BackendBuffer predicted_;
   std::vector<size_t> param_off_;  // per local layer
   // per local layer: its saved activations' offset in a stash slot's `saved` (not recomputed)
   // or in recompute_saved_ (recomputed); xpipe: a recomputed layer's weights in a slot's
   // `weights`
   std::vector<size_t> saved_off_, weight_off_;
-  std::vector<bool> recompute_;         // per local layer
-  size_t recompute_floats_ = 0;         // recompute_saved_'s size
-  std::vector<float> recompute_saved_;  // the recomputed layers' saved activations (scratch)
-  std::vector<float> recompute_out_;    // (B,T,C): a recomputed forward's output, unused
+  std::vector<bool> recompute_;    // per local layer
+  size_t recompute_floats_ = 0;    // recompute_saved_'s size
+  BackendBuffer recompute_saved_;  // the recomputed layers' saved activations (scratch)
+  BackendBuffer recompute_out_;    // (B,T,C): a recomputed forward's output, unused
   TiedParams tied_;
   UpdateJob job_;                            // the update handed out (layout fixed at build)
   const OptimizerShard* moments_ = nullptr;  // xpipe prediction
-  std::vector<float> weight_change_;         // dc: Δ of the open update (empty: not needed)
+  BackendBuffer weight_change_;              // dc: Δ of the open update (empty: not needed)
   int last_backward_version_ = -1;           // the version the last backward used
 
   ActivationStash stash_;
-  size_t bth_ = 0;                  // B·T·width: one (B,T,C) tensor
-  std::vector<float> dh_a_, dh_b_;  // backward ping-pong (B,T,C)
+  size_t bth_ = 0;             // B·T·width: one (B,T,C) tensor
+  BackendBuffer dh_a_, dh_b_;  // backward ping-pong (B,T,C)
   // evaluate(): hidden states between layers (B,T,C) x 2 and one layer's saved activations,
   // allocated at the first evaluation
-  std::vector<float> eval_hidden_, eval_saved_;
+  BackendBuffer eval_hidden_, eval_saved_;
   DeferredGrads later_;      // the weight half of a B split by exec_backward_input
   Slot* pending_ = nullptr;  // the B whose weight half is pending
   Action pending_action_;

@@ -55,8 +55,9 @@ int version_capacity(Mode mode, int stages, int stage) {
 }
 
 WeightStore::WeightStore(VersionPolicy policy, int capacity, std::vector<size_t> layer_floats,
-                         int max_in_flight, std::vector<StashRange> bf16_stash)
-    : policy_(policy), layer_sizes_(std::move(layer_floats)) {
+                         int max_in_flight, std::vector<StashRange> bf16_stash,
+                         BackendMemory& memory)
+    : policy_(policy), layer_sizes_(std::move(layer_floats)), memory_(&memory) {
   AP_CHECK(capacity >= 1, "a weight store needs at least one version buffer, got {}", capacity);
   AP_CHECK(capacity == 1 || (policy != VersionPolicy::single && policy != VersionPolicy::predicted),
            "policy {} keeps one version, not {}", to_string(policy), capacity);
@@ -68,8 +69,16 @@ WeightStore::WeightStore(VersionPolicy policy, int capacity, std::vector<size_t>
     layer_offsets_.push_back(total);
     total += n;
   }
-  buffers_.reserve(static_cast<size_t>(capacity));
-  for (int b = 0; b < capacity; ++b) buffers_.emplace_back(total);  // zeros
+  total_ = total;
+  for (int b = 0; b < capacity; ++b) {  // zeros
+    if (memory.host_memory()) {
+      buffers_.emplace_back(total);
+      base_.push_back(buffers_.back().data());
+    } else {
+      allocations_.emplace_back(memory, total);
+      base_.push_back(allocations_.back().data());
+    }
+  }
   ids_.assign(static_cast<size_t>(capacity), -1);
   generations_.assign(static_cast<size_t>(capacity) * layer_sizes_.size(), 0);
   ids_[0] = 0;
@@ -78,6 +87,9 @@ WeightStore::WeightStore(VersionPolicy policy, int capacity, std::vector<size_t>
   if (bf16_stash.empty() || capacity == 1) return;
   AP_CHECK(policy == VersionPolicy::double_buffered || policy == VersionPolicy::ring,
            "a bf16 stash keeps stashed versions, which policy {} has none of", to_string(policy));
+  AP_CHECK(memory.host_memory(),
+           "a bf16 weight stash rounds its versions on the host: not in the memory of {}",
+           memory.name());
   size_t bf16_floats = 0;
   for (const StashRange& r : bf16_stash) {
     AP_CHECK(r.layer >= 0 && r.layer < num_layers() && r.n > 0 &&
@@ -124,7 +136,7 @@ std::span<const float> WeightStore::params(int version, int layer) const {
   AP_CHECK(b >= 0, "version {} is not stored (stored: {})", version, fmt::join(versions(), ", "));
   const size_t l = static_cast<size_t>(layer);
   AP_CHECK(layer >= 0 && layer < num_layers(), "layer {} of {}", layer, num_layers());
-  return {buffers_[static_cast<size_t>(b)].data() + layer_offsets_[l], layer_sizes_[l]};
+  return {base_[static_cast<size_t>(b)] + layer_offsets_[l], layer_sizes_[l]};
 }
 
 std::span<float> WeightStore::mutable_params(int version, int layer) {
@@ -137,7 +149,7 @@ std::span<float> WeightStore::mutable_params(int version, int layer) {
   changed(b, layer);  // the caller writes it
   if (stashed(b)) widen(b, layer);
   const size_t l = static_cast<size_t>(layer);
-  return {buffers_[static_cast<size_t>(b)].data() + layer_offsets_[l], layer_sizes_[l]};
+  return {base_[static_cast<size_t>(b)] + layer_offsets_[l], layer_sizes_[l]};
 }
 
 void WeightStore::reset(int version) {
@@ -257,8 +269,8 @@ void WeightStore::begin_update() {
     return;
   }
   const int target = update_target();
-  const PageBuffer& src = buffers_[static_cast<size_t>(latest_buffer_)];
-  std::copy_n(src.data(), src.size(), buffers_[static_cast<size_t>(target)].data());
+  memory_->copy(base_[static_cast<size_t>(target)], base_[static_cast<size_t>(latest_buffer_)],
+                total_);
   updating_ = target;
   changed(target);
 }
@@ -268,7 +280,7 @@ std::span<float> WeightStore::update_params(int layer) {
   AP_CHECK(layer >= 0 && layer < num_layers(), "layer {} of {}", layer, num_layers());
   changed(updating_, layer);  // the caller writes it
   const size_t l = static_cast<size_t>(layer);
-  return {buffers_[static_cast<size_t>(updating_)].data() + layer_offsets_[l], layer_sizes_[l]};
+  return {base_[static_cast<size_t>(updating_)] + layer_offsets_[l], layer_sizes_[l]};
 }
 
 void WeightStore::commit_update() {
@@ -297,7 +309,7 @@ std::span<const float> WeightStore::buffer(int b, int layer) const {
   AP_CHECK(b >= 0 && b < capacity() && layer >= 0 && layer < num_layers(),
            "buffer {} of {}, layer {} of {}", b, capacity(), layer, num_layers());
   const size_t l = static_cast<size_t>(layer);
-  return {buffers_[static_cast<size_t>(b)].data() + layer_offsets_[l], layer_sizes_[l]};
+  return {base_[static_cast<size_t>(b)] + layer_offsets_[l], layer_sizes_[l]};
 }
 
 void WeightStore::changed(int buffer) {
@@ -310,7 +322,7 @@ void WeightStore::changed(int buffer, int layer) {
 
 std::vector<std::span<const float>> WeightStore::buffers() const {
   std::vector<std::span<const float>> out;
-  for (const auto& b : buffers_) out.emplace_back(b.data(), b.size());
+  for (const float* b : base_) out.emplace_back(b, total_);
   return out;
 }
 
@@ -406,6 +418,7 @@ const bf16* WeightStore::stashed_bf16(int version, int layer, size_t offset, siz
 size_t WeightStore::resident_bytes() const {
   size_t bytes = 0;
   for (const PageBuffer& b : buffers_) bytes += b.resident_bytes();
+  for (const BackendBuffer& b : allocations_) bytes += b.size() * sizeof(float);
   for (const auto& v : stash_bf16_) bytes += v.size() * sizeof(bf16);
   return bytes;
 }

@@ -10,6 +10,7 @@
 
 #include "engine/execution/page_buffer.hpp"
 #include "engine/mode.hpp"
+#include "kernels/backend_memory.hpp"
 #include "kernels/bf16.hpp"
 
 namespace actorpipe {
@@ -63,8 +64,13 @@ class WeightStore {
   /// at once (the stage's activation stash bound). bf16_stash: the ranges stashed versions keep
   /// in bf16 only (ascending, disjoint, within their layers); empty = every version in f32. Only
   /// for double_buffered and ring; ignored with one buffer (nothing is stashed).
+  /// memory: where the version buffers live (it must outlive the store). Host memory keeps them
+  /// in PageBuffers; other memory (a device's) in its own allocations, where params() and the
+  /// other spans point into that memory, begin_update copies through it, and no bf16 stash is
+  /// kept (refused: it rounds on the host).
   WeightStore(VersionPolicy policy, int capacity, std::vector<size_t> layer_floats,
-              int max_in_flight, std::vector<StashRange> bf16_stash = {});
+              int max_in_flight, std::vector<StashRange> bf16_stash = {},
+              BackendMemory& memory = host_backend_memory());
 
   VersionPolicy policy() const { return policy_; }
   int capacity() const { return static_cast<int>(ids_.size()); }
@@ -136,7 +142,7 @@ class WeightStore {
   /// pages back. A stage calls it before it computes; cheap when nothing was written.
   void settle();
   /// Bytes the version buffers hold now: their resident pages (PageBuffer::resident_bytes) and
-  /// the stashed versions' bf16 values.
+  /// the stashed versions' bf16 values; in memory other than the host's, what was allocated.
   size_t resident_bytes() const;
 
   /// Versions that are the newest or bound by a microbatch in flight, now / at most so far.
@@ -158,8 +164,14 @@ class WeightStore {
   void widen(int buffer, int layer);
   int stash_range_at(size_t offset, size_t n) const;  // index into stash_, or -1
 
-  std::vector<PageBuffer> buffers_;  // one per version slot, every layer inside
-  std::vector<int> ids_;             // version held by each buffer, -1 = none
+  BackendMemory* memory_ = nullptr;
+  // one per version slot, every layer inside: host pages, or allocations of memory_ when that is
+  // not host memory; base_[b] is buffer b's first float either way
+  std::vector<PageBuffer> buffers_;
+  std::vector<BackendBuffer> allocations_;
+  std::vector<float*> base_;
+  size_t total_ = 0;      // floats per buffer
+  std::vector<int> ids_;  // version held by each buffer, -1 = none
   int latest_buffer_ = 0;
   int updating_ = -1;                       // buffer being written, -1 = no update open
   std::vector<std::pair<int, int>> bound_;  // (microbatch, buffer)

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "kernels/check.hpp"
+#include "kernels/checked_backend.hpp"
+#include "kernels/context.hpp"
 
 using namespace actorpipe;
 
@@ -284,4 +286,40 @@ TEST_CASE("generation: an update changes the buffer it writes, a write changes i
   s.reset(7);
   CHECK(gens() == g3);
   CHECK(s.params(7, 1).data() == s.buffer(0, 1).data());
+}
+
+TEST_CASE("in memory of a backend: versions live there and an update copies through it") {
+  Context ctx(1);
+  CheckedBackend dev(ctx);  // the host touching its memory outside its operations faults
+  const size_t regions = dev.regions();
+  {
+    WeightStore s(VersionPolicy::ring, 3, {3, 2}, 4, {}, dev);
+    CHECK(dev.regions() == regions + 3);  // a buffer per version, allocated up front
+    CHECK(s.resident_bytes() == 3 * 5 * sizeof(float));
+    auto load = [&](std::span<float> dst, float x) {
+      const std::vector<float> v(dst.size(), x);
+      dev.to_backend(dst.data(), v.data(), v.size());
+    };
+    auto read = [&](std::span<const float> src) {
+      std::vector<float> v(src.size());
+      dev.to_host(v.data(), src.data(), v.size());
+      return v;
+    };
+    load(s.mutable_params(0, 0), 1.0f);
+    load(s.mutable_params(0, 1), 2.0f);
+    s.bind(0, 0);
+    s.begin_update();  // the newest version copied into a free buffer, through the backend
+    for (int l = 0; l < 2; ++l) CHECK(dev.owns(s.update_params(l).data()));
+    CHECK(read(s.update_params(1)) == std::vector<float>{2.0f, 2.0f});
+    load(s.update_params(0), 3.0f);
+    s.commit_update();
+    CHECK(read(s.params(0, 0)) == std::vector<float>(3, 1.0f));  // bound: kept
+    CHECK(read(s.params(1, 0)) == std::vector<float>(3, 3.0f));
+    CHECK(read(s.params(1, 1)) == std::vector<float>(2, 2.0f));
+    for (std::span<const float> b : s.buffers()) CHECK(dev.owns(b.data()));
+  }
+  CHECK(dev.regions() == regions);  // released with the store
+  CHECK_THROWS_WITH_AS(WeightStore(VersionPolicy::ring, 2, {4}, 2, {{0, 0, 4}}, dev),
+                       doctest::Contains("bf16 weight stash rounds its versions on the host"),
+                       CheckFailure);
 }

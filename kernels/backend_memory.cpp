@@ -1,0 +1,44 @@
+// The process's host memory (host_backend_memory).
+#include "kernels/backend_memory.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/check.hpp"
+
+namespace actorpipe {
+namespace {
+
+class HostMemory final : public BackendMemory {
+ public:
+  Device device() const override { return Device::cpu; }
+  std::string name() const override { return "host memory"; }
+  float* allocate(size_t n) override { return allocate_host_floats(n); }
+  void release(float* p) override { std::free(p); }
+  void to_backend(float* dst, const float* src, size_t n) override { copy(dst, src, n); }
+  void to_host(float* dst, const float* src, size_t n) override { copy(dst, src, n); }
+  void copy(float* dst, const float* src, size_t n) override {
+    if (n > 0 && dst != src) std::memmove(dst, src, n * sizeof(float));
+  }
+  void fill_zero(float* dst, long N) override {
+    if (N > 0) std::memset(dst, 0, static_cast<size_t>(N) * sizeof(float));
+  }
+  void synchronize() override {}
+};
+
+}  // namespace
+
+float* allocate_host_floats(size_t n) {
+  const size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, bytes == 0 ? 64 : bytes);
+  AP_CHECK(p != nullptr, "host memory: out of memory allocating {} floats", n);
+  std::memset(p, 0, bytes == 0 ? 64 : bytes);
+  return static_cast<float*>(p);
+}
+
+BackendMemory& host_backend_memory() {
+  static HostMemory* memory = new HostMemory();  // never destroyed: buffers may outlive statics
+  return *memory;
+}
+
+}  // namespace actorpipe

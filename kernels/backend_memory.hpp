@@ -1,0 +1,95 @@
+// BackendMemory: the memory half of a compute backend (allocate, release, the copies in and out,
+// zeroing) and BackendBuffer, n floats of it owned. ComputeBackend (compute_backend.hpp) is one;
+// host_backend_memory() is the process's host memory, which outlives every buffer made from it.
+// Buffers that outlive the backend whose ops use them (a stage's scratch handed to the next
+// stage in a layer move, a pool of them) are made from a BackendMemory that outlives them: a CPU
+// stage's come from host_backend_memory(), whose memory every CPU backend's ops take.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "kernels/tensor.hpp"
+
+namespace actorpipe {
+
+class BackendMemory {
+ public:
+  virtual ~BackendMemory() = default;
+  BackendMemory() = default;
+  BackendMemory(const BackendMemory&) = delete;
+  BackendMemory& operator=(const BackendMemory&) = delete;
+
+  /// Where the memory lives.
+  virtual Device device() const = 0;
+  /// Whether host code may read and write the memory directly (and so run the CPU kernels on
+  /// it): host memory; not a device's, nor a CheckedBackend's.
+  virtual bool host_memory() const { return device() == Device::cpu; }
+  /// For messages and logs: "host memory", "cpu (2 threads)", "cuda:0 (NVIDIA H200)".
+  virtual std::string name() const = 0;
+
+  /// n floats, zero-filled; freed by release(). A CheckFailure naming the size when out of
+  /// memory.
+  virtual float* allocate(size_t n) = 0;
+  virtual void release(float* p) = 0;
+  /// dst (this memory, n floats) = src (host); dst (host) = src (this memory); dst = src (both
+  /// this memory, overlapping allowed).
+  virtual void to_backend(float* dst, const float* src, size_t n) = 0;
+  virtual void to_host(float* dst, const float* src, size_t n) = 0;
+  virtual void copy(float* dst, const float* src, size_t n) = 0;
+  /// dst[0, N) = 0 (this memory).
+  virtual void fill_zero(float* dst, long N) = 0;
+  /// Waits until every operation issued so far has finished (a no-op on the host).
+  virtual void synchronize() = 0;
+};
+
+/// The process's host memory: 64-byte aligned, zero-filled allocations (what the CPU backend
+/// allocates), copies by memmove. Lives until the process ends.
+BackendMemory& host_backend_memory();
+/// n zeros in 64-byte aligned host memory, freed by std::free (host_backend_memory's and the CPU
+/// backend's allocations).
+float* allocate_host_floats(size_t n);
+
+/// n floats of a BackendMemory, released when it goes (the memory must outlive it).
+class BackendBuffer {
+ public:
+  BackendBuffer() = default;
+  BackendBuffer(BackendMemory& memory, size_t n)
+      : memory_(&memory), n_(n), p_(memory.allocate(n)) {}
+  ~BackendBuffer() { reset(); }
+  BackendBuffer(BackendBuffer&& o) noexcept : memory_(o.memory_), n_(o.n_), p_(o.p_) {
+    o.p_ = nullptr;
+    o.n_ = 0;
+  }
+  BackendBuffer& operator=(BackendBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      memory_ = o.memory_;
+      n_ = o.n_;
+      p_ = o.p_;
+      o.p_ = nullptr;
+      o.n_ = 0;
+    }
+    return *this;
+  }
+  float* data() { return p_; }
+  const float* data() const { return p_; }
+  /// Floats allocated.
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  /// The memory it came from (nullptr for an empty buffer never allocated).
+  BackendMemory* memory() const { return memory_; }
+  /// Frees the floats now (an empty buffer remains).
+  void reset() {
+    if (p_ != nullptr) memory_->release(p_);
+    p_ = nullptr;
+    n_ = 0;
+  }
+
+ private:
+  BackendMemory* memory_ = nullptr;
+  size_t n_ = 0;
+  float* p_ = nullptr;
+};
+
+}  // namespace actorpipe
