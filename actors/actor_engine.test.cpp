@@ -18,6 +18,7 @@
 #include "engine/profiler/auto_partition.hpp"
 #include "kernels/bf16_gemm.hpp"
 #include "tests/support/bits.hpp"
+#include "tests/support/checked_devices.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/tiny_model.hpp"
 
@@ -69,9 +70,10 @@ void check_against_serial(const Config& c, const std::vector<int>& runs, ActorEn
     StageWorker& ws = (*serial)->worker(r);
     StageWorker& wa = (*actors)->worker(r);
     CHECK(wa.updates() == ws.updates());
-    for (int i = 0; i < ws.num_layers(); ++i) {
-      CHECK(same_bits(wa.params(i), ws.params(i)));
-      CHECK(same_bits((*actors)->optimizer(r).state(i), (*serial)->optimizer(r).state(i)));
+    for (int i = 0; i < ws.num_layers(); ++i) {  // read where each stage keeps them
+      CHECK(same_bits(host_copy(wa.memory(), wa.params(i)), host_copy(ws.memory(), ws.params(i))));
+      CHECK(same_bits(host_copy(wa.memory(), (*actors)->optimizer(r).state(i)),
+                      host_copy(ws.memory(), (*serial)->optimizer(r).state(i))));
     }
     log_a.insert(log_a.end(), wa.version_log().begin(), wa.version_log().end());
   }

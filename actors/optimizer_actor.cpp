@@ -134,7 +134,7 @@ class OptimizerActor : public caf::event_based_actor {
         } else {
           g = s.pool->acquire();
           auto mine = job().tied_grad(s.k);
-          std::copy(mine.begin(), mine.end(), g.f32());
+          job().memory().to_host(g.f32(), mine.data(), mine.size());
         }
       });
       const ChannelKind kind = s.owner ? ChannelKind::tied_to_copy : ChannelKind::tied_to_owner;
@@ -171,7 +171,7 @@ class OptimizerActor : public caf::event_based_actor {
                  other.size(), s.numel);
         if (!skip()) {
           timed([&] {
-            auto mine = job().tied_grad(s.k);
+            auto mine = host_view(job().memory(), job().tied_grad(s.k), staged_);
             sum_.resize(s.numel);
             const float* owner = s.owner ? mine.data() : other.data();
             const float* copy = s.owner ? other.data() : mine.data();
@@ -242,7 +242,7 @@ class OptimizerActor : public caf::event_based_actor {
             } else {
               w = s.pool->acquire();
               auto mine = job().tied_weights(s.k);
-              std::copy(mine.begin(), mine.end(), w.f32());
+              job().memory().to_host(w.f32(), mine.data(), mine.size());
             }
           });
           if (!post_tied(s, ChannelKind::tied_weights, std::move(w), version, 0,
@@ -324,6 +324,7 @@ class OptimizerActor : public caf::event_based_actor {
   int64_t busy_ns_ = 0;
   float own_scale_ = 1.0f;
   std::vector<float> sum_;
+  std::vector<float> staged_;  // this stage's tied gradient on the host, off the host
   std::map<std::pair<int64_t, int>, Tensor> tgrads_;  // peers' tied contributions received
   std::map<int64_t, float> scales_;
 };

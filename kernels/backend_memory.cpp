@@ -36,6 +36,14 @@ float* allocate_host_floats(size_t n) {
   return static_cast<float*>(p);
 }
 
+std::span<const float> host_view(BackendMemory& memory, std::span<const float> src,
+                                 std::vector<float>& staging) {
+  if (memory.host_memory()) return src;
+  staging.resize(src.size());
+  memory.to_host(staging.data(), src.data(), src.size());
+  return staging;
+}
+
 BackendMemory& host_backend_memory() {
   static HostMemory* memory = new HostMemory();  // never destroyed: buffers may outlive statics
   return *memory;

@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "kernels/tensor.hpp"
 
@@ -49,6 +51,11 @@ BackendMemory& host_backend_memory();
 /// n zeros in 64-byte aligned host memory, freed by std::free (host_backend_memory's and the CPU
 /// backend's allocations).
 float* allocate_host_floats(size_t n);
+
+/// The floats of `src` (in `memory`) for the host to read: `src` itself in host memory, else
+/// their copy in `staging` (resized to them).
+std::span<const float> host_view(BackendMemory& memory, std::span<const float> src,
+                                 std::vector<float>& staging);
 
 /// n floats of a BackendMemory, released when it goes (the memory must outlive it).
 class BackendBuffer {

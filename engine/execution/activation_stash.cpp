@@ -21,12 +21,14 @@ int default_stash_slots(Mode mode, int d, int r, int m) {
 }
 
 ActivationStash::ActivationStash(int stage, int slots, size_t hidden_floats, size_t saved_floats,
-                                 size_t weight_floats, ScratchPool* pool, BackendMemory& memory)
+                                 size_t weight_floats, ScratchPool* pool, BackendMemory& memory,
+                                 size_t input_floats)
     : memory_(&memory),
       stage_(stage),
       hidden_floats_(hidden_floats),
       saved_floats_(saved_floats),
-      weight_floats_(weight_floats) {
+      weight_floats_(weight_floats),
+      input_floats_(input_floats) {
   slots_.resize(static_cast<size_t>(std::max(slots, 1)));
   take_buffers(pool);
 }
@@ -38,6 +40,7 @@ void ActivationStash::give_buffers(ScratchPool& pool) {
     pool.give(std::exchange(s.hidden, {}));
     pool.give(std::exchange(s.saved, {}));
     pool.give(std::exchange(s.weights, {}));
+    pool.give(std::exchange(s.input_copy, {}));
   }
   has_buffers_ = false;
 }
@@ -46,13 +49,15 @@ void ActivationStash::take_buffers(ScratchPool* pool) {
   // the largest first: the pool's smallest fit then leaves its big buffers to the big needs
   for (Slot& s : slots_) assign_zeros(s.saved, *memory_, saved_floats_, pool);
   for (Slot& s : slots_) assign_zeros(s.hidden, *memory_, hidden_floats_, pool);
+  for (Slot& s : slots_) assign_zeros(s.input_copy, *memory_, input_floats_, pool);
   for (Slot& s : slots_) assign_zeros(s.weights, *memory_, weight_floats_, pool);
   has_buffers_ = true;
 }
 
 size_t ActivationStash::bytes() const {
   size_t floats = 0;
-  for (const Slot& s : slots_) floats += s.hidden.size() + s.saved.size() + s.weights.size();
+  for (const Slot& s : slots_)
+    floats += s.hidden.size() + s.saved.size() + s.weights.size() + s.input_copy.size();
   return floats * sizeof(float);
 }
 

@@ -32,17 +32,20 @@ class ActivationStash {
     /// xpipe: the weights the forward computed with of the recomputed layers (a prediction, or
     /// a version updated in place before the backward); empty in the other modes
     BackendBuffer weights;
+    /// off the host: the input's floats copied into the stage's memory (its forward's and its
+    /// backward's first layer read them there); empty on the host, where `input` is read
+    BackendBuffer input_copy;
     LossStats loss;
   };
 
   ActivationStash() = default;
-  /// `slots` slots of `hidden_floats`, `saved_floats` and `weight_floats` each, for stage
-  /// `stage` (messages), in `memory` (which must outlive the stash and any pool its buffers go
-  /// to); the buffers from `pool` where it has them. A buffer may hold more floats than asked
-  /// (one from the pool): its first ones are the slot's.
+  /// `slots` slots of `hidden_floats`, `saved_floats`, `weight_floats` and `input_floats`
+  /// each, for stage `stage` (messages), in `memory` (which must outlive the stash and any pool
+  /// its buffers go to); the buffers from `pool` where it has them. A buffer may hold more floats
+  /// than asked (one from the pool): its first ones are the slot's.
   ActivationStash(int stage, int slots, size_t hidden_floats, size_t saved_floats,
                   size_t weight_floats = 0, ScratchPool* pool = nullptr,
-                  BackendMemory& memory = host_backend_memory());
+                  BackendMemory& memory = host_backend_memory(), size_t input_floats = 0);
 
   /// No slot in flight: every slot's buffers go to `pool`; the stash holds none (and takes no
   /// forward) until take_buffers().
@@ -68,7 +71,7 @@ class ActivationStash {
  private:
   BackendMemory* memory_ = nullptr;
   int stage_ = 0;
-  size_t hidden_floats_ = 0, saved_floats_ = 0, weight_floats_ = 0;
+  size_t hidden_floats_ = 0, saved_floats_ = 0, weight_floats_ = 0, input_floats_ = 0;
   bool has_buffers_ = true;
   std::vector<Slot> slots_;
 };

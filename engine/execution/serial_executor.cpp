@@ -122,8 +122,10 @@ SerialExecutor::SerialExecutor(const Model& model, const Partition& partition,
     w.bf16_activations = options.bf16_activations;
     w.log_versions = options.log_versions;
     w.recompute = options.recompute;
+    w.backend = options.backends.empty() ? nullptr : options.backends[static_cast<size_t>(r)];
     workers_.push_back(std::make_unique<StageWorker>(model, partition, optimizer, w));
-    shards_.push_back(std::make_unique<OptimizerShard>(model, partition, r, optimizer));
+    shards_.push_back(std::make_unique<OptimizerShard>(model, partition, r, optimizer,
+                                                       workers_.back()->memory()));
     workers_.back()->predict_from(*shards_.back());
   }
 }
@@ -163,6 +165,18 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Model& mo
         "a bf16 stash needs bf16 products with weight copies, 2bw or pipedream, and no dc "
         "correction (precision {}, mode {}, optimizer.delay_correction {})",
         to_string(o.precision), to_string(o.mode), optimizer.delay_correction);
+  }
+  if (!o.backends.empty() && static_cast<int>(o.backends.size()) != partition.stages()) {
+    return make_error("backends: {} entries for {} stages", o.backends.size(), partition.stages());
+  }
+  for (size_t r = 0; r < o.backends.size(); ++r) {
+    StageWorkerOptions w;
+    w.mode = o.mode;
+    w.stage = static_cast<int>(r);
+    w.precision = o.precision;
+    w.replicas = o.replicas;
+    w.backend = o.backends[r];
+    if (Status ok = check_stage_backend(w, optimizer); !ok) return ok.error();
   }
   if (!o.recompute.empty() && static_cast<int>(o.recompute.size()) != model.num_layers()) {
     return make_error("recompute: {} flags for a model of {} layers", o.recompute.size(),
@@ -379,6 +393,8 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
 
   Status failure;  // the first error of an action: the run stops after it
   // Whether stage r's next action can run now (and the side effects of reaching a barrier).
+  // host copies of tied values that lie in a stage's memory off the host (host_view)
+  std::vector<float> staged[2];
   auto ready = [&](int r, const Action& a) -> bool {
     StageWorker& w = *workers_[static_cast<size_t>(r)];
     switch (a.kind) {
@@ -416,7 +432,8 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
           }
           for (size_t k = 0; k < ntied && !global; ++k) {
             if (!cross(k, r, TiedRole::copy)) continue;
-            const auto g = u.jobs[static_cast<size_t>(r)]->tied_grad(k);
+            const UpdateJob& job = *u.jobs[static_cast<size_t>(r)];
+            const auto g = host_view(job.memory(), job.tied_grad(k), staged[0]);
             u.contribution[k].assign(g.begin(), g.end());
             u.has_contribution[k] = true;
           }
@@ -508,7 +525,8 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
               if (o == c) continue;
               UpdateJob& jo = *u.jobs[static_cast<size_t>(o)];
               UpdateJob& jc = *u.jobs[static_cast<size_t>(c)];
-              sum_tied(jo.tied_grad(k), jc.tied_grad(k), sum);
+              sum_tied(host_view(jo.memory(), jo.tied_grad(k), staged[0]),
+                       host_view(jc.memory(), jc.tied_grad(k), staged[1]), sum);
               jo.set_tied_grad(k, sum);
               jc.set_tied_grad(k, sum);
             }
@@ -536,7 +554,8 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
         } else {
           for (size_t k = 0; k < ntied; ++k) {
             if (!cross(k, r, TiedRole::owner)) continue;
-            sum_tied(job.tied_grad(k), u.contribution[k], u.sum[k]);
+            sum_tied(host_view(job.memory(), job.tied_grad(k), staged[0]), u.contribution[k],
+                     u.sum[k]);
             job.set_tied_grad(k, u.sum[k]);
           }
           double sumsq = 0.0;  // this stage's layers in order
@@ -559,7 +578,7 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
         w.commit_update(job);
         for (size_t k = 0; k < ntied; ++k) {
           if (sync == TiedSync::follow_owner && cross(k, r, TiedRole::owner)) {
-            const auto t = w.tied_weights(k);
+            const auto t = host_view(w.memory(), w.tied_weights(k), staged[0]);
             run.published[k][TiedVersion{static_cast<int>(w.updates()), 0}].assign(t.begin(),
                                                                                    t.end());
           }
@@ -664,11 +683,12 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
     if (sync != TiedSync::follow_owner || o == c) continue;
     const StageWorker& wo = *workers_[static_cast<size_t>(o)];
     StageWorker& wc = *workers_[static_cast<size_t>(c)];
-    wc.install_tied_weights(k, static_cast<int>(wo.updates()), wo.tied_weights(k));
+    wc.install_tied_weights(k, static_cast<int>(wo.updates()),
+                            host_view(wo.memory(), wo.tied_weights(k), staged[0]));
     // 2bw: the previous version too, which a continued run computes with
     const int prev = static_cast<int>(wo.updates()) - 1;
     if (wo.holds_previous() && wc.holds_previous())
-      wc.install_tied_weights(k, prev, wo.tied_weights(k, prev));
+      wc.install_tied_weights(k, prev, host_view(wo.memory(), wo.tied_weights(k, prev), staged[0]));
   }
 
   std::vector<double> losses;

@@ -47,6 +47,10 @@ struct SerialExecutorOptions {
   /// exchange (update protocol step 0.5). ReplicatedExecutor runs all w replicas.
   int replicas = 1;
   GradientReducer* reducer = nullptr;
+  /// Per stage, the backend it computes on (StageWorkerOptions::backend; not owned, it must
+  /// outlive the executor); empty, or nullptr for a stage: the stage's own CPU backend. The
+  /// executor moves the tied values between stages through host memory.
+  std::vector<ComputeBackend*> backends;
 };
 
 /// d StageWorkers, their OptimizerShards, and the loop that drives them. The loop sweeps the stages
@@ -133,7 +137,8 @@ class SerialExecutor {
   /// Stage `stage`'s optimizer shard (its optimizer state).
   OptimizerShard& optimizer(int stage);
   const OptimizerShard& optimizer(int stage) const;
-  /// Newest parameters of global layer `layer` (from the stage holding it).
+  /// Newest parameters of global layer `layer` (from the stage holding it), in that stage's
+  /// memory (StageWorker::memory()).
   std::span<const float> params(int layer) const;
   /// Every F/B executed so far (log_versions), per stage in execution order, stages ascending.
   std::vector<VersionUse> version_log() const;

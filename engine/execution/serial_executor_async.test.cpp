@@ -15,6 +15,7 @@
 #include "engine/schedule/simulator.hpp"
 #include "kernels/optimizer.hpp"
 #include "tests/support/bits.hpp"
+#include "tests/support/tiny_executor.hpp"
 #include "tests/support/tiny_model.hpp"
 
 using namespace actorpipe;
@@ -35,17 +36,6 @@ OptimizerOptions adamw() {
   return o;
 }
 
-OptimizerOptions sgd() {
-  OptimizerOptions o;
-  o.kind = "sgd";
-  o.lr = 5e-2f;
-  o.momentum = 0.9f;
-  o.weight_decay = 0.01f;
-  o.grad_clip = 0.2f;
-  o.warmup_steps = 2;
-  return o;
-}
-
 std::vector<Microbatch> batches(Arch arch, int V, int64_t n) {
   return tiny_batches(arch, V, n, 21);
 }
@@ -57,12 +47,8 @@ std::unique_ptr<SerialExecutor> executor(const Model& model, const Partition& p,
   o.lowered = lowered;
   o.mode = mode;
   o.microbatches = m;
-  o.B = kB;
-  o.T = kT;
   o.log_versions = true;
-  auto e = SerialExecutor::create(model, p, opt, o);
-  REQUIRE_MESSAGE(e.ok(), (e.ok() ? "" : e.error().message));
-  return std::move(e).value();
+  return tiny_executor(model, p, opt, o);
 }
 
 using Buffers = std::vector<std::vector<float>>;  // per global layer
@@ -467,7 +453,7 @@ TEST_CASE("2bw equals W(t+1) = W(t) - opt(grad f(W(t-1))), W(-1) = W(0), bitwise
           INFO((arch == Arch::gpt ? "gpt" : "bert")
                << " tied " << tied << " d=" << d << " m=" << m);
           compare(arch, tied, p, adamw(), Mode::twobw, m, 4);
-          if (m == d + 1 && tied) compare(arch, tied, p, sgd(), Mode::twobw, m, 4);
+          if (m == d + 1 && tied) compare(arch, tied, p, clipped_sgd(), Mode::twobw, m, 4);
         }
       }
     }
@@ -481,7 +467,7 @@ TEST_CASE("pipedream: stage r is d-1-r updates behind, F and B share a version, 
         INFO((arch == Arch::gpt ? "gpt" : "bert") << " tied " << tied << " d=" << d);
         const Partition p = *Partition::even(4, d);
         compare(arch, tied, p, adamw(), Mode::pipedream, 1, 9);
-        if (d == 3) compare(arch, tied, p, sgd(), Mode::pipedream, 1, 9);
+        if (d == 3) compare(arch, tied, p, clipped_sgd(), Mode::pipedream, 1, 9);
       }
     }
   }
@@ -496,7 +482,7 @@ TEST_CASE("xpipe forwards use the predicted weights of its formula, backwards th
           INFO((arch == Arch::gpt ? "gpt" : "bert")
                << " tied " << tied << " d=" << d << " m=" << m);
           compare(arch, tied, p, adamw(), Mode::xpipe, m, 4);
-          if (m == 2 && tied) compare(arch, tied, p, sgd(), Mode::xpipe, m, 4);
+          if (m == 2 && tied) compare(arch, tied, p, clipped_sgd(), Mode::xpipe, m, 4);
         }
       }
     }
@@ -541,7 +527,7 @@ TEST_CASE("delay corrections: 2bw, pipedream and xpipe equal their rules with ne
   // computed with, which the simulations take from their own version lists
   for (const char* correction : {"nesterov", "dc"}) {
     for (bool use_sgd : {false, true}) {
-      OptimizerOptions opt = use_sgd ? sgd() : adamw();
+      OptimizerOptions opt = use_sgd ? clipped_sgd() : adamw();
       opt.delay_correction = correction;
       opt.dc_lambda = 50.0f;
       for (int d = 1; d <= 4; ++d) {

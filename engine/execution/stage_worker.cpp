@@ -10,6 +10,7 @@
 #include "engine/execution/xpipe_prediction.hpp"
 #include "engine/schedule/simulator.hpp"
 #include "kernels/check.hpp"
+#include "kernels/compute_backend.hpp"
 
 namespace actorpipe {
 
@@ -36,6 +37,35 @@ std::vector<StashRange> bf16_stash_ranges(const Model& model, int first, int L) 
 
 }  // namespace
 
+Status check_stage_backend(const StageWorkerOptions& options, const OptimizerOptions& optimizer) {
+  const ComputeBackend* b = options.backend;
+  if (b == nullptr || b->host_memory()) return {};
+  // what still reads or writes the stage's buffers on the host
+  if (version_policy(options.mode) == VersionPolicy::predicted) {
+    return make_error("stage {} on {}: xpipe predicts its weights on the host; not on this backend",
+                      options.stage, b->name());
+  }
+  if (needs_weight_change(optimizer)) {
+    return make_error(
+        "stage {} on {}: the dc correction's weight change is made on the host; not on this "
+        "backend",
+        options.stage, b->name());
+  }
+  if (options.precision != Precision::fp32) {
+    return make_error(
+        "stage {} on {}: bf16 products keep their weight copies on the host; only fp32 on this "
+        "backend",
+        options.stage, b->name());
+  }
+  if (options.replicas > 1) {
+    return make_error(
+        "stage {} on {}: replicas sum their gradients on the host; only one replica on this "
+        "backend",
+        options.stage, b->name());
+  }
+  return {};
+}
+
 // ---------------------------------------------------------------------------------------------
 
 StageWorker::StageWorker(const Model& model, const Partition& partition,
@@ -49,6 +79,12 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
       ctx_(options.threads) {
   ctx_.set_precision(options.precision);
   ctx_.set_bf16_activations(options.bf16_activations);
+  if (options.backend != nullptr) {
+    const Status ok = check_stage_backend(options, optimizer);
+    AP_CHECK(ok.ok(), "{}", ok.ok() ? "" : ok.error().message);
+    ctx_.set_backend(options.backend);
+    memory_ = options.backend;
+  }
   AP_CHECK(partition.num_layers() == model.num_layers(),
            "partition of {} layers for a model of {} layers", partition.num_layers(),
            model.num_layers());
@@ -109,8 +145,14 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
   const int slots = options.stash_slots > 0
                         ? options.stash_slots
                         : default_stash_slots(options.mode, d, stage_, options.microbatches);
+  const bool host = memory_->host_memory();
+  const bool takes_input = layers_.front()->takes_input();
   stash_ = ActivationStash(stage_, slots, static_cast<size_t>(L - 1) * bth_, saved, weights,
-                           scratch_pool, *memory_);
+                           scratch_pool, *memory_, !host && takes_input ? bth_ : 0);
+  if (!host) {
+    edge_out_ = BackendBuffer(*memory_, bth_);
+    edge_in_ = BackendBuffer(*memory_, bth_);
+  }
   take_scratch_buffers(scratch_pool);
   const std::vector<int64_t> hidden_shape{options.B, options.T, model.options().width};
   out_pool_ = std::make_unique<TensorPool>(hidden_shape, is_last() ? 0 : stash_slots() + 1);
@@ -131,7 +173,17 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
       std::make_unique<WeightStore>(version_policy(options.mode), versions, std::move(layer_floats),
                                     stash_slots(), std::move(bf16_stash), *memory_);
   if (options.init_params) {
-    for (int i = 0; i < L; ++i) model.init_layer(first_ + i, store_->mutable_params(0, i).data());
+    std::vector<float> init;
+    for (int i = 0; i < L; ++i) {
+      const std::span<float> p = store_->mutable_params(0, i);
+      if (host) {
+        model.init_layer(first_ + i, p.data());
+      } else {
+        init.assign(p.size(), 0.0f);
+        model.init_layer(first_ + i, init.data());
+        memory_->to_backend(p.data(), init.data(), p.size());
+      }
+    }
   }
   if (options.precision == Precision::bf16 && options.bf16_weight_copies) {
     for (int b = 0; b < store_->capacity(); ++b)
@@ -146,6 +198,7 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
 
   // the update job's layout: per-slot update rules, tied parameters
   job_.model_ = &model_;
+  job_.memory_ = memory_;
   job_.stage_ = stage_;
   job_.first_ = first_;
   job_.layers_ = layers_;
@@ -340,7 +393,10 @@ ForwardOutput StageWorker::exec_forward(const Action& a, const Microbatch& mb, c
   }
   Slot& slot = stash_.acquire(a.microbatch);
   slot.version = v;
-  slot.input = first.takes_input() ? in : Tensor();
+  // on the host the slot holds the input tensor; off it, the input's copy in the stage's memory
+  const bool host = memory_->host_memory();
+  slot.input = first.takes_input() && host ? in : Tensor();
+  const float* input = first.takes_input() ? stage_in(in, slot.input_copy) : nullptr;
   if (!predicted) store_->bind(a.microbatch, v);
   const bool predict = predicted && a.lookahead > 0 && updates_ > 0;
   // a copy that follows its owner computes with the tied value it installed, never predicts it
@@ -371,15 +427,15 @@ ForwardOutput StageWorker::exec_forward(const Action& a, const Microbatch& mb, c
     if (recompute_[k] && predicted) {
       memory_->copy(slot.weights.data() + weight_off_[k], P, layer.param_floats());
     }
-    ctx_.arena().reset();
-    const float* x = i > 0 ? slot.hidden.data() + (k - 1) * bth
-                           : (layer.takes_input() ? slot.input.f32() : nullptr);
-    float* y =
-        i + 1 < L ? slot.hidden.data() + k * bth : (layer.is_loss() ? nullptr : result.out.f32());
+    reset_scratch();
+    const float* x = i > 0 ? slot.hidden.data() + (k - 1) * bth : input;
+    float* y = i + 1 < L ? slot.hidden.data() + k * bth
+                         : (layer.is_loss() ? nullptr : stage_out(result.out, edge_out_));
     // a recomputed layer's saved activations go to the scratch, dead once the forward is done
     const LossStats st = layer.forward(ctx_, P, mb, x, y, saved_of(slot, i));
     if (layer.is_loss()) result.loss = st;
   }
+  if (result.out.defined()) finish_out(result.out, edge_out_);
   slot.loss = result.loss;
   if (opts_.log_versions) {
     log_.push_back({stage_, ActionKind::F, mb_offset_ + a.microbatch, v,
@@ -414,17 +470,18 @@ ForwardOutput StageWorker::evaluate(const Microbatch& mb, const Tensor& in) {
   if (!layers_.back()->is_loss())
     result.out = Tensor::zeros({opts_.B, opts_.T, model_.options().width});
   const int L = num_layers();
-  const float* x = first.takes_input() ? in.f32() : nullptr;
+  const float* x = first.takes_input() ? stage_in(in, edge_in_) : nullptr;
   sync_bf16_copies();
   for (int i = 0; i < L; ++i) {
     const Layer& layer = *layers_[static_cast<size_t>(i)];
     float* y = i + 1 < L ? eval_hidden_.data() + static_cast<size_t>(i % 2) * bth
-                         : (layer.is_loss() ? nullptr : result.out.f32());
-    ctx_.arena().reset();
+                         : (layer.is_loss() ? nullptr : stage_out(result.out, edge_out_));
+    reset_scratch();
     const LossStats st = layer.forward(ctx_, params(i).data(), mb, x, y, eval_saved_.data());
     if (layer.is_loss()) result.loss = st;
     x = y;
   }
+  if (result.out.defined()) finish_out(result.out, edge_out_);
   return result;
 }
 
@@ -444,6 +501,14 @@ void StageWorker::exec_backward_weights() {
            stage_);
   later_.run(ctx_, [this](int i) { layer_gradients_final(i); });
   finish_backward();
+}
+
+void StageWorker::on_final_gradients(FinalGradients fn) {
+  AP_CHECK(!fn || memory_->host_memory(),
+           "stage {}: its final gradients lie in the memory of {}, not on the host (replicas "
+           "sum them on the host)",
+           stage_, memory_->name());
+  final_grads_ = std::move(fn);
 }
 
 void StageWorker::layer_gradients_final(int i) {
@@ -487,26 +552,28 @@ Tensor StageWorker::backward_layers(const Action& a, const Microbatch& mb, const
   if (layers_.front()->takes_input()) din = din_pool_->acquire();
   const float dloss = loss_scale(slot.loss.count, update_mbs_ * opts_.replicas);
   final_backward_ = backwards_since_update_ + 1 == update_mbs_;
-  const float* dcur = last.is_loss() ? nullptr : dout.f32();
+  const float* dcur = last.is_loss() ? nullptr : stage_in(dout, edge_in_);
+  const float* input = slot.input.defined()
+                           ? slot.input.f32()
+                           : (slot.input_copy.empty() ? nullptr : slot.input_copy.data());
   store_->settle();
   sync_bf16_copies();
   for (int i = num_layers() - 1; i >= 0; --i) {
     const size_t k = static_cast<size_t>(i);
     const Layer& layer = *layers_[k];
     float* dnext = i > 0 ? (dcur == dh_a_.data() ? dh_b_.data() : dh_a_.data())
-                         : (layer.takes_input() ? din.f32() : nullptr);
-    const float* x = i > 0 ? slot.hidden.data() + (k - 1) * bth
-                           : (layer.takes_input() ? slot.input.f32() : nullptr);
+                         : (layer.takes_input() ? stage_out(din, edge_out_) : nullptr);
+    const float* x = i > 0 ? slot.hidden.data() + (k - 1) * bth : input;
     const float* P = store_->params(v, i).data();
     if (recompute_[k]) {
       // the forward again, from the stashed input with the forward's weights, into the scratch
       // (every recomputed layer has its own part: a deferred weight half may still read it)
       const float* Pf = predicted ? slot.weights.data() + weight_off_[k] : P;
-      ctx_.arena().reset();
+      reset_scratch();
       layer.forward(ctx_, Pf, mb, x, layer.is_loss() ? nullptr : recompute_out_.data(),
                     saved_of(slot, i));
     }
-    ctx_.arena().reset();
+    reset_scratch();
     layer.backward(ctx_, P, grads_ + param_off_[k], mb, x, saved_of(slot, i), dcur, dnext, dloss,
                    later);
     if (later != nullptr) {
@@ -516,6 +583,7 @@ Tensor StageWorker::backward_layers(const Action& a, const Microbatch& mb, const
     }
     dcur = dnext;
   }
+  if (din.defined()) finish_out(din, edge_out_);
   pending_ = &slot;
   pending_action_ = a;
   return din;
@@ -595,6 +663,26 @@ void StageWorker::commit_update(UpdateJob& job) {
   job_.open_ = false;
   job_.grads_ = nullptr;
   for (auto& p : job_.params_) p = {};
+}
+
+void StageWorker::reset_scratch() {
+  ctx_.arena().reset();
+  if (!ctx_.host_backend()) ctx_.backend().reset_scratch();
+}
+
+const float* StageWorker::stage_in(const Tensor& t, BackendBuffer& staging) {
+  if (memory_->host_memory()) return t.f32();
+  memory_->to_backend(staging.data(), t.f32(), static_cast<size_t>(t.numel()));
+  return staging.data();
+}
+
+float* StageWorker::stage_out(Tensor& t, BackendBuffer& staging) {
+  return memory_->host_memory() ? t.f32() : staging.data();
+}
+
+void StageWorker::finish_out(Tensor& t, const BackendBuffer& staging) {
+  if (!memory_->host_memory())
+    memory_->to_host(t.f32(), staging.data(), static_cast<size_t>(t.numel()));
 }
 
 void StageWorker::sync_bf16_copies() {
@@ -714,7 +802,7 @@ void StageWorker::install_tied_weights(const Action& f, size_t k, TiedVersion ve
   AP_CHECK(w.size() == t.numel, "tied weights of {} floats, expected {}", w.size(), t.numel);
   const int v = base_ + f.version;
   std::span<float> dst = store_->mutable_params(v, t.copy_local).subspan(t.copy_offset, t.numel);
-  std::copy(w.begin(), w.end(), dst.begin());
+  memory_->to_backend(dst.data(), w.data(), w.size());
   tied_.set_held(v, k, version);
 }
 
@@ -739,7 +827,7 @@ void StageWorker::install_tied_weights(size_t k, int version, std::span<const fl
   AP_CHECK(w.size() == t.numel, "tied weights of {} floats, expected {}", w.size(), t.numel);
   const int v = previous ? version : store_->latest();
   std::span<float> dst = store_->mutable_params(v, t.copy_local).subspan(t.copy_offset, t.numel);
-  std::copy(w.begin(), w.end(), dst.begin());
+  memory_->to_backend(dst.data(), w.data(), w.size());
   tied_.set_held(v, k, TiedVersion{version, 0});
 }
 

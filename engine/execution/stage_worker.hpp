@@ -89,7 +89,22 @@ struct StageWorkerOptions {
   /// Parameters start at the model's seeded initialisation; false leaves them zero, for a
   /// caller that loads every layer right away (a migration's new stage: no wasted init).
   bool init_params = true;
+  /// The backend the stage computes on (not owned: it must outlive the worker and its optimizer
+  /// shard). Its memory holds every buffer of the stage: weight versions, gradients, the
+  /// activation stash, scratch (and the shard's state: OptimizerShard's memory). nullptr: the
+  /// CPU backend of the stage's own Context, every buffer in host memory. Off the host
+  /// (ComputeBackend::host_memory false) the stage copies its edges through host memory: the
+  /// input and output tensors of its forwards and backwards stay host tensors, and the spans it
+  /// hands out (params, grads, tied_weights, the UpdateJob's) point into the backend's memory
+  /// (memory()). There it refuses, at construction, what needs the host yet
+  /// (check_stage_backend).
+  ComputeBackend* backend = nullptr;
 };
+
+/// Whether a stage of `options` can compute on options.backend: an error naming the stage, the
+/// backend and what needs the host when that backend's memory is not host memory and the stage
+/// would use xpipe's prediction, the dc correction, bf16 products or replicas; fine otherwise.
+Status check_stage_backend(const StageWorkerOptions& options, const OptimizerOptions& optimizer);
 
 /// One stage: global layers [partition.begin(r), partition.end(r)) of the model. Owns every
 /// buffer it computes with (weight versions, gradients, activation stash, output tensors, its
@@ -199,7 +214,8 @@ class StageWorker {
   /// before that update is committed, so someone may sum it over the replicas meanwhile
   /// (pipeline.replicas). Empty: none.
   using FinalGradients = std::function<void(int local_layer, long step, std::span<float> grads)>;
-  void on_final_gradients(FinalGradients fn) { final_grads_ = std::move(fn); }
+  /// Only for a stage in host memory (the spans are read on the host): AP_CHECK otherwise.
+  void on_final_gradients(FinalGradients fn);
   /// OPT_STEP, protocol step 0: opens the update producing version updates() + 1 and hands
   /// out its job (the worker's own object, valid until commit_update). Fails (AP_CHECK) while
   /// another update is open, when the action produces another version, or when the policy
@@ -308,6 +324,9 @@ class StageWorker {
   /// The scratch buffers are in place (not given away).
   bool holds_scratch() const { return stash_.has_buffers(); }
   Context& context() { return ctx_; }
+  /// Where the stage's buffers live (StageWorkerOptions::backend's memory, else host memory):
+  /// every span the worker and its UpdateJob hand out points into it.
+  BackendMemory& memory() const { return *memory_; }
 
  private:
   using Slot = ActivationStash::Slot;
@@ -330,6 +349,13 @@ class StageWorker {
   // layer) are forgotten; the others' stay (a version's copies outlive the other buffers'
   // updates, and an installed tied value costs only its layer's)
   void sync_bf16_copies();
+  // before each layer call: the host arena's and the backend's scratch are free again
+  void reset_scratch();
+  // the edges off the host: a host tensor's floats copied into the stage's memory (`staging`),
+  // or the tensor's own floats on the host; and the floats a host tensor gets back
+  const float* stage_in(const Tensor& t, BackendBuffer& staging);
+  float* stage_out(Tensor& t, BackendBuffer& staging);
+  void finish_out(Tensor& t, const BackendBuffer& staging);
 
   // where every buffer of the stage lives (weight versions, gradients, the activation stash,
   // the backward ping-pong, the recompute and evaluation buffers): the process's host memory,
@@ -374,6 +400,9 @@ class StageWorker {
   ActivationStash stash_;
   size_t bth_ = 0;             // B·T·width: one (B,T,C) tensor
   BackendBuffer dh_a_, dh_b_;  // backward ping-pong (B,T,C)
+  // off the host: the (B,T,C) edges in the stage's memory (a forward's output and a backward's
+  // input gradient; a backward's output gradient); empty on the host
+  BackendBuffer edge_out_, edge_in_;
   // evaluate(): hidden states between layers (B,T,C) x 2 and one layer's saved activations,
   // allocated at the first evaluation
   BackendBuffer eval_hidden_, eval_saved_;

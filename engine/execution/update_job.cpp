@@ -7,6 +7,7 @@
 #include "engine/model/layer.hpp"
 #include "engine/model/model.hpp"
 #include "kernels/check.hpp"
+#include "kernels/compute_backend.hpp"
 
 namespace actorpipe {
 
@@ -86,7 +87,7 @@ void UpdateJob::set_tied_grad(size_t k, std::span<const float> sum) {
   const size_t off = tied_offset(k);
   AP_CHECK(sum.size() == tied_[k].numel, "tied gradient of {} floats, expected {}", sum.size(),
            tied_[k].numel);
-  std::copy(sum.begin(), sum.end(), grads_ + off);
+  memory_->to_backend(grads_ + off, sum.data(), sum.size());
 }
 
 std::span<const double> UpdateJob::finish_gradients(Context& ctx) {
@@ -94,9 +95,14 @@ std::span<const double> UpdateJob::finish_gradients(Context& ctx) {
   AP_CHECK(!finished_, "stage {}: finish_gradients() twice for one update", stage_);
   for (const TiedLayout& t : tied_) {
     if (t.role != TiedRole::both) continue;
-    reduce_tied_grads(grads_ + offsets_[static_cast<size_t>(t.owner_local)] + t.owner_offset,
-                      grads_ + offsets_[static_cast<size_t>(t.copy_local)] + t.copy_offset,
-                      t.numel);
+    float* owner = grads_ + offsets_[static_cast<size_t>(t.owner_local)] + t.owner_offset;
+    float* copy = grads_ + offsets_[static_cast<size_t>(t.copy_local)] + t.copy_offset;
+    if (ctx.host_backend()) {
+      reduce_tied_grads(owner, copy, t.numel);
+    } else {  // the same sums, owner + copy, on the backend
+      ctx.backend().accumulate(owner, copy, static_cast<long>(t.numel));
+      ctx.backend().copy(copy, owner, t.numel);
+    }
   }
   for (int i = 0; i < num_layers(); ++i) {
     const size_t k = static_cast<size_t>(i);

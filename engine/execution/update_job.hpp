@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/backend_memory.hpp"
 #include "kernels/bf16.hpp"
 #include "kernels/context.hpp"
 
@@ -68,6 +69,9 @@ class UpdateJob {
   int first_layer() const { return first_; }
   const Layer& layer(int i) const;
 
+  /// Where the job's spans point (its stage's memory, StageWorker::memory()): host code reads
+  /// and writes them through it (to_host, to_backend) unless it is host memory.
+  BackendMemory& memory() const { return *memory_; }
   /// Local layer i's parameters in the version being produced.
   std::span<float> params(int i);
   std::span<const float> params(int i) const;
@@ -95,7 +99,8 @@ class UpdateJob {
   /// Protocol step 1: this stage's gradient contribution to tied parameter k (its owner or copy
   /// side; not `both`).
   std::span<const float> tied_grad(size_t k) const;
-  /// Protocol step 1: overwrites this stage's side of tied parameter k's gradient with the sum.
+  /// Protocol step 1: overwrites this stage's side of tied parameter k's gradient with the sum
+  /// (host memory: copied into the job's memory).
   void set_tied_grad(size_t k, std::span<const float> sum);
   /// Protocol step 2, once: reduces the tied pairs held entirely by this stage (owner + copy),
   /// then returns Σg² of each of the stage's layers (Model::grad_sumsq), in layer order.
@@ -115,6 +120,7 @@ class UpdateJob {
 
   // layout, fixed when the worker is built
   const Model* model_ = nullptr;
+  BackendMemory* memory_ = &host_backend_memory();
   int stage_ = 0;
   int first_ = 0;
   std::vector<std::shared_ptr<const Layer>> layers_;

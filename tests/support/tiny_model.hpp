@@ -52,6 +52,19 @@ inline OptimizerOptions clipped_adamw() {
   return o;
 }
 
+/// SGD with momentum 0.9, lr 5e-2, weight decay 0.01, two warm-up steps, gradients clipped at
+/// 0.2: every step of the tiny models clips.
+inline OptimizerOptions clipped_sgd() {
+  OptimizerOptions o;
+  o.kind = "sgd";
+  o.lr = 5e-2f;
+  o.momentum = 0.9f;
+  o.weight_decay = 0.01f;
+  o.grad_clip = 0.2f;
+  o.warmup_steps = 2;
+  return o;
+}
+
 /// The first `n` kB × kT microbatches of the synthetic corpus over `V` tokens, in the order of
 /// data seed `seed`.
 inline std::vector<Microbatch> tiny_batches(Arch arch, int V, int64_t n, uint64_t seed) {
