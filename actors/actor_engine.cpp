@@ -205,6 +205,11 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
   impl->partition = std::make_unique<Partition>(std::move(*part));
   auto recompute = recompute_flags(impl->config.pipeline.recompute, impl->model->num_layers());
   if (!recompute) return recompute.error();
+  if (!options.backends.empty() &&
+      static_cast<int>(options.backends.size()) != impl->partition->stages()) {
+    return make_error("backends: {} entries for {} stages", options.backends.size(),
+                      impl->partition->stages());
+  }
   impl->B = config.pipeline.microbatch_size;
   impl->T = config.pipeline.seq_len > 0 ? config.pipeline.seq_len : config.model.context;
   impl->group = group;
@@ -279,16 +284,26 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
     wo.bf16_stash = config.pipeline.stash_precision == "bf16";
     wo.log_versions = options.log_versions;
     wo.recompute = *recompute;
+    wo.backend = options.backends.empty() ? nullptr : options.backends[static_cast<size_t>(r)];
+    if (Status ok = check_stage_backend(wo, config.optimizer); !ok) return ok.error();
     impl->workers.push_back(
         std::make_unique<StageWorker>(*impl->model, *impl->partition, config.optimizer, wo));
-    impl->shards.push_back(
-        std::make_unique<OptimizerShard>(*impl->model, *impl->partition, r, config.optimizer));
+    impl->shards.push_back(std::make_unique<OptimizerShard>(
+        *impl->model, *impl->partition, r, config.optimizer, impl->workers.back()->memory()));
     impl->workers.back()->predict_from(*impl->shards.back());
   }
   // the migration manager, when a move is forced or the automatic one is on
   auto forced = parse_forced_moves(config.migration.moves);
   if (!forced) return forced.error();
   if (!forced->empty() || config.migration.enabled) {
+    for (const auto& w : impl->workers) {
+      if (w != nullptr && !w->memory().host_memory()) {
+        return make_error(
+            "migration.moves / migration.enabled with stage {} on {}: a layer move copies the "
+            "layers' state on the host; not with a stage off it",
+            w->stage(), w->memory().name());
+      }
+    }
     if (impl->replicas > 1) {
       return make_error(
           "migration.moves / migration.enabled with pipeline.replicas = {}: layers move within "

@@ -16,6 +16,7 @@
 
 namespace actorpipe {
 
+class ComputeBackend;
 class DataLoader;
 class OptimizerShard;
 class Model;
@@ -145,6 +146,12 @@ struct ActorEngineOptions {
   /// between runs.
   int slow_stage = -1;
   double slowdown = 1.0;
+  /// Per stage, the backend it computes on (StageWorkerOptions::backend; not owned, it must
+  /// outlive the engine); empty, or nullptr for a stage: the stage's own CPU backend. Off the
+  /// host a stage's optimizer shard updates on a companion of that backend
+  /// (ComputeBackend::companion), the channels and the tied exchange carry host tensors, and
+  /// what needs the host yet is refused (check_stage_backend; layer moves too).
+  std::vector<ComputeBackend*> backends;
 };
 
 /// The migration manager's verdict at a boundary (docs/migration.md), with the numbers behind

@@ -117,6 +117,47 @@ TEST_CASE("gpipe and 1f1b equal the serial executor and the reference trainer bi
   }
 }
 
+TEST_CASE("stages on a checked backend equal the serial executor on the CPU bitwise") {
+  // the stages' actors compute on backends whose memory the host may not touch between ops, and
+  // their shards on companions of them (threads of their own); the channels and the tied
+  // exchange carry host tensors
+  for (Arch arch : {Arch::gpt, Arch::bert}) {
+    for (const char* mode : {"gpipe", "1f1b", "2bw", "pipedream"}) {
+      for (int d : {2, 3}) {
+        CAPTURE(arch == Arch::gpt ? "gpt" : "bert");
+        CAPTURE(mode);
+        CAPTURE(d);
+        const Config c = tiny(arch, mode, d, 3);
+        for (const std::vector<int>& host : {std::vector<int>{}, std::vector<int>{d - 1}}) {
+          CheckedDevices dev(d, host);
+          ActorEngineOptions o;
+          o.backends = dev.pointers;
+          check_against_serial(c, {2, 1}, o);
+          for (const auto& b : dev.backends) CHECK(b->ops() > 0);
+        }
+      }
+    }
+  }
+  Config c = tiny(Arch::gpt, "1f1b", 2, 2);
+  CheckedDevices dev(2);
+  ActorEngineOptions o;
+  o.backends = {dev.pointers[0]};
+  auto bad = ActorEngine::create(c, o);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.find("backends: 1 entries for 2 stages") != std::string::npos);
+  o.backends = dev.pointers;
+  c.pipeline.mode = "xpipe";
+  bad = ActorEngine::create(c, o);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.find("xpipe predicts its weights on the host") != std::string::npos);
+  c.pipeline.mode = "1f1b";
+  c.migration.moves = "1: 1, 3";
+  bad = ActorEngine::create(c, o);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.find("a layer move copies the layers' state on the host") !=
+        std::string::npos);
+}
+
 TEST_CASE("2bw equals the serial executor bitwise") {
   for (Arch arch : {Arch::gpt, Arch::bert}) {
     for (int d : {1, 2, 3, 4}) {

@@ -19,6 +19,7 @@
 #include "engine/execution/optimizer_shard.hpp"
 #include "engine/execution/stage_worker.hpp"
 #include "kernels/check.hpp"
+#include "kernels/compute_backend.hpp"
 #include "kernels/optimizer.hpp"
 
 namespace actorpipe {
@@ -40,6 +41,12 @@ class OptimizerActor : public caf::event_based_actor {
         global_clip_(clips_globally(st_->mode)) {
     AP_CHECK(global_clip_ || sync_ == TiedSync::follow_owner,
              "{}: per-stage clipping with tied gradients exchanged", to_string(st_->mode));
+    // off the host the update runs on a companion of the stage's backend: its memory, this
+    // actor's threads (on a GPU a stream of its own)
+    if (!worker_.memory().host_memory()) {
+      companion_ = worker_.context().backend().companion(ctx_);
+      ctx_.set_backend(companion_.get());
+    }
     set_exception_handler([this](caf::scheduled_actor*, std::exception_ptr& ep) -> caf::error {
       const std::string what = exception_text(ep);
       report_failure(what);
@@ -134,7 +141,7 @@ class OptimizerActor : public caf::event_based_actor {
         } else {
           g = s.pool->acquire();
           auto mine = job().tied_grad(s.k);
-          job().memory().to_host(g.f32(), mine.data(), mine.size());
+          ctx_.backend().to_host(g.f32(), mine.data(), mine.size());
         }
       });
       const ChannelKind kind = s.owner ? ChannelKind::tied_to_copy : ChannelKind::tied_to_owner;
@@ -171,12 +178,12 @@ class OptimizerActor : public caf::event_based_actor {
                  other.size(), s.numel);
         if (!skip()) {
           timed([&] {
-            auto mine = host_view(job().memory(), job().tied_grad(s.k), staged_);
+            auto mine = host_view(ctx_.backend(), job().tied_grad(s.k), staged_);
             sum_.resize(s.numel);
             const float* owner = s.owner ? mine.data() : other.data();
             const float* copy = s.owner ? other.data() : mine.data();
             for (size_t i = 0; i < s.numel; ++i) sum_[i] = owner[i] + copy[i];
-            job().set_tied_grad(s.k, sum_);
+            job().set_tied_grad(ctx_, s.k, sum_);
           });
         }
         tgrads_.erase(it);
@@ -242,7 +249,7 @@ class OptimizerActor : public caf::event_based_actor {
             } else {
               w = s.pool->acquire();
               auto mine = job().tied_weights(s.k);
-              job().memory().to_host(w.f32(), mine.data(), mine.size());
+              ctx_.backend().to_host(w.f32(), mine.data(), mine.size());
             }
           });
           if (!post_tied(s, ChannelKind::tied_weights, std::move(w), version, 0,
@@ -311,6 +318,7 @@ class OptimizerActor : public caf::event_based_actor {
   OptimizerShard& shard_;
   StageWorker& worker_;  // its open update's job is this shard's while the update runs
   Context ctx_;          // the update's compute budget: as many threads as the stage's
+  std::unique_ptr<ComputeBackend> companion_;  // off the host: ctx_'s backend
   TiedSync sync_;
   bool global_clip_;
   std::vector<Split> splits_;

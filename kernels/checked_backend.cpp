@@ -76,7 +76,7 @@ int32_t max_index(const T* v, long n) {
 // run() runs.
 class CheckedBackend::Op {
  public:
-  Op(CheckedBackend& b, const char* name) : b_(b), name_(name) { ++b_.ops_; }
+  Op(CheckedBackend& b, const char* name) : lock_(b.shared_->mu), b_(b), name_(name) { ++b_.ops_; }
 
   /// `p` (null allowed) and the `floats` after it lie in one region of the backend's memory.
   Op& dev(const void* p, size_t floats, const char* arg) {
@@ -137,24 +137,53 @@ class CheckedBackend::Op {
   }
 
  private:
+  std::unique_lock<std::recursive_mutex> lock_;  // the whole op, with its companions'
   CheckedBackend& b_;
   const char* name_;
 };
 
 CheckedBackend::CheckedBackend(Context& ctx, bool guard)
-    : cpu_(make_cpu_backend(ctx)), guard_(guard) {
+    : CheckedBackend(ctx, guard, std::make_shared<Shared>()) {}
+
+CheckedBackend::CheckedBackend(Context& ctx, bool guard, std::shared_ptr<Shared> shared)
+    : cpu_(make_cpu_backend(ctx)),
+      guard_(guard),
+      shared_(std::move(shared)),
+      regions_(shared_->regions) {
   if (guard_) {
     install_segv_note();
     g_guarding.fetch_add(1);
   }
 }
 
+std::unique_ptr<ComputeBackend> CheckedBackend::companion(Context& ctx) {
+  return std::unique_ptr<ComputeBackend>(new CheckedBackend(ctx, guard_, shared_));
+}
+
 CheckedBackend::~CheckedBackend() {
-  while (!regions_.empty()) unmap(regions_.begin());
+  {
+    std::lock_guard<std::recursive_mutex> lock(shared_->mu);
+    reset_scratch();  // its own scratch; the allocations go with the last backend sharing them
+  }
   if (guard_) g_guarding.fetch_sub(1);
 }
 
+CheckedBackend::Shared::~Shared() {
+  for (const auto& [base, r] : regions) ::munmap(const_cast<char*>(base), r.mapped);
+}
+
+size_t CheckedBackend::regions() const {
+  std::lock_guard<std::recursive_mutex> lock(shared_->mu);
+  return regions_.size();
+}
+
+long CheckedBackend::ops() const {
+  std::lock_guard<std::recursive_mutex> lock(shared_->mu);
+  return ops_;
+}
+
 bool CheckedBackend::owns(const void* p) const {
+  std::lock_guard<std::recursive_mutex> lock(shared_->mu);
   const char* c = static_cast<const char*>(p);
   auto it = regions_.upper_bound(c);
   if (it == regions_.begin()) return false;
@@ -175,13 +204,14 @@ void CheckedBackend::set_precision(Precision p) {
 }
 
 float* CheckedBackend::map(size_t n, bool scratch) {
+  std::lock_guard<std::recursive_mutex> lock(shared_->mu);
   const size_t bytes = n * sizeof(float);
   const size_t mapped = std::max<size_t>((bytes + page_size() - 1) / page_size(), 1) * page_size();
   void* p = ::mmap(nullptr, mapped, guard_ ? PROT_NONE : PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   AP_CHECK(p != MAP_FAILED, "CheckedBackend: out of memory allocating {} floats: {}", n,
            std::strerror(errno));
-  regions_[static_cast<const char*>(p)] = Region{bytes, mapped, scratch};
+  regions_[static_cast<const char*>(p)] = Region{bytes, mapped, scratch ? this : nullptr};
   return static_cast<float*>(p);  // anonymous memory is zero-filled
 }
 
@@ -204,8 +234,9 @@ float* CheckedBackend::allocate(size_t n) {
 
 void CheckedBackend::release(float* p) {
   if (p == nullptr) return;
+  std::lock_guard<std::recursive_mutex> lock(shared_->mu);
   auto it = regions_.find(reinterpret_cast<const char*>(p));
-  AP_CHECK(it != regions_.end() && !it->second.scratch,
+  AP_CHECK(it != regions_.end() && it->second.scratch_of == nullptr,
            "CheckedBackend: release of {}, which is no allocation of this backend",
            static_cast<const void*>(p));
   unmap(it);
@@ -216,9 +247,10 @@ float* CheckedBackend::scratch(size_t n) {
 }
 
 void CheckedBackend::reset_scratch() {
+  std::lock_guard<std::recursive_mutex> lock(shared_->mu);
   for (auto it = regions_.begin(); it != regions_.end();) {
     auto next = std::next(it);
-    if (it->second.scratch) unmap(it);
+    if (it->second.scratch_of == this) unmap(it);
     it = next;
   }
 }

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "kernels/compute_backend.hpp"
@@ -30,14 +31,17 @@ class CheckedBackend final : public ComputeBackend {
   /// The CPU kernels on `ctx` (which must outlive the backend). `guard`: the memory is
   /// inaccessible between ops (else only the pointer checks).
   explicit CheckedBackend(Context& ctx, bool guard = true);
+  /// Another CheckedBackend on the same memory (CheckFailures and the guard alike), on `ctx`'s
+  /// threads; every op of either runs under one lock.
+  std::unique_ptr<ComputeBackend> companion(Context& ctx) override;
   ~CheckedBackend() override;
 
   /// Whether p lies in the backend's memory (an allocation or a scratch block).
   bool owns(const void* p) const;
   /// Live allocations and scratch blocks.
-  size_t regions() const { return regions_.size(); }
+  size_t regions() const;
   /// Ops run so far (memory transfers included).
-  long ops() const { return ops_; }
+  long ops() const;
 
   Device device() const override { return Device::cpu; }
   /// False: the layers treat it as a device (no CPU kernel on its memory, no fused host paths).
@@ -101,17 +105,26 @@ class CheckedBackend final : public ComputeBackend {
  private:
   class Op;  // one op: checks its arguments, opens the memory while it runs
   struct Region {
-    size_t bytes = 0;   // what was asked for
-    size_t mapped = 0;  // whole pages
-    bool scratch = false;
+    size_t bytes = 0;                            // what was asked for
+    size_t mapped = 0;                           // whole pages
+    const CheckedBackend* scratch_of = nullptr;  // whose scratch block it is; null: an allocation
   };
+  // the memory a backend shares with its companions: one lock for every op of them all (an op
+  // opens the whole memory while it runs), the regions, unmapped when the last of them goes
+  struct Shared {
+    std::recursive_mutex mu;
+    std::map<const char*, Region> regions;  // by base address
+    ~Shared();
+  };
+  CheckedBackend(Context& ctx, bool guard, std::shared_ptr<Shared> shared);
   float* map(size_t n, bool scratch);
   void unmap(std::map<const char*, Region>::iterator it);
   void protect(int prot);
 
   std::unique_ptr<ComputeBackend> cpu_;
   bool guard_;
-  std::map<const char*, Region> regions_;  // by base address
+  std::shared_ptr<Shared> shared_;
+  std::map<const char*, Region>& regions_;  // shared_->regions
   long ops_ = 0;
 };
 

@@ -155,3 +155,43 @@ TEST_CASE("without the guard only the pointer checks: the host may read its memo
   dev.release(p);
   CHECK(dev.name().find("checked cpu") == 0);
 }
+
+TEST_CASE("a companion works on the same memory with threads and scratch of its own") {
+  Context ctx(1), other(2);
+  CheckedBackend dev(ctx);
+  const auto v = pattern(64, 0.5f), g = pattern(64, 0.25f);
+  float* p = dev.allocate(64);
+  float* grad = dev.allocate(64);
+  dev.to_backend(p, v.data(), 64);
+  dev.to_backend(grad, g.data(), 64);
+  const size_t regions = dev.regions();
+  std::vector<float> back(64);
+  {
+    std::unique_ptr<ComputeBackend> twin = dev.companion(other);
+    CHECK(twin->name() == "checked cpu (2 threads), guarded");
+    CHECK_FALSE(twin->host_memory());
+    // an op of the companion on the first backend's memory: the CPU kernel's bits
+    const double want = make_cpu_backend(ctx)->grad_sumsq(g.data(), 64);
+    CHECK(twin->grad_sumsq(grad, 64) == want);
+    twin->scale_inplace(p, 2.0f, 64);
+    dev.to_host(back.data(), p, 64);
+    for (size_t i = 0; i < 64; ++i) REQUIRE(back[i] == 2.0f * v[i]);
+    // its scratch is its own: a reset of either frees only its own blocks
+    float* s = twin->scratch(16);
+    dev.scratch(8);
+    CHECK(dev.regions() == regions + 2);
+    dev.reset_scratch();
+    CHECK(dev.regions() == regions + 1);
+    twin->to_backend(s, v.data(), 16);  // still the companion's
+    float* q = twin->allocate(8);       // an allocation of the shared memory: both take it
+    dev.fill_zero(q, 8);
+    twin->release(q);
+    CHECK_THROWS_WITH_AS(twin->to_host(back.data(), back.data(), 4),
+                         doctest::Contains("src (4 floats at"), CheckFailure);
+  }
+  CHECK(dev.regions() == regions);  // the companion's scratch went with it, the memory stays
+  dev.to_host(back.data(), grad, 64);
+  CHECK(same_bits(back, g));
+  dev.release(p);
+  dev.release(grad);
+}

@@ -23,6 +23,8 @@
 
 namespace actorpipe {
 
+class Context;
+
 class ComputeBackend : public BackendMemory {
  public:
   /// What the products (the matmul ops, attention) compute in: fp32, or bf16 (their operands
@@ -31,6 +33,13 @@ class ComputeBackend : public BackendMemory {
   /// either way. Set through Context::set_precision.
   virtual Precision precision() const = 0;
   virtual void set_precision(Precision p) = 0;
+
+  /// A backend on the same device whose ops may read and write this backend's memory, with a
+  /// compute budget of its own (the CPU backend's: `ctx`'s threads; a GPU's: a stream of its
+  /// own): for another thread that works on buffers of this one (an optimizer shard updating its
+  /// stage's weights). The two order their work only through the host: what one wrote is for
+  /// the other to read after the writer's synchronize(). It must not outlive this backend.
+  virtual std::unique_ptr<ComputeBackend> companion(Context& ctx) = 0;
 
   // ---- memory (BackendMemory: allocate, release, to_backend, to_host, copy, fill_zero,
   // synchronize) -------------------------------------------------------------------------------

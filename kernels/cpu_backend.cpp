@@ -31,6 +31,10 @@ class CpuBackend final : public ComputeBackend {
     return fmt::format("cpu ({} thread{})", ctx_.threads(), ctx_.threads() == 1 ? "" : "s");
   }
 
+  std::unique_ptr<ComputeBackend> companion(Context& ctx) override {
+    return make_cpu_backend(ctx);  // host memory: any CPU backend's ops take it
+  }
+
   float* allocate(size_t n) override { return allocate_host_floats(n); }
   void release(float* p) override { std::free(p); }
   float* scratch(size_t n) override { return ctx_.arena().alloc_f32(n); }

@@ -45,6 +45,9 @@ class RecordingBackend final : public ComputeBackend {
   Device device() const override { return inner_.device(); }
   bool host_memory() const override { return inner_.host_memory(); }
   std::string name() const override { return inner_.name(); }
+  std::unique_ptr<ComputeBackend> companion(Context& ctx) override {
+    return inner_.companion(ctx);  // not recorded
+  }
   Precision precision() const override { return inner_.precision(); }
   void set_precision(Precision p) override { inner_.set_precision(p); }
   float* allocate(size_t n) override { return inner_.allocate(n); }

@@ -6,6 +6,7 @@
 
 #include "engine/execution/layer_optimizer.hpp"
 #include "kernels/check.hpp"
+#include "kernels/compute_backend.hpp"
 #include "kernels/optimizer.hpp"
 
 namespace actorpipe {
@@ -64,6 +65,9 @@ void OptimizerShard::run_update(Context& ctx, UpdateJob& job, const UpdateScales
                            state_.data() + offsets_[k], job.step(), rules, grads.data(),
                            change.empty() ? nullptr : change.data());
   }
+  // off the host the new version is complete before the commit hands it to the stage (which may
+  // compute on another stream: a companion's)
+  if (!ctx.host_backend()) ctx.backend().synchronize();
   job.rounded_written_ = true;
   job.applied_ = true;
 }

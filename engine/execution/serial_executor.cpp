@@ -527,8 +527,8 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
               UpdateJob& jc = *u.jobs[static_cast<size_t>(c)];
               sum_tied(host_view(jo.memory(), jo.tied_grad(k), staged[0]),
                        host_view(jc.memory(), jc.tied_grad(k), staged[1]), sum);
-              jo.set_tied_grad(k, sum);
-              jc.set_tied_grad(k, sum);
+              jo.set_tied_grad(workers_[static_cast<size_t>(o)]->context(), k, sum);
+              jc.set_tied_grad(workers_[static_cast<size_t>(c)]->context(), k, sum);
             }
             double sumsq = 0.0;  // every layer in order: stage order, then layer order
             for (int q = 0; q < d; ++q) {
@@ -556,7 +556,7 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
             if (!cross(k, r, TiedRole::owner)) continue;
             sum_tied(host_view(job.memory(), job.tied_grad(k), staged[0]), u.contribution[k],
                      u.sum[k]);
-            job.set_tied_grad(k, u.sum[k]);
+            job.set_tied_grad(w.context(), k, u.sum[k]);
           }
           double sumsq = 0.0;  // this stage's layers in order
           const auto sums = job.finish_gradients(w.context());

@@ -630,6 +630,9 @@ UpdateJob& StageWorker::begin_update(const Action& a) {
       job_.change_ = weight_change_.data();
     }
   }
+  // off the host the stage's work is complete before the job goes to whoever applies it (on
+  // another stream, maybe: an optimizer shard's companion backend)
+  memory_->synchronize();
   store_->begin_update();
   for (int i = 0; i < num_layers(); ++i)
     job_.params_[static_cast<size_t>(i)] = store_->update_params(i);

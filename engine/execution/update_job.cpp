@@ -81,13 +81,13 @@ std::span<const float> UpdateJob::tied_grad(size_t k) const {
   return {grads_ + tied_offset(k), tied_[k].numel};
 }
 
-void UpdateJob::set_tied_grad(size_t k, std::span<const float> sum) {
+void UpdateJob::set_tied_grad(Context& ctx, size_t k, std::span<const float> sum) {
   AP_CHECK(open_ && !finished_, "stage {}: set_tied_grad {} finish_gradients", stage_,
            open_ ? "after" : "outside an update, before");
   const size_t off = tied_offset(k);
   AP_CHECK(sum.size() == tied_[k].numel, "tied gradient of {} floats, expected {}", sum.size(),
            tied_[k].numel);
-  memory_->to_backend(grads_ + off, sum.data(), sum.size());
+  ctx.backend().to_backend(grads_ + off, sum.data(), sum.size());
 }
 
 std::span<const double> UpdateJob::finish_gradients(Context& ctx) {

@@ -100,8 +100,8 @@ class UpdateJob {
   /// side; not `both`).
   std::span<const float> tied_grad(size_t k) const;
   /// Protocol step 1: overwrites this stage's side of tied parameter k's gradient with the sum
-  /// (host memory: copied into the job's memory).
-  void set_tied_grad(size_t k, std::span<const float> sum);
+  /// (host memory: copied into the job's memory through ctx's backend, the holder's).
+  void set_tied_grad(Context& ctx, size_t k, std::span<const float> sum);
   /// Protocol step 2, once: reduces the tied pairs held entirely by this stage (owner + copy),
   /// then returns Σg² of each of the stage's layers (Model::grad_sumsq), in layer order.
   std::span<const double> finish_gradients(Context& ctx);

@@ -778,6 +778,10 @@ class CudaBackend final : public ComputeBackend {
   ~CudaBackend() override { destroy(); }
 
   Device device() const override { return Device::cuda; }
+  // the same device (its memory is every stream's), a stream, cuBLAS handle and scratch of its own
+  std::unique_ptr<ComputeBackend> companion(Context&) override {
+    return std::make_unique<CudaBackend>(index_);
+  }
   std::string name() const override { return name_; }
   Precision precision() const override { return precision_; }
   void set_precision(Precision p) override { precision_ = p; }
