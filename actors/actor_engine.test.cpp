@@ -158,6 +158,51 @@ TEST_CASE("stages on a checked backend equal the serial executor on the CPU bitw
         std::string::npos);
 }
 
+TEST_CASE("stages on a checked backend drop a non-finite step as the CPU does") {
+  // train.nonfinite = "skip": stage 0's B of microbatch 9 (step 3) gets a NaN output gradient;
+  // the shards zero that step's gradients on their companions
+  FaultInjection poison;
+  poison.kind = FaultInjection::Kind::poison_gradient;
+  poison.stage = 0;
+  poison.microbatch = 9;
+  for (const char* mode : {"gpipe", "1f1b"}) {
+    CAPTURE(mode);
+    Config c = tiny(Arch::gpt, mode, 2, 4);
+    c.train.nonfinite = "skip";
+    CheckedDevices dev(2);
+    ActorEngineOptions on_cpu;
+    on_cpu.fault = poison;
+    ActorEngineOptions off_host = on_cpu;
+    off_host.backends = dev.pointers;
+    std::vector<bool> skipped[2];
+    std::vector<double> losses[2];
+    std::unique_ptr<ActorEngine> engines[2];
+    for (int e = 0; e < 2; ++e) {
+      auto created = ActorEngine::create(c, e == 0 ? on_cpu : off_host);
+      REQUIRE_MESSAGE(created.ok(), (created.ok() ? "" : created.error().message));
+      engines[e] = std::move(*created);
+      auto data = config_loader(c);
+      ActorCallbacks cb;
+      cb.on_step = [&, e](const StepProgress& p) { skipped[e].push_back(p.skipped); };
+      auto got = engines[e]->run(4, *data, cb);
+      REQUIRE_MESSAGE(got.ok(), (got.ok() ? "" : got.error().message));
+      losses[e] = got->losses;
+    }
+    CHECK(skipped[0] == std::vector<bool>{false, false, true, false});
+    CHECK(skipped[1] == skipped[0]);
+    CHECK(same_bits(losses[1], losses[0]));
+    for (int r = 0; r < 2; ++r) {
+      StageWorker& a = engines[0]->worker(r);
+      StageWorker& b = engines[1]->worker(r);
+      for (int i = 0; i < a.num_layers(); ++i) {
+        CHECK(same_bits(host_copy(b.memory(), b.params(i)), host_copy(a.memory(), a.params(i))));
+        CHECK(same_bits(host_copy(b.memory(), engines[1]->optimizer(r).state(i)),
+                        host_copy(a.memory(), engines[0]->optimizer(r).state(i))));
+      }
+    }
+  }
+}
+
 TEST_CASE("2bw equals the serial executor bitwise") {
   for (Arch arch : {Arch::gpt, Arch::bert}) {
     for (int d : {1, 2, 3, 4}) {

@@ -233,7 +233,7 @@ class OptimizerActor : public caf::event_based_actor {
         if (skip()) return;
         // the driver's kSkipScale: a step dropped on every stage (train.nonfinite = "skip")
         if (scales.stage == kSkipScale) {
-          shard_.skip_update(job());
+          shard_.skip_update(ctx_, job());
         } else {
           shard_.run_update(ctx_, job(), scales);
         }

@@ -13,7 +13,7 @@ namespace actorpipe {
 
 OptimizerShard::OptimizerShard(const Model& model, const Partition& partition, int stage,
                                const OptimizerOptions& optimizer, BackendMemory& memory)
-    : opt_(optimizer), stage_(stage), memory_(&memory) {
+    : opt_(optimizer), stage_(stage) {
   AP_CHECK(partition.num_layers() == model.num_layers(),
            "partition of {} layers for a model of {} layers", partition.num_layers(),
            model.num_layers());
@@ -72,15 +72,16 @@ void OptimizerShard::run_update(Context& ctx, UpdateJob& job, const UpdateScales
   job.applied_ = true;
 }
 
-void OptimizerShard::skip_update(UpdateJob& job) {
+void OptimizerShard::skip_update(Context& ctx, UpdateJob& job) {
   AP_CHECK(job.open() && job.finished() && !job.applied(),
            "stage {}: skip_update of an update that is not open and finished", stage_);
   AP_CHECK(job.stage() == stage_, "stage {}'s optimizer shard given an update of stage {}", stage_,
            job.stage());
   for (int i = 0; i < num_layers(); ++i) {
     const std::span<float> g = job.grads(i);
-    if (!g.empty()) memory_->fill_zero(g.data(), static_cast<long>(g.size()));
+    if (!g.empty()) ctx.backend().fill_zero(g.data(), static_cast<long>(g.size()));
   }
+  if (!ctx.host_backend()) ctx.backend().synchronize();
   job.rounded_written_ = false;
   job.applied_ = true;
 }

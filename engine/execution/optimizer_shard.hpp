@@ -52,8 +52,9 @@ class OptimizerShard {
   void run_update(Context& ctx, UpdateJob& job, const UpdateScales& scales);
   /// Instead of run_update, for a step dropped on every stage (train.nonfinite = "skip"): the
   /// version being produced keeps the weights it starts with and the state stays as it is; the
-  /// job's gradients are zeroed and it is marked applied.
-  void skip_update(UpdateJob& job);
+  /// job's gradients are zeroed (on ctx's backend, as run_update computes) and it is marked
+  /// applied.
+  void skip_update(Context& ctx, UpdateJob& job);
 
  private:
   OptimizerOptions opt_;
@@ -62,7 +63,6 @@ class OptimizerShard {
   std::vector<std::shared_ptr<const Layer>> layers_;
   std::vector<size_t> offsets_;  // per local layer, floats into state_
   BackendBuffer state_;
-  BackendMemory* memory_ = nullptr;
   std::vector<SlotRule> rules_;  // run_update's, per slot of one layer
 };
 

@@ -571,7 +571,7 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
         if (!failure.ok()) break;
         // the rest of the protocol back to back: the shard's math on the stage's Context
         if (u.skip) {
-          shards_[ru]->skip_update(job);
+          shards_[ru]->skip_update(w.context(), job);
         } else {
           shards_[ru]->run_update(w.context(), job, scales);
         }

@@ -105,11 +105,7 @@ TEST_CASE("gpipe and 1f1b equal the reference trainer bitwise for d <= 4, m <= 8
 
 TEST_CASE("sync modes: untied, SGD with warm-up, uneven partitions and compute-only schedules") {
   constexpr int kSteps = 4, m = 3;
-  OptimizerOptions sgd;
-  sgd.kind = "sgd";
-  sgd.lr = 5e-2f;
-  sgd.momentum = 0.9f;
-  sgd.weight_decay = 0.01f;
+  OptimizerOptions sgd = clipped_sgd();
   sgd.grad_clip = 0.5f;
   sgd.warmup_steps = 3;
   for (Arch arch : {Arch::gpt, Arch::bert}) {
