@@ -9,6 +9,15 @@
 namespace actorpipe {
 namespace {
 
+// n zeros in 64-byte aligned memory, freed by std::free
+float* allocate_host_floats(size_t n) {
+  const size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, bytes == 0 ? 64 : bytes);
+  AP_CHECK(p != nullptr, "host memory: out of memory allocating {} floats", n);
+  std::memset(p, 0, bytes == 0 ? 64 : bytes);
+  return static_cast<float*>(p);
+}
+
 class HostMemory final : public BackendMemory {
  public:
   Device device() const override { return Device::cpu; }
@@ -27,14 +36,6 @@ class HostMemory final : public BackendMemory {
 };
 
 }  // namespace
-
-float* allocate_host_floats(size_t n) {
-  const size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, bytes == 0 ? 64 : bytes);
-  AP_CHECK(p != nullptr, "host memory: out of memory allocating {} floats", n);
-  std::memset(p, 0, bytes == 0 ? 64 : bytes);
-  return static_cast<float*>(p);
-}
 
 std::span<const float> host_view(BackendMemory& memory, std::span<const float> src,
                                  std::vector<float>& staging) {

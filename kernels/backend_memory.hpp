@@ -48,9 +48,6 @@ class BackendMemory {
 /// The process's host memory: 64-byte aligned, zero-filled allocations (what the CPU backend
 /// allocates), copies by memmove. Lives until the process ends.
 BackendMemory& host_backend_memory();
-/// n zeros in 64-byte aligned host memory, freed by std::free (host_backend_memory's and the CPU
-/// backend's allocations).
-float* allocate_host_floats(size_t n);
 
 /// The floats of `src` (in `memory`) for the host to read: `src` itself in host memory, else
 /// their copy in `staging` (resized to them).

@@ -3,9 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <cstdlib>
-#include <cstring>
-
 #include "kernels/attention.hpp"
 #include "kernels/check.hpp"
 #include "kernels/context.hpp"
@@ -35,14 +32,15 @@ class CpuBackend final : public ComputeBackend {
     return make_cpu_backend(ctx);  // host memory: any CPU backend's ops take it
   }
 
-  float* allocate(size_t n) override { return allocate_host_floats(n); }
-  void release(float* p) override { std::free(p); }
+  // the process's host memory (fill_zero, below, on the Context's threads)
+  float* allocate(size_t n) override { return host_backend_memory().allocate(n); }
+  void release(float* p) override { host_backend_memory().release(p); }
   float* scratch(size_t n) override { return ctx_.arena().alloc_f32(n); }
   void reset_scratch() override { ctx_.arena().reset(); }
   void to_backend(float* dst, const float* src, size_t n) override { copy(dst, src, n); }
   void to_host(float* dst, const float* src, size_t n) override { copy(dst, src, n); }
   void copy(float* dst, const float* src, size_t n) override {
-    if (n > 0 && dst != src) std::memmove(dst, src, n * sizeof(float));
+    host_backend_memory().copy(dst, src, n);
   }
   void synchronize() override {}
 

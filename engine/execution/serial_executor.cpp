@@ -44,6 +44,27 @@ void sum_tied(std::span<const float> owner, std::span<const float> copy, std::ve
   for (size_t i = 0; i < owner.size(); ++i) out[i] = owner[i] + copy[i];
 }
 
+// Stage r's worker options in an executor of `o` (its threads validated).
+StageWorkerOptions stage_options(const SerialExecutorOptions& o, int r) {
+  const size_t k = static_cast<size_t>(r);
+  StageWorkerOptions w;
+  w.mode = o.mode;
+  w.stage = r;
+  w.microbatches = o.microbatches;
+  w.replicas = o.replicas;
+  w.B = o.B;
+  w.T = o.T;
+  w.threads = o.threads.empty() ? 1 : o.threads[k];
+  w.precision = o.precision;
+  w.bf16_weight_copies = o.bf16_weight_copies;
+  w.bf16_stash = o.bf16_stash;
+  w.bf16_activations = o.bf16_activations;
+  w.log_versions = o.log_versions;
+  w.recompute = o.recompute;
+  w.backend = o.backends.empty() ? nullptr : o.backends[k];
+  return w;
+}
+
 }  // namespace
 
 // The state of one run_schedule: what is on the links, who reached which barrier, the tied
@@ -108,21 +129,7 @@ SerialExecutor::SerialExecutor(const Model& model, const Partition& partition,
                                const SerialExecutorOptions& options)
     : model_(model), partition_(partition), opt_(optimizer), opts_(options) {
   for (int r = 0; r < partition.stages(); ++r) {
-    StageWorkerOptions w;
-    w.mode = options.mode;
-    w.stage = r;
-    w.microbatches = options.microbatches;
-    w.replicas = options.replicas;
-    w.B = options.B;
-    w.T = options.T;
-    w.threads = options.threads.empty() ? 1 : options.threads[static_cast<size_t>(r)];
-    w.precision = options.precision;
-    w.bf16_weight_copies = options.bf16_weight_copies;
-    w.bf16_stash = options.bf16_stash;
-    w.bf16_activations = options.bf16_activations;
-    w.log_versions = options.log_versions;
-    w.recompute = options.recompute;
-    w.backend = options.backends.empty() ? nullptr : options.backends[static_cast<size_t>(r)];
+    const StageWorkerOptions w = stage_options(options, r);
     workers_.push_back(std::make_unique<StageWorker>(model, partition, optimizer, w));
     shards_.push_back(std::make_unique<OptimizerShard>(model, partition, r, optimizer,
                                                        workers_.back()->memory()));
@@ -170,13 +177,8 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Model& mo
     return make_error("backends: {} entries for {} stages", o.backends.size(), partition.stages());
   }
   for (size_t r = 0; r < o.backends.size(); ++r) {
-    StageWorkerOptions w;
-    w.mode = o.mode;
-    w.stage = static_cast<int>(r);
-    w.precision = o.precision;
-    w.replicas = o.replicas;
-    w.backend = o.backends[r];
-    if (Status ok = check_stage_backend(w, optimizer); !ok) return ok.error();
+    const Status ok = check_stage_backend(stage_options(o, static_cast<int>(r)), optimizer);
+    if (!ok) return ok.error();
   }
   if (!o.recompute.empty() && static_cast<int>(o.recompute.size()) != model.num_layers()) {
     return make_error("recompute: {} flags for a model of {} layers", o.recompute.size(),
