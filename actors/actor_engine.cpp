@@ -24,6 +24,7 @@
 #include "engine/config/config.hpp"
 #include "engine/config/forced_moves.hpp"
 #include "engine/data/loader.hpp"
+#include "engine/devices/stage_devices.hpp"
 #include "engine/execution/compute_precision.hpp"
 #include "engine/execution/memory_check.hpp"
 #include "engine/execution/optimizer_shard.hpp"
@@ -53,6 +54,7 @@ struct ActorEngine::Impl {
   int B = 1, T = 1;
   std::unique_ptr<Model> model;
   std::unique_ptr<Partition> partition;
+  StageDevices devices;  // pipeline.device's backends (destroyed after the workers)
   std::vector<std::unique_ptr<StageWorker>> workers;
   std::vector<std::unique_ptr<OptimizerShard>> shards;  // null for stages of other ranks
   ProcessGroup* group = nullptr;                        // null or world 1: one process
@@ -256,12 +258,35 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
     }
     impl->placement = replica_placements[static_cast<size_t>(impl->replica)];
   }
-  // a model whose stages here cannot fit is an error naming its size, not std::bad_alloc
-  if (Status ok = check_memory_fits(
-          *impl->model, *impl->partition, impl->mode, config.optimizer.kind,
-          impl->placement.stages_of(impl->rank), impl->B, impl->T, available_memory_bytes(),
-          parse_precision(config.pipeline.precision).value_or(Precision::fp32),
-          config.pipeline.stash_precision == "bf16");
+  // pipeline.device: this process's stages' backends, unless the caller gave them
+  std::vector<ComputeBackend*> backends = options.backends;
+  if (config.pipeline.device != "cpu") {
+    if (!backends.empty()) {
+      return make_error(
+          "pipeline.device = \"{}\" and ActorEngineOptions::backends: give the stages' "
+          "backends one way",
+          config.pipeline.device);
+    }
+    const Placement& placement = impl->placement;
+    const int rank = impl->rank;
+    auto devices = StageDevices::open(config.pipeline, impl->partition->stages(),
+                                      [&](int r) { return placement.rank_of(r) == rank; });
+    if (!devices) {
+      return world > 1 ? make_error("rank {}: {}", rank, devices.error().message) : devices.error();
+    }
+    impl->devices = std::move(*devices);
+    backends = impl->devices.backends();
+  }
+  // a model whose stages here cannot fit is an error naming its size, not std::bad_alloc (the
+  // host's memory holds the stages on the host; a device's stages are in its memory)
+  std::vector<int> on_host;
+  for (int r : impl->placement.stages_of(impl->rank))
+    if (backends.empty() || backends[static_cast<size_t>(r)] == nullptr) on_host.push_back(r);
+  if (Status ok =
+          check_memory_fits(*impl->model, *impl->partition, impl->mode, config.optimizer.kind,
+                            on_host, impl->B, impl->T, available_memory_bytes(),
+                            parse_precision(config.pipeline.precision).value_or(Precision::fp32),
+                            config.pipeline.stash_precision == "bf16");
       !ok)
     return world > 1 ? make_error("rank {}: {}", impl->rank, ok.error().message) : ok.error();
   auto precision = resolve_precision(config.pipeline.precision);
@@ -284,7 +309,7 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
     wo.bf16_stash = config.pipeline.stash_precision == "bf16";
     wo.log_versions = options.log_versions;
     wo.recompute = *recompute;
-    wo.backend = options.backends.empty() ? nullptr : options.backends[static_cast<size_t>(r)];
+    wo.backend = backends.empty() ? nullptr : backends[static_cast<size_t>(r)];
     if (Status ok = check_stage_backend(wo, config.optimizer); !ok) return ok.error();
     impl->workers.push_back(
         std::make_unique<StageWorker>(*impl->model, *impl->partition, config.optimizer, wo));
@@ -411,6 +436,10 @@ std::span<const float> ActorEngine::params(int layer) const {
   AP_CHECK(layer >= 0 && layer < impl_->model->num_layers(), "layer {} of {}", layer,
            impl_->model->num_layers());
   const int r = impl_->partition->stage_of(layer);
+  AP_CHECK(worker(r).memory().host_memory(),
+           "layer {}: stage {} holds it in {}, not in host memory (copy it out: "
+           "host_view(worker(stage).memory(), ...))",
+           layer, r, worker(r).memory().name());
   return worker(r).params(layer - impl_->partition->begin(r));
 }
 

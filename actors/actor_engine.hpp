@@ -294,7 +294,8 @@ class ActorEngine {
   /// Benchmark hook (ActorEngineOptions::slowdown) for the next runs: stage `stage` computes
   /// `factor` times slower (-1 or 1.0: none). Errors: a stage out of range, a factor < 1.
   Status set_slowdown(int stage, double factor);
-  /// Current parameters of global layer `layer` (from the stage that holds it).
+  /// Current parameters of global layer `layer` (from the stage that holds it), where that
+  /// stage is on the host (a CheckFailure for a stage on a device, pipeline.device).
   std::span<const float> params(int layer) const;
 
  private:

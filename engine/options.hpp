@@ -100,6 +100,11 @@ struct PipelineOptions {
   int memory_limit_mb = 0;     // per stage, for partition / recompute = "auto"; 0 = no limit
   RecomputeSpec recompute;     // "none", "all", "auto" or global layer indices
   int replicas = 1;  // w: data-parallel copies of the pipeline; each runs microbatches / w
+  /// What the stages compute on: "cpu", "cuda" (a GPU per stage), or "checked" (the CPU
+  /// kernels on memory closed to the host between ops: engine/devices/stage_devices.hpp).
+  std::string device = "cpu";
+  /// With device "cuda": the GPU of each stage; empty = stage r on GPU r mod (GPUs visible).
+  std::vector<int> device_ids;
 };
 
 /// [train]

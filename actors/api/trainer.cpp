@@ -965,7 +965,12 @@ std::span<const float> Trainer::params(int layer) const {
   AP_CHECK(layer >= 0 && layer < num_layers(), "layer {} of {}", layer, num_layers());
   const Partition& p = impl_->partition();
   const int r = p.stage_of(layer);
-  return impl_->exec->worker(r).params(layer - p.begin(r));
+  const StageWorker& w = impl_->exec->worker(r);
+  AP_CHECK(w.memory().host_memory(),
+           "Trainer::params({}): stage {} holds the layer in {}, not in host memory "
+           "(pipeline.device = \"{}\"); Trainer::weights() copies it out",
+           layer, r, w.memory().name(), impl_->config.pipeline.device);
+  return w.params(layer - p.begin(r));
 }
 
 bool Trainer::holds_layer(int layer) const {
@@ -978,7 +983,11 @@ std::vector<NamedTensor> Trainer::weights() const {
   const Model& model = impl_->model();
   for (int i = 0; i < model.num_layers(); ++i) {
     if (!holds_layer(i)) continue;
-    const std::span<const float> p = params(i);
+    const Partition& part = impl_->partition();
+    const int r = part.stage_of(i);
+    const StageWorker& w = impl_->exec->worker(r);
+    std::vector<float> staging;
+    const std::span<const float> p = host_view(w.memory(), w.params(i - part.begin(r)), staging);
     for (const ParamSlot& slot : model.layer(i).slots()) {
       NamedTensor t;
       t.name = model.param_name(i, slot);

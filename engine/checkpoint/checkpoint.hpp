@@ -46,14 +46,15 @@ struct CheckpointContents {
   std::vector<std::string> skipped;
 };
 
-/// Tensors to save, as views of caller-owned memory (no copy is made), or of `widened`.
+/// Tensors to save, as views of caller-owned host memory (no copy is made), or of `held`.
 struct CheckpointRefs {
   std::vector<TensorRef> model;
   std::vector<TensorRef> optimizer;
   std::vector<TensorRef> versions;
-  /// f32 values that exist nowhere else, which refs point into (a stashed version's weights
-  /// kept in bf16, widened: pipeline_checkpoint_refs); shared by copies of the refs.
-  std::shared_ptr<std::vector<std::vector<float>>> widened;
+  /// f32 values that exist nowhere else on the host, which refs point into
+  /// (pipeline_checkpoint_refs: a stashed version's weights kept in bf16, widened; the tensors
+  /// of a stage off the host, copied out); shared by copies of the refs.
+  std::shared_ptr<std::vector<std::vector<float>>> held;
 };
 
 /// The file names inside a checkpoint directory.

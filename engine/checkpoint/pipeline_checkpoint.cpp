@@ -85,6 +85,34 @@ Status copy_tensor(const std::vector<NamedTensor>& tensors, const std::string& f
   return {};
 }
 
+// `v` (of `memory`) readable on the host: v itself in host memory, else a copy kept in `held`.
+const float* on_host(BackendMemory& memory, std::span<const float> v,
+                     std::shared_ptr<std::vector<std::vector<float>>>& held) {
+  if (memory.host_memory()) return v.data();
+  if (!held) held = std::make_shared<std::vector<std::vector<float>>>();
+  std::vector<float>& copy = held->emplace_back(v.size());
+  memory.to_host(copy.data(), v.data(), v.size());
+  return copy.data();
+}
+
+// A host buffer that stands for `dst` (of `memory`) while a checkpoint's tensors are copied
+// into it: dst itself in host memory, else a staging copy that store() writes to dst.
+class HostTarget {
+ public:
+  HostTarget(BackendMemory& memory, std::span<float> dst) : memory_(memory), dst_(dst) {
+    if (!memory.host_memory()) staging_.assign(dst.size(), 0.0f);
+  }
+  float* data() { return memory_.host_memory() ? dst_.data() : staging_.data(); }
+  void store() {
+    if (!memory_.host_memory()) memory_.to_backend(dst_.data(), staging_.data(), dst_.size());
+  }
+
+ private:
+  BackendMemory& memory_;
+  std::span<float> dst_;
+  std::vector<float> staging_;
+};
+
 // 2bw: restores version updates - 1 (saved in versions.safetensors), which a continued run
 // computes its first step with, and installs the owner's previous tied weights into each copy
 // following its owner. A checkpoint without it (of another mode, or at update 0) restores none:
@@ -105,14 +133,15 @@ Status load_previous_version(const CheckpointContents& ckpt, std::span<StageWork
   for (StageWorker* w : workers) {
     for (int i = 0; i < w->num_layers(); ++i) {
       const int layer = w->first_layer() + i;
-      float* params = w->mutable_previous_params(i).data();
+      HostTarget params(w->memory(), w->mutable_previous_params(i));
       for (const ParamSlot& slot : w->model().layer(layer).slots()) {
         if (Status ok = copy_tensor(ckpt.versions, kVersionsFile,
                                     w->model().param_name(layer, slot) + suffix, slot.shape,
-                                    params + slot.offset, slot.numel);
+                                    params.data() + slot.offset, slot.numel);
             !ok)
           return ok;
       }
+      params.store();
     }
   }
   // the owner's previous value from the checkpoint, not from the owner's worker: in a job of
@@ -179,12 +208,18 @@ Expected<CheckpointRefs> pipeline_checkpoint_refs(std::span<StageWorker* const> 
     for (int i = 0; i < w->num_layers(); ++i) {
       const int layer = w->first_layer() + i;
       const Layer& l = model.layer(layer);
-      const float* params = w->params(i).data();
+      const float* params = on_host(w->memory(), w->params(i), refs.held);
       const std::span<const float> state_span = o->state(i);
       AP_CHECK(state_span.size() == suffixes.size() * l.param_floats(),
                "layer {}: {} optimizer state floats for {} parameters", layer, state_span.size(),
                l.param_floats());
-      const float* state = state_span.data();
+      const float* state = on_host(o->memory(), state_span, refs.held);
+      // the older versions' weights, each read once
+      std::vector<const float*> older;
+      for (int v : store.versions()) {
+        older.push_back(v == store.latest() ? nullptr
+                                            : on_host(w->memory(), store.params(v, i), refs.held));
+      }
       for (const ParamSlot& slot : l.slots()) {
         const std::string name = model.param_name(layer, slot);
         refs.model.push_back({name, slot.shape, params + slot.offset});
@@ -192,13 +227,15 @@ Expected<CheckpointRefs> pipeline_checkpoint_refs(std::span<StageWorker* const> 
           refs.optimizer.push_back(
               {name + suffixes[k], slot.shape, state + k * l.param_floats() + slot.offset});
         }
+        size_t at = 0;
         for (int v : store.versions()) {
+          const float* version = older[at++];
           if (v == store.latest()) continue;
-          const float* data = store.params(v, i).data() + slot.offset;
+          const float* data = version + slot.offset;
           if (const bf16* kept = store.stashed_bf16(v, i, slot.offset, slot.numel)) {
-            // a bf16 stash: the version's weights are their bf16 rounding
-            if (!refs.widened) refs.widened = std::make_shared<std::vector<std::vector<float>>>();
-            std::vector<float>& f32 = refs.widened->emplace_back(slot.numel);
+            // a bf16 stash (on the host only): the version's weights are their bf16 rounding
+            if (!refs.held) refs.held = std::make_shared<std::vector<std::vector<float>>>();
+            std::vector<float>& f32 = refs.held->emplace_back(slot.numel);
             convert_to_f32(kept, f32.data(), static_cast<int64_t>(slot.numel));
             data = f32.data();
           }
@@ -283,26 +320,28 @@ Status load_pipeline_checkpoint(const CheckpointContents& ckpt,
     for (int i = 0; i < w->num_layers(); ++i) {
       const int layer = w->first_layer() + i;
       const Layer& l = model.layer(layer);
-      float* params = w->mutable_params(i).data();
+      HostTarget params(w->memory(), w->mutable_params(i));
       const std::span<float> state_span = o->state(i);
       AP_CHECK(state_span.size() == suffixes.size() * l.param_floats(),
                "layer {}: {} optimizer state floats for {} parameters", layer, state_span.size(),
                l.param_floats());
-      float* state = state_span.data();
+      HostTarget state(o->memory(), state_span);
       for (const ParamSlot& slot : l.slots()) {
         const std::string name = model.param_name(layer, slot);
-        if (Status ok = copy_tensor(ckpt.model, kModelFile, name, slot.shape, params + slot.offset,
-                                    slot.numel);
+        if (Status ok = copy_tensor(ckpt.model, kModelFile, name, slot.shape,
+                                    params.data() + slot.offset, slot.numel);
             !ok)
           return ok;
         for (size_t k = 0; k < suffixes.size(); ++k) {
           if (Status ok =
                   copy_tensor(ckpt.optimizer, kOptimizerFile, name + suffixes[k], slot.shape,
-                              state + k * l.param_floats() + slot.offset, slot.numel);
+                              state.data() + k * l.param_floats() + slot.offset, slot.numel);
               !ok)
             return ok;
         }
       }
+      params.store();
+      state.store();
     }
     w->set_updates(updates);
   }

@@ -396,7 +396,8 @@ std::string to_toml(const Config& config) {
       section = spec.section;
       out += fmt::format("\n[{}]\n", section);
     }
-    out += fmt::format("{} = {}\n", spec.key, internal::to_toml_text(spec.kind, spec.get(config)));
+    out += fmt::format("{} = {}\n", spec.key,
+                       internal::to_toml_text(spec.kind, spec.get(config), spec.name()));
   }
   return out;
 }
@@ -581,6 +582,45 @@ Status validate(const Config& c) {
     } else if (c.optimizer.delay_correction == "dc") {
       bad("pipeline.stash_precision = \"bf16\": optimizer.delay_correction = \"dc\" computes "
           "Δ from the stashed version in f32 (use stash_precision = \"fp32\", or nesterov)");
+    }
+  }
+  if (p.device != "cpu" && p.device != "cuda" && p.device != "checked") {
+    bad(fmt::format("pipeline.device = \"{}\": unknown device (allowed: cpu, cuda, checked)",
+                    p.device));
+  } else if (p.device != "cpu") {
+    // what still reads or writes a stage's memory on the host (check_stage_backend)
+    const std::string dev = fmt::format("pipeline.device = \"{}\"", p.device);
+    if (p.mode == "xpipe") {
+      bad(dev + ": pipeline.mode = \"xpipe\" predicts the weights on the host (use the cpu)");
+    }
+    if (p.precision != "fp32") {
+      bad(dev + ": pipeline.precision = \"" + p.precision +
+          "\" keeps bf16 weight copies on the host; only fp32 off the cpu");
+    }
+    if (p.replicas != 1) {
+      bad(fmt::format("{}: pipeline.replicas = {} sums gradients on the host; only 1 off the cpu",
+                      dev, p.replicas));
+    }
+    if (c.optimizer.delay_correction == "dc") {
+      bad(dev + ": optimizer.delay_correction = \"dc\" computes its weight change on the host");
+    }
+    if (c.migration.enabled || !c.migration.moves.empty()) {
+      bad(dev + ": migration moves layers through host memory; only on the cpu");
+    }
+  }
+  if (!p.device_ids.empty()) {
+    const std::string shown = fmt::format("[{}]", fmt::join(p.device_ids, ", "));
+    if (p.device != "cuda") {
+      bad(
+          fmt::format("pipeline.device_ids = {}: only with pipeline.device = \"cuda\" (here "
+                      "\"{}\")",
+                      shown, p.device));
+    } else if (p.replicas != 0 && static_cast<int>(p.device_ids.size()) != p.stages) {
+      bad(fmt::format("pipeline.device_ids = {}: {} entries but pipeline.stages = {}", shown,
+                      p.device_ids.size(), p.stages));
+    }
+    if (std::any_of(p.device_ids.begin(), p.device_ids.end(), [](int id) { return id < 0; })) {
+      bad(fmt::format("pipeline.device_ids = {}: GPU indices must be >= 0", shown));
     }
   }
   if (p.memory_limit_mb < 0) {
@@ -791,8 +831,8 @@ std::string config_reference_markdown() {
     }
     out +=
         fmt::format("| `{}` | {} | `{}` | {} | {} |\n", spec.name(), internal::kind_name(spec.kind),
-                    cell(internal::to_toml_text(spec.kind, spec.get(defaults))), cell(spec.allowed),
-                    cell(spec.meaning));
+                    cell(internal::to_toml_text(spec.kind, spec.get(defaults), spec.name())),
+                    cell(spec.allowed), cell(spec.meaning));
   }
   return out;
 }
@@ -805,7 +845,8 @@ std::vector<std::string> job_config_lines(const Config& config) {
   std::vector<std::string> out;
   for (const internal::OptionSpec& spec : internal::option_table()) {
     if (own.count(spec.name()) != 0) continue;
-    out.push_back(spec.name() + " = " + internal::to_toml_text(spec.kind, spec.get(config)));
+    out.push_back(spec.name() + " = " +
+                  internal::to_toml_text(spec.kind, spec.get(config), spec.name()));
   }
   return out;
 }

@@ -226,10 +226,21 @@ TEST_CASE("to_toml round-trips a config in which every key differs from its defa
   async.optimizer.kind = "adamw";  // NAdam's momentum schedule: AdamW only
   async.optimizer.momentum_decay = 0.004f;
   async.pipeline.stash_precision = "bf16";
+  // the keys of stages off the host (which take fp32, one replica): a third config
+  Config device;
+  device.pipeline.stages = 2;
+  device.pipeline.device = "cuda";
+  device.pipeline.device_ids = {1, 0};
   for (const auto& spec : internal::option_table()) {
-    CHECK_MESSAGE((spec.get(c) != spec.get(defaults) || spec.get(async) != spec.get(defaults)),
+    CHECK_MESSAGE((spec.get(c) != spec.get(defaults) || spec.get(async) != spec.get(defaults) ||
+                   spec.get(device) != spec.get(defaults)),
                   spec.name() << " is not exercised");
   }
+  REQUIRE_MESSAGE(validate(device).ok(), validate(device).error().message);
+  auto rdev = config_from_string(to_toml(device));
+  REQUIRE_MESSAGE(rdev.ok(), rdev.error().message);
+  for (const auto& spec : internal::option_table())
+    CHECK_MESSAGE(spec.get(*rdev) == spec.get(device), spec.name());
   REQUIRE_MESSAGE(validate(async).ok(), validate(async).error().message);
   auto ra = config_from_string(to_toml(async));
   REQUIRE_MESSAGE(ra.ok(), ra.error().message);
@@ -498,6 +509,26 @@ TEST_CASE("out-of-range values and impossible combinations are refused") {
   check({"pipeline.mode=pipedream", "pipeline.precision=bf16", "pipeline.stash_precision=bf16",
          "optimizer.delay_correction=dc"},
         "pipeline.stash_precision = \"bf16\": optimizer.delay_correction = \"dc\" computes Δ");
+  check({"pipeline.device=tpu"},
+        "pipeline.device = \"tpu\": unknown device (allowed: cpu, cuda, checked)");
+  check({"pipeline.device=cuda", "pipeline.mode=xpipe"},
+        "pipeline.device = \"cuda\": pipeline.mode = \"xpipe\" predicts the weights on the host");
+  check({"pipeline.device=checked", "pipeline.precision=bf16"},
+        "pipeline.device = \"checked\": pipeline.precision = \"bf16\" keeps bf16 weight copies "
+        "on the host; only fp32 off the cpu");
+  check({"pipeline.device=cuda", "pipeline.replicas=2"},
+        "pipeline.device = \"cuda\": pipeline.replicas = 2 sums gradients on the host");
+  check({"pipeline.device=cuda", "pipeline.mode=2bw", "optimizer.delay_correction=dc"},
+        "pipeline.device = \"cuda\": optimizer.delay_correction = \"dc\" computes its weight "
+        "change on the host");
+  check({"pipeline.device=checked", "migration.enabled=true"},
+        "pipeline.device = \"checked\": migration moves layers through host memory");
+  check({"pipeline.device=cuda", "pipeline.stages=2", "pipeline.device_ids=[0]"},
+        "pipeline.device_ids = [0]: 1 entries but pipeline.stages = 2");
+  check({"pipeline.device=cuda", "pipeline.device_ids=[-1]"},
+        "pipeline.device_ids = [-1]: GPU indices must be >= 0");
+  check({"pipeline.device_ids=[0]"},
+        "pipeline.device_ids = [0]: only with pipeline.device = \"cuda\" (here \"cpu\")");
   check({"train.steps=0"}, "train.steps = 0: must be >= 1");
   check({"checkpoint.every=5"}, "checkpoint.every = 5: periodic checkpoints need checkpoint.dir");
   // The same combinations are fine when they are consistent.

@@ -220,6 +220,22 @@ std::vector<OptionSpec> build_table() {
                   "Every bit computed is the same as with \"fp32\"; checkpoints hold those "
                   "weights of the older versions as their bf16 values (docs/modes.md, "
                   "\"Precision\")."));
+  t.push_back(row("pipeline", "device", &C::pipeline, &PipelineOptions::device,
+                  "\"cpu\" | \"cuda\" | \"checked\"",
+                  "What the stages compute on, with every weight, gradient, optimizer state and "
+                  "stashed activation in its memory. \"cuda\": each stage on a GPU of its own "
+                  "(pipeline.device_ids), the CUDA backend (docs/gpu.md); an error where the build "
+                  "has no CUDA or no GPU is usable, never a run on the CPU. \"checked\": the CPU "
+                  "kernels on memory closed to the host between operations, which stops the "
+                  "process at any read or write of a stage's memory that does not go through the "
+                  "backend; the CPU's bits, slower (a test of the device path, e.g. of one's own "
+                  "layers, without a GPU). Off the CPU: fp32 only, one replica, no xpipe, no "
+                  "delay_correction = \"dc\", no migration."));
+  t.push_back(row("pipeline", "device_ids", &C::pipeline, &PipelineOptions::device_ids,
+                  "[] or pipeline.stages GPU indices >= 0",
+                  "With device = \"cuda\": the GPU of each stage, first stage first (as CUDA "
+                  "numbers the GPUs this process sees); [] puts stage r on GPU r mod (GPUs "
+                  "visible)."));
   t.push_back(row("pipeline", "split_backward", &C::pipeline, &PipelineOptions::split_backward,
                   "true | false",
                   "A stage's backward computes the gradient of its input, hands it to the "
@@ -487,7 +503,7 @@ std::string toml_real(double x, bool single) {
 
 }  // namespace
 
-std::string to_toml_text(OptKind kind, const OptValue& value) {
+std::string to_toml_text(OptKind kind, const OptValue& value, std::string_view name) {
   switch (kind) {
     case OptKind::integer:
     case OptKind::uinteger:
@@ -502,10 +518,10 @@ std::string to_toml_text(OptKind kind, const OptValue& value) {
     case OptKind::arch:
       return toml_string(std::get<std::string>(value));
     case OptKind::int_list: {
-      // the only list key is pipeline.partition: "auto", "even" or its counts
+      // pipeline.partition: "auto", "even" or its counts; the other lists: [] or their values
       if (const auto* s = std::get_if<std::string>(&value)) return toml_string(*s);
       const auto& xs = std::get<std::vector<int64_t>>(value);
-      if (xs.empty()) return "\"even\"";
+      if (xs.empty()) return name == "pipeline.partition" ? "\"even\"" : "[]";
       return fmt::format("[{}]", fmt::join(xs, ", "));
     }
     case OptKind::layer_set: {

@@ -56,8 +56,9 @@ const OptionSpec* find_option(std::string_view section, std::string_view key);
 std::string_view kind_name(OptKind kind);
 
 /// A value as TOML text: 128, 0.001, true, "text", [2, 2], "gpt". Floats use the shortest
-/// decimal form that reads back to the same bits (1.0e-3 for float32 0.001f).
-std::string to_toml_text(OptKind kind, const OptValue& value);
+/// decimal form that reads back to the same bits (1.0e-3 for float32 0.001f). `name`: the key,
+/// whose empty list reads "even" for pipeline.partition and [] for the others.
+std::string to_toml_text(OptKind kind, const OptValue& value, std::string_view name = {});
 
 /// The candidate closest to `word` by edit distance, if it is close enough to be a likely typo.
 std::string closest(std::string_view word, const std::vector<std::string>& candidates);

@@ -41,6 +41,8 @@ class OptimizerShard {
   /// runs.
   std::span<float> state(int i);
   std::span<const float> state(int i) const;
+  /// The memory the state lives in.
+  BackendMemory& memory() const { return *state_.memory(); }
 
   /// Protocol step 4 (StageWorker's class comment): applies `job` (this stage's, gradients
   /// finished, not applied yet) on `ctx`: every layer's parameters in the version being

@@ -218,12 +218,18 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Config& c
   o.reducer = reducer;
   o.B = config.pipeline.microbatch_size;
   o.T = config.pipeline.seq_len > 0 ? config.pipeline.seq_len : config.model.context;
-  std::vector<int> all(static_cast<size_t>(partition->stages()));
-  std::iota(all.begin(), all.end(), 0);
-  if (Status ok = check_memory_fits(
-          *model, *partition, *mode, config.optimizer.kind, all, o.B, o.T, available_memory_bytes(),
-          parse_precision(config.pipeline.precision).value_or(Precision::fp32),
-          config.pipeline.stash_precision == "bf16");
+  auto devices = StageDevices::open(config.pipeline, partition->stages());
+  if (!devices) return devices.error();
+  o.backends = devices->backends();
+  // the host's memory holds the stages on the host (a device's stages are in its memory)
+  std::vector<int> on_host;
+  for (int r = 0; r < partition->stages(); ++r)
+    if (o.backends.empty() || o.backends[static_cast<size_t>(r)] == nullptr) on_host.push_back(r);
+  if (Status ok =
+          check_memory_fits(*model, *partition, *mode, config.optimizer.kind, on_host, o.B, o.T,
+                            available_memory_bytes(),
+                            parse_precision(config.pipeline.precision).value_or(Precision::fp32),
+                            config.pipeline.stash_precision == "bf16");
       !ok)
     return ok.error();
   o.threads.assign(static_cast<size_t>(partition->stages()), config.pipeline.threads_per_stage);
@@ -236,7 +242,10 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Config& c
   auto recompute = recompute_flags(config.pipeline.recompute, model->num_layers());
   if (!recompute) return recompute.error();
   o.recompute = std::move(*recompute);
-  return create(*model, *partition, config.optimizer, o);
+  auto exec = create(*model, *partition, config.optimizer, o);
+  if (!exec) return exec.error();
+  (*exec)->devices_ = std::make_unique<StageDevices>(std::move(*devices));
+  return exec;
 }
 
 Expected<EvalResult> SerialExecutor::evaluate(std::span<const Microbatch> batches) {

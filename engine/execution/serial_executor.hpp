@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/batch.hpp"
+#include "engine/devices/stage_devices.hpp"
 #include "engine/execution/evaluation.hpp"
 #include "engine/execution/gradient_reducer.hpp"
 #include "engine/execution/optimizer_shard.hpp"
@@ -152,6 +153,9 @@ class SerialExecutor {
                  const SerialExecutorOptions& options);
   struct Run;
 
+  // pipeline.device's backends when create(config) opened them (before the workers, which free
+  // their buffers into them, so that it is destroyed after them)
+  std::unique_ptr<StageDevices> devices_;
   Model model_;
   Partition partition_;
   OptimizerOptions opt_;

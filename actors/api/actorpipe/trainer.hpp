@@ -203,7 +203,8 @@ class Trainer {
   int64_t parameter_count() const;
   /// Current parameters of global layer `layer`: one contiguous buffer, laid out by the layer's
   /// parameter slots (see weights() for names and shapes). In a multi-process job only for the
-  /// layers of this process's stages (holds_layer()).
+  /// layers of this process's stages (holds_layer()); with the stages off the host
+  /// (pipeline.device) a CheckFailure: weights() copies them out.
   std::span<const float> params(int layer) const;
   /// Whether this process holds global layer `layer` (always, in a single process).
   bool holds_layer(int layer) const;
