@@ -28,6 +28,7 @@
 #include "engine/mode.hpp"
 #include "engine/profiler/auto_partition.hpp"
 #include "engine/stop_flag.hpp"
+#include "kernels/backend_memory.hpp"
 #include "kernels/check.hpp"
 
 namespace actorpipe {
@@ -959,6 +960,18 @@ int Trainer::num_layers() const {
 
 int64_t Trainer::parameter_count() const {
   return static_cast<int64_t>(impl_->model().unique_parameters());
+}
+
+std::string Trainer::devices() const {
+  std::string stages;
+  bool off_host = false;
+  for (int r = 0; r < impl_->exec->stages(); ++r) {
+    if (!impl_->exec->local(r)) continue;
+    const BackendMemory& memory = impl_->exec->worker(r).memory();
+    off_host = off_host || !memory.host_memory();
+    stages += fmt::format("{}stage {}: {}", stages.empty() ? "" : ", ", r, memory.name());
+  }
+  return off_host ? stages : "CPU";
 }
 
 std::span<const float> Trainer::params(int layer) const {

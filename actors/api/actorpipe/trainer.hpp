@@ -201,6 +201,9 @@ class Trainer {
   int num_layers() const;
   /// Trainable parameters (a tied parameter counted once).
   int64_t parameter_count() const;
+  /// What this process's stages compute on (pipeline.device): "CPU", or each stage's backend
+  /// ("stage 0: cuda:0 (NVIDIA H100 ...), stage 1: ...").
+  std::string devices() const;
   /// Current parameters of global layer `layer`: one contiguous buffer, laid out by the layer's
   /// parameter slots (see weights() for names and shapes). In a multi-process job only for the
   /// layers of this process's stages (holds_layer()); with the stages off the host
