@@ -289,7 +289,11 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
                             config.pipeline.stash_precision == "bf16");
       !ok)
     return world > 1 ? make_error("rank {}: {}", impl->rank, ok.error().message) : ok.error();
-  auto precision = resolve_precision(config.pipeline.precision);
+  // bf16 with the CPU kernels needs the CPU's bf16 instructions; a GPU's products do not
+  auto precision = impl->devices.cpu_kernels()
+                       ? resolve_precision(config.pipeline.precision)
+                       : Expected<Precision>(
+                             parse_precision(config.pipeline.precision).value_or(Precision::fp32));
   if (!precision) return precision.error();
   for (int r = 0; r < impl->partition->stages(); ++r) {
     if (impl->placement.rank_of(r) != impl->rank) {
@@ -310,7 +314,7 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
     wo.log_versions = options.log_versions;
     wo.recompute = *recompute;
     wo.backend = backends.empty() ? nullptr : backends[static_cast<size_t>(r)];
-    if (Status ok = check_stage_backend(wo, config.optimizer); !ok) return ok.error();
+    if (Status ok = check_stage_backend(wo); !ok) return ok.error();
     impl->workers.push_back(
         std::make_unique<StageWorker>(*impl->model, *impl->partition, config.optimizer, wo));
     impl->shards.push_back(std::make_unique<OptimizerShard>(

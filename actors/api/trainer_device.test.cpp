@@ -12,6 +12,7 @@
 
 #include "actors/api/actorpipe/trainer.hpp"
 #include "engine/checkpoint/checkpoint.hpp"
+#include "kernels/bf16_gemm.hpp"
 #include "kernels/check.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "tests/support/bits.hpp"
@@ -116,7 +117,7 @@ TEST_CASE("pipeline.device = checked: checkpoints are the cpu's, and resume acro
       REQUIRE(on_cpu.ok());
       REQUIRE(on_dev.ok());
       for (auto files : {&CheckpointContents::model, &CheckpointContents::optimizer,
-                                &CheckpointContents::versions}) {
+                         &CheckpointContents::versions}) {
         const auto& x = (*on_cpu).*files;
         const auto& y = (*on_dev).*files;
         REQUIRE(x.size() == y.size());
@@ -139,6 +140,27 @@ TEST_CASE("pipeline.device = checked: checkpoints are the cpu's, and resume acro
         CHECK(same_bits(lw, both));
         CHECK(same_weights(*whole, *t));
       }
+    }
+  }
+}
+
+TEST_CASE("pipeline.device = checked with precision = bf16: the cpu's bf16 bits") {
+  if (!bf16_support().native) {
+    MESSAGE("this CPU has no bf16 instructions: the CPU's bf16 reference cannot run");
+    return;
+  }
+  for (const char* mode : {"1f1b", "2bw"}) {
+    for (Backend backend : {Backend::serial, Backend::actors}) {
+      const std::string what = fmt::format("{} on {}", mode, name(backend));
+      CAPTURE(what);
+      Config cpu = tiny(mode, 2, 2, "cpu");
+      cpu.pipeline.precision = "bf16";
+      Config dev = cpu;
+      dev.pipeline.device = "checked";
+      auto a = make(cpu, backend);
+      auto b = make(dev, backend);
+      CHECK(same_bits(train(*a), train(*b)));
+      CHECK(same_weights(*a, *b));
     }
   }
 }

@@ -593,16 +593,13 @@ Status validate(const Config& c) {
     if (p.mode == "xpipe") {
       bad(dev + ": pipeline.mode = \"xpipe\" predicts the weights on the host (use the cpu)");
     }
-    if (p.precision != "fp32") {
-      bad(dev + ": pipeline.precision = \"" + p.precision +
-          "\" keeps bf16 weight copies on the host; only fp32 off the cpu");
+    if (p.stash_precision != "fp32") {
+      bad(dev + ": pipeline.stash_precision = \"" + p.stash_precision +
+          "\" keeps the stashed weights in host memory; only fp32 off the cpu");
     }
     if (p.replicas != 1) {
       bad(fmt::format("{}: pipeline.replicas = {} sums gradients on the host; only 1 off the cpu",
                       dev, p.replicas));
-    }
-    if (c.optimizer.delay_correction == "dc") {
-      bad(dev + ": optimizer.delay_correction = \"dc\" computes its weight change on the host");
     }
     if (c.migration.enabled || !c.migration.moves.empty()) {
       bad(dev + ": migration moves layers through host memory; only on the cpu");

@@ -513,14 +513,12 @@ TEST_CASE("out-of-range values and impossible combinations are refused") {
         "pipeline.device = \"tpu\": unknown device (allowed: cpu, cuda, checked)");
   check({"pipeline.device=cuda", "pipeline.mode=xpipe"},
         "pipeline.device = \"cuda\": pipeline.mode = \"xpipe\" predicts the weights on the host");
-  check({"pipeline.device=checked", "pipeline.precision=bf16"},
-        "pipeline.device = \"checked\": pipeline.precision = \"bf16\" keeps bf16 weight copies "
-        "on the host; only fp32 off the cpu");
+  check({"pipeline.device=checked", "pipeline.mode=2bw", "pipeline.precision=bf16",
+         "pipeline.stash_precision=bf16"},
+        "pipeline.device = \"checked\": pipeline.stash_precision = \"bf16\" keeps the stashed "
+        "weights in host memory; only fp32 off the cpu");
   check({"pipeline.device=cuda", "pipeline.replicas=2"},
         "pipeline.device = \"cuda\": pipeline.replicas = 2 sums gradients on the host");
-  check({"pipeline.device=cuda", "pipeline.mode=2bw", "optimizer.delay_correction=dc"},
-        "pipeline.device = \"cuda\": optimizer.delay_correction = \"dc\" computes its weight "
-        "change on the host");
   check({"pipeline.device=checked", "migration.enabled=true"},
         "pipeline.device = \"checked\": migration moves layers through host memory");
   check({"pipeline.device=cuda", "pipeline.stages=2", "pipeline.device_ids=[0]"},

@@ -229,8 +229,9 @@ std::vector<OptionSpec> build_table() {
                   "kernels on memory closed to the host between operations, which stops the "
                   "process at any read or write of a stage's memory that does not go through the "
                   "backend; the CPU's bits, slower (a test of the device path, e.g. of one's own "
-                  "layers, without a GPU). Off the CPU: fp32 only, one replica, no xpipe, no "
-                  "delay_correction = \"dc\", no migration."));
+                  "layers, without a GPU). Off the CPU: precision = \"bf16\" is the backend's "
+                  "own (each product's operands rounded, no weight copies), stash_precision "
+                  "fp32 only, one replica, no xpipe, no migration."));
   t.push_back(row("pipeline", "device_ids", &C::pipeline, &PipelineOptions::device_ids,
                   "[] or pipeline.stages GPU indices >= 0",
                   "With device = \"cuda\": the GPU of each stage, first stage first (as CUDA "

@@ -52,6 +52,7 @@ Expected<StageDevices> StageDevices::open(const PipelineOptions& pipeline, int s
                       pipeline.device);
   }
   out.backends_.assign(static_cast<size_t>(stages), nullptr);
+  out.cpu_kernels_ = pipeline.device != "cuda";
   for (int r = 0; r < stages; ++r) {
     if (local && !local(r)) continue;
     std::unique_ptr<ComputeBackend> backend;

@@ -38,6 +38,9 @@ class StageDevices {
   /// Per stage its backend, nullptr for a stage on the CPU or of another process; empty when
   /// no stage of this process is off the CPU.
   const std::vector<ComputeBackend*>& backends() const { return backends_; }
+  /// Whether this process's stages compute with the CPU kernels ("cpu", "checked"): their bf16
+  /// products need the CPU's bf16 instructions; a GPU's do not.
+  bool cpu_kernels() const { return cpu_kernels_; }
   /// One line for logs: "cpu", or each local stage's backend ("stage 0: cuda:0 (H100 ...)").
   std::string describe() const;
 
@@ -45,6 +48,7 @@ class StageDevices {
   std::vector<std::unique_ptr<Context>> contexts_;  // the checked backends' CPU kernels
   std::vector<std::unique_ptr<ComputeBackend>> owned_;
   std::vector<ComputeBackend*> backends_;
+  bool cpu_kernels_ = true;
 };
 
 }  // namespace actorpipe

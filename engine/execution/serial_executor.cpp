@@ -21,6 +21,7 @@
 #include "engine/schedule/lowering.hpp"
 #include "engine/schedule/validate.hpp"
 #include "kernels/check.hpp"
+#include "kernels/compute_backend.hpp"
 #include "kernels/optimizer.hpp"
 
 namespace actorpipe {
@@ -164,7 +165,12 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Model& mo
   }
   for (int t : o.threads)
     if (t < 1) return make_error("threads = {}: every stage needs at least 1", t);
-  if (auto p = resolve_precision(to_string(o.precision)); !p) return p.error();
+  // the CPU kernels' bf16 needs the CPU's bf16 instructions (a GPU stage's products do not)
+  const bool cpu_kernels =
+      o.backends.empty() || std::any_of(o.backends.begin(), o.backends.end(), [](auto* b) {
+        return b == nullptr || b->device() == Device::cpu;
+      });
+  if (auto p = resolve_precision(to_string(o.precision)); !p && cpu_kernels) return p.error();
   if (o.bf16_stash &&
       (o.precision != Precision::bf16 || !o.bf16_weight_copies ||
        (o.mode != Mode::twobw && o.mode != Mode::pipedream) || needs_weight_change(optimizer))) {
@@ -177,7 +183,7 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Model& mo
     return make_error("backends: {} entries for {} stages", o.backends.size(), partition.stages());
   }
   for (size_t r = 0; r < o.backends.size(); ++r) {
-    const Status ok = check_stage_backend(stage_options(o, static_cast<int>(r)), optimizer);
+    const Status ok = check_stage_backend(stage_options(o, static_cast<int>(r)));
     if (!ok) return ok.error();
   }
   if (!o.recompute.empty() && static_cast<int>(o.recompute.size()) != model.num_layers()) {
@@ -233,7 +239,11 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Config& c
       !ok)
     return ok.error();
   o.threads.assign(static_cast<size_t>(partition->stages()), config.pipeline.threads_per_stage);
-  auto precision = resolve_precision(config.pipeline.precision);
+  // bf16 with the CPU kernels needs the CPU's bf16 instructions; a GPU's products do not
+  auto precision = devices->cpu_kernels()
+                       ? resolve_precision(config.pipeline.precision)
+                       : Expected<Precision>(
+                             parse_precision(config.pipeline.precision).value_or(Precision::fp32));
   if (!precision) return precision.error();
   o.precision = *precision;
   o.bf16_stash = config.pipeline.stash_precision == "bf16";

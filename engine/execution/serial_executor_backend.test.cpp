@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/execution/serial_executor.hpp"
+#include "kernels/bf16_gemm.hpp"
 #include "kernels/check.hpp"
 #include "tests/support/bits.hpp"
 #include "tests/support/checked_devices.hpp"
@@ -113,6 +114,84 @@ TEST_CASE("a pipeline with stages on and off the host, evaluated and run again, 
   }
 }
 
+// the dc correction's Δ = W_now − W_stale made with the backend's ops, the CPU's bits
+TEST_CASE("the dc correction on stages off the host: the CPU stages' bits") {
+  constexpr int kSteps = 3, m = 2;
+  for (const char* kind : {"adamw", "sgd"}) {
+    OptimizerOptions opt = std::string(kind) == "adamw" ? clipped_adamw() : clipped_sgd();
+    opt.delay_correction = "dc";
+    for (Arch arch : {Arch::gpt, Arch::bert}) {
+      const Model model = build_model(tiny_model(arch, true, 11));
+      const auto mbs = tiny_batches(arch, model.options().vocab_size, m * kSteps, 5);
+      const Partition p = *Partition::even(model.num_layers(), 2);
+      for (Mode mode : {Mode::twobw, Mode::pipedream}) {
+        INFO(kind << " " << (arch == Arch::gpt ? "gpt" : "bert") << " " << to_string(mode));
+        auto cpu = executor(model, p, opt, mode, m, {});
+        CheckedDevices dev(2);
+        auto off = executor(model, p, opt, mode, m, dev.pointers);
+        const int steps = mode == Mode::pipedream ? m * kSteps : kSteps;
+        const auto want = cpu->run(steps, mbs);
+        const auto got = off->run(steps, mbs);
+        REQUIRE_MESSAGE(got.ok(), (got.ok() ? "" : got.error().message));
+        REQUIRE(want.ok());
+        CHECK(*got == *want);
+        check_same(*off, *cpu);
+      }
+    }
+  }
+}
+
+// bf16 off the host is the backend's own: it rounds each product's operands (no weight copies,
+// f32 activations), which are the values the CPU stages' weight copies and bf16 activations hold
+TEST_CASE("bf16 products on stages off the host compute the CPU stages' bf16 bits") {
+  if (!bf16_support().native) {
+    MESSAGE("this CPU has no bf16 instructions: the CPU's bf16 reference cannot run");
+    return;
+  }
+  constexpr int kSteps = 2, m = 2;
+  for (Arch arch : {Arch::gpt, Arch::bert}) {
+    const Model model = build_model(tiny_model(arch, true, 11));
+    const auto mbs = tiny_batches(arch, model.options().vocab_size, m * kSteps, 5);
+    const Partition p = *Partition::even(model.num_layers(), 2);
+    for (Mode mode : {Mode::gpipe, Mode::onef1b, Mode::twobw, Mode::pipedream}) {
+      INFO(std::string(arch == Arch::gpt ? "gpt" : "bert") << " " << to_string(mode));
+      SerialExecutorOptions o;
+      o.mode = mode;
+      o.microbatches = m;
+      o.precision = Precision::bf16;
+      auto cpu = tiny_executor(model, p, clipped_adamw(), o);
+      CheckedDevices dev(2, {1});  // stage 0 off the host, stage 1 on it
+      o.backends = dev.pointers;
+      auto off = tiny_executor(model, p, clipped_adamw(), o);
+      const int steps = mode == Mode::pipedream ? m * kSteps : kSteps;
+      const auto want = cpu->run(steps, mbs);
+      const auto got = off->run(steps, mbs);
+      REQUIRE_MESSAGE(got.ok(), (got.ok() ? "" : got.error().message));
+      REQUIRE(want.ok());
+      CHECK(*got == *want);
+      check_same(*off, *cpu);
+      CHECK(dev.backends[0]->precision() == Precision::bf16);
+    }
+  }
+  // and the same run in fp32 differs: the products above did round
+  const Model model = build_model(tiny_model(Arch::gpt, true, 11));
+  const auto mbs = tiny_batches(Arch::gpt, model.options().vocab_size, 2, 5);
+  const Partition p = *Partition::even(model.num_layers(), 2);
+  SerialExecutorOptions o;
+  o.microbatches = 2;
+  CheckedDevices dev(2);
+  o.backends = dev.pointers;
+  auto fp32 = tiny_executor(model, p, clipped_adamw(), o);
+  o.precision = Precision::bf16;
+  CheckedDevices dev16(2);
+  o.backends = dev16.pointers;
+  auto bf16 = tiny_executor(model, p, clipped_adamw(), o);
+  const auto a = fp32->run(1, mbs), b = bf16->run(1, mbs);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK_FALSE(same_bits((*a)[0], (*b)[0]));
+}
+
 TEST_CASE("what a stage off the host cannot run yet is refused, naming the stage and the cause") {
   const Model model = build_model(tiny_model(Arch::gpt, true, 11));
   const Partition p = *Partition::even(model.num_layers(), 2);
@@ -132,25 +211,26 @@ TEST_CASE("what a stage off the host cannot run yet is refused, naming the stage
   const std::string xpipe = refused(Mode::xpipe, clipped_adamw());
   CHECK(xpipe.find("stage 0 on checked cpu") != std::string::npos);
   CHECK(xpipe.find("xpipe predicts its weights on the host") != std::string::npos);
-  CHECK(refused(Mode::twobw, dc).find("dc correction") != std::string::npos);
+  CHECK(refused(Mode::twobw, dc).empty());  // Δ on the backend
   CHECK(refused(Mode::onef1b, clipped_adamw()).empty());
-  CHECK(refused(Mode::pipedream, dc).find("dc correction") != std::string::npos);
 
   StageWorkerOptions w;
   w.stage = 1;
   w.backend = dev.pointers[1];
-  CHECK(check_stage_backend(w, clipped_adamw()).ok());
-  w.precision = Precision::bf16;
-  CHECK(check_stage_backend(w, clipped_adamw()).error().message.find("only fp32") !=
-        std::string::npos);
+  CHECK(check_stage_backend(w).ok());
+  w.precision = Precision::bf16;  // the backend's own bf16 products
+  CHECK(check_stage_backend(w).ok());
+  w.bf16_stash = true;
+  CHECK(check_stage_backend(w).error().message.find("a bf16 weight stash") != std::string::npos);
+  w.bf16_stash = false;
   w.precision = Precision::fp32;
   w.replicas = 2;
-  CHECK(check_stage_backend(w, clipped_adamw()).error().message.find("only one replica") !=
-        std::string::npos);
+  CHECK(check_stage_backend(w).error().message.find("only one replica") != std::string::npos);
   w.backend = nullptr;  // the CPU: everything
-  CHECK(check_stage_backend(w, dc).ok());
+  CHECK(check_stage_backend(w).ok());
   w.replicas = 1;
   w.backend = dev.pointers[1];
+  w.mode = Mode::xpipe;
   CHECK_THROWS_WITH_AS(StageWorker(model, p, dc, w), doctest::Contains("stage 1 on checked cpu"),
                        CheckFailure);
 

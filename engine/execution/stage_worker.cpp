@@ -37,7 +37,7 @@ std::vector<StashRange> bf16_stash_ranges(const Model& model, int first, int L) 
 
 }  // namespace
 
-Status check_stage_backend(const StageWorkerOptions& options, const OptimizerOptions& optimizer) {
+Status check_stage_backend(const StageWorkerOptions& options) {
   const ComputeBackend* b = options.backend;
   if (b == nullptr || b->host_memory()) return {};
   // what still reads or writes the stage's buffers on the host
@@ -45,15 +45,9 @@ Status check_stage_backend(const StageWorkerOptions& options, const OptimizerOpt
     return make_error("stage {} on {}: xpipe predicts its weights on the host; not on this backend",
                       options.stage, b->name());
   }
-  if (needs_weight_change(optimizer)) {
+  if (options.bf16_stash) {
     return make_error(
-        "stage {} on {}: the dc correction's weight change is made on the host; not on this "
-        "backend",
-        options.stage, b->name());
-  }
-  if (options.precision != Precision::fp32) {
-    return make_error(
-        "stage {} on {}: bf16 products keep their weight copies on the host; only fp32 on this "
+        "stage {} on {}: a bf16 weight stash keeps its weights in host memory; not on this "
         "backend",
         options.stage, b->name());
   }
@@ -78,13 +72,19 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
       stage_(options.stage),
       ctx_(options.threads) {
   ctx_.set_precision(options.precision);
-  ctx_.set_bf16_activations(options.bf16_activations);
   if (options.backend != nullptr) {
-    const Status ok = check_stage_backend(options, optimizer);
+    const Status ok = check_stage_backend(options);
     AP_CHECK(ok.ok(), "{}", ok.ok() ? "" : ok.error().message);
     ctx_.set_backend(options.backend);
     memory_ = options.backend;
   }
+  if (!memory_->host_memory()) {
+    // bf16 off the host: the backend rounds each product's operands itself, so no bf16 copies
+    // of the weights (host memory) and the activations stay f32 (the same values)
+    opts_.bf16_weight_copies = false;
+    opts_.bf16_activations = false;
+  }
+  ctx_.set_bf16_activations(opts_.bf16_activations);
   AP_CHECK(partition.num_layers() == model.num_layers(),
            "partition of {} layers for a model of {} layers", partition.num_layers(),
            model.num_layers());
@@ -161,7 +161,7 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
   // weight versions, initialised from the model's seeded init
   std::vector<StashRange> bf16_stash;
   if (options.bf16_stash) {
-    AP_CHECK(options.precision == Precision::bf16 && options.bf16_weight_copies,
+    AP_CHECK(options.precision == Precision::bf16 && opts_.bf16_weight_copies,
              "stage {}: a bf16 weight stash needs bf16 products with weight copies", stage_);
     AP_CHECK(!needs_weight_change(optimizer),
              "stage {}: a bf16 weight stash cannot serve the dc correction's Δ, which reads the "
@@ -185,7 +185,7 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
       }
     }
   }
-  if (options.precision == Precision::bf16 && options.bf16_weight_copies) {
+  if (options.precision == Precision::bf16 && opts_.bf16_weight_copies) {
     for (int b = 0; b < store_->capacity(); ++b)
       for (int i = 0; i < L; ++i) bf16_weights_.cover(store_->buffer(b, i));
     if (store_->bf16_stash()) {
@@ -625,7 +625,17 @@ UpdateJob& StageWorker::begin_update(const Action& a) {
       for (int i = 0; i < num_layers(); ++i) {
         const std::span<const float> w = store_->params(now, i), w0 = store_->params(stale, i);
         float* out = weight_change_.data() + param_off_[static_cast<size_t>(i)];
-        for (size_t e = 0; e < w.size(); ++e) out[e] = w[e] - w0[e];
+        if (memory_->host_memory()) {
+          for (size_t e = 0; e < w.size(); ++e) out[e] = w[e] - w0[e];
+        } else {
+          // on the backend: (−w0) + w, the same bits as w − w0 (negation is exact, and IEEE
+          // addition commutes)
+          ComputeBackend& b = ctx_.backend();
+          const long n = static_cast<long>(w.size());
+          b.copy(out, w0.data(), w.size());
+          b.scale_inplace(out, -1.0f, n);
+          b.accumulate(out, w.data(), n);
+        }
       }
       job_.change_ = weight_change_.data();
     }

@@ -97,14 +97,15 @@ struct StageWorkerOptions {
   /// input and output tensors of its forwards and backwards stay host tensors, and the spans it
   /// hands out (params, grads, tied_weights, the UpdateJob's) point into the backend's memory
   /// (memory()). There it refuses, at construction, what needs the host yet
-  /// (check_stage_backend).
+  /// (check_stage_backend); bf16 products are the backend's own (its precision: it rounds
+  /// each product's operands), with neither weight copies nor bf16 activations.
   ComputeBackend* backend = nullptr;
 };
 
 /// Whether a stage of `options` can compute on options.backend: an error naming the stage, the
 /// backend and what needs the host when that backend's memory is not host memory and the stage
-/// would use xpipe's prediction, the dc correction, bf16 products or replicas; fine otherwise.
-Status check_stage_backend(const StageWorkerOptions& options, const OptimizerOptions& optimizer);
+/// would use xpipe's prediction, a bf16 weight stash or replicas; fine otherwise.
+Status check_stage_backend(const StageWorkerOptions& options);
 
 /// One stage: global layers [partition.begin(r), partition.end(r)) of the model. Owns every
 /// buffer it computes with (weight versions, gradients, activation stash, output tensors, its
