@@ -501,7 +501,7 @@ class StageActor : public caf::event_based_actor {
       if (sent_predicted_[k] == p.version) continue;
       sent_predicted_[k] = p.version;
       Tensor w = predicted_pool_[k].acquire();
-      std::copy(p.weights.begin(), p.weights.end(), w.f32());
+      worker_.memory().to_host(w.f32(), p.weights.data(), p.weights.size());
       TensorChannel& ch = st_->channels->tied(static_cast<int>(k), ChannelKind::tied_prediction);
       auto t = post_tied_value(ch, std::move(w), p.version.version, p.version.lookahead);
       if (!t) return report_failure(t.error().message);

@@ -469,6 +469,13 @@ void CheckedBackend::sgd_update(float* params, const float* grads, float* moment
   op.run([&] { cpu_->sgd_update(params, grads, momentum_buf, n, p, grad_scale, correction); });
 }
 
+void CheckedBackend::xpipe_predict(float* out, const float* w, const float* m, const float* v,
+                                   size_t n, const WeightPrediction& p) {
+  Op op(*this, "xpipe_predict");
+  op.dev(out, n, "out").dev(w, n, "w").dev(m, n, "m").dev(v, n, "v");
+  op.run([&] { cpu_->xpipe_predict(out, w, m, v, n, p); });
+}
+
 double CheckedBackend::grad_sumsq(const float* grads, size_t n) {
   Op op(*this, "grad_sumsq");
   op.dev(grads, n, "grads");

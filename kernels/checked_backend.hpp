@@ -100,6 +100,8 @@ class CheckedBackend final : public ComputeBackend {
                     const DelayCorrection& correction) override;
   void sgd_update(float* params, const float* grads, float* momentum_buf, size_t n,
                   const SGDParams& p, float grad_scale, const DelayCorrection& correction) override;
+  void xpipe_predict(float* out, const float* w, const float* m, const float* v, size_t n,
+                     const WeightPrediction& p) override;
   double grad_sumsq(const float* grads, size_t n) override;
 
  private:

@@ -106,6 +106,10 @@ class ComputeBackend : public BackendMemory {
   virtual void sgd_update(float* params, const float* grads, float* momentum_buf, size_t n,
                           const SGDParams& p, float grad_scale,
                           const DelayCorrection& correction) = 0;
+  /// XPipe's weight prediction (kernels/optimizer.hpp, xpipe_predict): out = w − k·((m / bc1) /
+  /// (sqrt(v) / bc2_sqrt + eps) + wd·w), or w − k·m when v is nullptr (SGD).
+  virtual void xpipe_predict(float* out, const float* w, const float* m, const float* v, size_t n,
+                             const WeightPrediction& p) = 0;
   /// Σ g² in double, in a fixed order (waits for the ops before it).
   virtual double grad_sumsq(const float* grads, size_t n) = 0;
 };

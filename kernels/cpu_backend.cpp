@@ -138,6 +138,10 @@ class CpuBackend final : public ComputeBackend {
                   const DelayCorrection& correction) override {
     actorpipe::sgd_update(ctx_, params, grads, momentum_buf, n, p, grad_scale, correction);
   }
+  void xpipe_predict(float* out, const float* w, const float* m, const float* v, size_t n,
+                     const WeightPrediction& p) override {
+    actorpipe::xpipe_predict(ctx_, out, w, m, v, n, p);
+  }
   double grad_sumsq(const float* grads, size_t n) override {
     return actorpipe::grad_sumsq(ctx_, grads, n);
   }

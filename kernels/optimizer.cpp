@@ -215,6 +215,26 @@ void adamw_update(Context& ctx, float* params, const float* grads, float* m, flo
   over([&](int64_t b, int64_t e) { adamw_range(params + b, grads + b, m + b, v + b, e - b, c); });
 }
 
+void xpipe_predict(Context& ctx, float* out, const float* w, const float* m, const float* v,
+                   size_t n, const WeightPrediction& p) {
+  if (n == 0) return;
+  const float k = p.k, bc1 = p.bc1, bc2_sqrt = p.bc2_sqrt, eps = p.eps, wd = p.wd;
+  float* __restrict y = out;
+  const float* __restrict wr = w;
+  const float* __restrict mr = m;
+  const float* __restrict vr = v;
+  ctx.parallel_for_aligned(static_cast<int64_t>(n), 16, [&](int, int64_t i0, int64_t i1) {
+    if (vr != nullptr) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const float denom = std::sqrt(vr[i]) / bc2_sqrt + eps;
+        y[i] = wr[i] - k * ((mr[i] / bc1) / denom + wd * wr[i]);
+      }
+    } else {
+      for (int64_t i = i0; i < i1; ++i) y[i] = wr[i] - k * mr[i];
+    }
+  });
+}
+
 void sgd_update(Context& ctx, float* params, const float* grads, float* momentum_buf, size_t n,
                 const SGDParams& p, float grad_scale, const DelayCorrection& dc,
                 const UpdateOutputs& out) {

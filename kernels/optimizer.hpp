@@ -90,6 +90,20 @@ void sgd_update(Context& ctx, float* params, const float* grads, float* momentum
                 const SGDParams& p, float grad_scale = 1.0f, const DelayCorrection& correction = {},
                 const UpdateOutputs& out = {});
 
+/// XPipe's weight prediction (engine/execution/xpipe_prediction.hpp): the scalars of one slot.
+struct WeightPrediction {
+  float k = 0.0f;         ///< lookahead · the next update's learning rate
+  float bc1 = 1.0f;       ///< AdamW: 1 − β1^t
+  float bc2_sqrt = 1.0f;  ///< AdamW: sqrt(1 − β2^t)
+  float eps = 0.0f;       ///< AdamW: ε
+  float wd = 0.0f;        ///< AdamW: the slot's decoupled weight decay
+};
+
+/// out = w − k·((m / bc1) / (sqrt(v) / bc2_sqrt + eps) + wd·w) with AdamW's moments m and v;
+/// out = w − k·m with SGD's momentum m (v == nullptr). Element-wise over n, in float.
+void xpipe_predict(Context& ctx, float* out, const float* w, const float* m, const float* v,
+                   size_t n, const WeightPrediction& p);
+
 /// Σ g² in double, in a fixed order independent of the thread count (fixed-size blocks,
 /// partial sums combined in block order).
 double grad_sumsq(Context& ctx, const float* grads, size_t n);

@@ -65,7 +65,7 @@ const char* name(Backend b) {
 }  // namespace
 
 TEST_CASE("pipeline.device = checked trains and evaluates to the cpu's bits, on both backends") {
-  for (const char* mode : {"gpipe", "1f1b", "2bw", "pipedream"}) {
+  for (const char* mode : {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"}) {
     for (Backend backend : {Backend::serial, Backend::actors}) {
       const std::string what = fmt::format("{} on {}", mode, name(backend));
       CAPTURE(what);

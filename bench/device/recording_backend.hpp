@@ -152,6 +152,10 @@ class RecordingBackend final : public ComputeBackend {
     timed("adamw_update",
           [&] { inner_.adamw_update(params, grads, m, v, n, p, t, grad_scale, correction); });
   }
+  void xpipe_predict(float* out, const float* w, const float* m, const float* v, size_t n,
+                     const WeightPrediction& p) override {
+    timed("xpipe_predict", [&] { inner_.xpipe_predict(out, w, m, v, n, p); });
+  }
   void sgd_update(float* params, const float* grads, float* momentum_buf, size_t n,
                   const SGDParams& p, float grad_scale,
                   const DelayCorrection& correction) override {

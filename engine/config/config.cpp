@@ -590,9 +590,6 @@ Status validate(const Config& c) {
   } else if (p.device != "cpu") {
     // what still reads or writes a stage's memory on the host (check_stage_backend)
     const std::string dev = fmt::format("pipeline.device = \"{}\"", p.device);
-    if (p.mode == "xpipe") {
-      bad(dev + ": pipeline.mode = \"xpipe\" predicts the weights on the host (use the cpu)");
-    }
     if (p.stash_precision != "fp32") {
       bad(dev + ": pipeline.stash_precision = \"" + p.stash_precision +
           "\" keeps the stashed weights in host memory; only fp32 off the cpu");

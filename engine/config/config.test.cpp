@@ -511,8 +511,6 @@ TEST_CASE("out-of-range values and impossible combinations are refused") {
         "pipeline.stash_precision = \"bf16\": optimizer.delay_correction = \"dc\" computes Δ");
   check({"pipeline.device=tpu"},
         "pipeline.device = \"tpu\": unknown device (allowed: cpu, cuda, checked)");
-  check({"pipeline.device=cuda", "pipeline.mode=xpipe"},
-        "pipeline.device = \"cuda\": pipeline.mode = \"xpipe\" predicts the weights on the host");
   check({"pipeline.device=checked", "pipeline.mode=2bw", "pipeline.precision=bf16",
          "pipeline.stash_precision=bf16"},
         "pipeline.device = \"checked\": pipeline.stash_precision = \"bf16\" keeps the stashed "

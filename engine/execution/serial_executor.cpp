@@ -491,8 +491,11 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
         // the same microbatch with
         for (size_t k = 0; k < ntied && sync == TiedSync::follow_owner; ++k) {
           const StageWorker::PredictedTied p = w.predicted_tied(k);
-          if (p.version.valid() && !run.published[k].contains(p.version))
-            run.published[k][p.version].assign(p.weights.begin(), p.weights.end());
+          if (p.version.valid() && !run.published[k].contains(p.version)) {
+            std::vector<float> prediction;
+            const std::span<const float> host = host_view(w.memory(), p.weights, prediction);
+            run.published[k][p.version].assign(host.begin(), host.end());
+          }
         }
         if (r == d - 1) {
           run.mb_loss[static_cast<size_t>(a.microbatch)] = out.loss.mean();

@@ -41,10 +41,6 @@ Status check_stage_backend(const StageWorkerOptions& options) {
   const ComputeBackend* b = options.backend;
   if (b == nullptr || b->host_memory()) return {};
   // what still reads or writes the stage's buffers on the host
-  if (version_policy(options.mode) == VersionPolicy::predicted) {
-    return make_error("stage {} on {}: xpipe predicts its weights on the host; not on this backend",
-                      options.stage, b->name());
-  }
   if (options.bf16_stash) {
     return make_error(
         "stage {} on {}: a bf16 weight stash keeps its weights in host memory; not on this "

@@ -253,7 +253,7 @@ class StageWorker {
   /// Owner side of tied parameter k in xpipe (follow_owner): when the last exec_forward computed
   /// with a prediction (lookahead > 0 past version 0), that predicted value and its TiedVersion,
   /// which the copy's stage needs for the same microbatch; otherwise an invalid version and no
-  /// weights. Valid until the next exec_forward.
+  /// weights (in memory(): host_view reads them). Valid until the next exec_forward.
   struct PredictedTied {
     TiedVersion version;
     std::span<const float> weights;

@@ -685,6 +685,21 @@ __global__ void k_sgd(float* __restrict__ params, const float* __restrict__ grad
   }
 }
 
+// XPipe's prediction, the CPU's expression (xpipe_predict in optimizer.cpp) without contraction
+__global__ void k_xpipe_predict(float* __restrict__ out, const float* __restrict__ w,
+                                const float* __restrict__ m, const float* __restrict__ v, int64_t n,
+                                WeightPrediction p) {
+  GRID_STRIDE(i, n) {
+    if (v != nullptr) {
+      const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v[i]), p.bc2_sqrt), p.eps);
+      const float g = __fadd_rn(__fdiv_rn(__fdiv_rn(m[i], p.bc1), denom), __fmul_rn(p.wd, w[i]));
+      out[i] = __fsub_rn(w[i], __fmul_rn(p.k, g));
+    } else {
+      out[i] = __fsub_rn(w[i], __fmul_rn(p.k, m[i]));
+    }
+  }
+}
+
 // partial[blk] = Σ g² over block blk of kSumBlock elements, in double: 8 consecutive threads per
 // block, thread j summing elements j, j+8, ... in order, the 8 lanes then added in order
 // (sumsq_block's order: the CPU's bits).
@@ -1194,6 +1209,15 @@ class CudaBackend final : public ComputeBackend {
         on ? dc.delta : nullptr, len, p.momentum, p.weight_decay, p.lr, grad_scale, mode, dk,
         dc.ms_decay);
     AP_LAUNCHED(k_sgd);
+  }
+
+  void xpipe_predict(float* out, const float* w, const float* m, const float* v, size_t n,
+                     const WeightPrediction& p) override {
+    use();
+    if (n == 0) return;
+    const int64_t len = static_cast<int64_t>(n);
+    k_xpipe_predict<<<grid_stride_blocks(len), kThreads, 0, stream_>>>(out, w, m, v, len, p);
+    AP_LAUNCHED(k_xpipe_predict);
   }
 
   double grad_sumsq(const float* grads, size_t n) override {

@@ -305,7 +305,7 @@ TEST_CASE("element-wise ops and row moves are exact") {
          [&](ComputeBackend& be, auto& p) { be.scatter_rows(p[0], p[1], rows.data(), 5, C); });
 }
 
-TEST_CASE("optimizer updates with every delay correction, and the gradient norm") {
+TEST_CASE("optimizer updates with every delay correction, xpipe's prediction, the gradient norm") {
   if (skip_without_gpu()) return;
   Rng r(7);
   const size_t n = 4099;
@@ -337,6 +337,17 @@ TEST_CASE("optimizer updates with every delay correction, and the gradient norm"
              be.sgd_update(p[0], p[1], p[2], n, SGDParams{1e-2f, 0.9f, 1e-4f}, 0.8f, c);
            });
   }
+  WeightPrediction wp;
+  wp.k = 3 * 1e-3f;
+  wp.bc1 = 0.52f;
+  wp.bc2_sqrt = 0.17f;
+  wp.eps = 1e-8f;
+  wp.wd = 0.1f;
+  auto out = random_vec(n, r);
+  parity("xpipe_predict (adamw)", {out, params, m, v}, {0}, kExact,
+         [&](ComputeBackend& be, auto& p) { be.xpipe_predict(p[0], p[1], p[2], p[3], n, wp); });
+  parity("xpipe_predict (sgd)", {out, params, m}, {0}, kExact,
+         [&](ComputeBackend& be, auto& p) { be.xpipe_predict(p[0], p[1], p[2], nullptr, n, wp); });
   double sums[2] = {0, 0};
   parity("grad_sumsq", {grads}, {0}, kExact, [&](ComputeBackend& be, auto& p) {
     sums[be.device() == Device::cpu ? 0 : 1] = be.grad_sumsq(p[0], n);

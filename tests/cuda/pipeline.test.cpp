@@ -1,6 +1,7 @@
 // A pipeline whose stages compute on GPUs (pipeline.device = "cuda": stage r on GPU r mod the
 // GPUs visible) against the same pipeline on the CPU: the losses of three steps and every
-// parameter after them, with tolerances, in 1f1b and 2bw, GPT and BERT, and the losses in bf16;
+// parameter after them, with tolerances, in 1f1b, 2bw and xpipe, GPT and BERT, and the losses in
+// bf16;
 // two GPU runs with the same bits. Without a usable GPU those cases print "SKIPPED: <reason>". The
 // same comparison with pipeline.device = "checked" (exact) runs everywhere, so the harness itself
 // is tested here.
@@ -77,7 +78,7 @@ void check_follows(const PipelineRun& got, const PipelineRun& want, double atol,
 }
 
 void compare_with_cpu(const std::string& device, double atol, double rtol) {
-  for (const char* mode : {"1f1b", "2bw"}) {
+  for (const char* mode : {"1f1b", "2bw", "xpipe"}) {
     for (Arch arch : {Arch::gpt, Arch::bert}) {
       const std::string what = std::string(mode) + (arch == Arch::gpt ? " GPT" : " BERT");
       CAPTURE(what);
