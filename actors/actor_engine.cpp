@@ -784,6 +784,8 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(
     im.reducer->take_calls();  // a previous run's
     for (int r : mine) {
       GradientReducer* red = st->reducer;
+      // off the host the update's all_reduce sums everything (through host memory)
+      if (!workers[static_cast<size_t>(r)]->memory().host_memory()) continue;
       workers[static_cast<size_t>(r)]->on_final_gradients(
           [red, r](int, long step, std::span<float> g) { red->post(r, step, g); });
     }

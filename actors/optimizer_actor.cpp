@@ -85,7 +85,10 @@ class OptimizerActor : public caf::event_based_actor {
           // order, before anything reads them (a blocking collective on this shard's thread)
           if (st_->reducer != nullptr && !skip()) {
             Status reduced;
-            timed([&] { reduced = st_->reducer->all_reduce(r_, job().step(), job().gradients()); });
+            timed([&] {
+              reduced =
+                  all_reduce_in(*st_->reducer, ctx_.backend(), r_, job().step(), job().gradients());
+            });
             if (!reduced) return report_failure(reduced.error().message);
           }
           begin_update();

@@ -165,6 +165,21 @@ TEST_CASE("pipeline.device = checked with precision = bf16: the cpu's bf16 bits"
   }
 }
 
+TEST_CASE("pipeline.device = checked with replicas (serial backend): the cpu's bits") {
+  // the replicas' gradients of each stage summed through host memory (all_reduce_in)
+  for (const char* mode : {"gpipe", "1f1b", "2bw"}) {
+    CAPTURE(std::string(mode));
+    Config cpu = tiny(mode, 2, 3, "cpu");
+    cpu.pipeline.replicas = 2;
+    Config dev = cpu;
+    dev.pipeline.device = "checked";
+    auto a = make(cpu, Backend::serial);
+    auto b = make(dev, Backend::serial);
+    CHECK(same_bits(train(*a), train(*b)));
+    CHECK(same_weights(*a, *b));
+  }
+}
+
 TEST_CASE("pipeline.device = cuda: refused where no GPU is usable, naming the key and why") {
   const std::string why = cuda_unavailable_reason();
   const Config c = tiny("1f1b", 2, 1, "cuda");

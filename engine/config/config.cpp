@@ -594,10 +594,6 @@ Status validate(const Config& c) {
       bad(dev + ": pipeline.stash_precision = \"" + p.stash_precision +
           "\" keeps the stashed weights in host memory; only fp32 off the cpu");
     }
-    if (p.replicas != 1) {
-      bad(fmt::format("{}: pipeline.replicas = {} sums gradients on the host; only 1 off the cpu",
-                      dev, p.replicas));
-    }
     if (c.migration.enabled || !c.migration.moves.empty()) {
       bad(dev + ": migration moves layers through host memory; only on the cpu");
     }

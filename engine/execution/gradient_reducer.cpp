@@ -9,6 +9,17 @@
 
 namespace actorpipe {
 
+Status all_reduce_in(GradientReducer& reducer, BackendMemory& memory, int stage, long step,
+                     std::span<float> data) {
+  if (memory.host_memory()) return reducer.all_reduce(stage, step, data);
+  std::vector<float> host(data.size());
+  memory.to_host(host.data(), data.data(), data.size());
+  if (Status ok = reducer.all_reduce(stage, step, host); !ok) return ok;
+  memory.to_backend(data.data(), host.data(), host.size());
+  memory.synchronize();  // the staging buffer dies here
+  return {};
+}
+
 void sum_in_replica_order(std::span<const std::span<const float>> parts, std::span<float> into) {
   AP_CHECK(!parts.empty(), "a sum over no replicas");
   for (const auto& p : parts)

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/expected.hpp"
+#include "kernels/backend_memory.hpp"
 
 namespace actorpipe {
 
@@ -40,6 +41,11 @@ class GradientReducer {
   /// everything then.
   virtual bool post(int /*stage*/, long /*step*/, std::span<float> /*part*/) { return false; }
 };
+
+/// reducer.all_reduce(stage, step, data) for gradients that lie in `memory`: off the host they
+/// are copied out (to_host), summed there and copied back (to_backend); the same bits.
+Status all_reduce_in(GradientReducer& reducer, BackendMemory& memory, int stage, long step,
+                     std::span<float> data);
 
 /// The reduction itself: into[i] = ((parts[0][i] + parts[1][i]) + ...) for every i, in float.
 /// Every part has into.size() floats. The one definition of the order every reducer follows.

@@ -446,7 +446,9 @@ Expected<std::vector<double>> SerialExecutor::run_schedule(const Schedule& s,
           // its stages' updates in the same order: the sweep depends on the schedule only)
           if (opts_.reducer != nullptr) {
             UpdateJob& job = *u.jobs[static_cast<size_t>(r)];
-            if (Status ok = opts_.reducer->all_reduce(r, job.step(), job.gradients()); !ok) {
+            if (Status ok =
+                    all_reduce_in(*opts_.reducer, w.memory(), r, job.step(), job.gradients());
+                !ok) {
               failure = make_error("stage {}: {}", r, ok.error().message);
               return false;
             }

@@ -45,6 +45,17 @@ void check_same(const SerialExecutor& a, const SerialExecutor& b) {
   }
 }
 
+// `steps` steps of both executors on `mbs`: the same losses and weights, bit for bit
+void check_runs_alike(SerialExecutor& off, SerialExecutor& cpu, int steps,
+                      std::span<const Microbatch> mbs) {
+  const auto want = cpu.run(steps, mbs);
+  const auto got = off.run(steps, mbs);
+  REQUIRE_MESSAGE(got.ok(), (got.ok() ? "" : got.error().message));
+  REQUIRE(want.ok());
+  CHECK(*got == *want);
+  check_same(off, cpu);
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -66,12 +77,7 @@ TEST_CASE(
             CheckedDevices dev(d);
             auto off = executor(model, p, opt, mode, m, dev.pointers);
             const int steps = mode == Mode::pipedream ? m * kSteps : kSteps;  // a step each
-            const auto want = cpu->run(steps, mbs);
-            const auto got = off->run(steps, mbs);
-            REQUIRE_MESSAGE(got.ok(), (got.ok() ? "" : got.error().message));
-            REQUIRE(want.ok());
-            CHECK(*got == *want);
-            check_same(*off, *cpu);
+            check_runs_alike(*off, *cpu, steps, mbs);
             for (const auto& b : dev.backends) CHECK(b->ops() > 0);  // the stages ran there
           }
         }
@@ -130,12 +136,7 @@ TEST_CASE("the dc correction on stages off the host: the CPU stages' bits") {
         CheckedDevices dev(2);
         auto off = executor(model, p, opt, mode, m, dev.pointers);
         const int steps = mode == Mode::pipedream ? m * kSteps : kSteps;
-        const auto want = cpu->run(steps, mbs);
-        const auto got = off->run(steps, mbs);
-        REQUIRE_MESSAGE(got.ok(), (got.ok() ? "" : got.error().message));
-        REQUIRE(want.ok());
-        CHECK(*got == *want);
-        check_same(*off, *cpu);
+        check_runs_alike(*off, *cpu, steps, mbs);
       }
     }
   }
@@ -164,12 +165,7 @@ TEST_CASE("bf16 products on stages off the host compute the CPU stages' bf16 bit
       o.backends = dev.pointers;
       auto off = tiny_executor(model, p, clipped_adamw(), o);
       const int steps = mode == Mode::pipedream ? m * kSteps : kSteps;
-      const auto want = cpu->run(steps, mbs);
-      const auto got = off->run(steps, mbs);
-      REQUIRE_MESSAGE(got.ok(), (got.ok() ? "" : got.error().message));
-      REQUIRE(want.ok());
-      CHECK(*got == *want);
-      check_same(*off, *cpu);
+      check_runs_alike(*off, *cpu, steps, mbs);
       CHECK(dev.backends[0]->precision() == Precision::bf16);
     }
   }
@@ -209,7 +205,7 @@ TEST_CASE("what a stage off the host cannot run yet is refused, naming the stage
   OptimizerOptions dc = clipped_adamw();
   dc.delay_correction = "dc";
   CHECK(refused(Mode::xpipe, clipped_adamw()).empty());  // the prediction on the backend
-  CHECK(refused(Mode::twobw, dc).empty());  // Δ on the backend
+  CHECK(refused(Mode::twobw, dc).empty());               // Δ on the backend
   CHECK(refused(Mode::onef1b, clipped_adamw()).empty());
 
   StageWorkerOptions w;
@@ -222,13 +218,13 @@ TEST_CASE("what a stage off the host cannot run yet is refused, naming the stage
   CHECK(check_stage_backend(w).error().message.find("a bf16 weight stash") != std::string::npos);
   w.bf16_stash = false;
   w.precision = Precision::fp32;
-  w.replicas = 2;
-  CHECK(check_stage_backend(w).error().message.find("only one replica") != std::string::npos);
+  w.replicas = 2;  // summed through host memory
+  CHECK(check_stage_backend(w).ok());
+  w.precision = Precision::bf16;
+  w.bf16_stash = true;
   w.backend = nullptr;  // the CPU: everything
   CHECK(check_stage_backend(w).ok());
-  w.replicas = 1;
   w.backend = dev.pointers[1];
-  w.replicas = 2;
   CHECK_THROWS_WITH_AS(StageWorker(model, p, dc, w), doctest::Contains("stage 1 on checked cpu"),
                        CheckFailure);
 

@@ -47,12 +47,6 @@ Status check_stage_backend(const StageWorkerOptions& options) {
         "backend",
         options.stage, b->name());
   }
-  if (options.replicas > 1) {
-    return make_error(
-        "stage {} on {}: replicas sum their gradients on the host; only one replica on this "
-        "backend",
-        options.stage, b->name());
-  }
   return {};
 }
 

@@ -104,7 +104,7 @@ struct StageWorkerOptions {
 
 /// Whether a stage of `options` can compute on options.backend: an error naming the stage, the
 /// backend and what needs the host when that backend's memory is not host memory and the stage
-/// would use xpipe's prediction, a bf16 weight stash or replicas; fine otherwise.
+/// would use a bf16 weight stash; fine otherwise.
 Status check_stage_backend(const StageWorkerOptions& options);
 
 /// One stage: global layers [partition.begin(r), partition.end(r)) of the model. Owns every

@@ -28,15 +28,9 @@ struct PipelineRun {
 };
 
 Config pipeline(const std::string& mode, Arch arch, const std::string& device) {
-  ModelOptions m;
-  m.arch = arch;
-  m.vocab_size = 96;
-  m.context = kT;
-  m.width = 64;
-  m.depth = 2;
+  ModelOptions m = tiny_model(arch, true, 5);
+  m.width = 64;  // products big enough for cuBLAS to tile
   m.heads = 4;
-  m.tied = true;
-  m.init_seed = 5;
   Config c = tiny_config(mode, 2, 4, m);
   c.optimizer.lr = 1e-3f;
   c.optimizer.weight_decay = 0.1f;
