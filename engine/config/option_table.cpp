@@ -209,7 +209,8 @@ std::vector<OptionSpec> build_table() {
                   "rounded to bf16 and the products accumulate in f32 (oneDNN); master weights, "
                   "gradients, optimizer state, softmax, layernorm, GELU and the loss stay f32 "
                   "(docs/modes.md, \"Precision\"). Refused on a CPU without bf16 instructions "
-                  "(AVX512_BF16 or AMX)."));
+                  "(AVX512_BF16 or AMX) unless every stage is on a GPU (pipeline.device = "
+                  "\"cuda\": cuBLAS's products)."));
   t.push_back(row("pipeline", "stash_precision", &C::pipeline, &PipelineOptions::stash_precision,
                   "\"fp32\" | \"bf16\"",
                   "What the weight versions a stage keeps besides the newest one (2bw's older "
