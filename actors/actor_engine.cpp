@@ -290,10 +290,7 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
       !ok)
     return world > 1 ? make_error("rank {}: {}", impl->rank, ok.error().message) : ok.error();
   // bf16 with the CPU kernels needs the CPU's bf16 instructions; a GPU's products do not
-  auto precision = impl->devices.cpu_kernels()
-                       ? resolve_precision(config.pipeline.precision)
-                       : Expected<Precision>(
-                             parse_precision(config.pipeline.precision).value_or(Precision::fp32));
+  auto precision = resolve_precision(config.pipeline.precision, impl->devices.cpu_kernels());
   if (!precision) return precision.error();
   for (int r = 0; r < impl->partition->stages(); ++r) {
     if (impl->placement.rank_of(r) != impl->rank) {

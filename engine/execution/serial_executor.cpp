@@ -170,7 +170,7 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Model& mo
       o.backends.empty() || std::any_of(o.backends.begin(), o.backends.end(), [](auto* b) {
         return b == nullptr || b->device() == Device::cpu;
       });
-  if (auto p = resolve_precision(to_string(o.precision)); !p && cpu_kernels) return p.error();
+  if (auto p = resolve_precision(to_string(o.precision), cpu_kernels); !p) return p.error();
   if (o.bf16_stash &&
       (o.precision != Precision::bf16 || !o.bf16_weight_copies ||
        (o.mode != Mode::twobw && o.mode != Mode::pipedream) || needs_weight_change(optimizer))) {
@@ -240,10 +240,7 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Config& c
     return ok.error();
   o.threads.assign(static_cast<size_t>(partition->stages()), config.pipeline.threads_per_stage);
   // bf16 with the CPU kernels needs the CPU's bf16 instructions; a GPU's products do not
-  auto precision = devices->cpu_kernels()
-                       ? resolve_precision(config.pipeline.precision)
-                       : Expected<Precision>(
-                             parse_precision(config.pipeline.precision).value_or(Precision::fp32));
+  auto precision = resolve_precision(config.pipeline.precision, devices->cpu_kernels());
   if (!precision) return precision.error();
   o.precision = *precision;
   o.bf16_stash = config.pipeline.stash_precision == "bf16";
