@@ -32,6 +32,11 @@ if(ACTORPIPE_SANITIZE)
     endif()
   endif()
   target_link_options(actorpipe_build_flags INTERFACE -fsanitize=${ACTORPIPE_SANITIZE})
+  # LeakSanitizer's suppressions (one cycle inside libcaf's middleman), in every executable
+  if(ACTORPIPE_SANITIZE MATCHES "address")
+    target_sources(actorpipe_build_flags INTERFACE
+      $<$<STREQUAL:$<TARGET_PROPERTY:TYPE>,EXECUTABLE>:${PROJECT_SOURCE_DIR}/tests/sanitizers/lsan_suppressions.cpp>)
+  endif()
 endif()
 if(ACTORPIPE_FUZZ)
   # libFuzzer's coverage without its main (the harnesses link -fsanitize=fuzzer), AddressSanitizer
