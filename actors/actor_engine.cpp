@@ -322,14 +322,6 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
   auto forced = parse_forced_moves(config.migration.moves);
   if (!forced) return forced.error();
   if (!forced->empty() || config.migration.enabled) {
-    for (const auto& w : impl->workers) {
-      if (w != nullptr && !w->memory().host_memory()) {
-        return make_error(
-            "migration.moves / migration.enabled with stage {} on {}: a layer move copies the "
-            "layers' state on the host; not with a stage off it",
-            w->stage(), w->memory().name());
-      }
-    }
     if (impl->replicas > 1) {
       return make_error(
           "migration.moves / migration.enabled with pipeline.replicas = {}: layers move within "

@@ -150,7 +150,7 @@ struct ActorEngineOptions {
   /// outlive the engine); empty, or nullptr for a stage: the stage's own CPU backend. Off the
   /// host a stage's optimizer shard updates on a companion of that backend
   /// (ComputeBackend::companion), the channels and the tied exchange carry host tensors, and
-  /// what needs the host yet is refused (check_stage_backend; layer moves too).
+  /// what needs the host yet is refused (check_stage_backend).
   std::vector<ComputeBackend*> backends;
 };
 

@@ -2,8 +2,8 @@
 // CheckedBackend, whose memory is closed to the host between operations, so any read or write of
 // a stage's weights, gradients, optimizer state or activations that does not go through the
 // backend stops the test. Such a run must train, evaluate, checkpoint and resume to the bits of
-// the same run on the CPU, on both backends; its checkpoints are the CPU's. "cuda" where no GPU
-// is usable is an error naming the key.
+// the same run on the CPU, on both backends; its checkpoints are the CPU's; layers move between
+// such stages as between the CPU's. "cuda" where no GPU is usable is an error naming the key.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
@@ -140,6 +140,42 @@ TEST_CASE("pipeline.device = checked: checkpoints are the cpu's, and resume acro
         CHECK(same_bits(lw, both));
         CHECK(same_weights(*whole, *t));
       }
+    }
+  }
+}
+
+TEST_CASE("pipeline.device = checked: forced layer moves train to the cpu's bits") {
+  // layers move between stages off the host (their state copied out of the old stages' memory
+  // and into the new stages'); in gpipe and 1f1b the moves leave the run as it is without them
+  for (const char* mode : {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"}) {
+    CAPTURE(std::string(mode));
+    Config cpu = tiny(mode, 3, 6, "cpu");
+    cpu.model.depth = 4;  // 6 layers
+    cpu.pipeline.partition.counts = {2, 2, 2};
+    const Config still = cpu;
+    cpu.migration.moves = "2: 1, 3, 2; 4: 3, 2, 1";
+    Config dev = cpu;
+    dev.pipeline.device = "checked";
+    auto a = make(cpu, Backend::actors);
+    auto b = make(dev, Backend::actors);
+    std::vector<MigrationEvent> events;
+    b->on_migration([&](const MigrationEvent& e) { events.push_back(e); });
+    const auto la = train(*a);
+    const auto lb = train(*b);
+    REQUIRE(la.size() == 6);
+    CHECK(same_bits(la, lb));
+    CHECK(same_weights(*a, *b));
+    REQUIRE(events.size() == 2);
+    for (const MigrationEvent& e : events) {
+      CHECK(e.moved);
+      CHECK(e.bytes_moved > 0);
+      CHECK(e.error.empty());
+    }
+    CHECK(events.back().to == std::vector<int>{3, 2, 1});
+    if (std::string(mode) == "gpipe" || std::string(mode) == "1f1b") {
+      auto c = make(still, Backend::actors);
+      CHECK(same_bits(train(*c), lb));
+      CHECK(same_weights(*c, *b));
     }
   }
 }

@@ -594,9 +594,6 @@ Status validate(const Config& c) {
       bad(dev + ": pipeline.stash_precision = \"" + p.stash_precision +
           "\" keeps the stashed weights in host memory; only fp32 off the cpu");
     }
-    if (c.migration.enabled || !c.migration.moves.empty()) {
-      bad(dev + ": migration moves layers through host memory; only on the cpu");
-    }
   }
   if (!p.device_ids.empty()) {
     const std::string shown = fmt::format("[{}]", fmt::join(p.device_ids, ", "));

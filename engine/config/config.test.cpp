@@ -515,8 +515,6 @@ TEST_CASE("out-of-range values and impossible combinations are refused") {
          "pipeline.stash_precision=bf16"},
         "pipeline.device = \"checked\": pipeline.stash_precision = \"bf16\" keeps the stashed "
         "weights in host memory; only fp32 off the cpu");
-  check({"pipeline.device=checked", "migration.enabled=true"},
-        "pipeline.device = \"checked\": migration moves layers through host memory");
   check({"pipeline.device=cuda", "pipeline.stages=2", "pipeline.device_ids=[0]"},
         "pipeline.device_ids = [0]: 1 entries but pipeline.stages = 2");
   check({"pipeline.device=cuda", "pipeline.device_ids=[-1]"},

@@ -175,8 +175,9 @@ Expected<RebuiltStages> build_rebuilt_stages(
     out.stages.push_back(r);
     out.workers.push_back(
         std::make_unique<StageWorker>(old.model(), to, old.optimizer_options(), wo, &out.scratch));
-    out.shards.push_back(
-        std::make_unique<OptimizerShard>(old.model(), to, r, old.optimizer_options()));
+    // the shard's state lives where the stage computes (its backend's memory)
+    out.shards.push_back(std::make_unique<OptimizerShard>(
+        old.model(), to, r, old.optimizer_options(), out.workers.back()->memory()));
     out.workers.back()->predict_from(*out.shards.back());
     new_w.push_back(out.workers.back().get());
     new_s.push_back(out.shards.back().get());
