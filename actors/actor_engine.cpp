@@ -42,6 +42,7 @@
 #include "engine/schedule/simulator.hpp"
 #include "engine/schedule/validate.hpp"
 #include "kernels/check.hpp"
+#include "kernels/compute_backend.hpp"
 #include "transport/local_channel.hpp"
 #include "transport/ucx_channel.hpp"
 
@@ -278,15 +279,13 @@ Expected<std::unique_ptr<ActorEngine>> ActorEngine::create(const Config& given,
     backends = impl->devices.backends();
   }
   // a model whose stages here cannot fit is an error naming its size, not std::bad_alloc (the
-  // host's memory holds the stages on the host; a device's stages are in its memory)
-  std::vector<int> on_host;
-  for (int r : impl->placement.stages_of(impl->rank))
-    if (backends.empty() || backends[static_cast<size_t>(r)] == nullptr) on_host.push_back(r);
-  if (Status ok =
-          check_memory_fits(*impl->model, *impl->partition, impl->mode, config.optimizer.kind,
-                            on_host, impl->B, impl->T, available_memory_bytes(),
-                            parse_precision(config.pipeline.precision).value_or(Precision::fp32),
-                            config.pipeline.stash_precision == "bf16");
+  // host's RAM holds the stages on the CPU, a GPU's memory the stages on it)
+  if (Status ok = check_stages_fit(
+          *impl->model, *impl->partition, impl->mode, config.optimizer.kind,
+          impl->placement.stages_of(impl->rank),
+          std::vector<BackendMemory*>(backends.begin(), backends.end()), impl->B, impl->T,
+          parse_precision(config.pipeline.precision).value_or(Precision::fp32),
+          config.pipeline.stash_precision == "bf16");
       !ok)
     return world > 1 ? make_error("rank {}: {}", impl->rank, ok.error().message) : ok.error();
   // bf16 with the CPU kernels needs the CPU's bf16 instructions; a GPU's products do not

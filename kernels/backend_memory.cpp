@@ -1,8 +1,10 @@
-// The process's host memory (host_backend_memory).
+// The process's host memory (host_backend_memory) and what the host's RAM has left.
 #include "kernels/backend_memory.hpp"
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "kernels/check.hpp"
 
@@ -36,6 +38,18 @@ class HostMemory final : public BackendMemory {
 };
 
 }  // namespace
+
+std::optional<uint64_t> host_available_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream in(line.substr(13));
+    uint64_t kib = 0;
+    if (in >> kib) return kib * 1024;
+  }
+  return std::nullopt;
+}
 
 std::span<const float> host_view(BackendMemory& memory, std::span<const float> src,
                                  std::vector<float>& staging) {

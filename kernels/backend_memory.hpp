@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -14,6 +16,9 @@
 #include "kernels/tensor.hpp"
 
 namespace actorpipe {
+
+/// MemAvailable of /proc/meminfo in bytes, when it can be read.
+std::optional<uint64_t> host_available_bytes();
 
 class BackendMemory {
  public:
@@ -29,6 +34,13 @@ class BackendMemory {
   virtual bool host_memory() const { return device() == Device::cpu; }
   /// For messages and logs: "host memory", "cpu (2 threads)", "cuda:0 (NVIDIA H200)".
   virtual std::string name() const = 0;
+  /// The physical memory the allocations come from, so that what the stages in one pool hold is
+  /// counted together: "host" for the machine's RAM (host memory, a CheckedBackend's pages),
+  /// "cuda:0" for a GPU's (every backend on that GPU).
+  virtual std::string pool() const { return "host"; }
+  /// Bytes the pool can still allocate, when known: for "host" the RAM's MemAvailable
+  /// (host_available_bytes), for a GPU its free memory (cudaMemGetInfo).
+  virtual std::optional<uint64_t> available_bytes() const { return host_available_bytes(); }
 
   /// n floats, zero-filled; freed by release(). A CheckFailure naming the size when out of
   /// memory.

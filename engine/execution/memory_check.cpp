@@ -1,11 +1,10 @@
-// Memory check: the least bytes of a run's stages against MemAvailable.
+// Memory check: the least bytes of a run's stages against what their memory has left.
 #include "engine/execution/memory_check.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 namespace actorpipe {
 namespace {
@@ -53,17 +52,32 @@ uint64_t least_stage_bytes(const Model& model, const Partition& partition, Mode 
   return bytes;
 }
 
-std::optional<uint64_t> available_memory_bytes() {
-  std::ifstream f("/proc/meminfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("MemAvailable:", 0) != 0) continue;
-    std::istringstream in(line.substr(13));
-    uint64_t kib = 0;
-    if (in >> kib) return kib * 1024;
-  }
-  return std::nullopt;
+namespace {
+
+// The error when `need` bytes exceed `available`: `where` empty for the host's RAM, else the
+// memory's name
+Status fits(const Model& model, const Partition& partition, const std::string& optimizer_kind,
+            std::span<const int> stages, int B, int T, uint64_t need,
+            std::optional<uint64_t> available, bool bf16_copies, const std::string& where) {
+  if (!available || need <= *available) return {};
+  const uint64_t floats = param_floats(model, partition, stages);
+  const ModelOptions& o = model.options();
+  const std::string avail = bytes_text(static_cast<double>(*available));
+  return make_error(
+      "model.width = {}, model.depth = {}, model.vocab_size = {}, model.context = {}, "
+      "pipeline.microbatch_size = {}, sequence length {}: the stages {} need at least {} "
+      "(weights, gradients, {} state and weight versions{} of {:.3g} parameter floats, and one "
+      "microbatch's activations), {}",
+      o.width, o.depth, o.vocab_size, o.context, B, T,
+      where.empty() ? std::string("here")
+                    : fmt::format("[{}] on {}", fmt::join(stages, ", "), where),
+      bytes_text(static_cast<double>(need)), optimizer_kind,
+      bf16_copies ? " with their bf16 copies" : "", static_cast<double>(floats),
+      where.empty() ? fmt::format("{} of memory is available", avail)
+                    : fmt::format("{} is free there", avail));
 }
+
+}  // namespace
 
 Status check_memory_fits(const Model& model, const Partition& partition, Mode mode,
                          const std::string& optimizer_kind, std::span<const int> stages, int B,
@@ -72,17 +86,46 @@ Status check_memory_fits(const Model& model, const Partition& partition, Mode mo
   if (!available) return {};
   const uint64_t need = least_stage_bytes(model, partition, mode, optimizer_kind, stages, B, T,
                                           precision, bf16_stash);
-  if (need <= *available) return {};
-  const uint64_t floats = param_floats(model, partition, stages);
-  const ModelOptions& o = model.options();
-  return make_error(
-      "model.width = {}, model.depth = {}, model.vocab_size = {}, model.context = {}, "
-      "pipeline.microbatch_size = {}, sequence length {}: the stages here need at least {} "
-      "(weights, gradients, {} state and weight versions{} of {:.3g} parameter floats, and one "
-      "microbatch's activations), {} of memory is available",
-      o.width, o.depth, o.vocab_size, o.context, B, T, bytes_text(static_cast<double>(need)),
-      optimizer_kind, precision == Precision::bf16 ? " with their bf16 copies" : "",
-      static_cast<double>(floats), bytes_text(static_cast<double>(*available)));
+  return fits(model, partition, optimizer_kind, stages, B, T, need, available,
+              precision == Precision::bf16, "");
+}
+
+Status check_stages_fit(const Model& model, const Partition& partition, Mode mode,
+                        const std::string& optimizer_kind, std::span<const int> stages,
+                        std::span<BackendMemory* const> memories, int B, int T, Precision precision,
+                        bool bf16_stash) {
+  auto memory_of = [&](int r) -> BackendMemory& {
+    BackendMemory* m = memories.empty() ? nullptr : memories[static_cast<size_t>(r)];
+    return m != nullptr ? *m : host_backend_memory();
+  };
+  // the stages by pool, in order of their first stage
+  std::vector<std::vector<int>> pools;
+  for (int r : stages) {
+    auto same = std::find_if(pools.begin(), pools.end(), [&](const std::vector<int>& p) {
+      return memory_of(p.front()).pool() == memory_of(r).pool();
+    });
+    if (same == pools.end())
+      pools.push_back({r});
+    else
+      same->push_back(r);
+  }
+  for (const std::vector<int>& in_pool : pools) {
+    BackendMemory& memory = memory_of(in_pool.front());
+    // a stage off the host keeps no bf16 copies of its weights (its backend rounds each
+    // product's operands) and no bf16 stash (refused there)
+    std::vector<int> host, off;
+    for (int r : in_pool) (memory_of(r).host_memory() ? host : off).push_back(r);
+    const uint64_t need = least_stage_bytes(model, partition, mode, optimizer_kind, host, B, T,
+                                            precision, bf16_stash) +
+                          least_stage_bytes(model, partition, mode, optimizer_kind, off, B, T);
+    const bool on_host = memory.pool() == "host";
+    if (Status ok =
+            fits(model, partition, optimizer_kind, in_pool, B, T, need, memory.available_bytes(),
+                 precision == Precision::bf16 && !host.empty(), on_host ? "" : memory.name());
+        !ok)
+      return ok;
+  }
+  return {};
 }
 
 }  // namespace actorpipe

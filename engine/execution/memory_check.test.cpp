@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -98,7 +99,96 @@ TEST_CASE("stages that cannot fit are an error naming the keys that size the mod
         std::string::npos);
   CHECK(bad.error().message.find("of memory is available") != std::string::npos);
   // this machine reports what it has
-  const auto here = available_memory_bytes();
+  const auto here = host_available_bytes();
   REQUIRE(here.has_value());
   CHECK(*here > 0);
+}
+
+namespace {
+
+// A memory that only reports where it is and what it has left (nothing is allocated in it).
+class ReportingMemory final : public BackendMemory {
+ public:
+  ReportingMemory(std::string pool, std::string name, uint64_t free, bool host = false)
+      : pool_(std::move(pool)), name_(std::move(name)), free_(free), host_(host) {}
+  Device device() const override { return host_ ? Device::cpu : Device::cuda; }
+  bool host_memory() const override { return host_; }
+  std::string name() const override { return name_; }
+  std::string pool() const override { return pool_; }
+  std::optional<uint64_t> available_bytes() const override { return free_; }
+  float* allocate(size_t) override { throw std::logic_error("ReportingMemory: allocate"); }
+  void release(float*) override {}
+  void to_backend(float*, const float*, size_t) override {}
+  void to_host(float*, const float*, size_t) override {}
+  void copy(float*, const float*, size_t) override {}
+  void fill_zero(float*, long) override {}
+  void synchronize() override {}
+
+ private:
+  std::string pool_, name_;
+  uint64_t free_;
+  bool host_;
+};
+
+}  // namespace
+
+TEST_CASE("stages are counted per memory pool: a GPU's stages against its free memory") {
+  const auto [model, part] = two_stages();
+  const std::vector<int> both{0, 1}, first{0}, second{1};
+  const auto need = [&](const std::vector<int>& stages, Precision p = Precision::fp32) {
+    return least_stage_bytes(model, part, Mode::twobw, "adamw", stages, 2, 8, p);
+  };
+  auto check = [&](std::vector<BackendMemory*> memories, Precision p = Precision::fp32) {
+    return check_stages_fit(model, part, Mode::twobw, "adamw", both, memories, 2, 8, p);
+  };
+  SUBCASE("two stages on one GPU hold together") {
+    ReportingMemory gpu("cuda:0", "cuda:0 (test)", need(both));
+    CHECK(check({&gpu, &gpu}).ok());
+    ReportingMemory small("cuda:0", "cuda:0 (test)", need(both) - 1);
+    const Status bad = check({&small, &small});
+    REQUIRE_FALSE(bad.ok());
+    MESSAGE(bad.error().message);
+    CHECK(bad.error().message.find("the stages [0, 1] on cuda:0 (test) need at least") !=
+          std::string::npos);
+    CHECK(bad.error().message.find("is free there") != std::string::npos);
+    // a companion on the same GPU is the same pool, though another object
+    ReportingMemory other("cuda:0", "cuda:0 (test)", need(both) - 1);
+    CHECK_FALSE(check({&small, &other}).ok());
+  }
+  SUBCASE("stages on two GPUs each fit their own") {
+    ReportingMemory a("cuda:0", "cuda:0 (test)", need(first));
+    ReportingMemory b("cuda:1", "cuda:1 (test)", need(second));
+    CHECK(check({&a, &b}).ok());
+    ReportingMemory tight("cuda:1", "cuda:1 (test)", need(second) - 1);
+    const Status bad = check({&a, &tight});
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.error().message.find("the stages [1] on cuda:1 (test)") != std::string::npos);
+  }
+  SUBCASE("the host's RAM holds the stages on the CPU and those on a checked backend") {
+    // stage 0 on the host (its memory), stage 1 on memory closed to the host in the same RAM
+    ReportingMemory ram("host", "host memory", need(both), true);
+    ReportingMemory closed("host", "checked", need(both), false);
+    CHECK(check({&ram, &closed}).ok());
+    ReportingMemory less("host", "host memory", need(both) - 1, true);
+    const Status bad = check({&less, &closed});
+    REQUIRE_FALSE(bad.ok());
+    // the host's RAM is named as before
+    CHECK(bad.error().message.find("the stages here need at least") != std::string::npos);
+    CHECK(bad.error().message.find("of memory is available") != std::string::npos);
+  }
+  SUBCASE("in bf16 a stage off the host keeps no weight copies") {
+    const uint64_t copies = need(both, Precision::bf16);
+    REQUIRE(copies > need(both));
+    ReportingMemory gpu("cuda:0", "cuda:0 (test)", need(both));
+    CHECK(check({&gpu, &gpu}, Precision::bf16).ok());
+    ReportingMemory ram("host", "host memory", need(both), true);
+    CHECK_FALSE(check({&ram, &ram}, Precision::bf16).ok());
+    ReportingMemory more("host", "host memory", copies, true);
+    CHECK(check({&more, &more}, Precision::bf16).ok());
+  }
+  SUBCASE("no memories: every stage in the host's memory") {
+    CHECK(check({}).ok());  // the tiny model fits this machine
+    CHECK(host_backend_memory().pool() == "host");
+    CHECK(host_backend_memory().available_bytes().has_value());
+  }
 }

@@ -227,15 +227,14 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Config& c
   auto devices = StageDevices::open(config.pipeline, partition->stages());
   if (!devices) return devices.error();
   o.backends = devices->backends();
-  // the host's memory holds the stages on the host (a device's stages are in its memory)
-  std::vector<int> on_host;
-  for (int r = 0; r < partition->stages(); ++r)
-    if (o.backends.empty() || o.backends[static_cast<size_t>(r)] == nullptr) on_host.push_back(r);
-  if (Status ok =
-          check_memory_fits(*model, *partition, *mode, config.optimizer.kind, on_host, o.B, o.T,
-                            available_memory_bytes(),
-                            parse_precision(config.pipeline.precision).value_or(Precision::fp32),
-                            config.pipeline.stash_precision == "bf16");
+  // the host's RAM holds the stages on the CPU, a GPU's memory the stages on it
+  std::vector<int> all(static_cast<size_t>(partition->stages()));
+  std::iota(all.begin(), all.end(), 0);
+  if (Status ok = check_stages_fit(
+          *model, *partition, *mode, config.optimizer.kind, all,
+          std::vector<BackendMemory*>(o.backends.begin(), o.backends.end()), o.B, o.T,
+          parse_precision(config.pipeline.precision).value_or(Precision::fp32),
+          config.pipeline.stash_precision == "bf16");
       !ok)
     return ok.error();
   o.threads.assign(static_cast<size_t>(partition->stages()), config.pipeline.threads_per_stage);

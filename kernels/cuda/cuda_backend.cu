@@ -798,6 +798,17 @@ class CudaBackend final : public ComputeBackend {
     return std::make_unique<CudaBackend>(index_);
   }
   std::string name() const override { return name_; }
+  // every backend on this GPU allocates from its memory
+  std::string pool() const override { return fmt::format("cuda:{}", index_); }
+  std::optional<uint64_t> available_bytes() const override {
+    use();
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+      cudaGetLastError();
+      return std::nullopt;
+    }
+    return static_cast<uint64_t>(free);
+  }
   Precision precision() const override { return precision_; }
   void set_precision(Precision p) override { precision_ = p; }
 

@@ -100,6 +100,20 @@ TEST_CASE("make_cuda_backend explains itself where it cannot run") {
     auto be = make_cuda_backend(0);
     CHECK(be->device() == Device::cuda);
     CHECK(be->name().rfind("cuda:0", 0) == 0);
+    // its memory pool is the GPU's, shared with its companions, and reports what is free: an
+    // allocation takes from it
+    CHECK(be->pool() == "cuda:0");
+    Context ctx(1);
+    CHECK(be->companion(ctx)->pool() == "cuda:0");
+    const auto before = be->available_bytes();
+    REQUIRE(before.has_value());
+    CHECK(*before > 0);
+    {
+      BackendBuffer big(*be, size_t{256} << 20);  // 1 GiB
+      const auto during = be->available_bytes();
+      REQUIRE(during.has_value());
+      CHECK(*during + (size_t{1} << 30) <= *before + (size_t{64} << 20));
+    }
     CHECK_THROWS_WITH_AS(make_cuda_backend(4096), doctest::Contains("cuda device index 4096"),
                          CheckFailure);
   } else {
@@ -113,6 +127,8 @@ TEST_CASE("the CPU backend is the CPU kernels: memory, scratch and copies") {
   auto be = make_cpu_backend(ctx);
   CHECK(be->device() == Device::cpu);
   CHECK(be->name() == "cpu (2 threads)");
+  CHECK(be->pool() == "host");
+  CHECK(be->available_bytes().has_value());  // MemAvailable
   BackendBuffer b(*be, 1000);
   for (size_t i = 0; i < b.size(); ++i) CHECK(b.data()[i] == 0.0f);
   std::vector<float> v(1000, 2.5f), back(1000);
