@@ -10,6 +10,7 @@
 
 #include "engine/checkpoint/checkpoint.hpp"
 #include "kernels/check.hpp"
+#include "kernels/compute_backend.hpp"
 #include "kernels/crossentropy.hpp"
 
 namespace actorpipe {
@@ -51,21 +52,30 @@ int32_t pick_token(std::span<const float> logits, double temperature, int top_k,
   return ids[static_cast<size_t>(k - 1)];
 }
 
-Sampler::Sampler(Model model, std::vector<std::vector<float>> params, int threads)
-    : model_(std::move(model)), params_(std::move(params)), ctx_(threads) {
+Sampler::Sampler(Model model, const std::vector<std::vector<float>>& params, int threads,
+                 ComputeBackend* backend)
+    : model_(std::move(model)), ctx_(threads) {
+  if (backend != nullptr) ctx_.set_backend(backend);
+  BackendMemory& memory = backend != nullptr ? *backend : host_backend_memory();
+  for (const std::vector<float>& p : params) {
+    params_.emplace_back(memory, p.size());
+    memory.to_backend(params_.back().data(), p.data(), p.size());
+  }
   const ModelOptions& o = model_.options();
   const size_t hidden = static_cast<size_t>(o.context) * o.width;
-  hidden_a_.assign(hidden, 0.0f);
-  hidden_b_.assign(hidden, 0.0f);
+  hidden_a_ = BackendBuffer(memory, hidden);
+  hidden_b_ = BackendBuffer(memory, hidden);
   size_t saved = 1;
   for (int i = 0; i < model_.num_layers(); ++i)
     saved = std::max(saved, model_.layer(i).saved_floats(1, o.context));
-  saved_.assign(saved, 0.0f);
+  saved_ = BackendBuffer(memory, saved);
+  logits_.resize(static_cast<size_t>(o.vocab_size));
+  device_ = ctx_.backend().name();
 }
 
 Expected<std::unique_ptr<Sampler>> Sampler::create(Model model,
                                                    std::vector<std::vector<float>> params,
-                                                   int threads) {
+                                                   int threads, ComputeBackend* backend) {
   if (threads < 1) return make_error("sampler: threads = {}, expected >= 1", threads);
   if (params.size() != static_cast<size_t>(model.num_layers()))
     return make_error("sampler: {} parameter buffers for {} layers", params.size(),
@@ -94,11 +104,12 @@ Expected<std::unique_ptr<Sampler>> Sampler::create(Model model,
         "layer {} ({}) does not (BERT's head computes the masked positions only)",
         last, head.type());
   }
-  return std::unique_ptr<Sampler>(new Sampler(std::move(model), std::move(params), threads));
+  return std::unique_ptr<Sampler>(new Sampler(std::move(model), params, threads, backend));
 }
 
 Expected<std::unique_ptr<Sampler>> Sampler::from_checkpoint(const ModelOptions& model_options,
-                                                            const std::string& checkpoint) {
+                                                            const std::string& checkpoint,
+                                                            ComputeBackend* backend) {
   auto contents = load_checkpoint(checkpoint);
   if (!contents) return contents.error();
   if (Status ok = check_compatible(contents->info, model_options); !ok)
@@ -122,7 +133,7 @@ Expected<std::unique_ptr<Sampler>> Sampler::from_checkpoint(const ModelOptions& 
     }
     params.push_back(std::move(p));
   }
-  auto sampler = create(std::move(*model), std::move(params));
+  auto sampler = create(std::move(*model), std::move(params), 1, backend);
   if (!sampler) return sampler.error();
   (*sampler)->source_ = contents->path;
   return sampler;
@@ -142,13 +153,15 @@ std::span<const float> Sampler::next_logits(std::span<const int32_t> context) {
     const Layer& layer = model_.layer(i);
     float* y = layer.is_loss() ? nullptr : (i % 2 == 0 ? hidden_a_.data() : hidden_b_.data());
     ctx_.arena().reset();
+    if (!ctx_.host_backend()) ctx_.backend().reset_scratch();
     layer.forward(ctx_, params_[static_cast<size_t>(i)].data(), mb, x, y, saved_.data());
     x = y;
   }
   const Layer& head = model_.layer(model_.num_layers() - 1);
   const float* logits = head.logits(saved_.data(), 1, mb.T);
   const size_t V = static_cast<size_t>(o.vocab_size);
-  return {logits + (T - 1) * V, V};
+  ctx_.backend().to_host(logits_.data(), logits + (T - 1) * V, V);
+  return logits_;
 }
 
 Expected<std::vector<int32_t>> Sampler::generate(std::span<const int32_t> prompt,

@@ -1,11 +1,13 @@
 // Sampler tests: picking a token (greedy, temperature, top-k, seeded); a GPT trained on the
 // synthetic Markov chain samples text whose transitions are the chain's, with the chain's
-// frequencies; weights from a checkpoint; BERT refused.
+// frequencies; weights from a checkpoint; on a backend whose memory is closed to the host, the
+// CPU's logits and tokens bit for bit; BERT refused.
 #include "engine/sampling/sampler.hpp"
 
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "engine/data/loader.hpp"
 #include "engine/data/markov.hpp"
 #include "engine/execution/reference_trainer.hpp"
+#include "kernels/checked_backend.hpp"
 #include "tests/support/temp_dir.hpp"
 
 using namespace actorpipe;
@@ -191,6 +194,47 @@ TEST_CASE("weights from a checkpoint: the same logits, a model that differs is n
   auto refused = Sampler::from_checkpoint(wider, *path);
   REQUIRE(!refused.ok());
   CHECK(refused.error().message.find("width") != std::string::npos);
+}
+
+TEST_CASE("on a backend off the host: the weights in its memory, the CPU's logits and tokens") {
+  // a CheckedBackend's memory faults on any host touch between its ops: the forward runs on it,
+  // and only the last position's logits come back
+  ModelOptions o = small_gpt();
+  o.depth = 2;
+  ReferenceTrainer tr(Model::build(o).value(), OptimizerOptions{}, 2, 8);
+  Context kernels(1);
+  CheckedBackend checked(kernels);
+  auto cpu = Sampler::create(tr.model(), params_of(tr));
+  auto dev = Sampler::create(tr.model(), params_of(tr), 1, &checked);
+  REQUIRE(cpu.ok());
+  REQUIRE(dev.ok());
+  CHECK((*cpu)->device().rfind("cpu", 0) == 0);
+  CHECK((*dev)->device() == checked.name());
+  const long ops_before = checked.ops();
+  // contexts shorter than, equal to and longer than model.context
+  for (size_t n : {size_t{1}, size_t{5}, size_t{16}, size_t{23}}) {
+    CAPTURE(n);
+    std::vector<int32_t> ctx(n);
+    for (size_t i = 0; i < n; ++i) ctx[i] = static_cast<int32_t>((7 * i + 3) % 12);
+    const auto a = (*cpu)->next_logits(ctx);
+    const std::vector<float> want(a.begin(), a.end());
+    const auto b = (*dev)->next_logits(ctx);
+    REQUIRE(b.size() == want.size());
+    CHECK(std::memcmp(b.data(), want.data(), want.size() * sizeof(float)) == 0);
+  }
+  CHECK(checked.ops() > ops_before);
+  for (double temperature : {0.0, 0.8}) {
+    SampleOptions so;
+    so.tokens = 30;
+    so.temperature = temperature;
+    so.top_k = 5;
+    so.seed = 11;
+    auto ta = (*cpu)->generate(std::vector<int32_t>{2, 5}, so);
+    auto tb = (*dev)->generate(std::vector<int32_t>{2, 5}, so);
+    REQUIRE(ta.ok());
+    REQUIRE(tb.ok());
+    CHECK(*ta == *tb);
+  }
 }
 
 TEST_CASE("BERT is refused, bad prompts are errors") {

@@ -26,6 +26,7 @@
 #include "actors/process_group.hpp"
 #include "engine/checkpoint/checkpoint.hpp"
 #include "engine/config/config.hpp"
+#include "engine/devices/stage_devices.hpp"
 #include "engine/model/partition.hpp"
 #include "engine/model/placement.hpp"
 #include "engine/stop_flag.hpp"
@@ -262,7 +263,16 @@ int sample_main(const TrainerProgram& program, const Config& c, const SampleArgs
     print_error(program.name, prompt.error().message);
     return kExitUsage;
   }
-  auto sampler = Sampler::from_checkpoint(c.model, checkpoint);
+  // pipeline.device: the whole model on the first stage's device
+  PipelineOptions on = c.pipeline;
+  if (on.device_ids.size() > 1) on.device_ids.resize(1);
+  auto devices = StageDevices::open(on, 1);
+  if (!devices) {
+    print_error(program.name, fmt::format("--sample: {}", devices.error().message));
+    return kExitError;
+  }
+  ComputeBackend* backend = devices->backends().empty() ? nullptr : devices->backends()[0];
+  auto sampler = Sampler::from_checkpoint(c.model, checkpoint, backend);
   if (!sampler) {
     print_error(program.name, fmt::format("--sample: {}", sampler.error().message));
     return kExitError;
@@ -272,9 +282,10 @@ int sample_main(const TrainerProgram& program, const Config& c, const SampleArgs
     print_error(program.name, fmt::format("--sample: {}", tokens.error().message));
     return kExitError;
   }
-  fmt::print(stderr, "{}: {} tokens from {} (temperature {}, top-k {}, seed {})\n", program.name,
-             s.options.tokens, (*sampler)->source(), s.options.temperature, s.options.top_k,
-             s.options.seed);
+  fmt::print(stderr, "{}: {} tokens from {}{} (temperature {}, top-k {}, seed {})\n", program.name,
+             s.options.tokens, (*sampler)->source(),
+             backend != nullptr ? " on " + (*sampler)->device() : std::string(),
+             s.options.temperature, s.options.top_k, s.options.seed);
   if (c.data.kind == "text") {
     std::string text;
     for (int32_t t : *tokens) text += static_cast<char>(t < 256 ? t : '?');
