@@ -555,8 +555,7 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Config& config,
     auto workers = impl->workers();
     auto optimizers = impl->optimizers();
     // this process's stages (the whole checkpoint unless the job has several processes)
-    if (auto refs = pipeline_checkpoint_refs(workers, optimizers))
-      plan.checkpoint_bytes = tensor_bytes(*refs);
+    if (auto bytes = pipeline_checkpoint_bytes(workers, optimizers)) plan.checkpoint_bytes = *bytes;
     auto lock = prepare_checkpoint_dir(plan);
     if (!lock) return lock.error();
     impl->checkpoint_lock = std::move(*lock);

@@ -86,9 +86,10 @@ Status copy_tensor(const std::vector<NamedTensor>& tensors, const std::string& f
 }
 
 // `v` (of `memory`) readable on the host: v itself in host memory, else a copy kept in `held`.
+// `sizes_only`: v itself wherever it is (only the shapes will be read).
 const float* on_host(BackendMemory& memory, std::span<const float> v,
-                     std::shared_ptr<std::vector<std::vector<float>>>& held) {
-  if (memory.host_memory()) return v.data();
+                     std::shared_ptr<std::vector<std::vector<float>>>& held, bool sizes_only) {
+  if (memory.host_memory() || sizes_only) return v.data();
   if (!held) held = std::make_shared<std::vector<std::vector<float>>>();
   std::vector<float>& copy = held->emplace_back(v.size());
   memory.to_host(copy.data(), v.data(), v.size());
@@ -188,8 +189,13 @@ CheckpointInfo pipeline_checkpoint_info(const Config& config, const RunPosition&
   return info;
 }
 
-Expected<CheckpointRefs> pipeline_checkpoint_refs(std::span<StageWorker* const> workers,
-                                                  std::span<OptimizerShard* const> optimizers) {
+namespace {
+
+// pipeline_checkpoint_refs; with `sizes_only` the refs' shapes are right but their data is not
+// readable (nothing is copied out of a stage's memory or widened from a bf16 stash)
+Expected<CheckpointRefs> checkpoint_refs(std::span<StageWorker* const> workers,
+                                         std::span<OptimizerShard* const> optimizers,
+                                         bool sizes_only) {
   if (Status ok = check_idle(workers, optimizers); !ok) return ok.error();
   const long updates = workers[0]->updates();
   for (const StageWorker* w : workers) {
@@ -208,17 +214,18 @@ Expected<CheckpointRefs> pipeline_checkpoint_refs(std::span<StageWorker* const> 
     for (int i = 0; i < w->num_layers(); ++i) {
       const int layer = w->first_layer() + i;
       const Layer& l = model.layer(layer);
-      const float* params = on_host(w->memory(), w->params(i), refs.held);
+      const float* params = on_host(w->memory(), w->params(i), refs.held, sizes_only);
       const std::span<const float> state_span = o->state(i);
       AP_CHECK(state_span.size() == suffixes.size() * l.param_floats(),
                "layer {}: {} optimizer state floats for {} parameters", layer, state_span.size(),
                l.param_floats());
-      const float* state = on_host(o->memory(), state_span, refs.held);
+      const float* state = on_host(o->memory(), state_span, refs.held, sizes_only);
       // the older versions' weights, each read once
       std::vector<const float*> older;
       for (int v : store.versions()) {
-        older.push_back(v == store.latest() ? nullptr
-                                            : on_host(w->memory(), store.params(v, i), refs.held));
+        older.push_back(v == store.latest()
+                            ? nullptr
+                            : on_host(w->memory(), store.params(v, i), refs.held, sizes_only));
       }
       for (const ParamSlot& slot : l.slots()) {
         const std::string name = model.param_name(layer, slot);
@@ -232,7 +239,9 @@ Expected<CheckpointRefs> pipeline_checkpoint_refs(std::span<StageWorker* const> 
           const float* version = older[at++];
           if (v == store.latest()) continue;
           const float* data = version + slot.offset;
-          if (const bf16* kept = store.stashed_bf16(v, i, slot.offset, slot.numel)) {
+          const bf16* kept =
+              sizes_only ? nullptr : store.stashed_bf16(v, i, slot.offset, slot.numel);
+          if (kept != nullptr) {
             // a bf16 stash (on the host only): the version's weights are their bf16 rounding
             if (!refs.held) refs.held = std::make_shared<std::vector<std::vector<float>>>();
             std::vector<float>& f32 = refs.held->emplace_back(slot.numel);
@@ -245,6 +254,20 @@ Expected<CheckpointRefs> pipeline_checkpoint_refs(std::span<StageWorker* const> 
     }
   }
   return refs;
+}
+
+}  // namespace
+
+Expected<CheckpointRefs> pipeline_checkpoint_refs(std::span<StageWorker* const> workers,
+                                                  std::span<OptimizerShard* const> optimizers) {
+  return checkpoint_refs(workers, optimizers, false);
+}
+
+Expected<uint64_t> pipeline_checkpoint_bytes(std::span<StageWorker* const> workers,
+                                             std::span<OptimizerShard* const> optimizers) {
+  auto refs = checkpoint_refs(workers, optimizers, true);
+  if (!refs) return refs.error();
+  return tensor_bytes(*refs);
 }
 
 Expected<std::string> save_pipeline_checkpoint(const std::string& dir, const Config& config,

@@ -41,6 +41,12 @@ CheckpointInfo pipeline_checkpoint_info(const Config& config, const RunPosition&
 Expected<CheckpointRefs> pipeline_checkpoint_refs(std::span<StageWorker* const> workers,
                                                   std::span<OptimizerShard* const> optimizers);
 
+/// tensor_bytes(pipeline_checkpoint_refs(...)): the tensor bytes a checkpoint of these stages
+/// holds, counted without copying anything out of a stage's memory. Errors: as
+/// pipeline_checkpoint_refs.
+Expected<uint64_t> pipeline_checkpoint_bytes(std::span<StageWorker* const> workers,
+                                             std::span<OptimizerShard* const> optimizers);
+
 /// pipeline_checkpoint_info + pipeline_checkpoint_refs + save_checkpoint: writes
 /// <dir>/step-<N> or <dir>/final atomically and returns its path.
 Expected<std::string> save_pipeline_checkpoint(const std::string& dir, const Config& config,

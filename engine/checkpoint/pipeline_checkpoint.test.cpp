@@ -14,6 +14,7 @@
 #include "engine/execution/stage_worker.hpp"
 #include "kernels/bf16.hpp"
 #include "kernels/bf16_gemm.hpp"
+#include "kernels/checked_backend.hpp"
 #include "tests/support/bits.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/tiny_model.hpp"
@@ -297,6 +298,36 @@ TEST_CASE("the checkpoint holds layer-granular tensors, optimizer state and the 
   CHECK(ckpt->info.stages == 2);
   CHECK(ckpt->info.extra.at("updates") == "3");
   CHECK(ckpt->info.rng_state == std::vector<uint64_t>{c.train.seed, c.data.seed});
+}
+
+TEST_CASE("a checkpoint's bytes are counted without copying a stage's memory out") {
+  // 2bw keeps an older version; on the checked device every copy out of a stage's memory is an
+  // op of its backend
+  for (const char* device : {"cpu", "checked"}) {
+    CAPTURE(std::string(device));
+    Config c = tiny_config("2bw", 2);
+    c.pipeline.device = device;
+    Pipeline p(c);
+    p.run(2);
+    auto ws = p.workers();
+    auto os = p.shards();
+    std::vector<long> ops;
+    for (StageWorker* w : ws) {
+      auto* checked = dynamic_cast<CheckedBackend*>(&w->context().backend());
+      ops.push_back(checked != nullptr ? checked->ops() : 0);
+    }
+    auto bytes = pipeline_checkpoint_bytes(ws, os);
+    REQUIRE_MESSAGE(bytes.ok(), bytes.error().message);
+    for (size_t r = 0; r < ws.size(); ++r) {
+      auto* checked = dynamic_cast<CheckedBackend*>(&ws[r]->context().backend());
+      CHECK((checked != nullptr) == (std::string(device) == "checked"));
+      if (checked != nullptr) CHECK(checked->ops() == ops[r]);
+    }
+    auto refs = pipeline_checkpoint_refs(ws, os);
+    REQUIRE(refs.ok());
+    CHECK(*bytes == tensor_bytes(*refs));
+    CHECK_FALSE(refs->versions.empty());
+  }
 }
 
 TEST_CASE("SGD state is saved as momentum and resumes bitwise") {
