@@ -29,31 +29,6 @@ uint64_t param_floats(const Model& model, const Partition& partition, std::span<
   return floats;
 }
 
-}  // namespace
-
-uint64_t least_stage_bytes(const Model& model, const Partition& partition, Mode mode,
-                           const std::string& optimizer_kind, std::span<const int> stages, int B,
-                           int T, Precision precision, bool bf16_stash) {
-  const uint64_t versions =
-      1 + (mode == Mode::twobw || mode == Mode::pipedream || mode == Mode::xpipe ? 1 : 0);
-  const uint64_t per_float =
-      4 * (versions + 1 /* gradients */ + (optimizer_kind == "sgd" ? 1 : 2)) +
-      (precision == Precision::bf16 ? 2 * versions : 0);
-  const ModelOptions& o = model.options();
-  const uint64_t tokens =
-      static_cast<uint64_t>(std::max(B, 0)) * static_cast<uint64_t>(std::max(T, 0));
-  uint64_t bytes = param_floats(model, partition, stages) * per_float;
-  // a bf16 stash keeps the extra versions' product operands as their bf16 copy alone
-  if (bf16_stash) bytes -= 4 * (versions - 1) * param_floats(model, partition, stages, true);
-  for (int r : stages) {
-    bytes += 4 * tokens * static_cast<uint64_t>(o.width);  // the stage's output
-    if (r == partition.stages() - 1) bytes += 4 * tokens * static_cast<uint64_t>(o.vocab_size);
-  }
-  return bytes;
-}
-
-namespace {
-
 // The error when `need` bytes exceed `available`: `where` empty for the host's RAM, else the
 // memory's name
 Status fits(const Model& model, const Partition& partition, const std::string& optimizer_kind,
@@ -78,6 +53,27 @@ Status fits(const Model& model, const Partition& partition, const std::string& o
 }
 
 }  // namespace
+
+uint64_t least_stage_bytes(const Model& model, const Partition& partition, Mode mode,
+                           const std::string& optimizer_kind, std::span<const int> stages, int B,
+                           int T, Precision precision, bool bf16_stash) {
+  const uint64_t versions =
+      1 + (mode == Mode::twobw || mode == Mode::pipedream || mode == Mode::xpipe ? 1 : 0);
+  const uint64_t per_float =
+      4 * (versions + 1 /* gradients */ + (optimizer_kind == "sgd" ? 1 : 2)) +
+      (precision == Precision::bf16 ? 2 * versions : 0);
+  const ModelOptions& o = model.options();
+  const uint64_t tokens =
+      static_cast<uint64_t>(std::max(B, 0)) * static_cast<uint64_t>(std::max(T, 0));
+  uint64_t bytes = param_floats(model, partition, stages) * per_float;
+  // a bf16 stash keeps the extra versions' product operands as their bf16 copy alone
+  if (bf16_stash) bytes -= 4 * (versions - 1) * param_floats(model, partition, stages, true);
+  for (int r : stages) {
+    bytes += 4 * tokens * static_cast<uint64_t>(o.width);  // the stage's output
+    if (r == partition.stages() - 1) bytes += 4 * tokens * static_cast<uint64_t>(o.vocab_size);
+  }
+  return bytes;
+}
 
 Status check_memory_fits(const Model& model, const Partition& partition, Mode mode,
                          const std::string& optimizer_kind, std::span<const int> stages, int B,
