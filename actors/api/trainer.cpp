@@ -968,7 +968,7 @@ std::string Trainer::devices() const {
     if (!impl_->exec->local(r)) continue;
     const BackendMemory& memory = impl_->exec->worker(r).memory();
     off_host = off_host || !memory.host_memory();
-    stages += fmt::format("{}stage {}: {}", stages.empty() ? "" : ", ", r, memory.name());
+    stages += fmt::format("{}stage {}: {}", stages.empty() ? "" : "; ", r, memory.name());
   }
   return off_host ? stages : "CPU";
 }

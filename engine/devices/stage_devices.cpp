@@ -78,14 +78,4 @@ Expected<StageDevices> StageDevices::open(const PipelineOptions& pipeline, int s
   return out;
 }
 
-std::string StageDevices::describe() const {
-  if (owned_.empty()) return "cpu";
-  std::string s;
-  for (size_t r = 0; r < backends_.size(); ++r) {
-    if (backends_[r] == nullptr) continue;
-    s += fmt::format("{}stage {}: {}", s.empty() ? "" : ", ", r, backends_[r]->name());
-  }
-  return s;
-}
-
 }  // namespace actorpipe

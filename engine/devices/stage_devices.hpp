@@ -41,8 +41,6 @@ class StageDevices {
   /// Whether this process's stages compute with the CPU kernels ("cpu", "checked"): their bf16
   /// products need the CPU's bf16 instructions; a GPU's do not.
   bool cpu_kernels() const { return cpu_kernels_; }
-  /// One line for logs: "cpu", or each local stage's backend ("stage 0: cuda:0 (H100 ...)").
-  std::string describe() const;
 
  private:
   std::vector<std::unique_ptr<Context>> contexts_;  // the checked backends' CPU kernels

@@ -31,7 +31,7 @@ TEST_CASE("cpu: no backend, every stage on its own CPU backend") {
   auto d = StageDevices::open(on("cpu"), 3);
   REQUIRE(d.ok());
   CHECK(d->backends().empty());
-  CHECK(d->describe() == "cpu");
+  CHECK(d->cpu_kernels());
 }
 
 TEST_CASE("checked: a backend per local stage, each with memory of its own, closed to the host") {
@@ -55,8 +55,7 @@ TEST_CASE("checked: a backend per local stage, each with memory of its own, clos
   b[0]->to_host(out, p, 4);
   b[0]->release(p);
   CHECK(out[3] == 4.0f);
-  CHECK(d->describe().find("stage 2: checked") != std::string::npos);
-  CHECK(d->describe().find("stage 1") == std::string::npos);
+  CHECK(d->cpu_kernels());  // the checked device computes with the CPU's kernels
 }
 
 TEST_CASE("cuda: opened on a usable GPU, else an error naming the key and the reason") {

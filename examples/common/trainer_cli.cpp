@@ -586,8 +586,11 @@ Attempt train_in_job(const TrainerProgram& program, Config config, TrainerOption
     bf16_note = fmt::format(" ({}, measured: {})", bf16_support().describe(), speed.describe());
     bf16_warning = speed.slowdown_warning();
   }
-  fmt::print("devices: {}, {} thread(s) per stage, {} matrix products{}; {}\n", trainer->devices(),
-             c.pipeline.threads_per_stage, c.pipeline.precision, bf16_note, probe_devices().status);
+  // "CPU, 1 thread(s) per stage, ..." or "stage 0: cuda:0 (...); stage 1: ...; 1 thread(s) ..."
+  const std::string where = trainer->devices();
+  fmt::print("devices: {}{} {} thread(s) per stage, {} matrix products{}; {}\n", where,
+             where == "CPU" ? "," : ";", c.pipeline.threads_per_stage, c.pipeline.precision,
+             bf16_note, probe_devices().status);
   if (!bf16_warning.empty()) fmt::print("{}: warning: {}\n", program.name, bf16_warning);
   const std::optional<double> floor = trainer->loss_floor();
   if (floor) fmt::print("loss floor (entropy rate of the data): {:.4f} nats/token\n", *floor);
