@@ -265,7 +265,7 @@ int sample_main(const TrainerProgram& program, const Config& c, const SampleArgs
   }
   // pipeline.device: the whole model on the first stage's device
   PipelineOptions on = c.pipeline;
-  if (on.device_ids.size() > 1) on.device_ids.resize(1);
+  if (!on.device_ids.empty()) on.device_ids = std::vector<int>{c.pipeline.device_ids.front()};
   auto devices = StageDevices::open(on, 1);
   if (!devices) {
     print_error(program.name, fmt::format("--sample: {}", devices.error().message));
