@@ -232,7 +232,8 @@ std::vector<OptionSpec> build_table() {
                   "backend; the CPU's bits, slower (a test of the device path, e.g. of one's own "
                   "layers, without a GPU). Off the CPU: precision = \"bf16\" is the backend's "
                   "own (each product's operands rounded, no weight copies), stash_precision "
-                  "fp32 only, no migration."));
+                  "fp32 only; layers move between such stages as on the CPU, and --sample runs "
+                  "on the first stage's device."));
   t.push_back(row("pipeline", "device_ids", &C::pipeline, &PipelineOptions::device_ids,
                   "[] or pipeline.stages GPU indices >= 0",
                   "With device = \"cuda\": the GPU of each stage, first stage first (as CUDA "
