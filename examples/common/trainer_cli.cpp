@@ -706,7 +706,15 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
     fmt::print("{}", to_toml(*config));
     return 0;
   }
-  if (args->sample.enabled) return sample_main(program, *config, args->sample);
+  if (args->sample.enabled) {
+    // a device out of memory, or any other failure inside: an error, not std::terminate
+    try {
+      return sample_main(program, *config, args->sample);
+    } catch (const std::exception& e) {
+      print_error(program.name, fmt::format("--sample: {}", e.what()));
+      return kExitError;
+    }
+  }
 
   TrainerOptions options;
   options.backend = *parse_backend(args->backend);
