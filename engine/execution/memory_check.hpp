@@ -48,7 +48,7 @@ Status check_memory_fits(const Model& model, const Partition& partition, Mode mo
 /// GPU's free memory for the stages on it. A stage off the host keeps no bf16 weight copies (its
 /// backend rounds each product's operands), so precision and bf16_stash count for the stages on the
 /// host only. Off the host the error names the stages and the memory: "... the stages [0, 1] on
-/// cuda:0 (NVIDIA H200) need at least 151.2 GiB (...), 139.1 GiB is free there".
+/// cuda:0 (<GPU name>) need at least <bytes> (...), <bytes> is free there".
 Status check_stages_fit(const Model& model, const Partition& partition, Mode mode,
                         const std::string& optimizer_kind, std::span<const int> stages,
                         std::span<BackendMemory* const> memories, int B, int T,
