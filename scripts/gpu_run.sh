@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# The GPU checks of a bundle made by scripts/gpu_bundle.sh (copied there as run.sh), run on the GPU
+# machine. Every check's output goes to ${OUT:-./results}/log.txt and a line per check (passed,
+# FAILED with its exit status, or not run for lack of time) to summary.txt. Exits non-zero when a
+# check fails. BUDGET (seconds, default 480) bounds the whole run: a check whose own limit would
+# pass it is not started. DEVICE (default cuda) is the pipeline.device of the GPU runs:
+# DEVICE=checked runs the same flow on any machine (the script's own test).
+#
+# The checks:
+# - every test of tests.txt (doctest programs; on a GPU no case may print "SKIPPED: " except the
+#   ones whose CPU reference needs bf16 instructions);
+# - actorpipe-gpt on 2 GPU stages against the same run on the CPU: every step's loss within
+#   1e-3 relative (three products' orders apart, over the default run's first steps);
+# - the multi-process oracle (tests/multiprocess/same_bits.cmake): 2 processes with their stages
+#   on the GPU against 1 process on the GPU, every checkpoint file byte for byte (1f1b, xpipe, and
+#   2bw with layer moves across the processes);
+# - --sample on the GPU from the GPU run's checkpoint;
+# - a model too large for the GPU: exit 1 naming the GPU's memory, cuda:0;
+# - compute-sanitizer's memcheck over the repeat tests of the GPU pipeline and of the Trainer on
+#   the actors (stages and shards on streams of their own);
+# - actorpipe-bench-device's small step in fp32, and the GPT trainer at that shape (4
+#   microbatches a step) on 1 and 2 stages of the GPU, for their tokens per second.
+set -u -o pipefail
+cd "$(dirname "$0")"
+bundle=$PWD
+results=${OUT:-$PWD/results}
+budget=${BUDGET:-480}
+device=${DEVICE:-cuda}
+work=$(mktemp -d)
+mkdir -p "$results" /tmp/actorpipe-libs
+: >"$results/summary.txt"
+: >"$results/log.txt"
+tar xJf libs.tar.xz -C /tmp/actorpipe-libs
+# CUDA's runtime, cuBLAS and NCCL from wherever this machine keeps them
+for n in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+  p=$(find /usr/local /opt /usr/lib -name "$n" 2>/dev/null | head -1)
+  echo "$n -> ${p:-not found}" >>"$results/log.txt"
+  [[ -n "$p" ]] && ln -sf "$p" "/tmp/actorpipe-libs/$n"
+done
+export LD_LIBRARY_PATH=/tmp/actorpipe-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export OPENBLAS_NUM_THREADS=1
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total,memory.free --format=csv
+  grep -m1 "model name" /proc/cpuinfo
+  grep -o -w -m1 -E "avx512_bf16|amx_bf16" /proc/cpuinfo | sort -u | tr '\n' ' '
+  echo
+} >>"$results/log.txt" 2>&1
+status=0
+
+# check NAME LIMIT COMMAND...: runs COMMAND under timeout LIMIT in $work, its output into the log
+check() {
+  local name=$1 limit=$2
+  shift 2
+  if ((SECONDS + limit > budget)); then
+    printf '%-44s not run (time: %ds of %ds used)\n' "$name" "$SECONDS" "$budget" |
+      tee -a "$results/summary.txt"
+    return
+  fi
+  local t0=$SECONDS rc
+  echo "===== $name: $*" >>"$results/log.txt"
+  # bash -c: COMMAND may be one of the functions below (exported)
+  (cd "$work" && timeout "$limit" bash -c '"$@"' _ "$@") >"$work/$name.out" 2>&1
+  rc=$?
+  cat "$work/$name.out" >>"$results/log.txt"
+  local verdict=passed
+  if ((rc != 0)); then
+    verdict="FAILED (exit $rc)"
+    status=1
+  elif grep -q "SKIPPED: " "$work/$name.out"; then
+    verdict="passed, some cases skipped: $(grep -m1 -o "SKIPPED: .*" "$work/$name.out")"
+  fi
+  printf '%-44s %s (%ds)\n' "$name" "$verdict" $((SECONDS - t0)) | tee -a "$results/summary.txt"
+}
+
+# expect_fail NAME PATTERN COMMAND...: COMMAND must exit 1 with PATTERN (grep -E) in its output
+expect_fail() {
+  local name=$1 pattern=$2
+  shift 2
+  "$@" >"$work/$name.raw" 2>&1
+  local rc=$?
+  cat "$work/$name.raw"
+  ((rc == 1)) && grep -q -E "$pattern" "$work/$name.raw"
+}
+
+# losses_follow A B RTOL: the step losses of two metrics files (JSON lines) agree within RTOL
+losses_follow() {
+  python3 - "$@" <<'EOF'
+import json, sys
+def losses(path):
+    return [json.loads(l)["loss"] for l in open(path) if '"step"' in l and '"loss"' in l]
+a, b, rtol = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3])
+worst = max(abs(x - y) / abs(y) for x, y in zip(a, b)) if a else 0.0
+print(f"{len(a)} steps against {len(b)}; worst relative difference {worst:.3e} (limit {rtol})")
+print("first losses", a[:3], b[:3], "last", a[-1:], b[-1:])
+sys.exit(0 if a and len(a) == len(b) and worst <= rtol else 1)
+EOF
+}
+
+gpt_vs_cpu() {
+  local common=(--set pipeline.stages=2 --set train.steps=30 --set train.log_every=10)
+  "$bundle/bin/actorpipe-gpt" "${common[@]}" --set pipeline.device="$device" \
+    --set checkpoint.dir=gpt-cuda --set train.metrics=cuda.jsonl || return 1
+  "$bundle/bin/actorpipe-gpt" "${common[@]}" --set pipeline.device=cpu \
+    --set checkpoint.dir=gpt-cpu --set train.metrics=cpu.jsonl || return 1
+  losses_follow cuda.jsonl cpu.jsonl 1e-3
+}
+
+small_run() {  # STAGES: the trainer at the bench's small shape on the GPU
+  "$bundle/bin/actorpipe-gpt" --set model.vocab_size=8192 --set model.context=256 \
+    --set model.width=384 --set model.heads=6 --set model.depth=6 \
+    --set pipeline.microbatch_size=8 --set pipeline.microbatches=4 --set pipeline.stages="$1" \
+    --set pipeline.device="$device" --set train.steps=40 --set train.log_every=10 \
+    --set checkpoint.dir="small-d$1"
+}
+
+same_bits() {  # MODE [MOVES]: 2 processes against 1, every stage on the GPU
+  local small="--set|model.vocab_size=32|--set|model.context=16|--set|model.width=32|--set|model.heads=2|--set|model.depth=4|--set|pipeline.microbatch_size=2|--set|pipeline.microbatches=4|--set|train.steps=4|--set|checkpoint.every=2"
+  cmake "-DPROGRAM=$bundle/bin/actorpipe-gpt" "-DLAUNCH=$bundle/bin/actorpipe-launch" -DWORLD=2 \
+    "-DARGS=$small|--set|pipeline.mode=$1|--set|pipeline.stages=2|--set|pipeline.device=$device" \
+    "-DMOVES=${2:-}" "-DWORKDIR=$work/same-bits-$1" -P "$bundle/multiprocess/same_bits.cmake"
+}
+
+export bundle work device
+export -f expect_fail losses_follow gpt_vs_cpu small_run same_bits
+for t in $(cat tests.txt); do
+  check "$t" 150 "$bundle/bin/$t"
+done
+check gpt.device_vs_cpu 150 gpt_vs_cpu
+check multiprocess.1f1b 60 same_bits 1f1b
+check multiprocess.xpipe 60 same_bits xpipe
+check multiprocess.migration.2bw 60 same_bits 2bw "1: 1, 5/ 3: 5, 1"
+check gpt.sample 60 "$bundle/bin/actorpipe-gpt" --sample --checkpoint gpt-cuda --tokens 20 \
+  --seed 4 --top-k 5 --set pipeline.device="$device"
+too_large="of memory is available"
+[[ $device == cuda ]] && too_large="on cuda:0 .*need at least .* is free there"
+check gpt.too_large 60 expect_fail too_large "$too_large" "$bundle/bin/actorpipe-gpt" \
+  --set pipeline.device="$device" --set model.width=1000000 --set train.steps=1
+sanitizer=$(command -v compute-sanitizer ||
+  find /usr/local /opt -name compute-sanitizer -type f -perm -u+x 2>/dev/null | head -1)
+check memcheck.pipeline 150 "${sanitizer:-compute-sanitizer}" --tool memcheck --error-exitcode 9 \
+  "$bundle/bin/test_tests_cuda_pipeline" "--test-case=two runs*"
+check memcheck.trainer 150 "${sanitizer:-compute-sanitizer}" --tool memcheck --error-exitcode 9 \
+  "$bundle/bin/test_tests_cuda_trainer" "--test-case=two runs*"
+check bench.small.fp32 60 "$bundle/bin/actorpipe-bench-device" --backend cuda --shape small \
+  --precision fp32 --reps 10 --warmup 3
+check gpt.small.d1 120 small_run 1
+check gpt.small.d2 120 small_run 2
+rm -rf "$work"
+echo "status $status after ${SECONDS}s" | tee -a "$results/summary.txt"
+exit "$status"
