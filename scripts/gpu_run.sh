@@ -4,7 +4,8 @@
 # FAILED with its exit status, or not run for lack of time) to summary.txt. Exits non-zero when a
 # check fails. BUDGET (seconds, default 480) bounds the whole run: a check whose own limit would
 # pass it is not started. DEVICE (default cuda) is the pipeline.device of the GPU runs:
-# DEVICE=checked runs the same flow on any machine (the script's own test).
+# DEVICE=checked runs the same flow on any machine, without the checks that need a GPU
+# (compute-sanitizer, the bench and the trainer at its shape): tests.cuda.gpu_run_checked.
 #
 # The checks:
 # - every test of tests.txt (doctest programs; on a GPU no case may print "SKIPPED: " except the
@@ -27,17 +28,18 @@ results=${OUT:-$PWD/results}
 budget=${BUDGET:-480}
 device=${DEVICE:-cuda}
 work=$(mktemp -d)
-mkdir -p "$results" /tmp/actorpipe-libs
+libs=$work/libs
+mkdir -p "$results" "$libs"
 : >"$results/summary.txt"
 : >"$results/log.txt"
-tar xJf libs.tar.xz -C /tmp/actorpipe-libs
+tar xJf libs.tar.xz -C "$libs"
 # CUDA's runtime, cuBLAS and NCCL from wherever this machine keeps them
 for n in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
   p=$(find /usr/local /opt /usr/lib -name "$n" 2>/dev/null | head -1)
   echo "$n -> ${p:-not found}" >>"$results/log.txt"
-  [[ -n "$p" ]] && ln -sf "$p" "/tmp/actorpipe-libs/$n"
+  [[ -n "$p" ]] && ln -sf "$p" "$libs/$n"
 done
-export LD_LIBRARY_PATH=/tmp/actorpipe-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export OPENBLAS_NUM_THREADS=1
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total,memory.free --format=csv
@@ -135,16 +137,22 @@ too_large="of memory is available"
 [[ $device == cuda ]] && too_large="on cuda:0 .*need at least .* is free there"
 check gpt.too_large 60 expect_fail too_large "$too_large" "$bundle/bin/actorpipe-gpt" \
   --set pipeline.device="$device" --set model.width=1000000 --set train.steps=1
+# needs_gpu NAME: true, with a line in the summary, where the runs are not on a GPU
+needs_gpu() {
+  [[ $device == cuda ]] && return 1
+  printf '%-44s not run (DEVICE=%s: needs a GPU)\n' "$1" "$device" | tee -a "$results/summary.txt"
+}
+
 sanitizer=$(command -v compute-sanitizer ||
   find /usr/local /opt -name compute-sanitizer -type f -perm -u+x 2>/dev/null | head -1)
-check memcheck.pipeline 150 "${sanitizer:-compute-sanitizer}" --tool memcheck --error-exitcode 9 \
+needs_gpu memcheck.pipeline || check memcheck.pipeline 150 "${sanitizer:-compute-sanitizer}" --tool memcheck --error-exitcode 9 \
   "$bundle/bin/test_tests_cuda_pipeline" "--test-case=two runs*"
-check memcheck.trainer 150 "${sanitizer:-compute-sanitizer}" --tool memcheck --error-exitcode 9 \
+needs_gpu memcheck.trainer || check memcheck.trainer 150 "${sanitizer:-compute-sanitizer}" --tool memcheck --error-exitcode 9 \
   "$bundle/bin/test_tests_cuda_trainer" "--test-case=two runs*"
-check bench.small.fp32 60 "$bundle/bin/actorpipe-bench-device" --backend cuda --shape small \
+needs_gpu bench.small.fp32 || check bench.small.fp32 60 "$bundle/bin/actorpipe-bench-device" --backend cuda --shape small \
   --precision fp32 --reps 10 --warmup 3
-check gpt.small.d1 120 small_run 1
-check gpt.small.d2 120 small_run 2
+needs_gpu gpt.small.d1 || check gpt.small.d1 120 small_run 1
+needs_gpu gpt.small.d2 || check gpt.small.d2 120 small_run 2
 rm -rf "$work"
 echo "status $status after ${SECONDS}s" | tee -a "$results/summary.txt"
 exit "$status"
