@@ -10,7 +10,7 @@
 //   leave the GPU run's bits as they are without moves;
 // - a run resumed from a GPU checkpoint continues the uninterrupted GPU run bit for bit, and the
 //   checkpoint follows the CPU's;
-// - two GPU runs have the same bits.
+// - two GPU runs have the same bits, and in bf16 too the actors equal the serial executor.
 // Without a usable GPU every case prints "SKIPPED: <reason>" (ctest reports it skipped).
 #include "actors/api/actorpipe/trainer.hpp"
 
@@ -228,5 +228,25 @@ TEST_CASE("a run resumed from a GPU checkpoint continues the uninterrupted GPU r
     both.losses.insert(both.losses.end(), rest.losses.begin(), rest.losses.end());
     both.weights = rest.weights;
     check_same_bits(whole, both);
+  }
+}
+
+// bf16 on GPUs: each product's operands rounded by the backend; the actors must still equal the
+// serial executor bit for bit, and the losses follow the CPU's bf16 (the GPU pipeline test's
+// tolerance; the weights are not compared element by element: tests/cuda/pipeline.test.cpp)
+TEST_CASE("in bf16 the actors on GPUs equal the serial executor bit for bit") {
+  if (skip_without_gpu_or_bf16()) return;
+  for (const char* mode : {"1f1b", "2bw", "xpipe"}) {
+    CAPTURE(std::string(mode));
+    Config cpu = tiny(mode, 3, 4, "cpu");
+    cpu.pipeline.precision = "bf16";
+    Config gpu = cpu;
+    gpu.pipeline.device = "cuda";
+    const Run actors = train(gpu, Backend::actors);
+    check_same_bits(actors, train(gpu, Backend::serial));
+    const Run want = train(cpu, Backend::actors);
+    REQUIRE(actors.losses.size() == want.losses.size());
+    for (size_t s = 0; s < want.losses.size(); ++s)
+      CHECK(actors.losses[s] == doctest::Approx(want.losses[s]).epsilon(kRtol));
   }
 }
