@@ -23,6 +23,7 @@
 #include "bench/torch_peer.hpp"
 #include "bench/update_bench.hpp"
 #include "kernels/bf16_gemm.hpp"
+#include "kernels/blas_core.hpp"
 
 #ifndef ACTORPIPE_BENCH_PEER_SCRIPT
 #define ACTORPIPE_BENCH_PEER_SCRIPT "bench/peers/torch_step.py"
@@ -141,6 +142,9 @@ int main(int argc, char** argv) {
         "thread that made it (the Context's partition; one thread per call)\n");
     fmt::print("bf16: {}{}\n", bf16_support().describe(),
                bf16_support().native ? "" : " (bf16 rows skipped: no bf16 instructions)");
+    fmt::print("fp32: {}\n", blas_core().describe());
+    if (!blas_core().warning().empty())
+      fmt::print(stderr, "actorpipe-bench: warning: {}\n", blas_core().warning());
     if (o.peer) {
       fmt::print("peer: PyTorch, the same GPT and step, one child process per configuration:\n");
       for (int t : o.threads) fmt::print("  {}\n", describe_peer_command(o.python, script, t));

@@ -31,6 +31,7 @@
 #include "engine/model/placement.hpp"
 #include "engine/stop_flag.hpp"
 #include "kernels/bf16_gemm.hpp"
+#include "kernels/blas_core.hpp"
 #include "kernels/device.hpp"
 
 namespace actorpipe {
@@ -592,6 +593,9 @@ Attempt train_in_job(const TrainerProgram& program, Config config, TrainerOption
              where == "CPU" ? "," : ";", c.pipeline.threads_per_stage, c.pipeline.precision,
              bf16_note, probe_devices().status);
   if (!bf16_warning.empty()) fmt::print("{}: warning: {}\n", program.name, bf16_warning);
+  // the CPU's fp32 products (every stage not on a GPU) on OpenBLAS kernels narrower than the CPU
+  if (c.pipeline.device != "cuda" && !blas_core().warning().empty())
+    fmt::print("{}: warning: {}\n", program.name, blas_core().warning());
   const std::optional<double> floor = trainer->loss_floor();
   if (floor) fmt::print("loss floor (entropy rate of the data): {:.4f} nats/token\n", *floor);
   if (const auto& r = options.relaunched) {
