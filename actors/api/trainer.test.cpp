@@ -26,6 +26,7 @@
 #include "engine/schedule/lowering.hpp"
 #include "tests/support/bits.hpp"
 #include "tests/support/files.hpp"
+#include "tests/support/make_trainer.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/tiny_model.hpp"
 
@@ -41,14 +42,6 @@ Config tiny(const std::string& mode, int stages, int steps) {
   c.optimizer.grad_clip = 0.5f;
   c.train.steps = steps;
   return c;
-}
-
-std::unique_ptr<Trainer> make(const Config& c, Backend backend = Backend::actors) {
-  TrainerOptions o;
-  o.backend = backend;
-  auto t = Trainer::create(c, o);
-  REQUIRE_MESSAGE(t.ok(), t.error().message);
-  return std::move(*t);
 }
 
 void train(Trainer& t) {
@@ -94,8 +87,8 @@ TEST_CASE("the actors and the serial backend train to the same bits in every mod
     const std::string what = mode;
     CAPTURE(what);
     const Config c = tiny(mode, 3, 3);
-    auto actors = make(c, Backend::actors);
-    auto serial = make(c, Backend::serial);
+    auto actors = make_trainer(c, Backend::actors);
+    auto serial = make_trainer(c, Backend::serial);
     const auto la = record_losses(*actors);
     const auto ls = record_losses(*serial);
     CHECK(la.size() == 3);
@@ -120,7 +113,7 @@ TEST_CASE(
     whole.checkpoint.dir = tmp.file("whole");
     whole.checkpoint.every = exact ? 0 : N;
     whole.train.metrics = tmp.file("whole.jsonl");
-    auto a = make(whole);
+    auto a = make_trainer(whole);
     train(*a);
     CHECK(fs::exists(tmp.file("whole/final/manifest.json")));
     CHECK(fs::exists(tmp.file("whole/step-3/manifest.json")) == !exact);
@@ -129,7 +122,7 @@ TEST_CASE(
     Config first = tiny(mode, 2, N);
     first.checkpoint.dir = tmp.file("run");
     first.train.metrics = tmp.file("run.jsonl");
-    train(*make(first));
+    train(*make_trainer(first));
     {
       // as if the run had gone on past its checkpoint and been killed mid-write: two steps
       // the resumed run replays, then half a line
@@ -142,7 +135,7 @@ TEST_CASE(
     second.checkpoint.dir = tmp.file("run");
     second.checkpoint.resume = tmp.file("run");
     second.train.metrics = tmp.file("run.jsonl");
-    auto b = make(second);
+    auto b = make_trainer(second);
     CHECK(b->step_count() == N);
     CHECK(b->resumed_from() == tmp.file("run/final"));
     train(*b);
@@ -181,15 +174,15 @@ TEST_CASE("2bw on both backends: train 2N == train N, checkpoint, resume, train 
       CAPTURE(stages);
       CAPTURE(backend == Backend::serial);
       TempDir tmp;
-      auto whole = make(tiny("2bw", stages, 2 * N), backend);
+      auto whole = make_trainer(tiny("2bw", stages, 2 * N), backend);
       const auto lw = record_losses(*whole);
       Config first = tiny("2bw", stages, N);
       first.checkpoint.dir = tmp.file("ckpt");
-      auto f = make(first, backend);
+      auto f = make_trainer(first, backend);
       const auto l1 = record_losses(*f);
       Config next = tiny("2bw", stages, 2 * N);
       next.checkpoint.resume = tmp.file("ckpt/final");
-      auto t = make(next, backend);
+      auto t = make_trainer(next, backend);
       const auto l2 = record_losses(*t);
       std::vector<double> both = l1;
       both.insert(both.end(), l2.begin(), l2.end());
@@ -201,16 +194,16 @@ TEST_CASE("2bw on both backends: train 2N == train N, checkpoint, resume, train 
 
 TEST_CASE("a 1f1b checkpoint of 2 stages continues bitwise on 3 and on 1 stages") {
   TempDir tmp;
-  auto whole = make(tiny("1f1b", 2, 4));
+  auto whole = make_trainer(tiny("1f1b", 2, 4));
   train(*whole);
   Config first = tiny("1f1b", 2, 2);
   first.checkpoint.dir = tmp.file("ckpt");
-  train(*make(first));
+  train(*make_trainer(first));
   for (int d : {3, 1}) {
     CAPTURE(d);
     Config next = tiny("1f1b", d, 4);
     next.checkpoint.resume = tmp.file("ckpt/final");
-    auto t = make(next);
+    auto t = make_trainer(next);
     CHECK(t->stages() == d);
     train(*t);
     CHECK(same_weights(*whole, *t));
@@ -218,9 +211,9 @@ TEST_CASE("a 1f1b checkpoint of 2 stages continues bitwise on 3 and on 1 stages"
 }
 
 TEST_CASE("run() and step() continue like train()") {
-  auto whole = make(tiny("1f1b", 2, 3));
+  auto whole = make_trainer(tiny("1f1b", 2, 3));
   train(*whole);
-  auto t = make(tiny("1f1b", 2, 3));
+  auto t = make_trainer(tiny("1f1b", 2, 3));
   auto m1 = t->step();
   REQUIRE(m1.ok());
   CHECK(m1->step == 1);
@@ -236,7 +229,7 @@ TEST_CASE("metrics: one JSON line per step with step, loss, tokens, time, busy a
   TempDir tmp;
   Config c = tiny("2bw", 2, 5);
   c.train.metrics = tmp.file("m.jsonl");
-  auto t = make(c);
+  auto t = make_trainer(c);
   std::vector<StepMetrics> seen;
   t->on_step([&](const StepMetrics& m) { seen.push_back(m); });
   train(*t);
@@ -272,7 +265,7 @@ TEST_CASE("forced moves: reported, in the metrics, the trace and the checkpoint,
   c.checkpoint.dir = tmp.file("ckpt");
   c.checkpoint.every = 3;
   c.migration.moves = "2: 1, 3; 4: 3, 1";
-  auto t = make(c);
+  auto t = make_trainer(c);
   std::vector<MigrationEvent> seen;
   t->on_migration([&](const MigrationEvent& e) { seen.push_back(e); });
   const auto losses = record_losses(*t);
@@ -297,7 +290,7 @@ TEST_CASE("forced moves: reported, in the metrics, the trace and the checkpoint,
   CHECK(nlohmann::json::parse(m3).at("partition") == nlohmann::json::array({1, 3}));
   // the same run without moves: the same bits (1f1b clips globally)
   Config plain = tiny("1f1b", 2, 6);
-  auto u = make(plain);
+  auto u = make_trainer(plain);
   CHECK(same_bits(record_losses(*u), losses));
   CHECK(same_weights(*t, *u));
   // the serial backend has no migration manager
@@ -312,7 +305,7 @@ TEST_CASE("the trace of a run: one track per stage and per shard, one span per a
   TempDir tmp;
   Config c = tiny("1f1b", 3, 2);
   c.train.trace = tmp.file("trace.json");
-  auto t = make(c);
+  auto t = make_trainer(c);
   train(*t);
   std::ifstream f(c.train.trace);
   const auto j = nlohmann::json::parse(f);
@@ -356,7 +349,7 @@ TEST_CASE("bad checkpoints and options are refused with a message saying what is
   TempDir tmp;
   Config c = tiny("1f1b", 2, 1);
   c.checkpoint.dir = tmp.file("ckpt");
-  train(*make(c));
+  train(*make_trainer(c));
 
   SUBCASE("a damaged file") {
     const std::string file = tmp.file("ckpt/final/model.safetensors");
@@ -375,7 +368,7 @@ TEST_CASE("bad checkpoints and options are refused with a message saying what is
     Config three = tiny("1f1b", 2, 3);
     three.checkpoint.dir = tmp.file("three");
     three.checkpoint.every = 1;
-    train(*make(three));
+    train(*make_trainer(three));
     for (const char* name :
          {"three/final/model.safetensors", "three/step-3/optimizer.safetensors"}) {
       std::fstream f(tmp.file(name), std::ios::in | std::ios::out | std::ios::binary);
@@ -384,7 +377,7 @@ TEST_CASE("bad checkpoints and options are refused with a message saying what is
     }
     Config next = tiny("1f1b", 2, 4);
     next.checkpoint.resume = tmp.file("three");
-    auto t = make(next);
+    auto t = make_trainer(next);
     CHECK(t->resumed_from() == tmp.file("three/step-2"));
     CHECK(t->step_count() == 2);
     REQUIRE(t->skipped_checkpoints().size() == 2);
@@ -438,7 +431,7 @@ TEST_CASE("preflight: what would fail at a checkpoint or at the end fails before
     CHECK(t.error().message.find(part) != std::string::npos);
   };
   {
-    auto first = make(c);
+    auto first = make_trainer(c);
     // a second run into the directory the first holds, even one resuming from it
     refused(c, "checkpoint.dir = \"" + c.checkpoint.dir + "\" is in use by another run (pid");
     first->on_step([steps](const StepMetrics&) { ++*steps; });
@@ -451,11 +444,11 @@ TEST_CASE("preflight: what would fail at a checkpoint or at the end fails before
   Config resumed = tiny("1f1b", 2, 2);
   resumed.checkpoint.dir = c.checkpoint.dir;
   resumed.checkpoint.resume = c.checkpoint.dir;
-  train(*make(resumed));
+  train(*make_trainer(resumed));
   Config over = c;
   over.checkpoint.overwrite = true;
   {
-    auto t = make(over);
+    auto t = make_trainer(over);
     CHECK(!fs::exists(tmp.file("ckpt/final")));  // removed before training
     train(*t);
   }
@@ -476,7 +469,7 @@ TEST_CASE("preflight: what would fail at a checkpoint or at the end fails before
   Config fine = tiny("1f1b", 2, 1);
   fine.train.trace = tmp.file("t.json");
   {
-    auto t = make(fine);
+    auto t = make_trainer(fine);
     CHECK(!fs::exists(tmp.file("t.json")));
   }
 }
@@ -489,8 +482,8 @@ TEST_CASE("partition = auto: both backends take the planner's partition and agre
   ::setenv("ACTORPIPE_CACHE_DIR", dir.path.c_str(), 1);
   Config c = tiny("1f1b", 2, 2);
   c.pipeline.partition.automatic = true;
-  auto actors = make(c);
-  auto serial = make(c, Backend::serial);
+  auto actors = make_trainer(c);
+  auto serial = make_trainer(c, Backend::serial);
   CHECK_FALSE(actors->config().pipeline.partition.automatic);
   CHECK(actors->config().pipeline.partition.counts == actors->partition());
   CHECK(serial->partition() == actors->partition());
@@ -532,7 +525,7 @@ TEST_CASE(
       Config whole = tiny(mode, 2, kSteps);
       whole.checkpoint.dir = tmp.file("whole");
       whole.checkpoint.every = kEvery;
-      auto a = make(whole, backend);
+      auto a = make_trainer(whole, backend);
       train(*a);
 
       Config c = tiny(mode, 2, kSteps);
@@ -540,7 +533,7 @@ TEST_CASE(
       c.checkpoint.every = kEvery;
       c.train.metrics = tmp.file("run.jsonl");
       c.train.stop = k.stop;
-      auto t = make(c, backend);
+      auto t = make_trainer(c, backend);
       Trainer* self = t.get();
       t->on_step([self](const StepMetrics& m) {
         if (m.step == kAt) self->request_stop(SIGTERM);
@@ -589,7 +582,7 @@ TEST_CASE(
       Config next = c;
       next.checkpoint.resume = tmp.file("run");
       next.checkpoint.overwrite = false;
-      auto b = make(next, backend);
+      auto b = make_trainer(next, backend);
       train(*b);
       CHECK_FALSE(b->stopped());
       CHECK(b->step_count() == kSteps);
@@ -597,7 +590,7 @@ TEST_CASE(
         // not the uninterrupted training: the one whose first run ended at step `at`, which
         // the trainer's own runs make (the resumed run still ends at the multiple of kEvery)
         CHECK_FALSE(same_weights(*a, *b));
-        auto ref = make(tiny(mode, 2, kSteps), backend);
+        auto ref = make_trainer(tiny(mode, 2, kSteps), backend);
         for (int64_t n : {at, kEvery - at, int64_t{kSteps - kEvery}}) {
           if (n == 0) continue;
           auto m = ref->run(static_cast<int>(n));
@@ -633,7 +626,7 @@ TEST_CASE(
   TempDir tmp;
   std::map<std::string, std::unique_ptr<Trainer>> whole;
   for (const std::string& mode : modes) {
-    whole[mode] = make(config(mode, tmp.file("whole-" + mode)));
+    whole[mode] = make_trainer(config(mode, tmp.file("whole-" + mode)));
     train(*whole[mode]);
   }
   std::mt19937 rng(20261126);
@@ -712,7 +705,7 @@ TEST_CASE(
   c.train.restart_backoff = 0.0;
   c.optimizer.lr = 1e30f;  // every attempt turns non-finite at the same step
   c.optimizer.grad_clip = 0.0f;
-  auto t = make(c);
+  auto t = make_trainer(c);
   Status done = t->train();
   REQUIRE_FALSE(done.ok());
   CHECK(done.error().message.find("non-finite loss") != std::string::npos);
@@ -774,7 +767,7 @@ TEST_CASE(
     for (Backend backend : {Backend::serial, Backend::actors}) {
       Config cb = c;
       cb.train.metrics = tmp.file(backend == Backend::serial ? "serial.jsonl" : "actors.jsonl");
-      auto t = make(cb, backend);
+      auto t = make_trainer(cb, backend);
       t->on_step([&steps, backend](const StepMetrics& m) { steps[backend].push_back(m); });
       auto first = t->run(1);
       REQUIRE_MESSAGE(first.ok(), first.error().message);
@@ -882,13 +875,13 @@ TEST_CASE(
     c.eval.microbatches = 3;
     c.train.metrics = tmp.file(what + ".jsonl");
     c.train.trace = tmp.file(what + ".trace.json");
-    auto actors = make(c, Backend::actors);
+    auto actors = make_trainer(c, Backend::actors);
     std::vector<EvalMetrics> seen;
     actors->on_eval([&](const EvalMetrics& m) { seen.push_back(m); });
     train(*actors);
     Config cs = c;
     cs.train.metrics = cs.train.trace = "";
-    auto serial = make(cs, Backend::serial);
+    auto serial = make_trainer(cs, Backend::serial);
     std::vector<EvalMetrics> seen_serial;
     serial->on_eval([&](const EvalMetrics& m) { seen_serial.push_back(m); });
     train(*serial);
@@ -923,7 +916,7 @@ TEST_CASE(
     if (what == "gpipe" || what == "1f1b" || what == "2bw") {
       Config plain = cs;
       plain.eval.every = 0;
-      auto p = make(plain, Backend::actors);
+      auto p = make_trainer(plain, Backend::actors);
       train(*p);
       CHECK(same_weights(*actors, *p));
     }
@@ -947,12 +940,12 @@ TEST_CASE("held-out data: errors name what is missing, a resumed run keeps the e
   c.train.metrics = tmp.file("m.jsonl");
   c.checkpoint.dir = tmp.file("ckpt");
   c.checkpoint.every = 2;
-  auto whole = make(c);
+  auto whole = make_trainer(c);
   train(*whole);
   Config resumed = c;
   resumed.checkpoint.resume = c.checkpoint.dir + "/step-2";
   resumed.checkpoint.dir = tmp.file("ckpt2");
-  auto r = make(resumed);
+  auto r = make_trainer(resumed);
   train(*r);
   CHECK(same_weights(*whole, *r));
   int evals = 0;
@@ -970,7 +963,7 @@ TEST_CASE("held-out data: errors name what is missing, a resumed run keeps the e
       open_heldout_source(own.data, "", own.model.arch, own.model.vocab_size, kB, kT).value();
   auto accepted = Trainer::create(own, o);
   REQUIRE(accepted.ok());
-  auto built_in = make(own);  // the same data through [data]: the same bits
+  auto built_in = make_trainer(own);  // the same data through [data]: the same bits
   train(**accepted);
   train(*built_in);
   CHECK(same_weights(**accepted, *built_in));
@@ -1005,7 +998,7 @@ TEST_CASE("TrainerOptions::model and ::data: errors name the key that does not d
   // the same model given: the same bits as the built-in path
   auto given = Trainer::create(c, o);
   REQUIRE(given.ok());
-  auto built_in = make(c);
+  auto built_in = make_trainer(c);
   train(**given);
   train(*built_in);
   CHECK(same_weights(**given, *built_in));

@@ -16,6 +16,7 @@
 #include "kernels/check.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "tests/support/bits.hpp"
+#include "tests/support/make_trainer.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/tiny_model.hpp"
 
@@ -31,14 +32,6 @@ Config tiny(const std::string& mode, int stages, int steps, const std::string& d
   c.train.steps = steps;
   c.pipeline.device = device;
   return c;
-}
-
-std::unique_ptr<Trainer> make(const Config& c, Backend backend) {
-  TrainerOptions o;
-  o.backend = backend;
-  auto t = Trainer::create(c, o);
-  REQUIRE_MESSAGE(t.ok(), t.error().message);
-  return std::move(*t);
 }
 
 std::vector<double> train(Trainer& t) {
@@ -74,8 +67,8 @@ TEST_CASE("pipeline.device = checked trains and evaluates to the cpu's bits, on 
       cpu.eval.microbatches = 2;
       Config dev = cpu;
       dev.pipeline.device = "checked";
-      auto a = make(cpu, backend);
-      auto b = make(dev, backend);
+      auto a = make_trainer(cpu, backend);
+      auto b = make_trainer(dev, backend);
       std::vector<double> ea, eb;
       a->on_eval([&](const EvalMetrics& m) { ea.push_back(m.loss); });
       b->on_eval([&](const EvalMetrics& m) { eb.push_back(m.loss); });
@@ -100,14 +93,14 @@ TEST_CASE("pipeline.device = checked: checkpoints are the cpu's, and resume acro
       const std::string what = fmt::format("{} on {}", mode, name(backend));
       CAPTURE(what);
       TempDir tmp;
-      auto whole = make(tiny(mode, 2, 2 * N, "cpu"), backend);
+      auto whole = make_trainer(tiny(mode, 2, 2 * N, "cpu"), backend);
       const auto lw = train(*whole);
       // the first half on each device, with a checkpoint
       std::vector<std::vector<double>> first;
       for (const char* device : {"cpu", "checked"}) {
         Config c = tiny(mode, 2, N, device);
         c.checkpoint.dir = tmp.file(device);
-        auto t = make(c, backend);
+        auto t = make_trainer(c, backend);
         first.push_back(train(*t));
       }
       CHECK(same_bits(first[0], first[1]));
@@ -133,7 +126,7 @@ TEST_CASE("pipeline.device = checked: checkpoints are the cpu's, and resume acro
         CAPTURE(std::string(from) + " -> " + device);
         Config next = tiny(mode, 2, 2 * N, device);
         next.checkpoint.resume = tmp.file(std::string(from) + "/final");
-        auto t = make(next, backend);
+        auto t = make_trainer(next, backend);
         std::vector<double> both = first[0];
         const auto l2 = train(*t);
         both.insert(both.end(), l2.begin(), l2.end());
@@ -156,8 +149,8 @@ TEST_CASE("pipeline.device = checked: forced layer moves train to the cpu's bits
     cpu.migration.moves = "2: 1, 3, 2; 4: 3, 2, 1";
     Config dev = cpu;
     dev.pipeline.device = "checked";
-    auto a = make(cpu, Backend::actors);
-    auto b = make(dev, Backend::actors);
+    auto a = make_trainer(cpu, Backend::actors);
+    auto b = make_trainer(dev, Backend::actors);
     std::vector<MigrationEvent> events;
     b->on_migration([&](const MigrationEvent& e) { events.push_back(e); });
     const auto la = train(*a);
@@ -173,7 +166,7 @@ TEST_CASE("pipeline.device = checked: forced layer moves train to the cpu's bits
     }
     CHECK(events.back().to == std::vector<int>{3, 2, 1});
     if (std::string(mode) == "gpipe" || std::string(mode) == "1f1b") {
-      auto c = make(still, Backend::actors);
+      auto c = make_trainer(still, Backend::actors);
       CHECK(same_bits(train(*c), lb));
       CHECK(same_weights(*c, *b));
     }
@@ -193,8 +186,8 @@ TEST_CASE("pipeline.device = checked with precision = bf16: the cpu's bf16 bits"
       cpu.pipeline.precision = "bf16";
       Config dev = cpu;
       dev.pipeline.device = "checked";
-      auto a = make(cpu, backend);
-      auto b = make(dev, backend);
+      auto a = make_trainer(cpu, backend);
+      auto b = make_trainer(dev, backend);
       CHECK(same_bits(train(*a), train(*b)));
       CHECK(same_weights(*a, *b));
     }
@@ -209,8 +202,8 @@ TEST_CASE("pipeline.device = checked with replicas (serial backend): the cpu's b
     cpu.pipeline.replicas = 2;
     Config dev = cpu;
     dev.pipeline.device = "checked";
-    auto a = make(cpu, Backend::serial);
-    auto b = make(dev, Backend::serial);
+    auto a = make_trainer(cpu, Backend::serial);
+    auto b = make_trainer(dev, Backend::serial);
     CHECK(same_bits(train(*a), train(*b)));
     CHECK(same_weights(*a, *b));
   }

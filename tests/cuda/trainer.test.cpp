@@ -25,6 +25,7 @@
 #include "engine/checkpoint/checkpoint.hpp"
 #include "tests/support/bits.hpp"
 #include "tests/support/gpu_skip.hpp"
+#include "tests/support/make_trainer.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/tiny_model.hpp"
 
@@ -49,14 +50,6 @@ Config tiny(const std::string& mode, int stages, int steps, const std::string& d
   return c;
 }
 
-std::unique_ptr<Trainer> make(const Config& c, Backend backend) {
-  TrainerOptions o;
-  o.backend = backend;
-  auto t = Trainer::create(c, o);
-  REQUIRE_MESSAGE(t.ok(), t.error().message);
-  return std::move(*t);
-}
-
 struct Run {
   std::vector<double> losses, evals;
   std::vector<NamedTensor> weights;
@@ -73,7 +66,7 @@ Run train(Trainer& t) {
 }
 
 Run train(const Config& c, Backend backend) {
-  auto t = make(c, backend);
+  auto t = make_trainer(c, backend);
   return train(*t);
 }
 
@@ -172,7 +165,7 @@ TEST_CASE("forced layer moves between GPU stages follow the same moves on the CP
     cpu.migration.moves = "2: 1, 3, 2; 4: 3, 2, 1";
     Config gpu = cpu;
     gpu.pipeline.device = "cuda";
-    auto t = make(gpu, Backend::actors);
+    auto t = make_trainer(gpu, Backend::actors);
     std::vector<MigrationEvent> events;
     t->on_migration([&](const MigrationEvent& e) { events.push_back(e); });
     const Run moved = train(*t);
