@@ -6,7 +6,12 @@
 # stripped, with the shared libraries they need besides glibc, libstdc++ and CUDA's packed as
 # libs.tar.xz, the multi-process oracle's CMake scripts, and run.sh, which runs every check there
 # (docs/gpu.md, "Running on a GPU machine").
-# Usage: scripts/gpu_bundle.sh [OUT_DIR]   (default: gpu-bundle; the build goes to build-gpu)
+# With CPU_MARCH set (e.g. sapphirerapids, for a GPU machine's Xeon host) it also builds
+# actorpipe-bench for that CPU (-march=$CPU_MARCH, in build-$CPU_MARCH) as bin/actorpipe-bench-cpu
+# with the PyTorch peer's script, and run.sh times the CPU step there too (docs/benchmarks.md,
+# "bf16 on a Xeon with AMX").
+# Usage: [CPU_MARCH=...] scripts/gpu_bundle.sh [OUT_DIR]   (default: gpu-bundle; the build goes
+# to build-gpu)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-gpu-bundle}
@@ -27,6 +32,16 @@ for p in "${programs[@]}"; do
   strip "$out/bin/$p"
 done
 echo "${tests[*]}" >"$out/tests.txt"
+if [[ -n ${CPU_MARCH:-} ]]; then
+  cpu_build=build-$CPU_MARCH
+  cmake -S . -B "$cpu_build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DACTORPIPE_NATIVE=OFF \
+    "-DCMAKE_CXX_FLAGS=-march=$CPU_MARCH" -DACTORPIPE_CUDA=OFF -DACTORPIPE_TESTS=OFF >/dev/null
+  cmake --build "$cpu_build" -j "${JOBS:-$(nproc)}" --target actorpipe-bench
+  cp "$cpu_build/bench/actorpipe-bench" "$out/bin/actorpipe-bench-cpu"
+  strip "$out/bin/actorpipe-bench-cpu"
+  mkdir -p "$out/peers" && cp bench/peers/*.py "$out/peers/"
+  echo "$CPU_MARCH" >"$out/cpu_march.txt"
+fi
 cp tests/multiprocess/same_bits.cmake tests/multiprocess/compare_runs.cmake "$out/multiprocess/"
 # every library the programs load except the C and C++ runtimes and CUDA's own (the GPU machine's
 # driver and toolkit provide those, matching each other)

@@ -20,7 +20,11 @@
 # - compute-sanitizer's memcheck over the repeat tests of the GPU pipeline and of the Trainer on
 #   the actors (stages and shards on streams of their own);
 # - actorpipe-bench-device's small step in fp32, and the GPT trainer at that shape (4
-#   microbatches a step) on 1 and 2 stages of the GPU, for their tokens per second.
+#   microbatches a step) on 1 and 2 stages of the GPU, for their tokens per second;
+# - where the bundle holds bin/actorpipe-bench-cpu (CPU_MARCH): the CPU step of the GPT small
+#   shape at 1 and 2 threads in fp32 and bf16 beside that machine's PyTorch, with the CPU's
+#   topology, and with OPENBLAS_CORETYPE=$BLAS_CORE when BLAS_CORE is set (e.g. SkylakeX where
+#   OpenBLAS would pick narrower kernels). CPU_BENCH_ARGS replaces its default arguments.
 set -u -o pipefail
 cd "$(dirname "$0")"
 bundle=$PWD
@@ -160,6 +164,17 @@ needs_gpu bench.small.fp32 || check bench.small.fp32 60 "$bundle/bin/actorpipe-b
   --precision fp32 --reps 10 --warmup 3
 needs_gpu gpt.small.d1 || check gpt.small.d1 60 small_run 1
 needs_gpu gpt.small.d2 || check gpt.small.d2 60 small_run 2
+if [[ -x $bundle/bin/actorpipe-bench-cpu && $device == cuda ]]; then
+  cpu_bench() {
+    lscpu | grep -E "^(Model name|Thread|Core|Socket|NUMA node|CPU\(s\))"
+    [[ -n ${BLAS_CORE:-} ]] && export OPENBLAS_CORETYPE=$BLAS_CORE
+    # shellcheck disable=SC2086
+    "$bundle/bin/actorpipe-bench-cpu" ${CPU_BENCH_ARGS:---shapes small --threads 1,2 --reps 3} \
+      --python "$(command -v python3)" --peer-script "$bundle/peers/torch_step.py"
+  }
+  export -f cpu_bench
+  check cpu_bench.$(cat cpu_march.txt) 300 cpu_bench
+fi
 rm -rf "$work"
 echo "status $status after ${SECONDS}s" | tee -a "$results/summary.txt"
 exit "$status"
