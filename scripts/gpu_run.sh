@@ -105,10 +105,10 @@ EOF
 gpt_vs_cpu() {
   local common=(--set pipeline.stages=2 --set train.steps=30 --set train.log_every=10)
   "$bundle/bin/actorpipe-gpt" "${common[@]}" --set pipeline.device="$device" \
-    --set checkpoint.dir=gpt-cuda --set train.metrics=cuda.jsonl || return 1
+    --set checkpoint.dir=gpt-device --set train.metrics=device.jsonl || return 1
   "$bundle/bin/actorpipe-gpt" "${common[@]}" --set pipeline.device=cpu \
     --set checkpoint.dir=gpt-cpu --set train.metrics=cpu.jsonl || return 1
-  losses_follow cuda.jsonl cpu.jsonl 1e-3
+  losses_follow device.jsonl cpu.jsonl 1e-3
 }
 
 small_run() {  # STAGES: the trainer at the bench's small shape on the GPU
@@ -136,8 +136,8 @@ check multiprocess.1f1b 60 same_bits 1f1b
 check multiprocess.xpipe 60 same_bits xpipe
 check multiprocess.migration.2bw 60 same_bits 2bw "1: 1, 5/ 3: 5, 1"
 # needs the checkpoint of gpt.device_vs_cpu
-if [[ -d $work/gpt-cuda/final ]]; then
-  check gpt.sample 60 "$bundle/bin/actorpipe-gpt" --sample --checkpoint gpt-cuda --tokens 20 \
+if [[ -d $work/gpt-device/final ]]; then
+  check gpt.sample 60 "$bundle/bin/actorpipe-gpt" --sample --checkpoint gpt-device --tokens 20 \
     --seed 4 --top-k 5 --set pipeline.device="$device"
 else
   printf '%-44s not run (gpt.device_vs_cpu wrote no checkpoint)\n' gpt.sample |
@@ -156,12 +156,16 @@ needs_gpu() {
 
 sanitizer=$(command -v compute-sanitizer ||
   find /usr/local /opt -name compute-sanitizer -type f -perm -u+x 2>/dev/null | head -1)
-needs_gpu memcheck.pipeline || check memcheck.pipeline 90 "${sanitizer:-compute-sanitizer}" --tool memcheck --error-exitcode 9 \
-  "$bundle/bin/test_tests_cuda_pipeline" "--test-case=two runs*"
-needs_gpu memcheck.trainer || check memcheck.trainer 90 "${sanitizer:-compute-sanitizer}" --tool memcheck --error-exitcode 9 \
-  "$bundle/bin/test_tests_cuda_trainer" "--test-case=two runs*"
-needs_gpu bench.small.fp32 || check bench.small.fp32 60 "$bundle/bin/actorpipe-bench-device" --backend cuda --shape small \
-  --precision fp32 --reps 10 --warmup 3
+memcheck=("${sanitizer:-compute-sanitizer}" --tool memcheck --error-exitcode 9)
+needs_gpu memcheck.pipeline ||
+  check memcheck.pipeline 90 "${memcheck[@]}" "$bundle/bin/test_tests_cuda_pipeline" \
+    "--test-case=two runs*"
+needs_gpu memcheck.trainer ||
+  check memcheck.trainer 90 "${memcheck[@]}" "$bundle/bin/test_tests_cuda_trainer" \
+    "--test-case=two runs*"
+needs_gpu bench.small.fp32 ||
+  check bench.small.fp32 60 "$bundle/bin/actorpipe-bench-device" --backend cuda --shape small \
+    --precision fp32 --reps 10 --warmup 3
 needs_gpu gpt.small.d1 || check gpt.small.d1 60 small_run 1
 needs_gpu gpt.small.d2 || check gpt.small.d2 60 small_run 2
 if [[ -x $bundle/bin/actorpipe-bench-cpu && $device == cuda ]]; then
