@@ -11,7 +11,8 @@
 // - a run resumed from a GPU checkpoint continues the uninterrupted GPU run bit for bit, and the
 //   checkpoint follows the CPU's;
 // - two GPU runs have the same bits, and in bf16 too the actors equal the serial executor.
-// Without a usable GPU every case prints "SKIPPED: <reason>" (ctest reports it skipped).
+// Without a usable GPU every GPU case prints "SKIPPED: <reason>" (ctest reports it skipped); the
+// last case runs the same comparisons on the checked device everywhere.
 #include "actors/api/actorpipe/trainer.hpp"
 
 #include <doctest/doctest.h>
@@ -125,17 +126,17 @@ void check_follows(const Run& got, const Run& want, double lr) {
 
 const char* const kModes[] = {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"};
 
-}  // namespace
+// Each comparison takes the device of its GPU runs: cuda in the cases below, checked in the
+// last one, which runs the same comparisons everywhere (so the harness itself is tested in CI).
 
-TEST_CASE("the actors on GPUs equal the serial executor on GPUs bit for bit, and follow the CPU") {
-  if (skip_without_gpu()) return;
+void actors_equal_serial(const std::string& device) {
   for (const char* mode : kModes) {
     CAPTURE(std::string(mode));
     Config cpu = tiny(mode, 3, 4, "cpu");
     cpu.eval.every = 2;
     cpu.eval.microbatches = 2;
     Config gpu = cpu;
-    gpu.pipeline.device = "cuda";
+    gpu.pipeline.device = device;
     const Run actors = train(gpu, Backend::actors);
     REQUIRE(actors.losses.size() == 4);
     CHECK(actors.evals.size() == 2);
@@ -144,27 +145,25 @@ TEST_CASE("the actors on GPUs equal the serial executor on GPUs bit for bit, and
   }
 }
 
-TEST_CASE("two runs of the actors on GPUs have the same bits") {
-  if (skip_without_gpu()) return;
+void two_runs_same_bits(const std::string& device) {
   for (const char* mode : {"1f1b", "pipedream"}) {
     CAPTURE(std::string(mode));
-    const Config gpu = tiny(mode, 3, 4, "cuda");
+    const Config gpu = tiny(mode, 3, 4, device);
     check_same_bits(train(gpu, Backend::actors), train(gpu, Backend::actors));
   }
 }
 
-TEST_CASE("forced layer moves between GPU stages follow the same moves on the CPU") {
-  if (skip_without_gpu()) return;
+void moves_follow_cpu(const std::string& device) {
   for (const char* mode : kModes) {
     CAPTURE(std::string(mode));
     Config cpu = tiny(mode, 3, 6, "cpu");
     cpu.model.depth = 4;  // 6 layers
     cpu.pipeline.partition.counts = {2, 2, 2};
     Config still = cpu;
-    still.pipeline.device = "cuda";
+    still.pipeline.device = device;
     cpu.migration.moves = "2: 1, 3, 2; 4: 3, 2, 1";
     Config gpu = cpu;
-    gpu.pipeline.device = "cuda";
+    gpu.pipeline.device = device;
     auto t = make_trainer(gpu, Backend::actors);
     std::vector<MigrationEvent> events;
     t->on_migration([&](const MigrationEvent& e) { events.push_back(e); });
@@ -182,28 +181,27 @@ TEST_CASE("forced layer moves between GPU stages follow the same moves on the CP
   }
 }
 
-TEST_CASE("a run resumed from a GPU checkpoint continues the uninterrupted GPU run bit for bit") {
-  if (skip_without_gpu()) return;
+void resume_continues(const std::string& device) {
   constexpr int N = 2;
   for (const char* mode : {"1f1b", "2bw", "xpipe"}) {
     CAPTURE(std::string(mode));
     TempDir tmp;
     // in xpipe a checkpoint drains the pipeline: the uninterrupted run drains at N too
     // (docs/checkpoints.md, "How exactly a resume continues")
-    Config uninterrupted = tiny(mode, 2, 2 * N, "cuda");
+    Config uninterrupted = tiny(mode, 2, 2 * N, device);
     uninterrupted.checkpoint.dir = tmp.file("whole");
     uninterrupted.checkpoint.every = N;
     const Run whole = train(uninterrupted, Backend::actors);
     std::vector<Run> first;
-    for (const char* device : {"cpu", "cuda"}) {
-      Config c = tiny(mode, 2, N, device);
-      c.checkpoint.dir = tmp.file(device);
+    for (const std::string& d : {std::string("cpu"), device}) {
+      Config c = tiny(mode, 2, N, d);
+      c.checkpoint.dir = tmp.file(d);
       first.push_back(train(c, Backend::actors));
     }
     // the GPU's checkpoint follows the CPU's, tensor by tensor
     const double next_lr = tiny(mode, 2, N, "cpu").optimizer.lr;
     auto on_cpu = load_checkpoint(tmp.file("cpu/final"));
-    auto on_gpu = load_checkpoint(tmp.file("cuda/final"));
+    auto on_gpu = load_checkpoint(tmp.file(device + "/final"));
     REQUIRE(on_cpu.ok());
     REQUIRE(on_gpu.ok());
     for (auto part : {&CheckpointContents::model, &CheckpointContents::optimizer,
@@ -214,8 +212,8 @@ TEST_CASE("a run resumed from a GPU checkpoint continues the uninterrupted GPU r
       // the optimizer's moments and the older weight versions held like the weights
       for (size_t i = 0; i < x.size(); ++i) check_weights_follow(y[i], x[i], next_lr, N);
     }
-    Config next = tiny(mode, 2, 2 * N, "cuda");
-    next.checkpoint.resume = tmp.file("cuda/final");
+    Config next = tiny(mode, 2, 2 * N, device);
+    next.checkpoint.resume = tmp.file(device + "/final");
     Run rest = train(next, Backend::actors);
     Run both = first[1];
     both.losses.insert(both.losses.end(), rest.losses.begin(), rest.losses.end());
@@ -227,14 +225,13 @@ TEST_CASE("a run resumed from a GPU checkpoint continues the uninterrupted GPU r
 // bf16 on GPUs: each product's operands rounded by the backend; the actors must still equal the
 // serial executor bit for bit, and the losses follow the CPU's bf16 (the GPU pipeline test's
 // tolerance; the weights are not compared element by element: tests/cuda/pipeline.test.cpp)
-TEST_CASE("in bf16 the actors on GPUs equal the serial executor bit for bit") {
-  if (skip_without_gpu_or_bf16()) return;
+void bf16_actors_equal_serial(const std::string& device) {
   for (const char* mode : {"1f1b", "2bw", "xpipe"}) {
     CAPTURE(std::string(mode));
     Config cpu = tiny(mode, 3, 4, "cpu");
     cpu.pipeline.precision = "bf16";
     Config gpu = cpu;
-    gpu.pipeline.device = "cuda";
+    gpu.pipeline.device = device;
     const Run actors = train(gpu, Backend::actors);
     check_same_bits(actors, train(gpu, Backend::serial));
     const Run want = train(cpu, Backend::actors);
@@ -242,4 +239,42 @@ TEST_CASE("in bf16 the actors on GPUs equal the serial executor bit for bit") {
     for (size_t s = 0; s < want.losses.size(); ++s)
       CHECK(actors.losses[s] == doctest::Approx(want.losses[s]).epsilon(kRtol));
   }
+}
+
+}  // namespace
+
+TEST_CASE("the actors on GPUs equal the serial executor on GPUs bit for bit, and follow the CPU") {
+  if (skip_without_gpu()) return;
+  actors_equal_serial("cuda");
+}
+
+TEST_CASE("two runs of the actors on GPUs have the same bits") {
+  if (skip_without_gpu()) return;
+  two_runs_same_bits("cuda");
+}
+
+TEST_CASE("forced layer moves between GPU stages follow the same moves on the CPU") {
+  if (skip_without_gpu()) return;
+  moves_follow_cpu("cuda");
+}
+
+TEST_CASE("a run resumed from a GPU checkpoint continues the uninterrupted GPU run bit for bit") {
+  if (skip_without_gpu()) return;
+  resume_continues("cuda");
+}
+
+TEST_CASE("in bf16 the actors on GPUs equal the serial executor bit for bit") {
+  if (skip_without_gpu_or_bf16()) return;
+  bf16_actors_equal_serial("cuda");
+}
+
+// the same comparisons on the checked device (the CPU's bits, memory closed to the host), so
+// what the GPU cases check is itself run in CI: every setting they use is accepted, and their
+// bitwise oracles hold where they must
+TEST_CASE("the comparisons themselves, on the checked device") {
+  actors_equal_serial("checked");
+  two_runs_same_bits("checked");
+  moves_follow_cpu("checked");
+  resume_continues("checked");
+  if (bf16_support().native) bf16_actors_equal_serial("checked");
 }
