@@ -86,22 +86,21 @@ std::string BlasCore::describe() const {
   return fmt::format("OpenBLAS {} kernels", name);
 }
 
-std::string BlasCore::warning() const {
-  if (suggested.empty()) return {};
-  const char* set = std::getenv("OPENBLAS_CORETYPE");
-  return fmt::format(
-      "OpenBLAS picked its {} kernels ({}) on a CPU with {}: fp32 matrix products run several "
-      "times slower than they can here; start with OPENBLAS_CORETYPE={}{}",
-      name, isa_name(blas_core_isa(name).isa), isa_name(cpu_vector_isa()), suggested,
-      set != nullptr ? fmt::format(" (it is set to {})", set) : std::string());
-}
-
 const BlasCore& blas_core() {
   static const BlasCore core = [] {
     BlasCore c;
     const char* name = openblas_get_corename();
     c.name = name != nullptr ? name : "unknown";
-    c.suggested = suggested_blas_core(c.name, cpu_vector_isa());
+    const VectorIsa cpu = cpu_vector_isa();
+    c.suggested = suggested_blas_core(c.name, cpu);
+    if (!c.suggested.empty()) {
+      const char* set = std::getenv("OPENBLAS_CORETYPE");
+      c.warning_text = fmt::format(
+          "OpenBLAS picked its {} kernels ({}) on a CPU with {}: fp32 matrix products run "
+          "several times slower than they can here; start with OPENBLAS_CORETYPE={}{}",
+          c.name, isa_name(blas_core_isa(c.name).isa), isa_name(cpu), c.suggested,
+          set != nullptr ? fmt::format(" (it is set to {})", set) : std::string());
+    }
     return c;
   }();
   return core;

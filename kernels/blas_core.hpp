@@ -38,8 +38,10 @@ struct BlasCore {
   /// "OpenBLAS Prescott kernels"
   std::string describe() const;
   /// Empty, or: "OpenBLAS picked its Prescott kernels (SSE) on a CPU with AVX-512: fp32 matrix
-  /// products run several times slower than they can here; start with OPENBLAS_CORETYPE=SkylakeX".
-  std::string warning() const;
+  /// products run several times slower than they can here; start with OPENBLAS_CORETYPE=SkylakeX"
+  /// (and " (it is set to X)" where OPENBLAS_CORETYPE was set); made once, by blas_core().
+  const std::string& warning() const { return warning_text; }
+  std::string warning_text;
 };
 /// The kernels this process's OpenBLAS runs, read once.
 const BlasCore& blas_core();
