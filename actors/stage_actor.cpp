@@ -338,7 +338,10 @@ class StageActor : public caf::event_based_actor {
         }
         if (injected(s, FaultInjection::Kind::poison_output)) {
           if (out.out.defined()) {
-            for (float& x : out.out.span_f32()) x = std::numeric_limits<float>::quiet_NaN();
+            // a host tensor in its place: the output may be in a device's memory
+            Tensor poisoned = Tensor::zeros(out.out.shape());
+            for (float& x : poisoned.span_f32()) x = std::numeric_limits<float>::quiet_NaN();
+            out.out = std::move(poisoned);
           } else {
             out.loss.sum = std::numeric_limits<double>::quiet_NaN();
           }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "kernels/check.hpp"
 
@@ -57,6 +58,27 @@ std::span<const float> host_view(BackendMemory& memory, std::span<const float> s
   staging.resize(src.size());
   memory.to_host(staging.data(), src.data(), src.size());
   return staging;
+}
+
+BackendMemory& BackendMemory::lasting_memory() {
+  return host_backend_memory();
+}
+
+void transfer(BackendMemory& to, float* dst, BackendMemory& from, const float* src, size_t n) {
+  if (n == 0) return;
+  from.synchronize();
+  if (from.host_memory()) {
+    to.to_backend(dst, src, n);
+  } else if (to.host_memory()) {
+    from.to_host(dst, src, n);
+  } else if (&to == &from) {
+    to.copy(dst, src, n);
+    to.synchronize();
+  } else if (!to.copy_from(dst, from, src, n)) {
+    std::vector<float> bounce(n);
+    from.to_host(bounce.data(), src, n);
+    to.to_backend(dst, bounce.data(), n);
+  }
 }
 
 BackendMemory& host_backend_memory() {

@@ -55,7 +55,27 @@ class BackendMemory {
   virtual void fill_zero(float* dst, long N) = 0;
   /// Waits until every operation issued so far has finished (a no-op on the host).
   virtual void synchronize() = 0;
+
+  /// Memory on the same device that lives until the process ends and that any thread may use:
+  /// for tensors that leave a stage (its outputs in flight to the next stage, a channel's
+  /// receive buffers), which may outlive the stage's backend. Host memory for host memory (and
+  /// by default); a GPU's memory for the CUDA backend; guarded pages for the CheckedBackend.
+  virtual BackendMemory& lasting_memory();
+
+  /// dst (this memory) = src (`from`'s memory, another BackendMemory's on the same kind of
+  /// device), n floats, complete on return; false where this memory cannot read `from`'s
+  /// directly (transfer() then goes through the host). The CUDA backend copies between GPUs.
+  virtual bool copy_from(float* dst, BackendMemory& from, const float* src, size_t n) {
+    (void)dst, (void)from, (void)src, (void)n;
+    return false;
+  }
 };
+
+/// dst (in `to`) = src (in `from`), n floats, complete on return. `from`'s pending work is
+/// waited for first (its synchronize()), so src may be what `from`'s ops just wrote. Host to
+/// device and back through to_backend / to_host; between two memories off the host directly
+/// where the destination can (copy_from), else through a host buffer.
+void transfer(BackendMemory& to, float* dst, BackendMemory& from, const float* src, size_t n);
 
 /// The process's host memory: 64-byte aligned, zero-filled allocations (what the CPU backend
 /// allocates), copies by memmove. Lives until the process ends.

@@ -11,7 +11,9 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <vector>
 
 #include "kernels/check.hpp"
 #include "kernels/cpu_backend.hpp"
@@ -69,6 +71,95 @@ int32_t max_index(const T* v, long n) {
   for (long i = 0; i < n; ++i) m = std::max<int32_t>(m, static_cast<int32_t>(v[i]));
   return m;
 }
+
+// The CheckedBackends' lasting memory: pages closed (PROT_NONE) except while one of its own
+// transfers copies in or out of them, so host code that reads a stage's output directly faults
+// as it would on a device. Any thread; lives until the process ends.
+class GuardedPages final : public BackendMemory {
+ public:
+  GuardedPages() {
+    g_guarding.fetch_add(1);  // for good: the note explains a fault in these pages too
+    install_segv_note();
+  }
+  Device device() const override { return Device::cpu; }
+  bool host_memory() const override { return false; }
+  std::string name() const override { return "checked device memory"; }
+  BackendMemory& lasting_memory() override { return *this; }
+
+  float* allocate(size_t n) override {
+    const size_t bytes = n * sizeof(float);
+    const size_t mapped =
+        std::max<size_t>((bytes + page_size() - 1) / page_size(), 1) * page_size();
+    void* p = ::mmap(nullptr, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    AP_CHECK(p != MAP_FAILED, "checked device memory: out of memory allocating {} floats: {}", n,
+             std::strerror(errno));
+    std::lock_guard<std::mutex> lock(mu_);
+    regions_[static_cast<char*>(p)] = Extent{bytes, mapped};
+    return static_cast<float*>(p);  // anonymous memory is zero-filled
+  }
+  void release(float* p) override {
+    if (p == nullptr) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = regions_.find(reinterpret_cast<char*>(p));
+    AP_CHECK(it != regions_.end(), "checked device memory: release of {}, which is no allocation",
+             static_cast<const void*>(p));
+    ::munmap(it->first, it->second.mapped);
+    regions_.erase(it);
+  }
+  void to_backend(float* dst, const float* src, size_t n) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Open open(region(dst, n, "to_backend: dst"));
+    std::copy(src, src + n, dst);
+  }
+  void to_host(float* dst, const float* src, size_t n) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Open open(region(src, n, "to_host: src"));
+    std::copy(src, src + n, dst);
+  }
+  void copy(float* dst, const float* src, size_t n) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Open a(region(src, n, "copy: src"));
+    std::vector<float> tmp(src, src + n);
+    Open b(region(dst, n, "copy: dst"));  // the same region again is fine: both close it
+    std::copy(tmp.begin(), tmp.end(), dst);
+  }
+  void fill_zero(float* dst, long N) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const size_t n = static_cast<size_t>(std::max(N, 0L));
+    Open open(region(dst, n, "fill_zero: dst"));
+    std::fill(dst, dst + n, 0.0f);
+  }
+  void synchronize() override {}
+
+ private:
+  struct Extent {
+    size_t bytes = 0, mapped = 0;
+  };
+  using Regions = std::map<char*, Extent>;
+  // the region that holds [p, p + n floats); AP_CHECK otherwise
+  Regions::iterator region(const float* p, size_t n, const char* what) {
+    const char* c = reinterpret_cast<const char*>(p);
+    auto it = regions_.upper_bound(const_cast<char*>(c));
+    AP_CHECK(it != regions_.begin() && c >= std::prev(it)->first &&
+                 c + n * sizeof(float) <= std::prev(it)->first + std::prev(it)->second.bytes,
+             "checked device memory: {} ({} floats at {}) is not its memory", what, n,
+             static_cast<const void*>(p));
+    return std::prev(it);
+  }
+  struct Open {
+    explicit Open(Regions::iterator r) : r_(r) { set(PROT_READ | PROT_WRITE); }
+    ~Open() { set(PROT_NONE); }
+    Open(const Open&) = delete;
+    Open& operator=(const Open&) = delete;
+    void set(int prot) {
+      AP_CHECK(::mprotect(r_->first, r_->second.mapped, prot) == 0,
+               "checked device memory: mprotect failed: {}", std::strerror(errno));
+    }
+    Regions::iterator r_;
+  };
+  std::mutex mu_;
+  Regions regions_;
+};
 
 }  // namespace
 
@@ -226,6 +317,11 @@ void CheckedBackend::protect(int prot) {
     AP_CHECK(::mprotect(const_cast<char*>(base), r.mapped, prot) == 0,
              "CheckedBackend: mprotect of {} bytes failed: {}", r.mapped, std::strerror(errno));
   }
+}
+
+BackendMemory& CheckedBackend::lasting_memory() {
+  static GuardedPages* pages = new GuardedPages();  // never destroyed: tensors may outlive statics
+  return *pages;
 }
 
 float* CheckedBackend::allocate(size_t n) {

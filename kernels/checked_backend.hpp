@@ -58,6 +58,9 @@ class CheckedBackend final : public ComputeBackend {
   void to_host(float* dst, const float* src, size_t n) override;
   void copy(float* dst, const float* src, size_t n) override;
   void synchronize() override {}
+  /// Guarded pages of the process's own (closed except during their transfers), shared by every
+  /// CheckedBackend: a stage's outputs in flight.
+  BackendMemory& lasting_memory() override;
 
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                       int C, int OC) override;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/backend_memory.hpp"
 #include "kernels/check.hpp"
 
 namespace actorpipe {
@@ -58,8 +59,21 @@ Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   AP_CHECK(data_ != nullptr, "out of memory allocating {} bytes", bytes);
 }
 
+Storage::Storage(BackendMemory& memory, size_t bytes)
+    : bytes_(bytes), device_(memory.device()), memory_(&memory) {
+  data_ = memory.allocate((bytes + sizeof(float) - 1) / sizeof(float));  // zero-filled
+}
+
 Storage::~Storage() {
-  std::free(data_);
+  if (memory_ != nullptr) {
+    memory_->release(static_cast<float*>(data_));
+  } else {
+    std::free(data_);
+  }
+}
+
+bool Storage::host_readable() const {
+  return memory_ == nullptr || memory_->host_memory();
 }
 
 int64_t numel(const std::vector<int64_t>& shape) {
@@ -80,6 +94,11 @@ Tensor Tensor::zeros(std::vector<int64_t> shape, DType dtype, Device device) {
   auto storage = std::make_shared<Storage>(bytes, device);
   std::memset(storage->data(), 0, bytes);
   return Tensor(std::move(storage), 0, std::move(shape), dtype);
+}
+
+Tensor Tensor::zeros(std::vector<int64_t> shape, DType dtype, BackendMemory& memory) {
+  const size_t bytes = static_cast<size_t>(actorpipe::numel(shape)) * dtype_size(dtype);
+  return Tensor(std::make_shared<Storage>(memory, bytes), 0, std::move(shape), dtype);
 }
 
 Tensor::Tensor(std::shared_ptr<Storage> storage, size_t offset, std::vector<int64_t> shape,
@@ -138,15 +157,28 @@ Tensor Tensor::reshape(std::vector<int64_t> shape) const {
 
 Tensor Tensor::clone() const {
   if (!defined()) return {};
-  Tensor t = zeros(shape(), dtype_, device());
+  AP_CHECK(host_readable(), "clone of {}, which is not in host memory (host_copy() reads it)",
+           describe());
+  Tensor t = zeros(shape(), dtype_);
   std::memcpy(t.storage_->data(),
               static_cast<const char*>(storage_->data()) + offset_ * dtype_size(dtype_), nbytes());
   return t;
 }
 
+Tensor host_copy(const Tensor& t) {
+  if (t.host_readable()) return t;
+  Tensor h = Tensor::zeros(t.shape(), t.dtype());
+  const size_t floats = t.nbytes() / sizeof(float);  // f32 and i32: 4 bytes each
+  const auto* src = static_cast<const float*>(t.storage()->data()) + t.offset();
+  t.memory()->to_host(static_cast<float*>(h.storage()->data()), src, floats);
+  return h;
+}
+
 std::string Tensor::describe() const {
   if (!defined()) return "undefined";
-  return fmt::format("{}{} {}", to_string(dtype_), shape_str(shape()), to_string(device()));
+  const BackendMemory* m = memory();
+  return fmt::format("{}{} {}", to_string(dtype_), shape_str(shape()),
+                     m != nullptr && !m->host_memory() ? m->name() : to_string(device()));
 }
 
 }  // namespace actorpipe

@@ -20,14 +20,21 @@ size_t dtype_size(DType t);
 std::string to_string(DType t);
 std::string to_string(Device d);
 
-/// Owned, aligned (64 B) host or device memory shared by tensors that view it.
-/// A buffer of `bytes` bytes, 64-byte aligned; from kHugePage bytes on, a whole number of
-/// 2 MiB pages, 2 MiB aligned and advised as transparent huge pages (MADV_HUGEPAGE; the kernel
-/// honours it where /sys/kernel/mm/transparent_hugepage/enabled allows madvise).
+class BackendMemory;  // kernels/backend_memory.hpp
+
+/// Owned memory shared by the tensors that view it: host memory, or a BackendMemory's (a
+/// device's, for tensors that stay on the device between stages).
 class Storage {
  public:
   static constexpr size_t kHugePage = size_t{2} << 20;
+  /// Host memory: a buffer of `bytes` bytes, 64-byte aligned; from kHugePage bytes on, a whole
+  /// number of 2 MiB pages, 2 MiB aligned and advised as transparent huge pages (MADV_HUGEPAGE;
+  /// the kernel honours it where /sys/kernel/mm/transparent_hugepage/enabled allows madvise).
+  /// `device` must be cpu.
   Storage(size_t bytes, Device device);
+  /// `bytes` (rounded up to whole floats) of `memory`, zero-filled, released there when the
+  /// storage goes: `memory` must outlive it (a lasting_memory()).
+  Storage(BackendMemory& memory, size_t bytes);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -35,11 +42,16 @@ class Storage {
   const void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+  /// The BackendMemory the bytes are in; nullptr for plain host memory.
+  BackendMemory* memory() const { return memory_; }
+  /// Whether host code may read and write the bytes directly.
+  bool host_readable() const;
 
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Device device_ = Device::cpu;
+  BackendMemory* memory_ = nullptr;
 };
 
 /// Up to 4 dimensions, row-major, contiguous.
@@ -50,12 +62,18 @@ class Tensor {
   /// Allocates zero-filled storage for `shape`.
   static Tensor zeros(std::vector<int64_t> shape, DType dtype = DType::f32,
                       Device device = Device::cpu);
+  /// Zero-filled storage for `shape` in `memory` (which must outlive it).
+  static Tensor zeros(std::vector<int64_t> shape, DType dtype, BackendMemory& memory);
   /// A view of `numel(shape)` elements at element offset `offset` of `storage`.
   Tensor(std::shared_ptr<Storage> storage, size_t offset, std::vector<int64_t> shape, DType dtype);
 
   bool defined() const { return storage_ != nullptr; }
   DType dtype() const { return dtype_; }
   Device device() const { return storage_ ? storage_->device() : Device::cpu; }
+  /// The BackendMemory holding the elements; nullptr for plain host memory (and undefined).
+  BackendMemory* memory() const { return storage_ ? storage_->memory() : nullptr; }
+  /// Whether host code may read the elements (f32() then points to them): true for host memory
+  /// and an undefined tensor, false for a device's. Use host_copy() to read the others.
   int dim() const { return ndim_; }
   int64_t size(int i) const { return shape_[static_cast<size_t>(i)]; }
   std::vector<int64_t> shape() const { return {shape_.begin(), shape_.begin() + ndim_}; }
@@ -75,7 +93,9 @@ class Tensor {
   Tensor view(size_t start, std::vector<int64_t> shape) const;
   /// Same storage, new shape with the same number of elements.
   Tensor reshape(std::vector<int64_t> shape) const;
-  /// Deep copy (explicit; nothing copies implicitly).
+  bool host_readable() const { return !storage_ || storage_->host_readable(); }
+  /// Deep copy (explicit; nothing copies implicitly), in host memory. AP_CHECK on a tensor that
+  /// is not host_readable().
   Tensor clone() const;
   std::string describe() const;  // "f32[4, 128, 64] cpu"
 
@@ -88,5 +108,9 @@ class Tensor {
 };
 
 int64_t numel(const std::vector<int64_t>& shape);
+
+/// `t` itself when host_readable(), else a copy of its elements in host memory (through its
+/// memory's to_host; the writer must have synchronised).
+Tensor host_copy(const Tensor& t);
 
 }  // namespace actorpipe

@@ -147,9 +147,9 @@ Expected<Announcement> UcxChannel::post(Tensor tensor, int64_t microbatch, int32
   AP_CHECK(end_ == End::sender, "{}: post() on the receiving end", name());
   if (!tensor.defined())
     return make_error("{}: posting an undefined tensor for microbatch {}", name(), microbatch);
-  if (tensor.device() != Device::cpu)
-    return make_error("{}: posting a {} tensor for microbatch {}; UCX carries host memory only",
-                      name(), to_string(tensor.device()), microbatch);
+  // host-staged: a tensor in a device's memory goes out from a host copy (its writer has
+  // synchronised, as for every tensor posted)
+  if (!tensor.host_readable()) tensor = host_copy(tensor);
   Announcement a;
   a.tag = ends().tag;
   a.microbatch = microbatch;

@@ -73,8 +73,9 @@ class UcxChannel final : public TensorChannel {
   End end() const { return end_; }
   const UcxChannelOptions& options() const { return opts_; }
 
-  /// Sender: starts the send and returns the announcement. Errors: an undefined or non-host
-  /// tensor, an earlier send of this channel that failed (its message).
+  /// Sender: starts the send and returns the announcement. A tensor in a device's memory (not
+  /// host_readable) is copied to the host first and sent from there (host-staged). Errors: an
+  /// undefined tensor, an earlier send of this channel that failed (its message).
   Expected<Announcement> post(Tensor tensor, int64_t microbatch, int32_t version) override;
 
   /// Receiver: the payload `a` announced. Errors (naming the channel and the announcement): a tag

@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "kernels/check.hpp"
+#include "kernels/checked_backend.hpp"
+#include "kernels/context.hpp"
 #include "transport/local_channel.hpp"
 #include "transport/tools/ucx_peer_protocol.hpp"
 
@@ -156,6 +158,28 @@ TEST_CASE("two workers in one process move 8 B, 64 KiB and 3 MiB tensors bit for
   REQUIRE(bwd_send->wait_sent(5s).ok());
   CHECK(bwd_send->pending() == 0);
   CHECK(fwd_recv->pending() == 0);
+}
+
+TEST_CASE("a tensor in a device's memory is sent from a host copy (host-staged), bit for bit") {
+  Pair p = connected_pair();
+  auto send = UcxChannel::sender(p.a, channel_ends(0, Direction::forward), p.a_to_b);
+  auto recv = UcxChannel::receiver(p.b, channel_ends(0, Direction::forward));
+  // the checked device's lasting memory: its pages are closed, so a direct host read of the
+  // tensor (a send from its own bytes) faults
+  Context ctx(1);
+  CheckedBackend device(ctx);
+  BackendMemory& memory = device.lasting_memory();
+  const Tensor host = patterned({3, 256, 64}, 7);
+  Tensor on_device = Tensor::zeros(host.shape(), DType::f32, memory);
+  REQUIRE_FALSE(on_device.host_readable());
+  memory.to_backend(on_device.f32(), host.f32(), static_cast<size_t>(host.numel()));
+  auto a = send->post(on_device, 4, 1);
+  REQUIRE_MESSAGE(a.ok(), why(a));
+  auto got = recv->receive(*a);
+  REQUIRE_MESSAGE(got.ok(), why(got));
+  CHECK(got->host_readable());
+  CHECK(same_bytes(*got, host));
+  REQUIRE(send->wait_sent(5s).ok());
 }
 
 TEST_CASE("a tag packs the channel in the high 16 bits and the sequence in the low 48") {

@@ -145,8 +145,12 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
   }
   take_scratch_buffers(scratch_pool);
   const std::vector<int64_t> hidden_shape{options.B, options.T, model.options().width};
-  out_pool_ = std::make_unique<TensorPool>(hidden_shape, is_last() ? 0 : stash_slots() + 1);
-  din_pool_ = std::make_unique<TensorPool>(hidden_shape, is_first() ? 0 : 2);
+  // the tensors that leave the stage stay on its device (in its lasting memory, which outlives
+  // the stage: a tensor may still be in flight when the stage is rebuilt)
+  BackendMemory* edges = host ? nullptr : &memory_->lasting_memory();
+  out_pool_ = std::make_unique<TensorPool>(hidden_shape, is_last() ? 0 : stash_slots() + 1,
+                                           DType::f32, edges);
+  din_pool_ = std::make_unique<TensorPool>(hidden_shape, is_first() ? 0 : 2, DType::f32, edges);
 
   // weight versions, initialised from the model's seeded init
   std::vector<StashRange> bf16_stash;
@@ -383,10 +387,13 @@ ForwardOutput StageWorker::exec_forward(const Action& a, const Microbatch& mb, c
   }
   Slot& slot = stash_.acquire(a.microbatch);
   slot.version = v;
-  // on the host the slot holds the input tensor; off it, the input's copy in the stage's memory
+  // on the host the slot holds the input tensor (a host copy of one in a device's memory); off
+  // it, the input's copy in the stage's memory
   const bool host = memory_->host_memory();
-  slot.input = first.takes_input() && host ? in : Tensor();
-  const float* input = first.takes_input() ? stage_in(in, slot.input_copy) : nullptr;
+  slot.input = first.takes_input() && host ? host_copy(in) : Tensor();
+  const float* input = !first.takes_input() ? nullptr
+                       : host               ? slot.input.f32()
+                                            : stage_in(in, slot.input_copy);
   if (!predicted) store_->bind(a.microbatch, v);
   const bool predict = predicted && a.lookahead > 0 && updates_ > 0;
   // a copy that follows its owner computes with the tied value it installed, never predicts it
@@ -673,9 +680,20 @@ void StageWorker::reset_scratch() {
   if (!ctx_.host_backend()) ctx_.backend().reset_scratch();
 }
 
+namespace {
+// the memory a tensor's floats are in
+BackendMemory& memory_of(const Tensor& t) {
+  return t.memory() != nullptr ? *t.memory() : host_backend_memory();
+}
+}  // namespace
+
 const float* StageWorker::stage_in(const Tensor& t, BackendBuffer& staging) {
-  if (memory_->host_memory()) return t.f32();
-  memory_->to_backend(staging.data(), t.f32(), static_cast<size_t>(t.numel()));
+  if (memory_->host_memory()) {
+    if (t.host_readable()) return t.f32();
+    host_in_ = host_copy(t);  // a device's tensor reaching a stage on the host
+    return host_in_.f32();
+  }
+  transfer(*memory_, staging.data(), memory_of(t), t.f32(), static_cast<size_t>(t.numel()));
   return staging.data();
 }
 
@@ -684,8 +702,8 @@ float* StageWorker::stage_out(Tensor& t, BackendBuffer& staging) {
 }
 
 void StageWorker::finish_out(Tensor& t, const BackendBuffer& staging) {
-  if (!memory_->host_memory())
-    memory_->to_host(t.f32(), staging.data(), static_cast<size_t>(t.numel()));
+  if (memory_->host_memory()) return;
+  transfer(memory_of(t), t.f32(), *memory_, staging.data(), static_cast<size_t>(t.numel()));
 }
 
 void StageWorker::sync_bf16_copies() {

@@ -352,8 +352,10 @@ class StageWorker {
   void sync_bf16_copies();
   // before each layer call: the host arena's and the backend's scratch are free again
   void reset_scratch();
-  // the edges off the host: a host tensor's floats copied into the stage's memory (`staging`),
-  // or the tensor's own floats on the host; and the floats a host tensor gets back
+  // the edges: off the host, an incoming tensor's floats (on the host or a device's) copied into
+  // the stage's memory (`staging`), and an outgoing tensor (in the stage's lasting memory, or a
+  // host tensor) written from `staging` once the stage's ops finished; on the host, the
+  // tensor's own floats (a host copy of a device's, in host_in_)
   const float* stage_in(const Tensor& t, BackendBuffer& staging);
   float* stage_out(Tensor& t, BackendBuffer& staging);
   void finish_out(Tensor& t, const BackendBuffer& staging);
@@ -411,6 +413,7 @@ class StageWorker {
   Slot* pending_ = nullptr;  // the B whose weight half is pending
   Action pending_action_;
   std::unique_ptr<TensorPool> out_pool_, din_pool_;
+  Tensor host_in_;  // stage_in on the host: the copy of a tensor from a device
 
   long updates_ = 0;
   int base_ = 0;              // absolute version of the run's version 0

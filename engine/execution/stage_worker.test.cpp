@@ -20,6 +20,7 @@
 #include "engine/execution/optimizer_shard.hpp"
 #include "engine/schedule/generators.hpp"
 #include "kernels/check.hpp"
+#include "kernels/checked_backend.hpp"
 #include "tests/support/tiny_model.hpp"
 
 // Every allocation through operator new in this test program is counted. (The replacement
@@ -524,6 +525,54 @@ TEST_CASE("output tensors go to the next stage without copies and are reused onc
   REQUIRE_FALSE(st.ok());
   CHECK(st.error().message.find("stashes up to 2 microbatches but the stage has 1") !=
         std::string::npos);
+}
+
+TEST_CASE("off the host, the tensors between stages stay in the device's lasting memory") {
+  // two stages on checked devices (memory closed to the host) and the same two on the CPU: the
+  // activation and the gradient that cross the edge are in the checked device's lasting memory,
+  // never host memory, and carry the CPU's bits
+  const Model model = build_model(tiny(Arch::gpt, false));
+  const Partition p = *Partition::even(model.num_layers(), 2);
+  const auto mbs = batches(Arch::gpt, model.options().vocab_size, 1);
+  const Schedule s = *make_gpipe(2, 1);
+  Context c0(1), c1(1);
+  CheckedBackend d0(c0), d1(c1);
+  std::vector<std::unique_ptr<StageWorker>> dev, cpu;
+  for (int r = 0; r < 2; ++r) {
+    StageWorkerOptions o;
+    o.mode = Mode::gpipe;
+    o.stage = r;
+    o.microbatches = 1;
+    o.B = kB;
+    o.T = kT;
+    cpu.push_back(std::make_unique<StageWorker>(model, p, adamw(), o));
+    o.backend = r == 0 ? &d0 : &d1;
+    dev.push_back(std::make_unique<StageWorker>(model, p, adamw(), o));
+  }
+  for (auto* ws : {&dev, &cpu})
+    for (auto& w : *ws) REQUIRE(w->start_run(s, 0).ok());
+  BackendMemory& lasting = d0.lasting_memory();
+  const Action f0{0, ActionKind::F, 0, 0, 0}, f1{1, ActionKind::F, 0, 0, 0};
+  const Action b1{1, ActionKind::B, 0, 0, 0}, b0{0, ActionKind::B, 0, 0, 0};
+  const ForwardOutput act = dev[0]->exec_forward(f0, mbs[0], Tensor());
+  const ForwardOutput act_cpu = cpu[0]->exec_forward(f0, mbs[0], Tensor());
+  CHECK(act.out.memory() == &lasting);
+  CHECK_FALSE(act.out.host_readable());
+  CHECK(std::memcmp(host_copy(act.out).f32(), act_cpu.out.f32(), act_cpu.out.nbytes()) == 0);
+  const ForwardOutput loss = dev[1]->exec_forward(f1, mbs[0], act.out);
+  const ForwardOutput loss_cpu = cpu[1]->exec_forward(f1, mbs[0], act_cpu.out);
+  CHECK(loss.loss.sum == loss_cpu.loss.sum);
+  const Tensor grad = dev[1]->exec_backward(b1, mbs[0], Tensor());
+  const Tensor grad_cpu = cpu[1]->exec_backward(b1, mbs[0], Tensor());
+  CHECK(grad.memory() == &lasting);
+  CHECK(std::memcmp(host_copy(grad).f32(), grad_cpu.f32(), grad_cpu.nbytes()) == 0);
+  dev[0]->exec_backward(b0, mbs[0], grad);
+  cpu[0]->exec_backward(b0, mbs[0], grad_cpu);
+  for (int i = 0; i < dev[0]->num_layers(); ++i) {
+    std::vector<float> g(dev[0]->grads(i).size());
+    dev[0]->memory().to_host(g.data(), dev[0]->grads(i).data(), g.size());
+    CHECK(std::memcmp(g.data(), cpu[0]->grads(i).data(), g.size() * sizeof(float)) == 0);
+  }
 }
 
 // ---- recompute ------------------------------------------------------------------------------

@@ -41,6 +41,8 @@
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
+#include <map>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -768,6 +770,92 @@ struct HostArray {
   size_t bytes;
 };
 
+// ---- a GPU's lasting memory
+// -----------------------------------------------------------------------
+
+// Device memory for tensors that leave a stage (BackendMemory::lasting_memory): one per GPU, for
+// any thread, until the process ends, with a stream of its own for its copies (each complete on
+// return). The writer of a tensor here synchronises before another stream reads it.
+class CudaLastingMemory final : public BackendMemory {
+ public:
+  explicit CudaLastingMemory(int index) : index_(index) {
+    use();
+    cudaDeviceProp prop{};
+    AP_CUDA(cudaGetDeviceProperties(&prop, index_));
+    name_ = fmt::format("cuda:{} ({})", index_, prop.name);
+    AP_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  Device device() const override { return Device::cuda; }
+  std::string name() const override { return name_; }
+  std::string pool() const override { return fmt::format("cuda:{}", index_); }
+  BackendMemory& lasting_memory() override { return *this; }
+
+  float* allocate(size_t n) override {
+    use();
+    const size_t bytes = std::max<size_t>(n * sizeof(float), sizeof(float));
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) cudaGetLastError();
+    AP_CHECK(e == cudaSuccess, "{}: out of memory allocating {} floats ({} bytes): {}", name_, n,
+             bytes, cudaGetErrorString(e));
+    AP_CUDA(cudaMemsetAsync(p, 0, bytes, stream_));
+    AP_CUDA(cudaStreamSynchronize(stream_));
+    return static_cast<float*>(p);
+  }
+  void release(float* p) override {
+    if (p == nullptr) return;
+    use();
+    AP_CUDA(cudaFree(p));  // every reader's copy completed before it let go
+  }
+  void to_backend(float* dst, const float* src, size_t n) override {
+    copy_kind(dst, src, n, cudaMemcpyHostToDevice);
+  }
+  void to_host(float* dst, const float* src, size_t n) override {
+    copy_kind(dst, src, n, cudaMemcpyDeviceToHost);
+  }
+  void copy(float* dst, const float* src, size_t n) override {
+    copy_kind(dst, src, n, cudaMemcpyDeviceToDevice);
+  }
+  bool copy_from(float* dst, BackendMemory& from, const float* src, size_t n) override {
+    if (from.device() != Device::cuda) return false;
+    copy_kind(dst, src, n, cudaMemcpyDefault);  // unified addressing: any GPU's memory
+    return true;
+  }
+  void fill_zero(float* dst, long N) override {
+    if (N <= 0) return;
+    use();
+    AP_CUDA(cudaMemsetAsync(dst, 0, static_cast<size_t>(N) * sizeof(float), stream_));
+    AP_CUDA(cudaStreamSynchronize(stream_));
+  }
+  void synchronize() override {
+    use();
+    AP_CUDA(cudaStreamSynchronize(stream_));
+  }
+
+ private:
+  void use() const { AP_CUDA(cudaSetDevice(index_)); }
+  void copy_kind(float* dst, const float* src, size_t n, cudaMemcpyKind kind) {
+    if (n == 0 || dst == src) return;
+    use();
+    AP_CUDA(cudaMemcpyAsync(dst, src, n * sizeof(float), kind, stream_));
+    AP_CUDA(cudaStreamSynchronize(stream_));
+  }
+  int index_;
+  std::string name_;
+  cudaStream_t stream_ = nullptr;
+};
+
+// GPU `index`'s lasting memory, made on first use and never destroyed (tensors may outlive
+// statics).
+BackendMemory& cuda_lasting_memory(int index) {
+  static std::mutex mu;
+  static std::map<int, CudaLastingMemory*> memories;
+  std::lock_guard<std::mutex> lock(mu);
+  CudaLastingMemory*& m = memories[index];
+  if (m == nullptr) m = new CudaLastingMemory(index);
+  return *m;
+}
+
 // ---- the backend --------------------------------------------------------------------------------
 
 class CudaBackend final : public ComputeBackend {
@@ -800,6 +888,16 @@ class CudaBackend final : public ComputeBackend {
   std::string name() const override { return name_; }
   // every backend on this GPU allocates from its memory
   std::string pool() const override { return fmt::format("cuda:{}", index_); }
+  BackendMemory& lasting_memory() override { return cuda_lasting_memory(index_); }
+  // dst (this GPU) = src (any GPU's memory), on this backend's stream, complete on return
+  bool copy_from(float* dst, BackendMemory& from, const float* src, size_t n) override {
+    if (from.device() != Device::cuda) return false;
+    if (n == 0 || dst == src) return true;
+    use();
+    AP_CUDA(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, stream_));
+    AP_CUDA(cudaStreamSynchronize(stream_));
+    return true;
+  }
   std::optional<uint64_t> available_bytes() const override {
     use();
     size_t free = 0, total = 0;
