@@ -11,6 +11,7 @@
 #include <random>
 
 #include "actors/driver.hpp"
+#include "actors/gpu_links.hpp"
 #include "actors/internal/messages.hpp"
 #include "actors/internal/microbatch_feed.hpp"
 #include "actors/internal/remote_mail.hpp"
@@ -59,6 +60,7 @@ struct ActorEngine::Impl {
   std::vector<std::unique_ptr<StageWorker>> workers;
   std::vector<std::unique_ptr<OptimizerShard>> shards;  // null for stages of other ranks
   ProcessGroup* group = nullptr;                        // null or world 1: one process
+  GpuLinks gpu_links;  // cluster.gpu_channel = "nccl": the NCCL links, kept between runs
   Placement placement;
   int rank = 0;
   int64_t mb_done = 0;  // microbatches consumed by earlier runs (this replica's)
@@ -745,6 +747,23 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(
     plan.options.receive_timeout = im.group->options().peer_timeout;
     // announcements between stages travel with their payloads, not through CAF's middleman
     plan.options.carry_announcements = true;
+    if (im.config.pipeline.device == "cuda" && im.config.cluster.gpu_channel == "nccl") {
+      // activations and gradients between GPU stages of two processes: NCCL, GPU to GPU
+      std::vector<BackendMemory*> memory(static_cast<size_t>(d), nullptr);
+      for (int r : im.placement.stages_of(im.rank))
+        memory[static_cast<size_t>(r)] =
+            &workers[static_cast<size_t>(r)]->memory().lasting_memory();
+      if (Status ok = gpu_links.prepare(*im.group, plan.rank_of_stage, tied, memory,
+                                        im.group->options().connect_timeout);
+          !ok)
+        return ok.error();
+      NcclChannelOptions nccl;
+      nccl.receive_timeout = plan.options.receive_timeout;
+      plan.between_processes = [&links = gpu_links, ranks = plan.rank_of_stage,
+                                nccl](const ChannelEnds& ends) {
+        return links.channel(ends, ranks, nccl);
+      };
+    }
     channels = make_ucx_channels(plan);
   } else {
     channels = make_local_channels(d, tied);
@@ -782,6 +801,7 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(
   if (overlap) {
     for (int r : mine) workers[static_cast<size_t>(r)]->on_final_gradients({});
   }
+  if (!outcome || !outcome->ok) gpu_links.drop();  // a failed run's links may be mid-transfer
   if (!outcome) {
     channels->clear();
     return outcome.error();

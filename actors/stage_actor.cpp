@@ -371,7 +371,7 @@ class StageActor : public caf::event_based_actor {
         if (!ann) return report_failure(ann.error().message);
         if (injected(s, FaultInjection::Kind::drop_activation)) break;
         if (!ch.forward(r_).announces())  // else the channel delivered it with the payload
-          send(st_->directory.stages[static_cast<size_t>(r_ + 1)], ann_atom::value, *ann);
+          send_to(this, *st_, MailAddress::stage(r_ + 1), ann_atom::value, *ann);
         break;
       }
       case ActionKind::B: {
@@ -456,7 +456,7 @@ class StageActor : public caf::event_based_actor {
       return false;
     }
     if (!channel.announces())  // else the channel delivered it with the payload
-      send(st_->directory.stages[static_cast<size_t>(r_ - 1)], ann_atom::value, *ann);
+      send_to(this, *st_, MailAddress::stage(r_ - 1), ann_atom::value, *ann);
     return true;
   }
 

@@ -131,13 +131,14 @@ struct CheckpointOptions {
 /// [cluster]: how a run's stages are placed on the processes of a multi-process job (rank,
 /// world size, coordinator address and secret come from the launcher: docs/cluster.md).
 struct ClusterOptions {
-  std::vector<int> placement;      // rank of each stage; empty = contiguous blocks per rank
-  std::string bind = "127.0.0.1";  // address rank 0's coordinator listens on
-  double connect_timeout = 60.0;   // seconds a rank tries to reach the coordinator and its peers
-  double peer_timeout = 10.0;      // seconds until a lost peer stops every other process
-  std::string tls_certificate;     // PEM certificate of this process; empty = no TLS
-  std::string tls_key;             // PEM private key of that certificate
-  std::string tls_ca;              // PEM CA certificates a peer's certificate must chain to
+  std::vector<int> placement;        // rank of each stage; empty = contiguous blocks per rank
+  std::string bind = "127.0.0.1";    // address rank 0's coordinator listens on
+  double connect_timeout = 60.0;     // seconds a rank tries to reach the coordinator and its peers
+  double peer_timeout = 10.0;        // seconds until a lost peer stops every other process
+  std::string tls_certificate;       // PEM certificate of this process; empty = no TLS
+  std::string tls_key;               // PEM private key of that certificate
+  std::string tls_ca;                // PEM CA certificates a peer's certificate must chain to
+  std::string gpu_channel = "nccl";  // between GPU stages of two processes: "nccl" | "ucx"
 };
 
 /// [migration]: moving layers between neighbouring stages while a run trains (docs/migration.md).

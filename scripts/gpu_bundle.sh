@@ -23,7 +23,7 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DACTORPIPE_NATIVE=OF
   -DACTORPIPE_CUDA=ON >/dev/null
 tests=(test_kernels_cuda_backend test_kernels_device test_tests_cuda_model_step
   test_tests_cuda_pipeline test_tests_cuda_trainer test_engine_execution_backend_trainer
-  test_engine_devices_stage_devices test_actors_trainer_device)
+  test_engine_devices_stage_devices test_actors_trainer_device test_transport_nccl_channel)
 programs=("${tests[@]}" actorpipe-bench-device actorpipe-gpt actorpipe-launch)
 cmake --build "$build" -j "${JOBS:-$(nproc)}" --target "${programs[@]}"
 rm -rf "$out" && mkdir -p "$out/bin" "$out/multiprocess"
@@ -42,7 +42,8 @@ if [[ -n ${CPU_MARCH:-} ]]; then
   mkdir -p "$out/peers" && cp bench/peers/*.py "$out/peers/"
   echo "$CPU_MARCH" >"$out/cpu_march.txt"
 fi
-cp tests/multiprocess/same_bits.cmake tests/multiprocess/compare_runs.cmake "$out/multiprocess/"
+cp tests/multiprocess/same_bits.cmake tests/multiprocess/compare_runs.cmake \
+  tests/multiprocess/kill_restart.sh "$out/multiprocess/"
 # every library the programs load except the C and C++ runtimes and CUDA's own (the GPU machine's
 # driver and toolkit provide those, matching each other)
 libs=$(ldd "$out"/bin/* | awk '/=>/ { print $3 }' | sort -u |

@@ -13,14 +13,17 @@
 # - actorpipe-gpt on 2 GPU stages against the same run on the CPU: every step's loss within
 #   1e-3 relative (three products' orders apart, over the default run's first steps);
 # - the multi-process oracle (tests/multiprocess/same_bits.cmake): 2 processes with their stages
-#   on the GPU against 1 process on the GPU, every checkpoint file byte for byte (1f1b, xpipe, and
-#   2bw with layer moves across the processes);
+#   on the GPU against 1 process on the GPU, every checkpoint file byte for byte, with the tensors
+#   between the processes over NCCL (1f1b, xpipe, and 2bw with layer moves across the processes;
+#   the output must show NCCL in use) and over host-staged UCX (1f1b, 2bw with moves; no NCCL);
+#   the two ranks share the one GPU as two NCCL "hosts" (NCCL_HOSTID, sockets on loopback);
 # - --sample on the GPU from the GPU run's checkpoint;
 # - a model too large for the GPU: exit 1 naming the GPU's memory, cuda:0;
 # - compute-sanitizer's memcheck over the repeat tests of the GPU pipeline and of the Trainer on
 #   the actors (stages and shards on streams of their own);
 # - actorpipe-bench-device's small step in fp32, and the GPT trainer at that shape (4
-#   microbatches a step) on 1 and 2 stages of the GPU, for their tokens per second;
+#   microbatches a step) on 1 and 2 stages of the GPU, and on 2 processes of a stage each over
+#   NCCL and over UCX, for their tokens per second;
 # - where the bundle holds bin/actorpipe-bench-cpu (CPU_MARCH): the CPU step of the GPT small
 #   shape at 1 and 2 threads in fp32 and bf16 beside that machine's PyTorch, with the CPU's
 #   topology, and with OPENBLAS_CORETYPE=$BLAS_CORE when BLAS_CORE is set (e.g. SkylakeX where
@@ -119,22 +122,64 @@ small_run() {  # STAGES: the trainer at the bench's small shape on the GPU
     --set checkpoint.dir="small-d$1"
 }
 
-same_bits() {  # MODE [MOVES]: 2 processes against 1, every stage on the GPU
+# The ranks of a job on this machine share its GPU. NCCL refuses a communicator whose two ranks
+# are on one GPU of one host, so each rank is told it is a host of its own (NCCL_HOSTID): NCCL
+# then connects them through its network transport, sockets on loopback. One process (no
+# ACTORPIPE_RANK) is left alone. NCCL_DEBUG=VERSION makes every process that uses NCCL say so.
+cat >"$work/ranks_apart.sh" <<EOF
+#!/usr/bin/env bash
+[[ -n \${ACTORPIPE_RANK:-} ]] && export NCCL_HOSTID=actorpipe-rank-\$ACTORPIPE_RANK
+export NCCL_SOCKET_IFNAME=lo NCCL_DEBUG=\${NCCL_DEBUG:-VERSION}
+# shellcheck disable=SC2086
+exec "$bundle/bin/actorpipe-gpt" "\$@" \${GPT_EXTRA:-}
+EOF
+chmod +x "$work/ranks_apart.sh"
+
+# same_bits CHANNEL MODE [MOVES]: 2 processes against 1, every stage on the GPU, the activations
+# and gradients between the processes over CHANNEL (cluster.gpu_channel); on a GPU, the 2
+# processes' output must show NCCL in use for nccl and not for ucx
+same_bits() {
   local small="--set|model.vocab_size=32|--set|model.context=16|--set|model.width=32|--set|model.heads=2|--set|model.depth=4|--set|pipeline.microbatch_size=2|--set|pipeline.microbatches=4|--set|train.steps=4|--set|checkpoint.every=2"
-  cmake "-DPROGRAM=$bundle/bin/actorpipe-gpt" "-DLAUNCH=$bundle/bin/actorpipe-launch" -DWORLD=2 \
-    "-DARGS=$small|--set|pipeline.mode=$1|--set|pipeline.stages=2|--set|pipeline.device=$device" \
-    "-DMOVES=${2:-}" "-DWORKDIR=$work/same-bits-$1" -P "$bundle/multiprocess/same_bits.cmake"
+  cmake "-DPROGRAM=$work/ranks_apart.sh" "-DLAUNCH=$bundle/bin/actorpipe-launch" -DWORLD=2 \
+    "-DARGS=$small|--set|pipeline.mode=$2|--set|pipeline.stages=2|--set|pipeline.device=$device|--set|cluster.gpu_channel=$1" \
+    "-DMOVES=${3:-}" "-DWORKDIR=$work/same-bits-$1-$2" -P "$bundle/multiprocess/same_bits.cmake" \
+    >"$work/same-bits-$1-$2.txt" 2>&1
+  local rc=$?
+  cat "$work/same-bits-$1-$2.txt"
+  ((rc == 0)) || return $rc
+  [[ $device == cuda ]] || return 0
+  local used=0
+  grep -q "NCCL version" "$work/same-bits-$1-$2.txt" && used=1
+  echo "NCCL in use: $used"
+  [[ $1 == nccl ]] && ((used == 1)) && return 0
+  [[ $1 == ucx ]] && ((used == 0)) && return 0
+  return 1
+}
+
+# launch_small CHANNEL: 2 processes, a stage each, at the bench's small shape: tokens per second
+launch_small() {
+  "$bundle/bin/actorpipe-launch" -n 2 --grace 5 -- "$work/ranks_apart.sh" \
+    --set model.vocab_size=8192 --set model.context=256 --set model.width=384 \
+    --set model.heads=6 --set model.depth=6 --set pipeline.microbatch_size=8 \
+    --set pipeline.microbatches=4 --set pipeline.stages=2 --set pipeline.device="$device" \
+    --set cluster.gpu_channel="$1" --set train.steps=40 --set train.log_every=10 \
+    --set checkpoint.dir="launch-$1"
 }
 
 export bundle work device
-export -f expect_fail losses_follow gpt_vs_cpu small_run same_bits
+export -f expect_fail losses_follow gpt_vs_cpu small_run same_bits launch_small
 for t in $(cat tests.txt); do
   check "$t" 90 "$bundle/bin/$t"
 done
 check gpt.device_vs_cpu 90 gpt_vs_cpu
-check multiprocess.1f1b 60 same_bits 1f1b
-check multiprocess.xpipe 60 same_bits xpipe
-check multiprocess.migration.2bw 60 same_bits 2bw "1: 1, 5/ 3: 5, 1"
+if [[ $device == cuda ]]; then
+  check multiprocess.nccl.1f1b 90 same_bits nccl 1f1b
+  check multiprocess.nccl.xpipe 90 same_bits nccl xpipe
+  check multiprocess.nccl.migration.2bw 90 same_bits nccl 2bw "1: 1, 5/ 3: 5, 1"
+fi
+check multiprocess.ucx.1f1b 60 same_bits ucx 1f1b
+[[ $device == cuda ]] || check multiprocess.ucx.xpipe 60 same_bits ucx xpipe
+check multiprocess.ucx.migration.2bw 60 same_bits ucx 2bw "1: 1, 5/ 3: 5, 1"
 # needs the checkpoint of gpt.device_vs_cpu
 if [[ -d $work/gpt-device/final ]]; then
   check gpt.sample 60 "$bundle/bin/actorpipe-gpt" --sample --checkpoint gpt-device --tokens 20 \
@@ -154,6 +199,16 @@ needs_gpu() {
   printf '%-44s not run (DEVICE=%s: needs a GPU)\n' "$1" "$device" | tee -a "$results/summary.txt"
 }
 
+# the restart oracle (tests/multiprocess/kill_restart.sh) over NCCL: a rank killed twice and
+# relaunched alone; the survivor's links are aborted, every rank makes new ones, and the final
+# checkpoint is the uninterrupted job's byte for byte
+kill_restart() {
+  GPT_EXTRA="--set pipeline.device=cuda" sh "$bundle/multiprocess/kill_restart.sh" \
+    "$work/ranks_apart.sh" "$bundle/bin/actorpipe-launch" "$work/kill-restart" 1f1b 2 2 7 dead
+}
+export -f kill_restart
+needs_gpu multiprocess.nccl.kill_restart || check multiprocess.nccl.kill_restart 150 kill_restart
+
 sanitizer=$(command -v compute-sanitizer ||
   find /usr/local /opt -name compute-sanitizer -type f -perm -u+x 2>/dev/null | head -1)
 memcheck=("${sanitizer:-compute-sanitizer}" --tool memcheck --error-exitcode 9)
@@ -168,6 +223,8 @@ needs_gpu bench.small.fp32 ||
     --precision fp32 --reps 10 --warmup 3
 needs_gpu gpt.small.d1 || check gpt.small.d1 60 small_run 1
 needs_gpu gpt.small.d2 || check gpt.small.d2 60 small_run 2
+needs_gpu gpt.small.launch2.nccl || check gpt.small.launch2.nccl 90 launch_small nccl
+needs_gpu gpt.small.launch2.ucx || check gpt.small.launch2.ucx 90 launch_small ucx
 if [[ -x $bundle/bin/actorpipe-bench-cpu && $device == cuda ]]; then
   cpu_bench() {
     lscpu | grep -E "^(Model name|Thread|Core|Socket|NUMA node|CPU\(s\))"

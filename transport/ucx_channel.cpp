@@ -417,6 +417,12 @@ Expected<ChannelSet> make_ucx_channels(const UcxChannelPlan& plan) {
       channels.push_back(nullptr);
       continue;
     }
+    if (plan.between_processes) {
+      if (auto other = plan.between_processes(ends)) {
+        channels.push_back(std::move(other));
+        continue;
+      }
+    }
     if (plan.worker == nullptr)
       return make_error("UCX channels: rank {} needs a UCX worker for {}", plan.rank,
                         channel_name(ends));

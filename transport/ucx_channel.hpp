@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -145,12 +146,16 @@ struct UcxChannelPlan {
   std::shared_ptr<UcxWorker> worker;
   std::map<int, UcxEndpoint> peers;  ///< rank -> endpoint
   UcxChannelOptions options;
+  /// For a channel between this process and another: an end to use instead of UCX's (the NCCL
+  /// channel between GPU stages, actors/gpu_links.hpp); unset, or null returned: UCX's.
+  std::function<std::unique_ptr<TensorChannel>(const ChannelEnds&)> between_processes;
 };
 
 /// The channels of process `plan.rank`, in the fixed order of ChannelSet (with
 /// plan.options.carry_announcements, every UCX channel carries its announcements, the tied
-/// parameters' too): a LocalChannel where the rank holds both stages, a UcxChannel end where it
-/// holds one, none where it holds neither (ChannelSet::partial). Errors: no stages, a negative
+/// parameters' too): a LocalChannel where the rank holds both stages, a UcxChannel end (or
+/// plan.between_processes's) where it holds one, none where it holds neither
+/// (ChannelSet::partial). Errors: no stages, a negative
 /// rank, no worker or no endpoint for a rank that a channel of this process leads to.
 Expected<ChannelSet> make_ucx_channels(const UcxChannelPlan& plan);
 

@@ -551,8 +551,8 @@ TEST_CASE("misuse: wrong end, undefined tensor, empty address, bad UCX option") 
 TEST_CASE("a process holding some stages gets local, UCX and no channels in the fixed order") {
   Pair p = connected_pair();
   // stages 0 and 1 on rank 0 (worker a), stage 2 on rank 1 (worker b)
-  UcxChannelPlan plan0{{0, 0, 1}, {}, 0, p.a, {{1, p.a_to_b}}, {}};
-  UcxChannelPlan plan1{{0, 0, 1}, {}, 1, p.b, {{0, p.b_to_a}}, {}};
+  UcxChannelPlan plan0{{0, 0, 1}, {}, 0, p.a, {{1, p.a_to_b}}, {}, {}};
+  UcxChannelPlan plan1{{0, 0, 1}, {}, 1, p.b, {{0, p.b_to_a}}, {}, {}};
   auto set0 = make_ucx_channels(plan0);
   REQUIRE_MESSAGE(set0.ok(), why(set0));
   auto set1 = make_ucx_channels(plan1);
@@ -593,8 +593,8 @@ TEST_CASE("a process holding some stages gets local, UCX and no channels in the 
   CHECK(set1->pending() == 0);
 
   // a tied parameter between stage 0 (rank 0) and stage 2 (rank 1): its four channels follow
-  UcxChannelPlan tied0{{0, 0, 1}, {{0, 2}}, 0, p.a, {{1, p.a_to_b}}, {}};
-  UcxChannelPlan tied1{{0, 0, 1}, {{0, 2}}, 1, p.b, {{0, p.b_to_a}}, {}};
+  UcxChannelPlan tied0{{0, 0, 1}, {{0, 2}}, 0, p.a, {{1, p.a_to_b}}, {}, {}};
+  UcxChannelPlan tied1{{0, 0, 1}, {{0, 2}}, 1, p.b, {{0, p.b_to_a}}, {}, {}};
   auto t0 = make_ucx_channels(tied0);
   auto t1 = make_ucx_channels(tied1);
   REQUIRE((t0.ok() && t1.ok()));
@@ -607,18 +607,18 @@ TEST_CASE("a process holding some stages gets local, UCX and no channels in the 
   auto wr = t1->at(wa->tag).receive(*wa);
   REQUIRE_MESSAGE(wr.ok(), why(wr));
   CHECK(same_bytes(*wr, w));
-  CHECK(!make_ucx_channels(UcxChannelPlan{{0, 1}, {{0, 2}}, 0, p.a, {{1, p.a_to_b}}, {}}).ok());
+  CHECK(!make_ucx_channels(UcxChannelPlan{{0, 1}, {{0, 2}}, 0, p.a, {{1, p.a_to_b}}, {}, {}}).ok());
 
   // one process holding every stage needs no worker
-  auto all_local = make_ucx_channels(UcxChannelPlan{{0, 0, 0}, {}, 0, nullptr, {}, {}});
+  auto all_local = make_ucx_channels(UcxChannelPlan{{0, 0, 0}, {}, 0, nullptr, {}, {}, {}});
   REQUIRE(all_local.ok());
   CHECK(all_local->size() == 4);
-  auto no_peer = make_ucx_channels(UcxChannelPlan{{0, 0, 1}, {}, 0, p.a, {}, {}});
+  auto no_peer = make_ucx_channels(UcxChannelPlan{{0, 0, 1}, {}, 0, p.a, {}, {}, {}});
   REQUIRE(!no_peer.ok());
   CHECK(contains(no_peer.error().message, "no endpoint to rank 1"));
-  CHECK(!make_ucx_channels(UcxChannelPlan{{0, 1}, {}, 0, nullptr, {{1, p.a_to_b}}, {}}).ok());
+  CHECK(!make_ucx_channels(UcxChannelPlan{{0, 1}, {}, 0, nullptr, {{1, p.a_to_b}}, {}, {}}).ok());
   CHECK(!make_ucx_channels(UcxChannelPlan{}).ok());
-  CHECK(!make_ucx_channels(UcxChannelPlan{{0, -1}, {}, 0, p.a, {}, {}}).ok());
+  CHECK(!make_ucx_channels(UcxChannelPlan{{0, -1}, {}, 0, p.a, {}, {}, {}}).ok());
   // the strict constructor still wants every channel
   std::vector<std::unique_ptr<TensorChannel>> gaps(2);
   CHECK_THROWS_AS(ChannelSet(2, std::move(gaps)), CheckFailure);

@@ -673,6 +673,9 @@ Status validate(const Config& c) {
     }
   }
   if (cl.bind.empty()) bad("cluster.bind = \"\": must name an address (127.0.0.1 = this host)");
+  if (cl.gpu_channel != "nccl" && cl.gpu_channel != "ucx") {
+    bad(fmt::format("cluster.gpu_channel = \"{}\": allowed \"nccl\" or \"ucx\"", cl.gpu_channel));
+  }
   if (!(cl.connect_timeout > 0)) {
     bad(fmt::format("cluster.connect_timeout = {}: must be > 0", cl.connect_timeout));
   }

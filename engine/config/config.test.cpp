@@ -125,6 +125,7 @@ Config everything_changed() {
   c.cluster.tls_certificate = "node.pem";
   c.cluster.tls_key = "node.key";
   c.cluster.tls_ca = "ca.pem";
+  c.cluster.gpu_channel = "ucx";
   c.migration.enabled = true;
   c.migration.moves = "2: 3, 3, 2; 5: 2, 4, 2";
   c.migration.check_every = 3;
@@ -652,11 +653,14 @@ TEST_CASE("cluster keys: placement per stage, addresses and timeouts are checked
   CHECK(contains(error_of("[cluster]\npeer_timeout = -1.5\n"),
                  "cluster.peer_timeout = -1.5: must be > 0"));
   CHECK(contains(error_of("[cluster]\nbind = \"\"\n"), "cluster.bind = \"\""));
+  CHECK(contains(error_of("[cluster]\ngpu_channel = \"mpi\"\n"),
+                 "cluster.gpu_channel = \"mpi\": allowed \"nccl\" or \"ucx\""));
   CHECK(contains(error_of("[cluster]\ntls_key = \"k.pem\"\n"),
                  "TLS needs all three files (or none for plain TCP)"));
   auto ok = config_from_string("[pipeline]\nstages = 3\n[cluster]\nplacement = [0, 0, 1]\n");
   REQUIRE(ok.ok());
   CHECK(ok->cluster.placement == std::vector<int>{0, 0, 1});
+  CHECK(ok->cluster.gpu_channel == "nccl");
 }
 
 TEST_CASE("pipeline.recompute: none, all, auto or distinct layers in range") {

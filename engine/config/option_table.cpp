@@ -380,6 +380,13 @@ std::vector<OptionSpec> build_table() {
                   "a PEM file, or empty", "The private key of tls_certificate (unencrypted)."));
   t.push_back(row("cluster", "tls_ca", &C::cluster, &ClusterOptions::tls_ca, "a PEM file, or empty",
                   "The CA certificate(s) peers' certificates must chain to."));
+  t.push_back(row("cluster", "gpu_channel", &C::cluster, &ClusterOptions::gpu_channel,
+                  "\"nccl\" | \"ucx\"",
+                  "How activations and gradients go between two stages on GPUs in different "
+                  "processes (pipeline.device = \"cuda\"): \"nccl\" GPU memory to GPU memory by "
+                  "NCCL send/recv, one communicator per channel (an error where the build has "
+                  "no NCCL); \"ucx\" through host memory on both sides (host-staged UCX). Tied "
+                  "parameters' traffic and every channel of other devices use UCX either way."));
   // [migration]
   t.push_back(row("migration", "enabled", &C::migration, &MigrationOptions::enabled, "",
                   "The automatic migration manager: every check_every steps it compares the "
