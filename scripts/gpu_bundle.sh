@@ -23,8 +23,10 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DACTORPIPE_NATIVE=OF
   -DACTORPIPE_CUDA=ON >/dev/null
 tests=(test_kernels_cuda_backend test_kernels_device test_tests_cuda_model_step
   test_tests_cuda_pipeline test_tests_cuda_trainer test_engine_execution_backend_trainer
-  test_engine_devices_stage_devices test_actors_trainer_device test_transport_nccl_channel)
-programs=("${tests[@]}" actorpipe-bench-device actorpipe-gpt actorpipe-launch)
+  test_engine_devices_stage_devices test_actors_trainer_device test_transport_nccl_channel
+  test_tests_cuda_nccl_channel)
+# nccl_channel_peer: the NCCL channel test's second process, found next to the test
+programs=("${tests[@]}" nccl_channel_peer actorpipe-bench-device actorpipe-gpt actorpipe-launch)
 cmake --build "$build" -j "${JOBS:-$(nproc)}" --target "${programs[@]}"
 rm -rf "$out" && mkdir -p "$out/bin" "$out/multiprocess"
 for p in "${programs[@]}"; do

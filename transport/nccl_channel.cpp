@@ -262,8 +262,9 @@ Expected<Announcement> NcclChannel::post(Tensor tensor, int64_t microbatch, int3
   cudaSetDevice(link_->device());
   if (tensor.host_readable()) {  // a host tensor (an injected fault's, say) goes to the GPU first
     Tensor on_gpu = Tensor::zeros(tensor.shape(), tensor.dtype(), link_->memory());
+    // every dtype has 4-byte elements: the bytes move as floats
     link_->memory().to_backend(
-        on_gpu.f32() /* 4-byte elements */,
+        static_cast<float*>(on_gpu.storage()->data()),
         static_cast<const float*>(tensor.storage()->data()) + tensor.offset(),
         tensor.nbytes() / sizeof(float));
     tensor = std::move(on_gpu);
