@@ -27,7 +27,9 @@
 # - where the bundle holds bin/actorpipe-bench-cpu (CPU_MARCH): the CPU step of the GPT small
 #   shape at 1 and 2 threads in fp32 and bf16 beside that machine's PyTorch, with the CPU's
 #   topology, and with OPENBLAS_CORETYPE=$BLAS_CORE when BLAS_CORE is set (e.g. SkylakeX where
-#   OpenBLAS would pick narrower kernels). CPU_BENCH_ARGS replaces its default arguments.
+#   OpenBLAS would pick narrower kernels). CPU_BENCH_ARGS replaces its default arguments. Then
+#   `actorpipe-bench processes --no-training` at tiny and small: the engine's own cost per
+#   microbatch across 2 processes on that host.
 set -u -o pipefail
 cd "$(dirname "$0")"
 bundle=$PWD
@@ -235,6 +237,15 @@ if [[ -x $bundle/bin/actorpipe-bench-cpu && $device == cuda ]]; then
   }
   export -f cpu_bench
   check cpu_bench.$(cat cpu_march.txt) 300 cpu_bench
+  # the engine's own cost per microbatch across 2 processes (no compute), on a host with cores
+  # to spare (docs/benchmarks.md, "Several processes")
+  processes_bench() {
+    lscpu | grep -E "^(Model name|CPU\(s\))"
+    "$bundle/bin/actorpipe-bench-cpu" processes --shape "$1" --no-training --repeats "$2"
+  }
+  export -f processes_bench
+  check processes.tiny 100 processes_bench tiny 5
+  check processes.small 100 processes_bench small 3
 fi
 rm -rf "$work"
 echo "status $status after ${SECONDS}s" | tee -a "$results/summary.txt"

@@ -24,15 +24,6 @@ std::string channel_name(const ChannelEnds& e) {
   return fmt::format("NCCL channel {} ({} -> {})", e.tag, e.from, e.to);
 }
 
-// waits a little: spins (yielding) for the first 50 µs of a wait, then sleeps 20 µs at a time
-void pause(Clock::time_point since) {
-  if (Clock::now() - since < std::chrono::microseconds(50)) {
-    std::this_thread::yield();
-  } else {
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
-}
-
 }  // namespace
 
 // a send in flight: the tensor is kept until the send completed
@@ -80,6 +71,15 @@ std::string NcclChannel::interrupt_reason() const {
 #if ACTORPIPE_WITH_CUDA
 
 namespace {
+
+// waits a little: spins (yielding) for the first 50 µs of a wait, then sleeps 20 µs at a time
+void pause(Clock::time_point since) {
+  if (Clock::now() - since < std::chrono::microseconds(50)) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
 
 std::string cuda_error(cudaError_t e) {
   return fmt::format("{} ({})", cudaGetErrorString(e), static_cast<int>(e));

@@ -770,8 +770,21 @@ struct HostArray {
   size_t bytes;
 };
 
-// ---- a GPU's lasting memory
-// -----------------------------------------------------------------------
+// ---- a GPU's lasting memory ---------------------------------------------------------------------
+
+// n floats of the current GPU's memory, zero-filled on `stream` (complete on return); a
+// CheckFailure naming `name` and the size when out of memory
+float* allocate_zeroed(const std::string& name, size_t n, cudaStream_t stream) {
+  const size_t bytes = std::max<size_t>(n * sizeof(float), sizeof(float));
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) cudaGetLastError();
+  AP_CHECK(e == cudaSuccess, "{}: out of memory allocating {} floats ({} bytes): {}", name, n,
+           bytes, cudaGetErrorString(e));
+  AP_CUDA(cudaMemsetAsync(p, 0, bytes, stream));
+  AP_CUDA(cudaStreamSynchronize(stream));
+  return static_cast<float*>(p);
+}
 
 // Device memory for tensors that leave a stage (BackendMemory::lasting_memory): one per GPU, for
 // any thread, until the process ends, with a stream of its own for its copies (each complete on
@@ -792,15 +805,7 @@ class CudaLastingMemory final : public BackendMemory {
 
   float* allocate(size_t n) override {
     use();
-    const size_t bytes = std::max<size_t>(n * sizeof(float), sizeof(float));
-    void* p = nullptr;
-    const cudaError_t e = cudaMalloc(&p, bytes);
-    if (e != cudaSuccess) cudaGetLastError();
-    AP_CHECK(e == cudaSuccess, "{}: out of memory allocating {} floats ({} bytes): {}", name_, n,
-             bytes, cudaGetErrorString(e));
-    AP_CUDA(cudaMemsetAsync(p, 0, bytes, stream_));
-    AP_CUDA(cudaStreamSynchronize(stream_));
-    return static_cast<float*>(p);
+    return allocate_zeroed(name_, n, stream_);
   }
   void release(float* p) override {
     if (p == nullptr) return;
@@ -914,15 +919,7 @@ class CudaBackend final : public ComputeBackend {
 
   float* allocate(size_t n) override {
     use();
-    const size_t bytes = std::max<size_t>(n * sizeof(float), sizeof(float));
-    void* p = nullptr;
-    const cudaError_t e = cudaMalloc(&p, bytes);
-    if (e != cudaSuccess) cudaGetLastError();
-    AP_CHECK(e == cudaSuccess, "{}: out of memory allocating {} floats ({} bytes): {}", name_, n,
-             bytes, cudaGetErrorString(e));
-    AP_CUDA(cudaMemsetAsync(p, 0, bytes, stream_));
-    AP_CUDA(cudaStreamSynchronize(stream_));
-    return static_cast<float*>(p);
+    return allocate_zeroed(name_, n, stream_);
   }
 
   void release(float* p) override {
