@@ -10,6 +10,7 @@
 #include <thread>
 #include <utility>
 
+#include "kernels/backend_memory.hpp"
 #include "kernels/check.hpp"
 #include "transport/local_channel.hpp"
 #include "transport/ucx_messenger.hpp"
@@ -148,8 +149,15 @@ Expected<Announcement> UcxChannel::post(Tensor tensor, int64_t microbatch, int32
   if (!tensor.defined())
     return make_error("{}: posting an undefined tensor for microbatch {}", name(), microbatch);
   // host-staged: a tensor in a device's memory goes out from a host copy (its writer has
-  // synchronised, as for every tensor posted)
-  if (!tensor.host_readable()) tensor = host_copy(tensor);
+  // synchronised, as for every tensor posted), in a pooled buffer UCX hands back when sent
+  if (!tensor.host_readable()) {
+    std::lock_guard<std::mutex> pool_lock(recv_mu_);
+    Tensor staged = acquire(tensor.dtype(), tensor.shape(), tensor.nbytes());
+    tensor.memory()->to_host(static_cast<float*>(staged.storage()->data()),
+                             static_cast<const float*>(tensor.storage()->data()) + tensor.offset(),
+                             tensor.nbytes() / sizeof(float));  // every dtype: 4-byte elements
+    tensor = std::move(staged);
+  }
   Announcement a;
   a.tag = ends().tag;
   a.microbatch = microbatch;

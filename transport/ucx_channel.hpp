@@ -47,7 +47,8 @@ struct UcxChannelOptions {
   /// receive() polls for the payload (yielding its core) this long before it sleeps: a
   /// payload that lands meanwhile costs no wake-up of the receiving thread.
   std::chrono::microseconds spin_before_wait{50};
-  /// Receive buffers the receiver keeps for reuse; beyond that, buffers are allocated per receive.
+  /// Buffers kept for reuse (the receiver's receive buffers; the sender's host copies of device
+  /// tensors); beyond that, buffers are allocated per receive or post.
   int pool_capacity = 8;
 };
 
@@ -75,8 +76,8 @@ class UcxChannel final : public TensorChannel {
   const UcxChannelOptions& options() const { return opts_; }
 
   /// Sender: starts the send and returns the announcement. A tensor in a device's memory (not
-  /// host_readable) is copied to the host first and sent from there (host-staged). Errors: an
-  /// undefined tensor, an earlier send of this channel that failed (its message).
+  /// host_readable) is copied into a pooled host buffer first and sent from there (host-staged).
+  /// Errors: an undefined tensor, an earlier send of this channel that failed (its message).
   Expected<Announcement> post(Tensor tensor, int64_t microbatch, int32_t version) override;
 
   /// Receiver: the payload `a` announced. Errors (naming the channel and the announcement): a tag
@@ -113,7 +114,7 @@ class UcxChannel final : public TensorChannel {
   /// pool_capacity).
   void reserve(DType dtype, const std::vector<int64_t>& shape, int count);
 
-  /// Receiver: buffers in the pool.
+  /// Buffers in the pool (the receiver's; the sender's host-staging ones).
   size_t pool_size() const;
 
  private:
@@ -133,7 +134,7 @@ class UcxChannel final : public TensorChannel {
   UcxEndpoint peer_;
   UcxChannelOptions opts_;
   std::shared_ptr<State> state_;  // shared with the completions of operations in flight
-  mutable std::mutex recv_mu_;    // one receive at a time; guards pool_
+  mutable std::mutex recv_mu_;    // one receive (or host-staging post) at a time; guards pool_
   std::vector<std::shared_ptr<Storage>> pool_;
 };
 
