@@ -9,14 +9,11 @@
 #include <set>
 #include <string>
 
-using namespace actorpipe;
-using namespace std::chrono_literals;
+#include "tests/support/text.hpp"
 
-namespace {
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-}  // namespace
+using namespace actorpipe;
+using actorpipe::testing::contains;
+using namespace std::chrono_literals;
 
 TEST_CASE("unique ids are 256 hex characters, fresh each time (or the build says it has no NCCL)") {
   const std::string why = nccl_unavailable_reason();

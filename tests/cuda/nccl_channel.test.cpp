@@ -24,23 +24,17 @@
 #include "kernels/cuda/cuda_backend.hpp"
 #include "tests/cuda/tools/nccl_peer_script.hpp"
 #include "tests/support/gpu_skip.hpp"
+#include "tests/support/text.hpp"
 
 extern char** environ;
 
 using namespace actorpipe;
+using actorpipe::testing::contains;
+using actorpipe::testing::why;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-template <class T>
-std::string why(const Expected<T>& e) {
-  return e.ok() ? std::string() : e.error().message;
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 // The peer next to this program (the build folder, or a GPU bundle's bin/).
 std::string peer_path() {
