@@ -745,8 +745,8 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(
     plan.worker = im.group->ucx();
     plan.peers = im.group->peers();
     plan.options.receive_timeout = im.group->options().peer_timeout;
-    // announcements between stages travel with their payloads, not through CAF's middleman
-    plan.options.carry_announcements = true;
+    // announcements between stages travel with their payloads, not as run messages
+    plan.options.carry_announcements = im.options.announce_on_channels;
     if (im.config.pipeline.device == "cuda" && im.config.cluster.gpu_channel == "nccl") {
       // activations and gradients between GPU stages of two processes: NCCL, GPU to GPU
       std::vector<BackendMemory*> memory(static_cast<size_t>(d), nullptr);

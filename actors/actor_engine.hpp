@@ -117,6 +117,11 @@ struct ActorEngineOptions {
   /// microbatch releases, clip sums and scales, tied announcements) travel on the job's UCX
   /// workers (actors/internal/remote_mail.hpp). Off: through CAF's middleman (to compare).
   bool remote_mail = true;
+  /// Between stages in two processes, the UCX channels carry each activation's and gradient's
+  /// announcement right after its payload. Off: the announcements go as run messages (remote
+  /// mail), as those of the NCCL channels always do (to compare, and to test that path where no
+  /// GPU is).
+  bool announce_on_channels = true;
   /// A stage whose channels lead to other processes drives their transport (UCX) itself while
   /// it waits for a message, for up to this many microseconds (instead of spin_before_wait_us)
   /// before its thread sleeps and the transport's progress thread takes over: an input that

@@ -73,6 +73,10 @@ Expected<PipelineRunResult> measure_pipeline(const PipelineRunSpec& spec) {
   // ACTORPIPE_BENCH_REMOTE_MAIL=0: control messages between processes through CAF's middleman
   if (const char* v = std::getenv("ACTORPIPE_BENCH_REMOTE_MAIL"); v != nullptr)
     o.remote_mail = std::string_view(v) != "0";
+  // ACTORPIPE_BENCH_CHANNEL_ANNOUNCEMENTS=0: announcements between processes as run messages
+  // (as the NCCL channels send them), not on the UCX channels
+  if (const char* v = std::getenv("ACTORPIPE_BENCH_CHANNEL_ANNOUNCEMENTS"); v != nullptr)
+    o.announce_on_channels = std::string_view(v) != "0";
   auto engine = ActorEngine::create(c, o, spec.group);
   if (!engine) return engine.error();
 
