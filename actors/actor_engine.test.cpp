@@ -245,11 +245,13 @@ TEST_CASE("xpipe equals the serial executor bitwise") {
 }
 
 TEST_CASE("delay corrections: the actors compute the serial executor's bits") {
-  // nesterov in every async mode, dc in 2bw and pipedream (Δ from the stage's stale version),
-  // AdamW and SGD, over two runs (2bw's second run starts from the kept previous version)
+  // nesterov in every async mode, dc and secant (alone and with the look-ahead) in 2bw and
+  // pipedream (Δ from the stage's stale version; secant's pairs from its optimizer state, which
+  // crosses the run boundary), AdamW and SGD, over two runs (2bw's second run starts from the
+  // kept previous version)
   for (const char* mode : {"2bw", "pipedream", "xpipe"}) {
-    for (const char* correction : {"nesterov", "dc"}) {
-      if (std::string(mode) == "xpipe" && std::string(correction) == "dc") continue;
+    for (const char* correction : {"nesterov", "dc", "secant", "dc+nesterov", "secant+nesterov"}) {
+      if (std::string(mode) == "xpipe" && std::string(correction) != "nesterov") continue;
       for (const char* kind : {"adamw", "sgd"}) {
         for (int d : {2, 3}) {
           CAPTURE(mode);
@@ -265,7 +267,7 @@ TEST_CASE("delay corrections: the actors compute the serial executor's bits") {
           const std::vector<int> runs =
               std::string(mode) == "pipedream" ? std::vector<int>{7, 4} : std::vector<int>{3, 2};
           check_against_serial(c, runs);
-          if (std::string(correction) == "nesterov" && c.optimizer.kind == "adamw") {
+          if (std::string(correction).ends_with("nesterov") && c.optimizer.kind == "adamw") {
             c.optimizer.momentum_decay = 0.004f;  // NAdam's momentum schedule
             check_against_serial(c, runs);
           }

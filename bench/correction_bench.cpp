@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -21,7 +22,7 @@ namespace actorpipe::bench {
 std::vector<std::string> corrections_of(Mode mode) {
   if (is_synchronous(mode)) return {};
   if (mode == Mode::xpipe) return {"none", "nesterov", "nadam"};
-  return {"none", "nesterov", "nadam", "dc"};
+  return {"none", "nesterov", "nadam", "dc", "secant", "dc+nesterov", "secant+nesterov"};
 }
 
 CorrectionSettings correction_settings(const std::string& name) {
@@ -31,25 +32,28 @@ CorrectionSettings correction_settings(const std::string& name) {
 
 double update_seconds(size_t n, const std::string& correction, int reps) {
   Context ctx(1);
-  std::vector<float> p(n, 0.01f), g(n, 1e-3f), m(n, 0.0f), v(n, 1e-6f), older(n, 0.0f),
-      delta(n, 0.0f);
-  for (size_t i = 0; i < n; ++i) g[i] = 1e-3f * static_cast<float>((i % 7) + 1);
-  AdamWParams hp;
-  hp.lr = 1e-3f;
-  hp.weight_decay = 0.1f;
   OptimizerOptions o;
   const CorrectionSettings settings = correction_settings(correction);
   o.delay_correction = settings.delay_correction;
   o.momentum_decay = settings.momentum_decay;
   o.dc_lambda = 1.0f;
-  // AdamW keeps no state of its own for a correction: the state pointer is not read
-  const DelayCorrection c = delay_correction(o, n, nullptr, delta.data(), 10);
+  // m, v and what the correction keeps after them (secant: four arrays)
+  std::vector<float> state(optimizer_state_floats(o, n), 0.0f);
+  float* m = state.data();
+  float* v = state.data() + n;
+  std::fill(v, v + n, 1e-6f);
+  std::vector<float> p(n, 0.01f), g(n, 1e-3f), older(n, 0.0f), delta(n, 0.0f);
+  for (size_t i = 0; i < n; ++i) g[i] = 1e-3f * static_cast<float>((i % 7) + 1);
+  AdamWParams hp;
+  hp.lr = 1e-3f;
+  hp.weight_decay = 0.1f;
+  const DelayCorrection c = delay_correction(o, n, state.data(), delta.data(), 10);
   std::vector<double> times;
   for (int r = 0; r < reps + 1; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
-    if (o.delay_correction == "dc")  // the stage worker's Δ pass: newest minus stale version
+    if (needs_weight_change(o))  // the stage worker's Δ pass: newest minus stale version
       for (size_t i = 0; i < n; ++i) delta[i] = p[i] - older[i];
-    adamw_update(ctx, p.data(), g.data(), m.data(), v.data(), n, hp, 10 + r, 1.0f, c);
+    adamw_update(ctx, p.data(), g.data(), m, v, n, hp, 10 + r, 1.0f, c);
     const auto t1 = std::chrono::steady_clock::now();
     if (r > 0) times.push_back(std::chrono::duration<double>(t1 - t0).count());
   }
@@ -69,8 +73,9 @@ int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
   if (!as_json) {
     out(fmt::format(
         "\ndelay corrections (optimizer.delay_correction), 2 stages x 1 thread, partition {}:{}, "
-        "{} rounds interleaved, median tokens/s; kept: floats per job beside the optimizer "
-        "state; update: one AdamW update of all {} parameters at 1 thread\n",
+        "{} rounds interleaved, median tokens/s; kept: floats per job beside AdamW's m and v "
+        "(Δ, and secant's four arrays in the optimizer state); update: one AdamW update of all "
+        "{} parameters at 1 thread\n",
         counts[0], counts[1], rounds, params));
     out(fmt::format("  {:<10} {:<10} {:>10} {:>9} {:>12} {:>11} {:>9}\n", "mode", "correction",
                     "tokens/s", "x none", "kept floats", "update ms", "x none"));
@@ -101,7 +106,13 @@ int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
         continue;
       }
       tps[corrections[i]] = r.tokens_per_s;
-      kept[corrections[i]] = r.last.delay_correction_floats;
+      // Δ (one float per parameter of the stage where there is one), and per such parameter
+      // the optimizer state the correction adds
+      OptimizerOptions o;
+      o.delay_correction = correction_settings(corrections[i]).delay_correction;
+      const size_t added =
+          optimizer_state_floats(o, 1) - optimizer_state_floats(OptimizerOptions{}, 1);
+      kept[corrections[i]] = r.last.delay_correction_floats * (1 + added);
     }
     const double base = tps["none"].empty() ? 0.0 : median(tps["none"]);
     for (const std::string& corr : corrections) {

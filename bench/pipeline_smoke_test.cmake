@@ -107,15 +107,20 @@ foreach(line IN LISTS lines)
       set(peer_missing TRUE)
     endif()
   elseif(name STREQUAL "pipeline_correction")
-    # --corrections 1: 2bw and pipedream with none, nesterov, nadam, dc; xpipe with none,
-    # nesterov, nadam (nesterov with optimizer.momentum_decay)
+    # --corrections 1: 2bw and pipedream with none, nesterov, nadam, dc, secant, dc+nesterov,
+    # secant+nesterov; xpipe with none, nesterov, nadam (nesterov with optimizer.momentum_decay).
+    # The compensations keep floats (Δ; secant also its state), the others none.
     math(EXPR n_correction "${n_correction} + 1")
     require_positive("${line}" tokens_per_s)
     require_positive("${line}" ratio_to_none)
     require_positive("${line}" update_ms)
     string(JSON corr GET "${line}" correction)
     string(JSON kept GET "${line}" kept_floats)
-    if((corr STREQUAL "dc" AND NOT kept GREATER 0) OR (NOT corr STREQUAL "dc" AND NOT kept EQUAL 0))
+    set(compensates FALSE)
+    if(corr MATCHES "^(dc|secant)")
+      set(compensates TRUE)
+    endif()
+    if((compensates AND NOT kept GREATER 0) OR (NOT compensates AND NOT kept EQUAL 0))
       message(FATAL_ERROR "correction ${corr} keeps ${kept} floats:\n${line}")
     endif()
     string(JSON psi GET "${line}" momentum_decay)
@@ -142,7 +147,7 @@ foreach(line IN LISTS lines)
 endforeach()
 if(NOT n_setup EQUAL 1 OR NOT n_profile EQUAL 3 OR NOT n_loaded EQUAL 1 OR NOT n_run EQUAL 17
    OR NOT n_one_pass EQUAL 2 OR NOT n_overhead EQUAL 10 OR NOT n_end EQUAL 1
-   OR NOT n_correction EQUAL 11
+   OR NOT n_correction EQUAL 17
    OR NOT (n_precision EQUAL 5 OR (precision_skipped AND n_precision EQUAL 1)))
   message(FATAL_ERROR "lines: setup ${n_setup}, profile ${n_profile} (${n_loaded} loaded), run "
                       "${n_run} (${n_one_pass} one-pass), overhead ${n_overhead}, end ${n_end}, "

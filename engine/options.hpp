@@ -49,9 +49,11 @@ struct OptimizerOptions {
   int decay_steps = 0;     // cosine decay of lr after warm-up, reaching min_lr here; 0 = none
   float min_lr = 0.0f;     // lr from decay_steps on (with decay_steps > 0)
   // correction of the update for a gradient computed at stale weights (2bw, pipedream, xpipe):
-  // none | nesterov | dc (docs/modes.md, "Delay corrections")
+  // none | nesterov | dc | secant | dc+nesterov | secant+nesterov (engine/delay_correction.hpp;
+  // docs/modes.md, "Delay corrections")
   std::string delay_correction = "none";
   float dc_lambda = 3000.0f;  // dc: λ, the weight of the delay-compensation term
+  float secant_decay = 0.95f;  // secant: decay of the running means of its Hessian estimate
   // nesterov with adamw: ψ of NAdam's momentum schedule μ_t = β1(1 − 0.5·0.96^(t·ψ)) (torch's
   // momentum_decay, 0.004 there); 0 keeps μ_t = β1
   float momentum_decay = 0.0f;

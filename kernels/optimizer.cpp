@@ -4,8 +4,10 @@
 #include "kernels/optimizer.hpp"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/check.hpp"
 
@@ -47,67 +49,138 @@ void adamw_range(float* __restrict p, const float* __restrict g, float* __restri
   for (int64_t i = 0; i < n; ++i) adamw_element(p[i], m[i], v[i], g[i] * c.grad_scale, c);
 }
 
+// One NAdam element (Nesterov's look-ahead) given its gradient gi.
+inline void nadam_element(float& p, float& m, float& v, const float gi, const AdamCoef& c,
+                          const NadamSteps& k) {
+  const float pi = p * c.decay;
+  const float mi = std::fma(1.0f - c.b1, gi - m, m);
+  const float vi = c.b2 * v + (1.0f - c.b2) * (gi * gi);
+  const float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
+  p = pi - (k.on_m * mi + k.on_g * gi) / denom;
+  m = mi;
+  v = vi;
+}
+
+template <bool kLookahead>
+inline void adamw_step(float& p, float& m, float& v, const float gi, const AdamCoef& c,
+                       const NadamSteps& k) {
+  if constexpr (kLookahead)
+    nadam_element(p, m, v, gi, c, k);
+  else
+    adamw_element(p, m, v, gi, c);
+}
+
+// dc's corrected gradient: g0 + λ·g0²/(√ms·inv_sqrt_bc + eps)·Δ
+inline float dc_gradient(const float g0, const float ms, const float delta, const DcCoef& k) {
+  return g0 + k.lambda * (g0 * g0) / (std::sqrt(ms) * k.inv_sqrt_bc + k.eps) * delta;
+}
+
+// secant's corrected gradient of an element at weights w with gradient g0 computed at w − d;
+// records the pair (dx, dg) against the previous gradient when kPair, then that gradient.
+template <bool kPair>
+inline float secant_gradient(const float g0, const float w, const float d, float& s, float& gp,
+                             float& num, float& den, const float rho) {
+  const float ws = w - d;
+  float gi = g0;
+  if constexpr (kPair) {
+    const float dx = ws - s;
+    const float dg = g0 - gp;
+    const float ni = rho * num + (1.0f - rho) * (dg * dx);
+    const float di = rho * den + (1.0f - rho) * (dx * dx);
+    // den = 0 only where every dx so far was 0, and num with it: h = 0 there. The division is
+    // unconditional (by at least FLT_MIN) so that the loop vectorises.
+    const float h = std::max(0.0f, ni / std::max(di, FLT_MIN));
+    gi = g0 + h * d;
+    num = ni;
+    den = di;
+  }
+  s = ws;
+  gp = g0;
+  return gi;
+}
+
 void adamw_nesterov_range(float* __restrict p, const float* __restrict g, float* __restrict m,
                           float* __restrict v, int64_t n, const AdamCoef c, const NadamSteps k) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i] * c.grad_scale;
-    const float pi = p[i] * c.decay;
-    const float mi = std::fma(1.0f - c.b1, gi - m[i], m[i]);
-    const float vi = c.b2 * v[i] + (1.0f - c.b2) * (gi * gi);
-    const float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
-    p[i] = pi - (k.on_m * mi + k.on_g * gi) / denom;
-    m[i] = mi;
-    v[i] = vi;
-  }
+  for (int64_t i = 0; i < n; ++i) nadam_element(p[i], m[i], v[i], g[i] * c.grad_scale, c, k);
 }
 
+template <bool kLookahead>
 void adamw_dc_range(float* __restrict p, const float* __restrict g, float* __restrict m,
                     float* __restrict v, const float* __restrict delta, int64_t n, const AdamCoef c,
-                    const DcCoef k) {
+                    const DcCoef k, const NadamSteps ks) {
   for (int64_t i = 0; i < n; ++i) {
-    const float g0 = g[i] * c.grad_scale;
-    const float gi =
-        g0 + k.lambda * (g0 * g0) / (std::sqrt(v[i]) * k.inv_sqrt_bc + k.eps) * delta[i];
-    adamw_element(p[i], m[i], v[i], gi, c);
+    const float gi = dc_gradient(g[i] * c.grad_scale, v[i], delta[i], k);
+    adamw_step<kLookahead>(p[i], m[i], v[i], gi, c, ks);
   }
 }
 
+// kDelta false: nothing stale (Δ = 0, delta is not read)
+// The state's arrays are parameters of their own, each __restrict, and the loop is not inlined
+// into its caller: so gcc vectorises it (inlined into the tile loop's lambda it did not, losing
+// the pointers' __restrict among nine streams).
+template <bool kLookahead, bool kPair, bool kDelta>
+[[gnu::noinline]] void adamw_secant_range(float* __restrict p, const float* __restrict g,
+                                          float* __restrict m, float* __restrict v,
+                                          const float* __restrict delta, float* __restrict s,
+                                          float* __restrict gp, float* __restrict num,
+                                          float* __restrict den, int64_t n, const AdamCoef c,
+                                          const float rho, const NadamSteps ks) {
+  for (int64_t i = 0; i < n; ++i) {
+    float d = 0.0f;
+    if constexpr (kDelta) d = delta[i];
+    const float gi =
+        secant_gradient<kPair>(g[i] * c.grad_scale, p[i], d, s[i], gp[i], num[i], den[i], rho);
+    adamw_step<kLookahead>(p[i], m[i], v[i], gi, c, ks);
+  }
+}
+
+// One SGD element given its gradient gi (already scaled and corrected); kNesterov: torch's
+// nesterov=True.
+template <bool kNesterov>
+inline void sgd_element(float& p, float& buf, const float gi, const float mu, const float wd,
+                        const float lr) {
+  const float d = gi + wd * p;
+  const float b = mu * buf + d;
+  buf = b;
+  if constexpr (kNesterov)
+    p = p - lr * (d + mu * b);
+  else
+    p = p - lr * b;
+}
+
+template <bool kNesterov>
 void sgd_range(float* __restrict p, const float* __restrict g, float* __restrict buf, int64_t n,
                const float mu, const float wd, const float lr, const float grad_scale) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float d = g[i] * grad_scale + wd * p[i];
-    const float b = mu * buf[i] + d;
-    buf[i] = b;
-    p[i] = p[i] - lr * b;
-  }
+  for (int64_t i = 0; i < n; ++i)
+    sgd_element<kNesterov>(p[i], buf[i], g[i] * grad_scale, mu, wd, lr);
 }
 
-void sgd_nesterov_range(float* __restrict p, const float* __restrict g, float* __restrict buf,
-                        int64_t n, const float mu, const float wd, const float lr,
-                        const float grad_scale) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float d = g[i] * grad_scale + wd * p[i];
-    const float b = mu * buf[i] + d;
-    buf[i] = b;
-    p[i] = p[i] - lr * (d + mu * b);
-  }
-}
-
+template <bool kNesterov>
 void sgd_dc_range(float* __restrict p, const float* __restrict g, float* __restrict buf,
                   float* __restrict ms, const float* __restrict delta, int64_t n, const float mu,
                   const float wd, const float lr, const float grad_scale, const DcCoef k,
                   const float ms_decay) {
   for (int64_t i = 0; i < n; ++i) {
     const float g0 = g[i] * grad_scale;
-    const float gi =
-        delta != nullptr
-            ? g0 + k.lambda * (g0 * g0) / (std::sqrt(ms[i]) * k.inv_sqrt_bc + k.eps) * delta[i]
-            : g0;
+    const float gi = delta != nullptr ? dc_gradient(g0, ms[i], delta[i], k) : g0;
     ms[i] = ms_decay * ms[i] + (1.0f - ms_decay) * (g0 * g0);
-    const float d = gi + wd * p[i];
-    const float b = mu * buf[i] + d;
-    buf[i] = b;
-    p[i] = p[i] - lr * b;
+    sgd_element<kNesterov>(p[i], buf[i], gi, mu, wd, lr);
+  }
+}
+
+template <bool kNesterov, bool kPair, bool kDelta>
+[[gnu::noinline]] void sgd_secant_range(float* __restrict p, const float* __restrict g,
+                                        float* __restrict buf, const float* __restrict delta,
+                                        float* __restrict s, float* __restrict gp,
+                                        float* __restrict num, float* __restrict den, int64_t n,
+                                        const float mu, const float wd, const float lr,
+                                        const float grad_scale, const float rho) {
+  for (int64_t i = 0; i < n; ++i) {
+    float d = 0.0f;
+    if constexpr (kDelta) d = delta[i];
+    const float gi =
+        secant_gradient<kPair>(g[i] * grad_scale, p[i], d, s[i], gp[i], num[i], den[i], rho);
+    sgd_element<kNesterov>(p[i], buf[i], gi, mu, wd, lr);
   }
 }
 
@@ -144,6 +217,24 @@ void update_tiles(const float* params, int64_t i0, int64_t i1, const UpdateOutpu
       std::memset(out.clear + b, 0, static_cast<size_t>(e - b) * sizeof(float));
     if (out.rounded != nullptr) convert_to_bf16(params + b, out.rounded + b, e - b);
   }
+}
+
+// f(std::bool_constant<a>, std::bool_constant<b>, std::bool_constant<c>): a loop instantiated
+// for the run-time flags
+template <class F>
+void with_flags(bool a, bool b, bool c, const F& f) {
+  auto with_c = [&](auto ta, auto tb) {
+    c ? f(ta, tb, std::true_type{}) : f(ta, tb, std::false_type{});
+  };
+  auto with_b = [&](auto ta) { b ? with_c(ta, std::true_type{}) : with_c(ta, std::false_type{}); };
+  a ? with_b(std::true_type{}) : with_b(std::false_type{});
+}
+
+void check_secant(const SecantState& st, const char* who) {
+  AP_CHECK(st.weights != nullptr && st.grad != nullptr && st.num != nullptr && st.den != nullptr,
+           "{} with the secant correction: needs its state (previous weights and gradient, the "
+           "running means)",
+           who);
 }
 
 }  // namespace
@@ -198,17 +289,36 @@ void adamw_update(Context& ctx, float* params, const float* grads, float* m, flo
       update_tiles(params, i0, i1, out, range);
     });
   };
-  if (dc.kind == DelayCorrectionKind::nesterov) {
-    const NadamSteps k = nadam_steps(p.lr, p.beta1, t, dc.momentum_decay);
-    over([&](int64_t b, int64_t e) {
-      adamw_nesterov_range(params + b, grads + b, m + b, v + b, e - b, c, k);
+  const bool lookahead = dc.kind == DelayCorrectionKind::nesterov ||
+                         (dc.lookahead && (dc.kind == DelayCorrectionKind::dc ||
+                                           dc.kind == DelayCorrectionKind::secant));
+  const NadamSteps ks = lookahead ? nadam_steps(p.lr, p.beta1, t, dc.momentum_decay) : NadamSteps{};
+  if (dc.kind == DelayCorrectionKind::secant) {
+    check_secant(dc.secant, "adamw_update");
+    const float rho = dc.secant_decay;
+    const SecantState& st = dc.secant;
+    with_flags(lookahead, dc.secant_pair, dc.delta != nullptr, [&](auto look, auto pair, auto d) {
+      over([&](int64_t b, int64_t e) {
+        adamw_secant_range<decltype(look)::value, decltype(pair)::value, decltype(d)::value>(
+            params + b, grads + b, m + b, v + b, dc.delta != nullptr ? dc.delta + b : nullptr,
+            st.weights + b, st.grad + b, st.num + b, st.den + b, e - b, c, rho, ks);
+      });
     });
     return;
   }
   if (dc.kind == DelayCorrectionKind::dc && dc.delta != nullptr && t > 1) {
     const DcCoef k{dc.lambda, inv_sqrt_bias(p.beta2, t - 1), p.eps};
     over([&](int64_t b, int64_t e) {
-      adamw_dc_range(params + b, grads + b, m + b, v + b, dc.delta + b, e - b, c, k);
+      if (lookahead)
+        adamw_dc_range<true>(params + b, grads + b, m + b, v + b, dc.delta + b, e - b, c, k, ks);
+      else
+        adamw_dc_range<false>(params + b, grads + b, m + b, v + b, dc.delta + b, e - b, c, k, ks);
+    });
+    return;
+  }
+  if (lookahead) {  // nesterov, or dc's look-ahead where nothing is stale
+    over([&](int64_t b, int64_t e) {
+      adamw_nesterov_range(params + b, grads + b, m + b, v + b, e - b, c, ks);
     });
     return;
   }
@@ -246,10 +356,21 @@ void sgd_update(Context& ctx, float* params, const float* grads, float* momentum
       update_tiles(params, i0, i1, out, range);
     });
   };
-  if (dc.kind == DelayCorrectionKind::nesterov) {
-    over([&](int64_t b, int64_t e) {
-      sgd_nesterov_range(params + b, grads + b, momentum_buf + b, e - b, p.momentum, p.weight_decay,
-                         p.lr, grad_scale);
+  const bool nesterov = dc.kind == DelayCorrectionKind::nesterov ||
+                        (dc.lookahead && (dc.kind == DelayCorrectionKind::dc ||
+                                          dc.kind == DelayCorrectionKind::secant));
+  const float mu = p.momentum, wd = p.weight_decay, lr = p.lr;
+  if (dc.kind == DelayCorrectionKind::secant) {
+    check_secant(dc.secant, "sgd_update");
+    const float rho = dc.secant_decay;
+    const SecantState& st = dc.secant;
+    with_flags(nesterov, dc.secant_pair, dc.delta != nullptr, [&](auto look, auto pair, auto d) {
+      over([&](int64_t b, int64_t e) {
+        sgd_secant_range<decltype(look)::value, decltype(pair)::value, decltype(d)::value>(
+            params + b, grads + b, momentum_buf + b, dc.delta != nullptr ? dc.delta + b : nullptr,
+            st.weights + b, st.grad + b, st.num + b, st.den + b, e - b, mu, wd, lr, grad_scale,
+            rho);
+      });
     });
     return;
   }
@@ -261,15 +382,21 @@ void sgd_update(Context& ctx, float* params, const float* grads, float* momentum
     const bool on = dc.delta != nullptr && dc.step > 1;
     const DcCoef k{dc.lambda, on ? inv_sqrt_bias(dc.ms_decay, dc.step - 1) : 1.0f, kDcEps};
     over([&](int64_t b, int64_t e) {
-      sgd_dc_range(params + b, grads + b, momentum_buf + b, dc.mean_square + b,
-                   on ? dc.delta + b : nullptr, e - b, p.momentum, p.weight_decay, p.lr, grad_scale,
-                   k, dc.ms_decay);
+      const float* d = on ? dc.delta + b : nullptr;
+      if (nesterov)
+        sgd_dc_range<true>(params + b, grads + b, momentum_buf + b, dc.mean_square + b, d, e - b,
+                           mu, wd, lr, grad_scale, k, dc.ms_decay);
+      else
+        sgd_dc_range<false>(params + b, grads + b, momentum_buf + b, dc.mean_square + b, d, e - b,
+                            mu, wd, lr, grad_scale, k, dc.ms_decay);
     });
     return;
   }
   over([&](int64_t b, int64_t e) {
-    sgd_range(params + b, grads + b, momentum_buf + b, e - b, p.momentum, p.weight_decay, p.lr,
-              grad_scale);
+    if (nesterov)
+      sgd_range<true>(params + b, grads + b, momentum_buf + b, e - b, mu, wd, lr, grad_scale);
+    else
+      sgd_range<false>(params + b, grads + b, momentum_buf + b, e - b, mu, wd, lr, grad_scale);
   });
 }
 

@@ -31,18 +31,41 @@ struct UpdateOutputs {
 ///            the Hessian times Δ = W_now − W_stale, the weights' change since the gradient's
 ///            weights; ms is AdamW's second moment before this update (bias-corrected), or for
 ///            SGD a mean square of its own kept with decay `ms_decay`.
-enum class DelayCorrectionKind : uint8_t { none, nesterov, dc };
+///  secant    delay compensation with a secant estimate of the Hessian's diagonal:
+///            g ← g + h·Δ, h = max(0, num/den), where num and den are running means (decay
+///            `secant_decay`) of dg·dx and dx² over consecutive updates, dx the change of the
+///            gradients' weights and dg the change of the gradients (SecantState).
+/// dc and secant take Nesterov's look-ahead as well with `lookahead` (kind nesterov is the
+/// look-ahead alone).
+enum class DelayCorrectionKind : uint8_t { none, nesterov, dc, secant };
+
+/// What the secant correction keeps between updates, n floats each (starting zeroed):
+///  weights  the weights the previous gradient was computed at (W_now − Δ of that update)
+///  grad     the previous gradient (after grad_scale, before any correction)
+///  num, den the running means of dg·dx and dx²
+struct SecantState {
+  float* weights = nullptr;
+  float* grad = nullptr;
+  float* num = nullptr;
+  float* den = nullptr;
+};
 
 struct DelayCorrection {
   DelayCorrectionKind kind = DelayCorrectionKind::none;
+  bool lookahead = false;        ///< dc, secant: also Nesterov's look-ahead (as kind nesterov)
   float lambda = 0.0f;           ///< dc: λ
-  const float* delta = nullptr;  ///< dc: Δ, n floats; nullptr = nothing stale (no correction)
+  const float* delta = nullptr;  ///< dc, secant: Δ, n floats; nullptr = nothing stale (Δ = 0)
   float* mean_square = nullptr;  ///< dc with SGD: its mean square, n floats (starts zeroed)
   float ms_decay = 0.95f;        ///< dc with SGD: decay of mean_square
   long step = 1;                 ///< dc with SGD: this update's number (1-based), for ms's bias
   /// nesterov with AdamW: ψ of NAdam's momentum schedule (torch.optim.NAdam's momentum_decay),
   /// μ_t = β1·(1 − 0.5·0.96^(t·ψ)); 0: μ_t = β1 at every update (nadam_steps)
   float momentum_decay = 0.0f;
+  SecantState secant;         ///< secant: its state
+  float secant_decay = 0.9f;  ///< secant: decay of num and den
+  /// secant: whether a previous gradient is in `secant` (false at a run's first update: the
+  /// update then only records its gradient and weights)
+  bool secant_pair = false;
 };
 
 /// NAdam's two step sizes at update t (1-based): p −= (on_m·m + on_g·g) / (√v̂ + ε), with
@@ -69,7 +92,8 @@ struct AdamWParams {
 /// the gradient first (clipping). m and v are the moment buffers (same size as params).
 /// With `dc`, the gradient (after grad_scale) is corrected first and m and v take the corrected
 /// value; √v̂ of the correction is v's before this update, √(v/(1−β2^(t−1))), and at t = 1 there
-/// is no correction. With `nesterov` (NAdam; with a constant β1 unless correction.momentum_decay):
+/// is no correction. With `secant` likewise, with h·Δ (DelayCorrection). With `nesterov` (NAdam;
+/// with a constant β1 unless correction.momentum_decay), or `lookahead` after a compensation:
 /// p −= lr·(β1·m/(1−β1^(t+1)) + (1−β1)·g/(1−β1ᵗ)) / (√v / √(1−β2ᵗ) + eps) (nadam_steps).
 void adamw_update(Context& ctx, float* params, const float* grads, float* m, float* v, size_t n,
                   const AdamWParams& p, long t, float grad_scale = 1.0f,
@@ -82,10 +106,11 @@ struct SGDParams {
 };
 
 /// buf = momentum·buf + (g + wd·p); p -= lr·buf (buf starts at 0: first step buf = g).
-/// With `nesterov` (torch's nesterov=True): p −= lr·((g + wd·p) + momentum·buf). With `dc` the
-/// gradient is corrected first, with ms/(1−ms_decay^(step−1)) (nothing at step 1), and the
-/// mean square then takes the uncorrected gradient: ms = ms_decay·ms + (1−ms_decay)·g²; its
-/// eps is 1e-8.
+/// With `nesterov` (torch's nesterov=True), or `lookahead` after a compensation:
+/// p −= lr·((g + wd·p) + momentum·buf). With `dc` the gradient is corrected first, with
+/// ms/(1−ms_decay^(step−1)) (nothing at step 1), and the mean square then takes the uncorrected
+/// gradient: ms = ms_decay·ms + (1−ms_decay)·g²; its eps is 1e-8. With `secant` the gradient is
+/// corrected by h·Δ first (DelayCorrection).
 void sgd_update(Context& ctx, float* params, const float* grads, float* momentum_buf, size_t n,
                 const SGDParams& p, float grad_scale = 1.0f, const DelayCorrection& correction = {},
                 const UpdateOutputs& out = {});

@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/check.hpp"
@@ -248,6 +249,175 @@ TEST_CASE("SGD with the nesterov and dc corrections: double references") {
   }
 }
 
+namespace {
+
+// The secant correction's state, n floats per array, and the DelayCorrection that uses it.
+struct Secant {
+  explicit Secant(size_t n) : w(n, 0.0f), g(n, 0.0f), num(n, 0.0f), den(n, 0.0f) {}
+  std::vector<float> w, g, num, den;
+  DelayCorrection correction(bool lookahead, const float* delta, long step, float decay) {
+    DelayCorrection c;
+    c.kind = DelayCorrectionKind::secant;
+    c.lookahead = lookahead;
+    c.delta = delta;
+    c.step = step;
+    c.secant = SecantState{w.data(), g.data(), num.data(), den.data()};
+    c.secant_decay = decay;
+    c.secant_pair = step > 1;
+    return c;
+  }
+};
+
+// One update's secant-corrected gradient of element i in double, from the float state before the
+// update (p: the weights the update starts from); writes the state after it into the doubles.
+double secant_reference(double g0, double p, double d, bool pair, double rho, double& s, double& gp,
+                        double& num, double& den) {
+  const double ws = p - d;
+  double gi = g0;
+  if (pair) {
+    const double dx = ws - s, dg = g0 - gp;
+    num = rho * num + (1 - rho) * dg * dx;
+    den = rho * den + (1 - rho) * dx * dx;
+    gi += (den > 0 ? std::max(0.0, num / den) : 0.0) * d;
+  }
+  s = ws;
+  gp = g0;
+  return gi;
+}
+
+}  // namespace
+
+TEST_CASE("the secant correction, alone and with the look-ahead: each update against double") {
+  // every update is checked from the float state before it (the correction takes differences of
+  // nearby weights, whose float rounding a reference run in double from the start would drift
+  // from); the first update only records, update 4 has nothing stale (Δ = 0). Δ moves the
+  // gradients' weights by 0.3-0.5 per update, more than an update moves the weights, so no dx is
+  // near 0 (where h = dg/dx of a first pair is ill-conditioned in float and in double alike).
+  for (const bool adamw : {true, false}) {
+    for (const bool lookahead : {false, true}) {
+      CAPTURE(adamw);
+      CAPTURE(lookahead);
+      Rng rng(adamw ? 41 : 42);
+      const size_t n = 517;
+      const float rho = 0.8f;
+      AdamWParams ha;
+      ha.lr = 1e-2f;
+      ha.weight_decay = 0.1f;
+      SGDParams hs;
+      hs.lr = 0.005f;
+      hs.weight_decay = 0.01f;
+      Context ctx(3);
+      auto p = random_vec(n, rng);
+      std::vector<float> m(n, 0.0f), v(n, 0.0f);
+      Secant sec(n);
+      for (long t = 1; t <= 6; ++t) {
+        CAPTURE(t);
+        const auto g = random_vec(n, rng, -2.0f, 2.0f);
+        auto delta = random_vec(n, rng, 0.3f, 0.5f);
+        for (float& x : delta) x *= -static_cast<float>(t);
+        const float* d = t == 4 ? nullptr : delta.data();
+        const float gs = t == 3 ? 0.5f : 1.0f;
+        // the reference, from the state before the update
+        std::vector<double> pd = to_double(p), md = to_double(m), vd = to_double(v);
+        std::vector<double> sd = to_double(sec.w), gd = to_double(sec.g), nd = to_double(sec.num),
+                            dd = to_double(sec.den);
+        const DelayCorrection c = sec.correction(lookahead, d, t, rho);
+        if (adamw)
+          adamw_update(ctx, p.data(), g.data(), m.data(), v.data(), n, ha, t, gs, c);
+        else
+          sgd_update(ctx, p.data(), g.data(), m.data(), n, hs, gs, c);
+        const NadamSteps k = nadam_steps(ha.lr, ha.beta1, t, 0.0f);
+        for (size_t i = 0; i < n; ++i) {
+          const double gi =
+              secant_reference(static_cast<double>(g[i]) * gs, pd[i], d != nullptr ? d[i] : 0.0,
+                               t > 1, rho, sd[i], gd[i], nd[i], dd[i]);
+          if (adamw) {
+            const double b1 = ha.beta1, b2 = ha.beta2;
+            pd[i] *= 1.0 - ha.lr * ha.weight_decay;
+            md[i] = b1 * md[i] + (1 - b1) * gi;
+            vd[i] = b2 * vd[i] + (1 - b2) * gi * gi;
+            const double denom = std::sqrt(vd[i] / (1 - std::pow(b2, t))) + ha.eps;
+            pd[i] -= lookahead ? (k.on_m * md[i] + k.on_g * gi) / denom
+                               : ha.lr * (md[i] / (1 - std::pow(b1, t))) / denom;
+          } else {
+            const double dd2 = gi + hs.weight_decay * pd[i];
+            md[i] = hs.momentum * md[i] + dd2;
+            pd[i] -= hs.lr * (lookahead ? dd2 + hs.momentum * md[i] : md[i]);
+          }
+        }
+        check_close("secant weights", sec.w, sd, 1e-6, 1e-5);
+        check_close("secant grad", sec.g, gd, 1e-7, 1e-6);
+        check_close("secant num", sec.num, nd, 1e-7, 1e-4);
+        check_close("secant den", sec.den, dd, 1e-9, 1e-4);
+        check_close("secant m", m, md, 1e-5, 1e-4);
+        if (adamw) check_close("secant v", v, vd, 1e-6, 1e-4);
+        check_close("secant params", p, pd, 1e-5, 1e-4);
+      }
+      // the correction did something: the running means hold pairs
+      CHECK(std::any_of(sec.den.begin(), sec.den.end(), [](float x) { return x > 0.0f; }));
+    }
+  }
+}
+
+TEST_CASE("the secant correction with nothing stale computes the plain rule's bits") {
+  // Δ = 0 at every update (pipedream's last stage): h·0 adds nothing, whatever the estimate
+  Rng rng(43);
+  const size_t n = 300;
+  Context ctx(2);
+  for (const bool adamw : {true, false}) {
+    CAPTURE(adamw);
+    auto p = random_vec(n, rng), q = p;
+    std::vector<float> m(n, 0.0f), v(n, 0.0f), mq(n, 0.0f), vq(n, 0.0f);
+    Secant sec(n);
+    for (long t = 1; t <= 4; ++t) {
+      const auto g = random_vec(n, rng);
+      const DelayCorrection c = sec.correction(false, nullptr, t, 0.9f);
+      if (adamw) {
+        adamw_update(ctx, p.data(), g.data(), m.data(), v.data(), n, AdamWParams{}, t, 1.0f, c);
+        adamw_update(ctx, q.data(), g.data(), mq.data(), vq.data(), n, AdamWParams{}, t);
+      } else {
+        sgd_update(ctx, p.data(), g.data(), m.data(), n, SGDParams{}, 1.0f, c);
+        sgd_update(ctx, q.data(), g.data(), mq.data(), n, SGDParams{});
+      }
+    }
+    CHECK(bitwise_equal(p, q));
+    CHECK(bitwise_equal(m, mq));
+  }
+}
+
+TEST_CASE("AdamW with dc and the look-ahead: the dc gradient in NAdam's step, double reference") {
+  Rng rng(44);
+  const size_t n = 401;
+  AdamWParams hp;
+  hp.lr = 1e-2f;
+  auto p = random_vec(n, rng);
+  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  std::vector<double> pd = to_double(p), md(n, 0.0), vd(n, 0.0);
+  Context ctx(2);
+  for (long t = 1; t <= 4; ++t) {
+    const auto g = random_vec(n, rng, -2.0f, 2.0f);
+    const auto delta = random_vec(n, rng, -0.05f, 0.05f);
+    DelayCorrection dc;
+    dc.kind = DelayCorrectionKind::dc;
+    dc.lookahead = true;
+    dc.lambda = 3.0f;
+    dc.delta = delta.data();
+    adamw_update(ctx, p.data(), g.data(), m.data(), v.data(), n, hp, t, 1.0f, dc);
+    const NadamSteps k = nadam_steps(hp.lr, hp.beta1, t, 0.0f);
+    const double b1 = hp.beta1, b2 = hp.beta2;
+    for (size_t i = 0; i < n; ++i) {
+      double gi = g[i];
+      if (t > 1)
+        gi += dc.lambda * gi * gi / (std::sqrt(vd[i] / (1 - std::pow(b2, t - 1))) + hp.eps) *
+              delta[i];
+      md[i] = b1 * md[i] + (1 - b1) * gi;
+      vd[i] = b2 * vd[i] + (1 - b2) * gi * gi;
+      pd[i] -= (k.on_m * md[i] + k.on_g * gi) / (std::sqrt(vd[i] / (1 - std::pow(b2, t))) + hp.eps);
+    }
+    check_close("dc+nesterov params", p, pd, 1e-6, 1e-5);
+  }
+}
+
 TEST_CASE("optimizers: same bits for 1, 2 and 3 threads, with and without corrections") {
   Rng rng(26);
   const size_t n = 70001;
@@ -268,8 +438,14 @@ TEST_CASE("optimizers: same bits for 1, 2 and 3 threads, with and without correc
       adamw_update(ctx, p.data(), g.data(), m.data(), v.data(), n, a, t);
     adamw_update(ctx, p.data(), g.data(), m.data(), v.data(), n, a, 4, 1.0f, nesterov);
     adamw_update(ctx, p.data(), g.data(), m.data(), v.data(), n, a, 5, 1.0f, dc);
+    Secant sec(n);
+    for (long t = 6; t <= 8; ++t)  // the pair from update 7 on
+      adamw_update(ctx, p.data(), g.data(), m.data(), v.data(), n, a, t, 1.0f,
+                   sec.correction(t == 8, p0.data(), t - 5, 0.9f));
     sgd_update(ctx, p.data(), g.data(), buf.data(), n, SGDParams{}, 0.5f);
     sgd_update(ctx, p.data(), g.data(), buf.data(), n, SGDParams{}, 0.5f, nesterov);
+    sgd_update(ctx, p.data(), g.data(), buf.data(), n, SGDParams{}, 0.5f,
+               sec.correction(true, p0.data(), 4, 0.9f));
     return p;
   };
   const auto r1 = run(1);
@@ -284,17 +460,20 @@ TEST_CASE(
   const auto p0 = random_vec(n, rng);
   const auto g0 = random_vec(n, rng, -2.0f, 2.0f);
   const auto delta = random_vec(n, rng, -1e-2f, 1e-2f);
-  DelayCorrection none, nesterov, dc;
+  DelayCorrection none, nesterov, dc, secant;
   nesterov.kind = DelayCorrectionKind::nesterov;
   dc.kind = DelayCorrectionKind::dc;
   dc.lambda = 2.0f;
   dc.delta = delta.data();
+  secant.kind = DelayCorrectionKind::secant;
+  secant.lookahead = true;
+  secant.delta = delta.data();
   AdamWParams a;
   a.weight_decay = 0.1f;
   SGDParams s;
   s.weight_decay = 0.01f;
   for (int threads = 1; threads <= 3; ++threads)
-    for (const DelayCorrection* c : {&none, &nesterov, &dc})
+    for (const DelayCorrection* c : {&none, &nesterov, &dc, &secant})
       for (const bool adamw : {true, false}) {
         CAPTURE(threads);
         CAPTURE(adamw);
@@ -302,29 +481,35 @@ TEST_CASE(
         Context ctx(threads);
         // the state after one plain step, so that the fused step sees non-zero moments
         std::vector<float> pa = p0, sa(2 * n, 0.0f), ga = g0, msa(n, 0.0f);
+        Secant seca(n);
         auto step = [&](std::vector<float>& p, std::vector<float>& st, std::vector<float>& g,
-                        std::vector<float>& ms, long t, const DelayCorrection& k,
+                        std::vector<float>& ms, Secant& sec, long t, const DelayCorrection& k,
                         const UpdateOutputs& out) {
           DelayCorrection kk = k;
           kk.mean_square = ms.data();
           kk.step = t;
+          kk.secant = SecantState{sec.w.data(), sec.g.data(), sec.num.data(), sec.den.data()};
+          kk.secant_pair = t > 1;
           if (adamw)
             adamw_update(ctx, p.data(), g.data(), st.data(), st.data() + n, n, a, t, 0.75f, kk,
                          out);
           else
             sgd_update(ctx, p.data(), g.data(), st.data(), n, s, 0.75f, kk, out);
         };
-        step(pa, sa, ga, msa, 1, *c, {});
+        step(pa, sa, ga, msa, seca, 1, *c, {});
         std::vector<float> pb = pa, sb = sa, gb = ga, msb = msa;
+        Secant secb = seca;
         // separately: the update, a fill, a conversion
-        step(pa, sa, ga, msa, 2, *c, {});
+        step(pa, sa, ga, msa, seca, 2, *c, {});
         std::fill(ga.begin(), ga.end(), 0.0f);
         std::vector<bf16> ra(n);
         convert_to_bf16(pa.data(), ra.data(), static_cast<int64_t>(n));
         // fused
         std::vector<bf16> rb(n, bf16{0x7fc1});
-        step(pb, sb, gb, msb, 2, *c, UpdateOutputs{gb.data(), rb.data()});
+        step(pb, sb, gb, msb, secb, 2, *c, UpdateOutputs{gb.data(), rb.data()});
         CHECK(bitwise_equal(pa, pb));
+        CHECK(bitwise_equal(seca.num, secb.num));
+        CHECK(bitwise_equal(seca.w, secb.w));
         CHECK(bitwise_equal(sa, sb));
         CHECK(bitwise_equal(msa, msb));
         CHECK(bitwise_equal(ga, gb));

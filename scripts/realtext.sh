@@ -2,8 +2,9 @@
 # The real-text benchmark of the training modes (docs/modes.md, "On real text"): trains the GPT
 # of examples/configs/realtext-gpt.toml on the fortune cookies of Debian's `fortunes` package in
 # every mode at equal tokens — gpipe and 1f1b at 4 stages, 2bw, pipedream and xpipe at 2 and 4
-# stages, each without and with every delay correction (optimizer.delay_correction; "nadam" is
-# nesterov with NAdam's momentum schedule, optimizer.momentum_decay = 0.004) — at each
+# stages, each without and with every delay correction (optimizer.delay_correction: none,
+# nesterov, dc, secant, dc+nesterov, secant+nesterov; "nadam" is nesterov with NAdam's momentum
+# schedule, optimizer.momentum_decay = 0.004; xpipe takes only the look-ahead) — at each
 # learning rate given, then prints the table of final losses, writes it as Markdown and draws
 # the training and held-out loss curves (PNG, gnuplot).
 #
@@ -60,8 +61,9 @@ for lr in $lrs; do
   done
   for d in 2 4; do
     for mode in 2bw pipedream xpipe; do
-      for corr in none nesterov nadam dc; do
-        [[ $mode == xpipe && $corr == dc ]] && continue  # refused: nothing stale in its backward
+      for corr in none nesterov nadam dc secant dc+nesterov secant+nesterov; do
+        # xpipe refuses the compensations: nothing is stale in its backward
+        [[ $mode == xpipe && $corr != none && $corr != nesterov && $corr != nadam ]] && continue
         set_mode="--set pipeline.mode=$mode --set pipeline.stages=$d"
         if [[ $corr == nadam ]]; then
           set_mode+=" --set optimizer.delay_correction=nesterov --set optimizer.momentum_decay=0.004"

@@ -12,7 +12,8 @@ import subprocess
 import sys
 
 MODES = ["gpipe", "1f1b", "2bw", "pipedream", "xpipe"]
-CORRECTIONS = ["none", "nesterov", "nadam", "dc"]  # nadam: nesterov, momentum_decay 0.004
+CORRECTIONS = ["none", "nesterov", "nadam", "dc", "secant", "dc+nesterov", "secant+nesterov"]
+# nadam: nesterov with momentum_decay 0.004
 
 
 def load(path):
@@ -57,14 +58,14 @@ def main():
         title = f"lr {lr} (peak; cosine to {float(lr) / 10:g}), equal tokens"
         header = "| mode | stages | correction | training loss (last 5%) | held-out loss | vs gpipe |"
         print(f"\n{title}")
-        print(f"{'mode':<10} {'stages':>6} {'correction':<10} {'train':>7} {'held-out':>9} {'vs gpipe':>9}")
+        print(f"{'mode':<10} {'stages':>6} {'correction':<16} {'train':>7} {'held-out':>9} {'vs gpipe':>9}")
         md += [f"**{title}**", "", header, "|---|---|---|---|---|---|"]
         best = {}
         for (mode, d, corr), (steps, evals) in sorted(
                 runs.items(), key=lambda kv: (MODES.index(kv[0][0]), kv[0][1], CORRECTIONS.index(kv[0][2]))):
             train, held, _ = summary(steps, evals)
             rel = 100.0 * (held / ref_held - 1.0)
-            print(f"{mode:<10} {d:>6} {corr:<10} {train:>7.3f} {held:>9.3f} {rel:>+8.1f}%")
+            print(f"{mode:<10} {d:>6} {corr:<16} {train:>7.3f} {held:>9.3f} {rel:>+8.1f}%")
             md.append(f"| {mode} | {d} | {corr} | {train:.3f} | {held:.3f} | {rel:+.1f}% |")
             if corr != "none" and (held < best.get((mode, d), (float("inf"),))[0]):
                 best[(mode, d)] = (held, corr)

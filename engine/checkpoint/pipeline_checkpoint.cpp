@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/delay_correction.hpp"
 #include "engine/execution/optimizer_shard.hpp"
 #include "engine/execution/stage_worker.hpp"
 #include "kernels/bf16.hpp"
@@ -19,13 +20,27 @@ int sequence_length(const Config& c) {
   return c.pipeline.seq_len > 0 ? c.pipeline.seq_len : c.model.context;
 }
 
-// The suffixes of a slot's optimizer state, in the order of the layer's state buffer: AdamW
-// keeps m for the whole layer, then v; SGD one momentum buffer, and with the dc correction its
-// mean square after it.
+// The suffixes of a slot's optimizer state, in the order of the layer's state buffer
+// (optimizer_state_floats): AdamW keeps m for the whole layer, then v; SGD one momentum buffer,
+// and with the dc correction its mean square after it; the secant correction's four arrays
+// come last.
 std::vector<std::string> state_suffixes(const OptimizerOptions& o) {
-  if (o.kind == "sgd" && o.delay_correction == "dc") return {".momentum", ".dc_mean_square"};
-  if (o.kind == "sgd") return {".momentum"};
-  return {".adam_m", ".adam_v"};
+  DelayCorrectionChoice c;
+  AP_CHECK(from_string(o.delay_correction, c), "optimizer.delay_correction = \"{}\"",
+           o.delay_correction);
+  using Compensation = DelayCorrectionChoice::Compensation;
+  std::vector<std::string> s;
+  if (o.kind == "sgd") {
+    s = {".momentum"};
+    if (c.compensation == Compensation::dc) s.push_back(".dc_mean_square");
+  } else {
+    s = {".adam_m", ".adam_v"};
+  }
+  if (c.compensation == Compensation::secant) {
+    for (const char* name : {".secant_weights", ".secant_grad", ".secant_num", ".secant_den"})
+      s.push_back(name);
+  }
+  return s;
 }
 
 Status check_idle(std::span<StageWorker* const> workers,

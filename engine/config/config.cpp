@@ -12,6 +12,7 @@
 
 #include "engine/config/forced_moves.hpp"
 #include "engine/config/option_table.hpp"
+#include "engine/delay_correction.hpp"
 #include "engine/internal/file_io.hpp"
 #include "engine/mode.hpp"
 #include "engine/utf8.hpp"
@@ -579,9 +580,12 @@ Status validate(const Config& c) {
           "pipeline.stash_precision = \"bf16\": pipeline.mode = \"{}\" keeps no weight version "
           "besides the newest (2bw and pipedream do)",
           p.mode));
-    } else if (c.optimizer.delay_correction == "dc") {
-      bad("pipeline.stash_precision = \"bf16\": optimizer.delay_correction = \"dc\" computes "
-          "Δ from the stashed version in f32 (use stash_precision = \"fp32\", or nesterov)");
+    } else if (DelayCorrectionChoice dc;
+               from_string(c.optimizer.delay_correction, dc) && dc.needs_weight_change()) {
+      bad(fmt::format(
+          "pipeline.stash_precision = \"bf16\": optimizer.delay_correction = \"{}\" computes "
+          "Δ from the stashed version in f32 (use stash_precision = \"fp32\", or nesterov)",
+          c.optimizer.delay_correction));
     }
   }
   if (p.device != "cpu" && p.device != "cuda" && p.device != "checked") {
@@ -728,29 +732,44 @@ Status validate(const Config& c) {
   }
   if (!(o.momentum_decay >= 0.0f) || !finite(o.momentum_decay)) {
     bad(fmt::format("optimizer.momentum_decay = {}: must be >= 0", o.momentum_decay));
-  } else if (o.momentum_decay != 0.0f && (o.delay_correction != "nesterov" || o.kind != "adamw")) {
-    bad(fmt::format(
-        "optimizer.momentum_decay = {}: NAdam's momentum schedule applies to delay_correction = "
-        "\"nesterov\" with the adamw optimizer (here delay_correction = \"{}\", optimizer.kind "
-        "= \"{}\")",
-        o.momentum_decay, o.delay_correction, o.kind));
   }
-  if (o.delay_correction != "none" && o.delay_correction != "nesterov" &&
-      o.delay_correction != "dc") {
-    bad(fmt::format(
-        "optimizer.delay_correction = \"{}\": unknown correction (allowed: none, nesterov, dc)",
-        o.delay_correction));
-  } else if (o.delay_correction != "none" && from_string(p.mode, mode)) {
-    if (is_synchronous(mode)) {
+  if (!(o.secant_decay >= 0.0f && o.secant_decay < 1.0f)) {
+    bad(fmt::format("optimizer.secant_decay = {}: must be in [0, 1)", o.secant_decay));
+  }
+  DelayCorrectionChoice correction;
+  if (!from_string(o.delay_correction, correction)) {
+    bad(fmt::format("optimizer.delay_correction = \"{}\": unknown correction (allowed: {})",
+                    o.delay_correction, fmt::join(delay_correction_names, ", ")));
+  } else {
+    if (o.momentum_decay != 0.0f && (!correction.lookahead || o.kind != "adamw")) {
+      bad(fmt::format(
+          "optimizer.momentum_decay = {}: NAdam's momentum schedule applies to a delay "
+          "correction with the look-ahead (nesterov, dc+nesterov, secant+nesterov) with the "
+          "adamw optimizer (here delay_correction = \"{}\", optimizer.kind = \"{}\")",
+          o.momentum_decay, o.delay_correction, o.kind));
+    }
+    if (o.delay_correction != "none" && from_string(p.mode, mode)) {
+      if (is_synchronous(mode)) {
+        bad(fmt::format(
+            "optimizer.delay_correction = \"{}\": pipeline.mode = \"{}\" computes every "
+            "gradient at the weights it updates, so there is no delay to correct (the "
+            "corrections apply to 2bw, pipedream and xpipe)",
+            o.delay_correction, p.mode));
+      } else if (correction.needs_weight_change() && mode == Mode::xpipe) {
+        bad(fmt::format(
+            "optimizer.delay_correction = \"{}\": pipeline.mode = \"xpipe\" runs each backward "
+            "on the weights its update changes (only the forward used a prediction), so there is "
+            "no weight change to compensate (use nesterov, or {} with 2bw or pipedream)",
+            o.delay_correction, o.delay_correction));
+      }
+    }
+    const bool cpu_only = correction.compensation == DelayCorrectionChoice::Compensation::secant ||
+                          (correction.needs_weight_change() && correction.lookahead);
+    if (cpu_only && p.device == "cuda") {
       bad(
-          fmt::format("optimizer.delay_correction = \"{}\": pipeline.mode = \"{}\" computes every "
-                      "gradient at the weights it updates, so there is no delay to correct (the "
-                      "corrections apply to 2bw, pipedream and xpipe)",
-                      o.delay_correction, p.mode));
-    } else if (o.delay_correction == "dc" && mode == Mode::xpipe) {
-      bad("optimizer.delay_correction = \"dc\": pipeline.mode = \"xpipe\" runs each backward on "
-          "the weights its update changes (only the forward used a prediction), so there is no "
-          "weight change to compensate (use nesterov, or dc with 2bw or pipedream)");
+          fmt::format("optimizer.delay_correction = \"{}\": computed by the CPU kernels only; with "
+                      "pipeline.device = \"cuda\" use none, nesterov or dc",
+                      o.delay_correction));
     }
   }
 

@@ -227,6 +227,7 @@ TEST_CASE("to_toml round-trips a config in which every key differs from its defa
   async.optimizer.kind = "adamw";  // NAdam's momentum schedule: AdamW only
   async.optimizer.momentum_decay = 0.004f;
   async.pipeline.stash_precision = "bf16";
+  async.optimizer.secant_decay = 0.5f;  // read only with a secant correction, valid without one
   // the keys of stages off the host (which take fp32, one replica): a third config
   Config device;
   device.pipeline.stages = 2;
@@ -478,7 +479,19 @@ TEST_CASE("out-of-range values and impossible combinations are refused") {
   check({"optimizer.min_lr=-1e-4"}, "optimizer.min_lr = -0.0001: must be in [0");
   check({"optimizer.delay_correction=dcasgd"},
         "optimizer.delay_correction = \"dcasgd\": unknown correction (allowed: none, nesterov, "
-        "dc)");
+        "dc, secant, dc+nesterov, secant+nesterov)");
+  check({"optimizer.delay_correction=nesterov+secant"},
+        "optimizer.delay_correction = \"nesterov+secant\": unknown correction");
+  check({"pipeline.mode=xpipe", "optimizer.delay_correction=secant+nesterov"},
+        "optimizer.delay_correction = \"secant+nesterov\": pipeline.mode = \"xpipe\" runs each "
+        "backward on the weights its update changes");
+  check({"pipeline.mode=2bw", "optimizer.delay_correction=secant", "optimizer.secant_decay=1"},
+        "optimizer.secant_decay = 1: must be in [0, 1)");
+  check({"pipeline.mode=2bw", "pipeline.device=cuda", "optimizer.delay_correction=secant"},
+        "optimizer.delay_correction = \"secant\": computed by the CPU kernels only; with "
+        "pipeline.device = \"cuda\" use none, nesterov or dc");
+  check({"pipeline.mode=2bw", "pipeline.device=cuda", "optimizer.delay_correction=dc+nesterov"},
+        "optimizer.delay_correction = \"dc+nesterov\": computed by the CPU kernels only");
   check({"pipeline.mode=1f1b", "optimizer.delay_correction=nesterov"},
         "optimizer.delay_correction = \"nesterov\": pipeline.mode = \"1f1b\" computes every "
         "gradient at the weights it updates");
@@ -492,9 +505,9 @@ TEST_CASE("out-of-range values and impossible combinations are refused") {
       {"pipeline.mode=2bw", "optimizer.delay_correction=nesterov", "optimizer.momentum_decay=-0.5"},
       "optimizer.momentum_decay = -0.5: must be >= 0");
   check({"pipeline.mode=2bw", "optimizer.delay_correction=dc", "optimizer.momentum_decay=0.004"},
-        "optimizer.momentum_decay = 0.004: NAdam's momentum schedule applies to delay_correction = "
-        "\"nesterov\" with the adamw optimizer (here delay_correction = \"dc\", optimizer.kind = "
-        "\"adamw\")");
+        "optimizer.momentum_decay = 0.004: NAdam's momentum schedule applies to a delay "
+        "correction with the look-ahead (nesterov, dc+nesterov, secant+nesterov) with the adamw "
+        "optimizer (here delay_correction = \"dc\", optimizer.kind = \"adamw\")");
   check({"pipeline.mode=2bw", "optimizer.delay_correction=nesterov", "optimizer.kind=sgd",
          "optimizer.momentum_decay=0.004"},
         "optimizer.kind = \"sgd\")");
@@ -510,6 +523,10 @@ TEST_CASE("out-of-range values and impossible combinations are refused") {
   check({"pipeline.mode=pipedream", "pipeline.precision=bf16", "pipeline.stash_precision=bf16",
          "optimizer.delay_correction=dc"},
         "pipeline.stash_precision = \"bf16\": optimizer.delay_correction = \"dc\" computes Δ");
+  check({"pipeline.mode=2bw", "pipeline.precision=bf16", "pipeline.stash_precision=bf16",
+         "optimizer.delay_correction=secant+nesterov"},
+        "pipeline.stash_precision = \"bf16\": optimizer.delay_correction = \"secant+nesterov\" "
+        "computes Δ");
   check({"pipeline.device=tpu"},
         "pipeline.device = \"tpu\": unknown device (allowed: cpu, cuda, checked)");
   check({"pipeline.device=checked", "pipeline.mode=2bw", "pipeline.precision=bf16",
@@ -527,6 +544,12 @@ TEST_CASE("out-of-range values and impossible combinations are refused") {
   // The same combinations are fine when they are consistent.
   CHECK(config_from_string("", {"pipeline.mode=pipedream", "optimizer.delay_correction=nesterov",
                                 "optimizer.momentum_decay=0.004"})
+            .ok());
+  CHECK(config_from_string("", {"pipeline.mode=2bw", "optimizer.delay_correction=secant+nesterov",
+                                "optimizer.momentum_decay=0.004", "optimizer.secant_decay=0"})
+            .ok());
+  CHECK(config_from_string(
+            "", {"pipeline.mode=2bw", "pipeline.device=cuda", "optimizer.delay_correction=dc"})
             .ok());
   CHECK(
       config_from_string("", {"pipeline.mode=2bw", "pipeline.stages=4", "pipeline.microbatches=4"})

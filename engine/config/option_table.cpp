@@ -216,7 +216,7 @@ std::vector<OptionSpec> build_table() {
                   "What the weight versions a stage keeps besides the newest one (2bw's older "
                   "version, pipedream's stashed ones) hold their linear layers' weights in. "
                   "\"bf16\" (with pipeline.precision = \"bf16\", in 2bw and pipedream, not with "
-                  "optimizer.delay_correction = \"dc\"): only the bf16 rounding the products "
+                  "a dc or secant delay correction): only the bf16 rounding the products "
                   "read, in half the bytes; biases, norms, embeddings and tied weights stay f32. "
                   "Every bit computed is the same as with \"fp32\"; checkpoints hold those "
                   "weights of the older versions as their bf16 values (docs/modes.md, "
@@ -290,17 +290,28 @@ std::vector<OptionSpec> build_table() {
   t.push_back(row("optimizer", "min_lr", &C::optimizer, &OptimizerOptions::min_lr, "[0, lr]",
                   "Learning rate at the end of the cosine decay (decay_steps > 0)."));
   t.push_back(row("optimizer", "delay_correction", &C::optimizer,
-                  &OptimizerOptions::delay_correction, "none | nesterov | dc",
+                  &OptimizerOptions::delay_correction,
+                  "none | nesterov | dc | secant | dc+nesterov | secant+nesterov",
                   "Correction of an update whose gradient was computed at stale weights: nesterov "
                   "(a Nesterov look-ahead: NAdam, or Nesterov momentum for SGD; 2bw, pipedream, "
-                  "xpipe) or dc (delay compensation: the gradient plus a diagonal Hessian "
-                  "estimate times the weights' change since; 2bw, pipedream); none in gpipe and "
-                  "1f1b. docs/modes.md, \"Delay corrections\"."));
+                  "xpipe), dc (delay compensation: the gradient plus a diagonal Hessian estimate "
+                  "from the gradient's square times the weights' change since; 2bw, pipedream), "
+                  "secant (the same with the Hessian's diagonal estimated from the changes of "
+                  "consecutive gradients and their weights; 2bw, pipedream), or a compensation "
+                  "with the look-ahead (dc+nesterov, secant+nesterov); none in gpipe and 1f1b. "
+                  "With pipeline.device = \"cuda\" only none, nesterov and dc. docs/modes.md, "
+                  "\"Delay corrections\"."));
   t.push_back(row("optimizer", "dc_lambda", &C::optimizer, &OptimizerOptions::dc_lambda, ">= 0",
                   "delay_correction = dc: the weight of the compensation term."));
+  t.push_back(row("optimizer", "secant_decay", &C::optimizer, &OptimizerOptions::secant_decay,
+                  "[0, 1)",
+                  "delay_correction = secant: the decay of the running means of dg*dx and dx^2 "
+                  "whose ratio estimates the Hessian's diagonal (0.95 weighs about the last 20 "
+                  "updates)."));
   t.push_back(row("optimizer", "momentum_decay", &C::optimizer, &OptimizerOptions::momentum_decay,
                   ">= 0",
-                  "delay_correction = nesterov with adamw: psi of NAdam's momentum schedule "
+                  "delay_correction with the look-ahead (nesterov, dc+nesterov, secant+nesterov) "
+                  "and adamw: psi of NAdam's momentum schedule "
                   "mu_t = beta1 (1 - 0.5 * 0.96^(t psi)) (torch.optim.NAdam's momentum_decay, "
                   "0.004 there); 0 keeps mu_t = beta1."));
   // [train]

@@ -3,10 +3,13 @@
 // step.
 #include "engine/execution/layer_optimizer.hpp"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numbers>
 
+#include "engine/delay_correction.hpp"
 #include "kernels/check.hpp"
 #include "kernels/compute_backend.hpp"
 
@@ -21,33 +24,73 @@ bool is_adamw(const OptimizerOptions& o) {
 
 }  // namespace
 
+namespace {
+
+DelayCorrectionChoice choice_of(const OptimizerOptions& o) {
+  DelayCorrectionChoice c;
+  AP_CHECK(from_string(o.delay_correction, c),
+           "optimizer.delay_correction = \"{}\": expected one of {}", o.delay_correction,
+           fmt::join(delay_correction_names, ", "));
+  return c;
+}
+
+using Compensation = DelayCorrectionChoice::Compensation;
+
+// Floats of n parameters' state that the optimizer itself keeps (AdamW m and v, SGD momentum)
+size_t base_state_floats(const OptimizerOptions& o, size_t n) {
+  return is_adamw(o) ? 2 * n : n;
+}
+
+}  // namespace
+
 size_t optimizer_state_floats(const OptimizerOptions& o, size_t n) {
-  return is_adamw(o) || o.delay_correction == "dc" ? 2 * n : n;
+  const size_t base = base_state_floats(o, n);
+  switch (choice_of(o).compensation) {
+    case Compensation::dc:
+      return is_adamw(o) ? base : base + n;  // SGD: its mean square
+    case Compensation::secant:
+      return base + 4 * n;  // previous weights and gradient, the two running means
+    case Compensation::none:
+      break;
+  }
+  return base;
 }
 
 bool needs_weight_change(const OptimizerOptions& o) {
-  return o.delay_correction == "dc";
+  return choice_of(o).needs_weight_change();
 }
 
 DelayCorrection delay_correction(const OptimizerOptions& o, size_t n, float* state,
                                  const float* delta, long step) {
+  const DelayCorrectionChoice choice = choice_of(o);
   DelayCorrection c;
-  if (o.delay_correction == "none") return c;
-  if (o.delay_correction == "nesterov") {
-    c.kind = DelayCorrectionKind::nesterov;
-    c.momentum_decay = o.momentum_decay;
-    return c;
-  }
-  AP_CHECK(o.delay_correction == "dc",
-           "optimizer.delay_correction = \"{}\": expected none | nesterov | dc",
-           o.delay_correction);
-  c.kind = DelayCorrectionKind::dc;
-  c.lambda = o.dc_lambda;
-  c.delta = delta;
-  c.step = step;
-  if (!is_adamw(o)) {  // SGD keeps its own mean square after the momentum
-    c.mean_square = state + n;
-    c.ms_decay = o.beta2;
+  c.momentum_decay = o.momentum_decay;
+  switch (choice.compensation) {
+    case Compensation::none:
+      if (choice.lookahead) c.kind = DelayCorrectionKind::nesterov;
+      return c;
+    case Compensation::dc:
+      c.kind = DelayCorrectionKind::dc;
+      c.lookahead = choice.lookahead;
+      c.lambda = o.dc_lambda;
+      c.delta = delta;
+      c.step = step;
+      if (!is_adamw(o)) {  // SGD keeps its own mean square after the momentum
+        c.mean_square = state + n;
+        c.ms_decay = o.beta2;
+      }
+      return c;
+    case Compensation::secant: {
+      c.kind = DelayCorrectionKind::secant;
+      c.lookahead = choice.lookahead;
+      c.delta = delta;
+      c.step = step;
+      float* s = state + base_state_floats(o, n);
+      c.secant = SecantState{s, s + n, s + 2 * n, s + 3 * n};
+      c.secant_decay = o.secant_decay;
+      c.secant_pair = step > 1;
+      return c;
+    }
   }
   return c;
 }
@@ -56,6 +99,12 @@ DelayCorrection offset_correction(const DelayCorrection& c, size_t begin) {
   DelayCorrection out = c;
   if (out.delta != nullptr) out.delta += begin;
   if (out.mean_square != nullptr) out.mean_square += begin;
+  if (out.secant.weights != nullptr) {
+    out.secant.weights += begin;
+    out.secant.grad += begin;
+    out.secant.num += begin;
+    out.secant.den += begin;
+  }
   return out;
 }
 

@@ -13,12 +13,13 @@
 namespace actorpipe {
 
 /// Floats of optimizer state for a buffer of n parameters: adamw 2n (m then v), sgd n
-/// (momentum), sgd with delay_correction = dc 2n (momentum, then dc's mean square). The state
-/// starts zeroed.
+/// (momentum), sgd with a dc delay correction 2n (momentum, then dc's mean square); a secant
+/// delay correction adds 4n after those (the previous gradient's weights, the previous gradient,
+/// the running means of dg·dx and dx²: SecantState). The state starts zeroed.
 size_t optimizer_state_floats(const OptimizerOptions& o, size_t n);
 
-/// The kernels' DelayCorrection for o.delay_correction (none | nesterov | dc) at update `step`
-/// of a buffer of n parameters with optimizer state `state`, Δ = `delta` (W_now − W_stale, n
+/// The kernels' DelayCorrection for o.delay_correction (engine/delay_correction.hpp) at update
+/// `step` of a buffer of n parameters with optimizer state `state`, Δ = `delta` (W_now − W_stale, n
 /// floats; nullptr = nothing stale). Offsets into the buffer are the caller's (see
 /// offset_correction).
 DelayCorrection delay_correction(const OptimizerOptions& o, size_t n, float* state,
@@ -26,7 +27,7 @@ DelayCorrection delay_correction(const OptimizerOptions& o, size_t n, float* sta
 /// The same correction for the elements [begin, ...) of the buffer.
 DelayCorrection offset_correction(const DelayCorrection& c, size_t begin);
 
-/// True when o.delay_correction needs Δ = W_now − W_stale for each update (dc).
+/// True when o.delay_correction needs Δ = W_now − W_stale for each update (dc, secant).
 bool needs_weight_change(const OptimizerOptions& o);
 
 /// Learning rate of optimizer step `step` (1-based), W = warmup_steps, D = decay_steps:

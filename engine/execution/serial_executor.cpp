@@ -175,8 +175,8 @@ Expected<std::unique_ptr<SerialExecutor>> SerialExecutor::create(const Model& mo
       (o.precision != Precision::bf16 || !o.bf16_weight_copies ||
        (o.mode != Mode::twobw && o.mode != Mode::pipedream) || needs_weight_change(optimizer))) {
     return make_error(
-        "a bf16 stash needs bf16 products with weight copies, 2bw or pipedream, and no dc "
-        "correction (precision {}, mode {}, optimizer.delay_correction {})",
+        "a bf16 stash needs bf16 products with weight copies, 2bw or pipedream, and no dc or "
+        "secant correction (precision {}, mode {}, optimizer.delay_correction {})",
         to_string(o.precision), to_string(o.mode), optimizer.delay_correction);
   }
   if (!o.backends.empty() && static_cast<int>(o.backends.size()) != partition.stages()) {

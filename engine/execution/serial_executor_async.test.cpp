@@ -145,16 +145,16 @@ struct Plain {
   }
 
   // One update of every layer at optimizer step `step`, each layer with its stage's scale and,
-  // for the dc correction, its weight change since the weights of its gradient (`stale[i]`,
-  // nullptr when they are the newest: nothing stale); the tied copy then equals the owner (its
-  // values, and with `copy_state` its optimizer state).
+  // for the dc and secant corrections, its weight change since the weights of its gradient
+  // (`stale[i]`, nullptr when they are the newest: nothing stale); the tied copy then equals the
+  // owner (its values, and with `copy_state` its optimizer state).
   void update(Buffers& w, Buffers& state, const Buffers& g, long step, bool copy_state,
               const std::vector<const std::vector<float>*>& stale = {}) {
     const std::vector<float> scales = stage_scales(g);
     for (int i = 0; i < model.num_layers(); ++i) {
       const size_t k = static_cast<size_t>(i);
       std::vector<float> delta;
-      if (opt.delay_correction == "dc" && k < stale.size() && stale[k] != nullptr) {
+      if (needs_weight_change(opt) && k < stale.size() && stale[k] != nullptr) {
         delta.resize(w[k].size());
         for (size_t e = 0; e < delta.size(); ++e) delta[e] = w[k][e] - (*stale[k])[e];
       }
@@ -521,11 +521,12 @@ TEST_CASE("async runs continue: a second run restarts the staleness from the cur
   for (int r = 0; r < 3; ++r) CHECK(e->worker(r).updates() == 10);
 }
 
-TEST_CASE("delay corrections: 2bw, pipedream and xpipe equal their rules with nesterov and dc") {
+TEST_CASE("delay corrections: 2bw, pipedream and xpipe equal their rules with every correction") {
   // nesterov changes only the optimizer's formula (kernels/optimizer.test.cpp holds it to its
-  // double reference); dc's Δ is each stage's newest version minus the version its gradient was
-  // computed with, which the simulations take from their own version lists
-  for (const char* correction : {"nesterov", "dc"}) {
+  // double reference); dc's and secant's Δ is each stage's newest version minus the version its
+  // gradient was computed with, which the simulations take from their own version lists (secant
+  // keeps the rest of what it needs in the optimizer state)
+  for (const char* correction : {"nesterov", "dc", "secant", "dc+nesterov", "secant+nesterov"}) {
     for (bool use_sgd : {false, true}) {
       OptimizerOptions opt = use_sgd ? clipped_sgd() : adamw();
       opt.delay_correction = correction;
@@ -549,22 +550,25 @@ TEST_CASE("delay corrections: 2bw, pipedream and xpipe equal their rules with ne
   }
 }
 
-TEST_CASE("the dc correction changes the bits only where a gradient is stale") {
-  // on one stage pipedream's gradients are never stale: dc computes the bits of none; 2bw's are
-  // (one update behind): dc differs from none after its second update
+TEST_CASE("the dc and secant corrections change the bits only where a gradient is stale") {
+  // on one stage pipedream's gradients are never stale: dc and secant compute the bits of none;
+  // 2bw's are (one update behind): each differs from none after its second update
   const Partition one = *Partition::even(4, 1);
-  OptimizerOptions none = adamw(), dc = adamw();
-  dc.delay_correction = "dc";
-  dc.dc_lambda = 50.0f;
-  const Model model = build_model(tiny(Arch::gpt));
-  const auto mbs = batches(Arch::gpt, model.options().vocab_size, 12);
-  auto run = [&](const OptimizerOptions& o, Mode mode, int m, int steps) {
-    auto e = executor(model, one, o, mode, m);
-    auto losses = e->run(steps, std::span(mbs).first(static_cast<size_t>(m * steps)));
-    REQUIRE(losses.ok());
-    return std::vector<float>(e->params(1).begin(), e->params(1).end());
-  };
-  CHECK(same_bits(run(none, Mode::pipedream, 1, 9), run(dc, Mode::pipedream, 1, 9)));
-  CHECK(same_bits(run(none, Mode::twobw, 2, 1), run(dc, Mode::twobw, 2, 1)));
-  CHECK_FALSE(same_bits(run(none, Mode::twobw, 2, 3), run(dc, Mode::twobw, 2, 3)));
+  for (const char* correction : {"dc", "secant"}) {
+    INFO(correction);
+    OptimizerOptions none = adamw(), dc = adamw();
+    dc.delay_correction = correction;
+    dc.dc_lambda = 50.0f;
+    const Model model = build_model(tiny(Arch::gpt));
+    const auto mbs = batches(Arch::gpt, model.options().vocab_size, 12);
+    auto run = [&](const OptimizerOptions& o, Mode mode, int m, int steps) {
+      auto e = executor(model, one, o, mode, m);
+      auto losses = e->run(steps, std::span(mbs).first(static_cast<size_t>(m * steps)));
+      REQUIRE(losses.ok());
+      return std::vector<float>(e->params(1).begin(), e->params(1).end());
+    };
+    CHECK(same_bits(run(none, Mode::pipedream, 1, 9), run(dc, Mode::pipedream, 1, 9)));
+    CHECK(same_bits(run(none, Mode::twobw, 2, 1), run(dc, Mode::twobw, 2, 1)));
+    CHECK_FALSE(same_bits(run(none, Mode::twobw, 2, 3), run(dc, Mode::twobw, 2, 3)));
+  }
 }

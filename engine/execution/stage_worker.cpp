@@ -126,7 +126,7 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
   if (versions > 1) grad_buf_[1] = BackendBuffer(*memory_, params);
   grads_ = grad_buf_[0].data();
   if (predicted_policy) predicted_ = BackendBuffer(*memory_, params);
-  // the dc correction's Δ = W_now − W_stale, made when an update begins (2bw, pipedream: the
+  // the dc and secant corrections' Δ = W_now − W_stale, made when an update begins (2bw, pipedream: the
   // stale version is still stored then)
   if (needs_weight_change(optimizer) && !predicted_policy)
     weight_change_ = BackendBuffer(*memory_, params);
@@ -158,7 +158,7 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
     AP_CHECK(options.precision == Precision::bf16 && opts_.bf16_weight_copies,
              "stage {}: a bf16 weight stash needs bf16 products with weight copies", stage_);
     AP_CHECK(!needs_weight_change(optimizer),
-             "stage {}: a bf16 weight stash cannot serve the dc correction's Δ, which reads the "
+             "stage {}: a bf16 weight stash cannot serve a dc or secant correction's Δ, which reads the "
              "stale version in f32",
              stage_);
     bf16_stash = bf16_stash_ranges(model, first_, L);

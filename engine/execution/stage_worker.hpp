@@ -77,8 +77,8 @@ struct StageWorkerOptions {
   /// pipeline.stash_precision = "bf16" (needs precision bf16 and bf16_weight_copies): the
   /// versions the stage keeps besides the newest (2bw's older one, pipedream's stashed ones)
   /// hold their linear layers' weights (ParamSlot::product_operand, not tied) in bf16 only
-  /// (WeightStore's bf16 stash); the same bits, less memory. Not with optimizer.delay_correction
-  /// "dc", whose Δ reads the stale version in f32.
+  /// (WeightStore's bf16 stash); the same bits, less memory. Not with a dc or secant
+  /// optimizer.delay_correction, whose Δ reads the stale version in f32.
   bool bf16_stash = false;
   /// Activation stash slots; 0 = the mode's bound (peak_stash of its schedule at this stage).
   int stash_slots = 0;
@@ -272,8 +272,8 @@ class StageWorker {
 
   /// Updates committed so far (the optimizer's step counter, the newest version id).
   long updates() const { return updates_; }
-  /// Floats the stage keeps for optimizer.delay_correction besides the optimizer state: dc's
-  /// weight change Δ (one float per parameter in 2bw and pipedream), else 0.
+  /// Floats the stage keeps for optimizer.delay_correction besides the optimizer state: dc's and
+  /// secant's weight change Δ (one float per parameter in 2bw and pipedream), else 0.
   size_t delay_correction_floats() const { return weight_change_.size(); }
   /// Sets the update counter of idle weights (a resume): the newest version is renamed to it.
   void set_updates(long updates);

@@ -83,8 +83,8 @@ class UpdateJob {
   std::span<float> gradients();
   /// Local layer i's weight change since the weights this update's gradients were computed at,
   /// Δ = W_now − W_stale (W_now: the newest version, which the update starts from), for the
-  /// delay correction dc (optimizer.delay_correction); empty when nothing is stale or the
-  /// correction needs no Δ.
+  /// delay corrections dc and secant (optimizer.delay_correction); empty when nothing is stale or
+  /// the correction needs no Δ.
   std::span<const float> weight_change(int i) const;
   /// How the update treats each of layer i's slots (Layer::slots() order).
   std::span<const SlotUpdate> slot_updates(int i) const;

@@ -22,9 +22,9 @@ struct Stages {
 
 // Stages of `part` whose every value names its layer, slot position and kind, at 3 updates;
 // with `previous` (2bw) the previous version too.
-Stages patterned(const Model& model, const Partition& part, Mode mode) {
+Stages patterned(const Model& model, const Partition& part, Mode mode,
+                 const OptimizerOptions& opt = {}) {
   Stages s;
-  OptimizerOptions opt;
   for (int r = 0; r < part.stages(); ++r) {
     StageWorkerOptions wo;
     wo.mode = mode;
@@ -117,6 +117,21 @@ TEST_CASE("a move puts every layer's state where the new partition says, in 1f1b
     CHECK(back->stages_rebuilt == std::vector<int>{0, 1, 2});
     check_patterned(s, mode);
   }
+}
+
+TEST_CASE(
+    "a move carries the secant correction's state (six floats per parameter) with its layer") {
+  const Model model = build_model(tiny_model(Arch::gpt, false, 5));
+  OptimizerOptions opt;
+  opt.delay_correction = "secant+nesterov";
+  Stages s = patterned(model, counts({1, 2, 1}), Mode::twobw, opt);
+  CHECK(s.shards[0]->state(0).size() == 6 * model.layer(0).param_floats());
+  auto report = move_layers(counts({1, 2, 1}), counts({2, 1, 1}), s.workers, s.shards);
+  REQUIRE_MESSAGE(report.ok(), (report.ok() ? "" : report.error().message));
+  // layer 1: its parameters, m, v, the four secant arrays and the previous version
+  const int64_t p1 = static_cast<int64_t>(model.layer(1).param_floats()) * 4;
+  CHECK(report->bytes_moved == p1 * 8);
+  check_patterned(s, Mode::twobw);
 }
 
 TEST_CASE("a move that cannot be made changes nothing and says why") {

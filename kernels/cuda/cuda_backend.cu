@@ -621,6 +621,16 @@ struct DcCoef {  // g += λ·g² / (√v·inv_sqrt_bc + eps) · Δ
 };
 enum UpdateMode : int { kPlain = 0, kNesterov = 1, kDc = 2 };
 
+// The corrections the kernels below compute: none, nesterov and dc alone. The secant
+// compensation and a compensation with Nesterov's look-ahead are the CPU kernels' only
+// (engine/config refuses them with pipeline.device = "cuda" before any stage is built).
+void check_cuda_correction(const DelayCorrection& dc, const char* who) {
+  AP_CHECK(dc.kind != DelayCorrectionKind::secant && !dc.lookahead,
+           "{} on the GPU: the delay correction {}{} is computed by the CPU kernels only", who,
+           dc.kind == DelayCorrectionKind::secant ? "secant" : "dc",
+           dc.lookahead ? "+nesterov" : "");
+}
+
 // adamw_element: p *= decay; m = lerp(m, g, 1−β1) (fma); v = β2·v + (1−β2)·g²;
 // p −= step_size·(m / (√v/√bc2 + eps)).
 __device__ __forceinline__ void adamw_element(float& p, float& m, float& v, float g,
@@ -1267,6 +1277,7 @@ class CudaBackend final : public ComputeBackend {
                     const AdamWParams& p, long t, float grad_scale,
                     const DelayCorrection& dc) override {
     AP_CHECK(t >= 1, "adamw_update: step t = {}, must be >= 1", t);
+    check_cuda_correction(dc, "adamw_update");
     use();
     // the CPU's scalars, computed the same way (adamw_update in optimizer.cpp)
     const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(p.beta1), t));
@@ -1293,6 +1304,7 @@ class CudaBackend final : public ComputeBackend {
 
   void sgd_update(float* params, const float* grads, float* momentum_buf, size_t n,
                   const SGDParams& p, float grad_scale, const DelayCorrection& dc) override {
+    check_cuda_correction(dc, "sgd_update");
     use();
     int mode = kPlain;
     DcCoef dk{0.0f, 1.0f, kDcEps};
