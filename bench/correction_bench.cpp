@@ -77,7 +77,7 @@ int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
         "(Δ, and secant's four arrays in the optimizer state); update: one AdamW update of all "
         "{} parameters at 1 thread\n",
         counts[0], counts[1], rounds, params));
-    out(fmt::format("  {:<10} {:<10} {:>10} {:>9} {:>12} {:>11} {:>9}\n", "mode", "correction",
+    out(fmt::format("  {:<10} {:<16} {:>10} {:>9} {:>12} {:>11} {:>9}\n", "mode", "correction",
                     "tokens/s", "x none", "kept floats", "update ms", "x none"));
   }
   std::map<std::string, double> update_ms;
@@ -124,7 +124,7 @@ int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
                                  {"error", failed[corr]}}
                           .dump() +
                       "\n"
-                : fmt::format("  {:<10} {:<10} FAILED: {}\n", to_string(mode), corr, failed[corr]));
+                : fmt::format("  {:<10} {:<16} FAILED: {}\n", to_string(mode), corr, failed[corr]));
         continue;
       }
       const double t = median(tps[corr]);
@@ -149,7 +149,7 @@ int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
         j["ratio_to_none"] = has_ratio ? nlohmann::json(ratio) : nlohmann::json(nullptr);
         out(j.dump() + "\n");
       } else {
-        out(fmt::format("  {:<10} {:<10} {:>10.1f} {:>9} {:>12} {:>11.2f} {:>8.2f}x\n",
+        out(fmt::format("  {:<10} {:<16} {:>10.1f} {:>9} {:>12} {:>11.2f} {:>8.2f}x\n",
                         to_string(mode), corr, t,
                         has_ratio ? fmt::format("{:.3f}x", ratio) : std::string("-"), kept[corr], u,
                         u / u0));
