@@ -552,6 +552,9 @@ void CheckedBackend::adamw_update(float* params, const float* grads, float* m, f
   op.dev(params, n, "params").dev(grads, n, "grads").dev(m, n, "m").dev(v, n, "v");
   op.dev(correction.delta, n, "correction.delta");
   op.dev(correction.mean_square, n, "correction.mean_square");
+  const SecantState& st = correction.secant;
+  op.dev(st.weights, n, "secant.weights").dev(st.grad, n, "secant.grad");
+  op.dev(st.num, n, "secant.num").dev(st.den, n, "secant.den");
   op.run([&] { cpu_->adamw_update(params, grads, m, v, n, p, t, grad_scale, correction); });
 }
 
@@ -562,6 +565,9 @@ void CheckedBackend::sgd_update(float* params, const float* grads, float* moment
   op.dev(params, n, "params").dev(grads, n, "grads").dev(momentum_buf, n, "momentum_buf");
   op.dev(correction.delta, n, "correction.delta");
   op.dev(correction.mean_square, n, "correction.mean_square");
+  const SecantState& st = correction.secant;
+  op.dev(st.weights, n, "secant.weights").dev(st.grad, n, "secant.grad");
+  op.dev(st.num, n, "secant.num").dev(st.den, n, "secant.den");
   op.run([&] { cpu_->sgd_update(params, grads, momentum_buf, n, p, grad_scale, correction); });
 }
 

@@ -230,6 +230,13 @@ void with_flags(bool a, bool b, bool c, const F& f) {
   a ? with_b(std::true_type{}) : with_b(std::false_type{});
 }
 
+// Whether the update takes Nesterov's look-ahead: nesterov, or a compensation with it.
+bool takes_lookahead(const DelayCorrection& dc) {
+  return dc.kind == DelayCorrectionKind::nesterov ||
+         (dc.lookahead &&
+          (dc.kind == DelayCorrectionKind::dc || dc.kind == DelayCorrectionKind::secant));
+}
+
 void check_secant(const SecantState& st, const char* who) {
   AP_CHECK(st.weights != nullptr && st.grad != nullptr && st.num != nullptr && st.den != nullptr,
            "{} with the secant correction: needs its state (previous weights and gradient, the "
@@ -289,9 +296,7 @@ void adamw_update(Context& ctx, float* params, const float* grads, float* m, flo
       update_tiles(params, i0, i1, out, range);
     });
   };
-  const bool lookahead = dc.kind == DelayCorrectionKind::nesterov ||
-                         (dc.lookahead && (dc.kind == DelayCorrectionKind::dc ||
-                                           dc.kind == DelayCorrectionKind::secant));
+  const bool lookahead = takes_lookahead(dc);
   const NadamSteps ks = lookahead ? nadam_steps(p.lr, p.beta1, t, dc.momentum_decay) : NadamSteps{};
   if (dc.kind == DelayCorrectionKind::secant) {
     check_secant(dc.secant, "adamw_update");
@@ -356,9 +361,7 @@ void sgd_update(Context& ctx, float* params, const float* grads, float* momentum
       update_tiles(params, i0, i1, out, range);
     });
   };
-  const bool nesterov = dc.kind == DelayCorrectionKind::nesterov ||
-                        (dc.lookahead && (dc.kind == DelayCorrectionKind::dc ||
-                                          dc.kind == DelayCorrectionKind::secant));
+  const bool nesterov = takes_lookahead(dc);
   const float mu = p.momentum, wd = p.weight_decay, lr = p.lr;
   if (dc.kind == DelayCorrectionKind::secant) {
     check_secant(dc.secant, "sgd_update");

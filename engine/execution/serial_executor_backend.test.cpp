@@ -120,26 +120,29 @@ TEST_CASE("a pipeline with stages on and off the host, evaluated and run again, 
   }
 }
 
-// the dc correction's Δ = W_now − W_stale made with the backend's ops, the CPU's bits
-TEST_CASE("the dc correction on stages off the host: the CPU stages' bits") {
+// the dc and secant corrections' Δ = W_now − W_stale made with the backend's ops (and secant's
+// state in the stage's memory), the CPU's bits
+TEST_CASE("the dc and secant corrections on stages off the host: the CPU stages' bits") {
   constexpr int kSteps = 3, m = 2;
-  for (const char* kind : {"adamw", "sgd"}) {
-    OptimizerOptions opt = std::string(kind) == "adamw" ? clipped_adamw() : clipped_sgd();
-    opt.delay_correction = "dc";
-    for (Arch arch : {Arch::gpt, Arch::bert}) {
-      const Model model = build_model(tiny_model(arch, true, 11));
-      const auto mbs = tiny_batches(arch, model.options().vocab_size, m * kSteps, 5);
-      const Partition p = *Partition::even(model.num_layers(), 2);
-      for (Mode mode : {Mode::twobw, Mode::pipedream}) {
-        INFO(kind << " " << (arch == Arch::gpt ? "gpt" : "bert") << " " << to_string(mode));
-        auto cpu = executor(model, p, opt, mode, m, {});
-        CheckedDevices dev(2);
-        auto off = executor(model, p, opt, mode, m, dev.pointers);
-        const int steps = mode == Mode::pipedream ? m * kSteps : kSteps;
-        check_runs_alike(*off, *cpu, steps, mbs);
+  for (const char* correction : {"dc", "secant+nesterov"})
+    for (const char* kind : {"adamw", "sgd"}) {
+      OptimizerOptions opt = std::string(kind) == "adamw" ? clipped_adamw() : clipped_sgd();
+      opt.delay_correction = correction;
+      for (Arch arch : {Arch::gpt, Arch::bert}) {
+        const Model model = build_model(tiny_model(arch, true, 11));
+        const auto mbs = tiny_batches(arch, model.options().vocab_size, m * kSteps, 5);
+        const Partition p = *Partition::even(model.num_layers(), 2);
+        for (Mode mode : {Mode::twobw, Mode::pipedream}) {
+          INFO(correction << " " << kind << " " << (arch == Arch::gpt ? "gpt" : "bert") << " "
+                          << to_string(mode));
+          auto cpu = executor(model, p, opt, mode, m, {});
+          CheckedDevices dev(2);
+          auto off = executor(model, p, opt, mode, m, dev.pointers);
+          const int steps = mode == Mode::pipedream ? m * kSteps : kSteps;
+          check_runs_alike(*off, *cpu, steps, mbs);
+        }
       }
     }
-  }
 }
 
 // bf16 off the host is the backend's own: it rounds each product's operands (no weight copies,
