@@ -22,10 +22,6 @@ bool is_adamw(const OptimizerOptions& o) {
   return o.kind == "adamw";
 }
 
-}  // namespace
-
-namespace {
-
 DelayCorrectionChoice choice_of(const OptimizerOptions& o) {
   DelayCorrectionChoice c;
   AP_CHECK(from_string(o.delay_correction, c),
