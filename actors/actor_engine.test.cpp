@@ -277,6 +277,26 @@ TEST_CASE("delay corrections: the actors compute the serial executor's bits") {
   }
 }
 
+TEST_CASE("basis rotation: the actors compute the serial executor's bits in every mode") {
+  // the rotated update and xpipe's rotated prediction, alone and with the look-ahead, over two
+  // runs; rotation_every 2 crosses a refresh inside each run
+  for (const char* mode : {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"}) {
+    for (const char* correction : {"none", "nesterov"}) {
+      const bool sync = std::string(mode) == "gpipe" || std::string(mode) == "1f1b";
+      if (sync && std::string(correction) != "none") continue;
+      CAPTURE(mode);
+      CAPTURE(correction);
+      const int d = 3, m = std::string(mode) == "pipedream" ? 1 : d + 1;
+      Config c = tiny(Arch::gpt, mode, d, m);
+      c.optimizer.delay_correction = correction;
+      c.optimizer.basis_rotation = true;
+      c.optimizer.rotation_every = 2;
+      check_against_serial(
+          c, std::string(mode) == "pipedream" ? std::vector<int>{7, 4} : std::vector<int>{3, 2});
+    }
+  }
+}
+
 TEST_CASE("bf16: every mode's actors compute the serial executor's bits, near fp32's losses" *
           doctest::skip(!bf16_support().native)) {
   // skipped on a CPU without bf16 instructions, where pipeline.precision = "bf16" is refused

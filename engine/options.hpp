@@ -52,11 +52,17 @@ struct OptimizerOptions {
   // none | nesterov | dc | secant | dc+nesterov | secant+nesterov (engine/delay_correction.hpp;
   // docs/modes.md, "Delay corrections")
   std::string delay_correction = "none";
-  float dc_lambda = 3000.0f;  // dc: λ, the weight of the delay-compensation term
+  float dc_lambda = 3000.0f;   // dc: λ, the weight of the delay-compensation term
   float secant_decay = 0.95f;  // secant: decay of the running means of its Hessian estimate
   // nesterov with adamw: ψ of NAdam's momentum schedule μ_t = β1(1 − 0.5·0.96^(t·ψ)) (torch's
   // momentum_decay, 0.004 there); 0 keeps μ_t = β1
   float momentum_decay = 0.0f;
+  // adamw: keep each matrix's second moment in the eigenbasis of its gradients' covariances
+  // (docs/modes.md, "Basis rotation"), refreshed every rotation_every updates, for the sides of
+  // at most rotation_max_dim
+  bool basis_rotation = false;
+  int rotation_every = 10;
+  int rotation_max_dim = 1024;
 };
 
 /// pipeline.partition: how the model's layers are cut into stages — "even", explicit layer

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/delay_correction.hpp"
+#include "engine/execution/layer_optimizer.hpp"
 #include "engine/execution/optimizer_shard.hpp"
 #include "engine/execution/stage_worker.hpp"
 #include "kernels/bf16.hpp"
@@ -41,6 +42,30 @@ std::vector<std::string> state_suffixes(const OptimizerOptions& o) {
       s.push_back(name);
   }
   return s;
+}
+
+// optimizer.basis_rotation's arrays of a slot that rotates (slot_rotation), after the element-wise
+// state in the layer's buffer (rotation_state_offset): name suffix, shape and floats from the
+// start of the layer's state.
+struct RotationArray {
+  const char* suffix;
+  std::vector<int64_t> shape;
+  size_t offset;
+};
+
+std::vector<RotationArray> rotation_arrays(const OptimizerOptions& o, const Layer& layer,
+                                           size_t s) {
+  const RotationShape shape = slot_rotation(o, layer.slots()[s]);
+  if (!shape.any()) return {};
+  const size_t at = rotation_state_offset(o, layer, s);
+  const int64_t r = shape.rows, c = shape.cols;
+  const size_t lf = shape.left_floats(), rf = shape.right_floats();  // rotation_state's layout
+  std::vector<RotationArray> a;
+  if (shape.left) a.push_back({".rotation_left_cov", {r, r}, at});
+  if (shape.right) a.push_back({".rotation_right_cov", {c, c}, at + lf});
+  if (shape.left) a.push_back({".rotation_left_basis", {r, r}, at + lf + rf});
+  if (shape.right) a.push_back({".rotation_right_basis", {c, c}, at + 2 * lf + rf});
+  return a;
 }
 
 Status check_idle(std::span<StageWorker* const> workers,
@@ -231,7 +256,7 @@ Expected<CheckpointRefs> checkpoint_refs(std::span<StageWorker* const> workers,
       const Layer& l = model.layer(layer);
       const float* params = on_host(w->memory(), w->params(i), refs.held, sizes_only);
       const std::span<const float> state_span = o->state(i);
-      AP_CHECK(state_span.size() == suffixes.size() * l.param_floats(),
+      AP_CHECK(state_span.size() == optimizer_state_floats(o->options(), l),
                "layer {}: {} optimizer state floats for {} parameters", layer, state_span.size(),
                l.param_floats());
       const float* state = on_host(o->memory(), state_span, refs.held, sizes_only);
@@ -242,13 +267,16 @@ Expected<CheckpointRefs> checkpoint_refs(std::span<StageWorker* const> workers,
                             ? nullptr
                             : on_host(w->memory(), store.params(v, i), refs.held, sizes_only));
       }
-      for (const ParamSlot& slot : l.slots()) {
+      for (size_t s = 0; s < l.slots().size(); ++s) {
+        const ParamSlot& slot = l.slots()[s];
         const std::string name = model.param_name(layer, slot);
         refs.model.push_back({name, slot.shape, params + slot.offset});
         for (size_t k = 0; k < suffixes.size(); ++k) {
           refs.optimizer.push_back(
               {name + suffixes[k], slot.shape, state + k * l.param_floats() + slot.offset});
         }
+        for (const RotationArray& a : rotation_arrays(o->options(), l, s))
+          refs.optimizer.push_back({name + a.suffix, a.shape, state + a.offset});
         size_t at = 0;
         for (int v : store.versions()) {
           const float* version = older[at++];
@@ -349,6 +377,18 @@ Status load_pipeline_checkpoint(const CheckpointContents& ckpt,
     return make_error("checkpoint {}: optimizer.kind is {}, the stages use {}", ckpt.path,
                       ckpt.info.optimizer.kind, optimizer.kind);
   }
+  // AdamW's v is in the rotated basis with basis rotation, in the coordinates without it; and
+  // which sides rotate decides the saved matrices' shapes
+  const OptimizerOptions& saved = ckpt.info.optimizer;
+  if (saved.basis_rotation != optimizer.basis_rotation ||
+      (optimizer.basis_rotation && saved.rotation_max_dim != optimizer.rotation_max_dim)) {
+    return make_error(
+        "checkpoint {}: written with optimizer.basis_rotation = {} (rotation_max_dim {}), the "
+        "stages use basis_rotation = {} (rotation_max_dim {}): AdamW's second moment is kept in "
+        "another basis",
+        ckpt.path, saved.basis_rotation, saved.rotation_max_dim, optimizer.basis_rotation,
+        optimizer.rotation_max_dim);
+  }
   const auto suffixes = state_suffixes(optimizer);
   for (size_t r = 0; r < workers.size(); ++r) {
     StageWorker* w = workers[r];
@@ -360,11 +400,12 @@ Status load_pipeline_checkpoint(const CheckpointContents& ckpt,
       const Layer& l = model.layer(layer);
       HostTarget params(w->memory(), w->mutable_params(i));
       const std::span<float> state_span = o->state(i);
-      AP_CHECK(state_span.size() == suffixes.size() * l.param_floats(),
+      AP_CHECK(state_span.size() == optimizer_state_floats(optimizer, l),
                "layer {}: {} optimizer state floats for {} parameters", layer, state_span.size(),
                l.param_floats());
       HostTarget state(o->memory(), state_span);
-      for (const ParamSlot& slot : l.slots()) {
+      for (size_t s = 0; s < l.slots().size(); ++s) {
+        const ParamSlot& slot = l.slots()[s];
         const std::string name = model.param_name(layer, slot);
         if (Status ok = copy_tensor(ckpt.model, kModelFile, name, slot.shape,
                                     params.data() + slot.offset, slot.numel);
@@ -374,6 +415,13 @@ Status load_pipeline_checkpoint(const CheckpointContents& ckpt,
           if (Status ok =
                   copy_tensor(ckpt.optimizer, kOptimizerFile, name + suffixes[k], slot.shape,
                               state.data() + k * l.param_floats() + slot.offset, slot.numel);
+              !ok)
+            return ok;
+        }
+        for (const RotationArray& a : rotation_arrays(optimizer, l, s)) {
+          const size_t floats = static_cast<size_t>(a.shape[0] * a.shape[1]);
+          if (Status ok = copy_tensor(ckpt.optimizer, kOptimizerFile, name + a.suffix, a.shape,
+                                      state.data() + a.offset, floats);
               !ok)
             return ok;
         }

@@ -421,6 +421,59 @@ TEST_CASE("2bw and pipedream with the secant correction resume bitwise: its stat
   }
 }
 
+TEST_CASE("basis rotation resumes bitwise: its covariances and eigenvectors are saved") {
+  // the resumed run goes on rotating with the saved eigenvectors until its next refresh, and
+  // the saved covariances feed that refresh; without them the resumed run would differ.
+  // rotation_every 2 after N = 3 updates: the first update after the resume keeps the saved
+  // basis, the second refreshes it
+  constexpr int N = 3;
+  for (const char* mode : {"1f1b", "2bw", "pipedream", "xpipe"}) {
+    INFO(std::string(mode));
+    Config c = tiny_config(mode, 2);
+    c.optimizer.basis_rotation = true;
+    c.optimizer.rotation_every = 2;
+    TempDir dir;
+    Pipeline whole(c);
+    if (std::string(mode) == "2bw") {
+      whole.run(2 * N);
+    } else {
+      whole.run(N);
+      whole.run(N);
+    }
+    Pipeline first(c);
+    first.run(N);
+    auto path = first.save(c, dir.str(), N);
+    auto ckpt = load_checkpoint(path);
+    REQUIRE(ckpt.ok());
+    for (const char* suffix : {"rotation_left_cov", "rotation_right_cov", "rotation_left_basis",
+                               "rotation_right_basis"}) {
+      const NamedTensor* t =
+          find_tensor(ckpt->optimizer, std::string("layers.1.attn.qkv.weight.") + suffix);
+      REQUIRE(t != nullptr);
+      const int64_t C = c.model.width;  // qkv: (3C, C)
+      const int64_t side = std::string(suffix).find("left") != std::string::npos ? 3 * C : C;
+      CHECK(t->shape == std::vector<int64_t>{side, side});
+    }
+    CHECK(find_tensor(ckpt->optimizer, "layers.1.ln_1.weight.rotation_left_cov") == nullptr);
+    Pipeline resumed(c);
+    Status ok = resumed.load(c, path);
+    REQUIRE_MESSAGE(ok.ok(), ok.error().message);
+    resumed.run(N);
+    check_same_state(whole, resumed);
+    CHECK(same_bits(std::vector<double>(whole.losses.begin() + N, whole.losses.end()),
+                    resumed.losses));
+    // a run without the rotation refuses it: its v is in the rotated basis
+    Config plain = c;
+    plain.optimizer.basis_rotation = false;
+    Pipeline other(plain);
+    Status refused = other.load(plain, path);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().message.find("written with optimizer.basis_rotation = true "
+                                       "(rotation_max_dim 1024), the stages use basis_rotation = "
+                                       "false") != std::string::npos);
+  }
+}
+
 TEST_CASE("2bw with a bf16 stash resumes bitwise, and its checkpoint resumes an f32 stash too" *
           doctest::skip(!bf16_support().native)) {
   // the previous version's linear weights are saved as their bf16 values: what the products of

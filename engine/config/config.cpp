@@ -736,6 +736,12 @@ Status validate(const Config& c) {
   if (!(o.secant_decay >= 0.0f && o.secant_decay < 1.0f)) {
     bad(fmt::format("optimizer.secant_decay = {}: must be in [0, 1)", o.secant_decay));
   }
+  if (o.rotation_every < 1) {
+    bad(fmt::format("optimizer.rotation_every = {}: must be >= 1", o.rotation_every));
+  }
+  if (o.rotation_max_dim < 1) {
+    bad(fmt::format("optimizer.rotation_max_dim = {}: must be >= 1", o.rotation_max_dim));
+  }
   DelayCorrectionChoice correction;
   if (!from_string(o.delay_correction, correction)) {
     bad(fmt::format("optimizer.delay_correction = \"{}\": unknown correction (allowed: {})",
@@ -761,6 +767,27 @@ Status validate(const Config& c) {
             "on the weights its update changes (only the forward used a prediction), so there is "
             "no weight change to compensate (use nesterov, or {} with 2bw or pipedream)",
             o.delay_correction, o.delay_correction));
+      }
+    }
+    if (o.basis_rotation) {
+      if (o.kind != "adamw") {
+        bad(fmt::format(
+            "optimizer.basis_rotation = true: rotates AdamW's second moment; optimizer.kind = "
+            "\"{}\" keeps none (SGD's step does not depend on the basis)",
+            o.kind));
+      }
+      if (correction.needs_weight_change()) {
+        bad(
+            fmt::format("optimizer.basis_rotation = true: not with optimizer.delay_correction = "
+                        "\"{}\" (its compensation acts element by element in the coordinates); "
+                        "use none or nesterov",
+                        o.delay_correction));
+      }
+      if (p.device != "cpu") {
+        bad(
+            fmt::format("optimizer.basis_rotation = true: computed by the CPU kernels only (here "
+                        "pipeline.device = \"{}\")",
+                        p.device));
       }
     }
     const bool cpu_only = correction.compensation == DelayCorrectionChoice::Compensation::secant ||

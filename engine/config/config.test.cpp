@@ -227,7 +227,10 @@ TEST_CASE("to_toml round-trips a config in which every key differs from its defa
   async.optimizer.kind = "adamw";  // NAdam's momentum schedule: AdamW only
   async.optimizer.momentum_decay = 0.004f;
   async.pipeline.stash_precision = "bf16";
-  async.optimizer.secant_decay = 0.5f;  // read only with a secant correction, valid without one
+  async.optimizer.secant_decay = 0.5f;    // read only with a secant correction, valid without one
+  async.optimizer.basis_rotation = true;  // AdamW, with nesterov
+  async.optimizer.rotation_every = 3;
+  async.optimizer.rotation_max_dim = 256;
   // the keys of stages off the host (which take fp32, one replica): a third config
   Config device;
   device.pipeline.stages = 2;
@@ -539,6 +542,24 @@ TEST_CASE("out-of-range values and impossible combinations are refused") {
         "pipeline.device_ids = [-1]: GPU indices must be >= 0");
   check({"pipeline.device_ids=[0]"},
         "pipeline.device_ids = [0]: only with pipeline.device = \"cuda\" (here \"cpu\")");
+  check({"optimizer.basis_rotation=true", "optimizer.kind=sgd"},
+        "optimizer.basis_rotation = true: rotates AdamW's second moment; optimizer.kind = "
+        "\"sgd\" keeps none");
+  check({"optimizer.basis_rotation=true", "pipeline.mode=2bw", "optimizer.delay_correction=dc"},
+        "optimizer.basis_rotation = true: not with optimizer.delay_correction = \"dc\" (its "
+        "compensation acts element by element in the coordinates); use none or nesterov");
+  check({"optimizer.basis_rotation=true", "pipeline.mode=pipedream",
+         "optimizer.delay_correction=secant+nesterov"},
+        "optimizer.basis_rotation = true: not with optimizer.delay_correction = "
+        "\"secant+nesterov\"");
+  check({"optimizer.basis_rotation=true", "pipeline.device=cuda"},
+        "optimizer.basis_rotation = true: computed by the CPU kernels only (here pipeline.device "
+        "= \"cuda\")");
+  check({"optimizer.basis_rotation=true", "pipeline.device=checked"},
+        "optimizer.basis_rotation = true: computed by the CPU kernels only (here pipeline.device "
+        "= \"checked\")");
+  check({"optimizer.rotation_every=0"}, "optimizer.rotation_every = 0: must be >= 1");
+  check({"optimizer.rotation_max_dim=-3"}, "optimizer.rotation_max_dim = -3: must be >= 1");
   check({"train.steps=0"}, "train.steps = 0: must be >= 1");
   check({"checkpoint.every=5"}, "checkpoint.every = 5: periodic checkpoints need checkpoint.dir");
   // The same combinations are fine when they are consistent.
@@ -550,6 +571,10 @@ TEST_CASE("out-of-range values and impossible combinations are refused") {
             .ok());
   CHECK(config_from_string(
             "", {"pipeline.mode=2bw", "pipeline.device=cuda", "optimizer.delay_correction=dc"})
+            .ok());
+  CHECK(config_from_string("", {"pipeline.mode=gpipe", "optimizer.basis_rotation=true"}).ok());
+  CHECK(config_from_string("", {"pipeline.mode=xpipe", "optimizer.basis_rotation=true",
+                                "optimizer.delay_correction=nesterov"})
             .ok());
   CHECK(
       config_from_string("", {"pipeline.mode=2bw", "pipeline.stages=4", "pipeline.microbatches=4"})

@@ -314,6 +314,23 @@ std::vector<OptionSpec> build_table() {
                   "and adamw: psi of NAdam's momentum schedule "
                   "mu_t = beta1 (1 - 0.5 * 0.96^(t psi)) (torch.optim.NAdam's momentum_decay, "
                   "0.004 there); 0 keeps mu_t = beta1."));
+  t.push_back(row("optimizer", "basis_rotation", &C::optimizer, &OptimizerOptions::basis_rotation,
+                  "true | false",
+                  "adamw: keep each matrix parameter's second moment in the eigenbasis of its "
+                  "gradients' covariances (G G^T and G^T G) instead of the coordinates, which "
+                  "keeps a late gradient's update useful in 2bw, pipedream and xpipe; applies in "
+                  "every mode, with delay_correction none or nesterov, on pipeline.device = "
+                  "\"cpu\". docs/modes.md, \"Basis rotation\"."));
+  t.push_back(row("optimizer", "rotation_every", &C::optimizer, &OptimizerOptions::rotation_every,
+                  ">= 1",
+                  "basis_rotation: recompute the eigenvectors every this many updates (at updates "
+                  "1, 1 + n, 1 + 2n, ...)."));
+  t.push_back(row("optimizer", "rotation_max_dim", &C::optimizer,
+                  &OptimizerOptions::rotation_max_dim, ">= 1",
+                  "basis_rotation: a side of a matrix (its rows or its columns) rotates when its "
+                  "dimension is at most this; the other side stays in the coordinates. Its two "
+                  "matrices cost dim^2 floats each and an eigendecomposition of O(dim^3) per "
+                  "refresh."));
   // [train]
   t.push_back(row("train", "steps", &C::train, &TrainOptions::steps, ">= 1",
                   "Optimizer steps to run (in total, counting those before a resume)."));

@@ -25,7 +25,7 @@ BackendTrainer::BackendTrainer(Model model, const OptimizerOptions& opt, int B, 
     const size_t n = layer.param_floats();
     b.params = BackendBuffer(backend_, n);
     b.grads = BackendBuffer(backend_, n);
-    b.state = BackendBuffer(backend_, optimizer_state_floats(opt_, n));
+    b.state = BackendBuffer(backend_, optimizer_state_floats(opt_, layer));
     b.saved = BackendBuffer(backend_, layer.saved_floats(B, T));
     init.assign(n, 0.0f);
     model_.init_layer(i, init.data());

@@ -10,6 +10,7 @@
 #include <numbers>
 
 #include "engine/delay_correction.hpp"
+#include "kernels/bf16.hpp"
 #include "kernels/check.hpp"
 #include "kernels/compute_backend.hpp"
 
@@ -54,6 +55,25 @@ size_t optimizer_state_floats(const OptimizerOptions& o, size_t n) {
 
 bool needs_weight_change(const OptimizerOptions& o) {
   return choice_of(o).needs_weight_change();
+}
+
+RotationShape slot_rotation(const OptimizerOptions& o, const ParamSlot& slot) {
+  if (!o.basis_rotation || !is_adamw(o) || slot.shape.size() != 2) return {};
+  return rotation_shape(slot.shape[0], slot.shape[1], o.rotation_max_dim);
+}
+
+size_t rotation_state_offset(const OptimizerOptions& o, const Layer& layer, size_t s) {
+  const auto& slots = layer.slots();
+  AP_CHECK(s < slots.size(), "rotation_state_offset: slot {} of {}", s, slots.size());
+  size_t at = optimizer_state_floats(o, layer.param_floats());
+  for (size_t k = 0; k < s; ++k) at += slot_rotation(o, slots[k]).state_floats();
+  return at;
+}
+
+size_t optimizer_state_floats(const OptimizerOptions& o, const Layer& layer) {
+  size_t floats = optimizer_state_floats(o, layer.param_floats());
+  for (const ParamSlot& slot : layer.slots()) floats += slot_rotation(o, slot).state_floats();
+  return floats;
 }
 
 DelayCorrection delay_correction(const OptimizerOptions& o, size_t n, float* state,
@@ -130,9 +150,32 @@ void update_runs(Context& ctx, const OptimizerOptions& o, const Layer& layer, fl
   const auto& slots = layer.slots();
   AP_CHECK(clear == nullptr || clear == grads,
            "optimizer_update_slots: the gradient to clear is not the one it reads");
+  size_t rotation_at = optimizer_state_floats(o, n);  // the next rotated slot's state
   size_t s = 0;
   while (s < slots.size()) {
     const SlotRule rule = rule_of(s);
+    if (const RotationShape shape = slot_rotation(o, slots[s]); shape.any()) {
+      const ParamSlot& slot = slots[s++];
+      float* rotation = state + rotation_at;
+      rotation_at += shape.state_floats();
+      if (rule.update) {
+        AP_CHECK(ctx.host_backend(),
+                 "optimizer.basis_rotation: computed on the host only, not on {}",
+                 ctx.backend().name());
+        const size_t b = slot.offset;
+        const float wd = slot.decay ? o.weight_decay : 0.0f;
+        const RotationStep rs{(step - 1) % o.rotation_every == 0, choice_of(o).lookahead,
+                              o.momentum_decay};
+        rotated_adamw_update(ctx, params + b, grads + b, state + b, state + n + b, shape,
+                             rotation_state(shape, rotation),
+                             AdamWParams{lr, o.beta1, o.beta2, o.eps, wd}, step, rule.scale, rs);
+        if (rule.rounded != nullptr)
+          convert_to_bf16(ctx, params + b, rule.rounded, static_cast<int64_t>(slot.numel));
+      }
+      if (clear != nullptr)
+        ctx.backend().fill_zero(clear + slot.offset, static_cast<long>(slot.numel));
+      continue;
+    }
     const bool decay = slots[s].decay;
     const size_t begin = slots[s].offset;
     size_t end = slots[s].offset + slots[s].numel;
@@ -140,7 +183,7 @@ void update_runs(Context& ctx, const OptimizerOptions& o, const Layer& layer, fl
     for (++s; s < slots.size() && rule.rounded == nullptr; ++s) {
       const SlotRule next = rule_of(s);
       if (slots[s].decay != decay || next.update != rule.update || next.scale != rule.scale ||
-          next.rounded != nullptr)
+          next.rounded != nullptr || slot_rotation(o, slots[s]).any())
         break;
       end = slots[s].offset + slots[s].numel;
     }

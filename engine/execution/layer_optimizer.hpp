@@ -7,6 +7,7 @@
 
 #include "engine/model/layer.hpp"
 #include "engine/options.hpp"
+#include "kernels/basis_rotation.hpp"
 #include "kernels/context.hpp"
 #include "kernels/optimizer.hpp"
 
@@ -15,8 +16,23 @@ namespace actorpipe {
 /// Floats of optimizer state for a buffer of n parameters: adamw 2n (m then v), sgd n
 /// (momentum), sgd with a dc delay correction 2n (momentum, then dc's mean square); a secant
 /// delay correction adds 4n after those (the previous gradient's weights, the previous gradient,
-/// the running means of dg·dx and dx²: SecantState). The state starts zeroed.
+/// the running means of dg·dx and dx²: SecantState). The state starts zeroed. This is the
+/// element-wise part of a layer's state; optimizer.basis_rotation adds its matrices after it.
 size_t optimizer_state_floats(const OptimizerOptions& o, size_t n);
+
+/// Floats of a layer's optimizer state: optimizer_state_floats(o, param_floats()), then, with
+/// optimizer.basis_rotation, each rotated slot's RotationState in slot order
+/// (slot_rotation(o, slot).state_floats()).
+size_t optimizer_state_floats(const OptimizerOptions& o, const Layer& layer);
+
+/// How optimizer.basis_rotation rotates a slot: a matrix (two dimensions) of an AdamW layer, each
+/// side whose dimension is at most optimizer.rotation_max_dim; nothing (any() false) for every
+/// other slot, and without basis_rotation.
+RotationShape slot_rotation(const OptimizerOptions& o, const ParamSlot& slot);
+
+/// Where slot s's RotationState starts in a layer's optimizer state (floats from its start;
+/// meaningful for a slot that rotates).
+size_t rotation_state_offset(const OptimizerOptions& o, const Layer& layer, size_t s);
 
 /// The kernels' DelayCorrection for o.delay_correction (engine/delay_correction.hpp) at update
 /// `step` of a buffer of n parameters with optimizer state `state`, Δ = `delta` (W_now − W_stale, n
@@ -45,7 +61,10 @@ float scheduled_lr(const OptimizerOptions& o, long step);
 /// for AdamW, added to the gradient for SGD. o.delay_correction applies (dc with `delta`, the
 /// layer's Δ = W_now − W_stale, nullptr when nothing is stale). Element-wise, so equal inputs
 /// give equal bits. The Context's backend computes it (every buffer in that backend's memory; on
-/// the host the CPU kernels).
+/// the host the CPU kernels). With optimizer.basis_rotation a slot that rotates (slot_rotation)
+/// takes rotated_adamw_update instead, on the host (its products are gemm's, so the bits do not
+/// depend on the thread count either), refreshing its eigenvectors at the updates
+/// 1, 1 + rotation_every, 1 + 2·rotation_every, ...
 void optimizer_update(Context& ctx, const OptimizerOptions& o, const Layer& layer, float* params,
                       const float* grads, float* state, long step, float grad_scale,
                       const float* delta = nullptr);

@@ -25,7 +25,7 @@ OptimizerShard::OptimizerShard(const Model& model, const Partition& partition, i
   for (int i = 0; i < partition.size(stage); ++i) {
     layers_.push_back(model.layer_ptr(first_ + i));
     offsets_.push_back(total);
-    total += optimizer_state_floats(optimizer, layers_.back()->param_floats());
+    total += optimizer_state_floats(optimizer, *layers_.back());
   }
   state_ = BackendBuffer(memory, total);
 }
@@ -33,7 +33,7 @@ OptimizerShard::OptimizerShard(const Model& model, const Partition& partition, i
 std::span<float> OptimizerShard::state(int i) {
   AP_CHECK(i >= 0 && i < num_layers(), "layer {} of {}", i, num_layers());
   const size_t k = static_cast<size_t>(i);
-  return {state_.data() + offsets_[k], optimizer_state_floats(opt_, layers_[k]->param_floats())};
+  return {state_.data() + offsets_[k], optimizer_state_floats(opt_, *layers_[k])};
 }
 
 std::span<const float> OptimizerShard::state(int i) const {

@@ -24,7 +24,7 @@ ReferenceTrainer::ReferenceTrainer(Model model, const OptimizerOptions& opt, int
     const Layer& layer = model_.layer(i);
     LayerBuffers& b = buffers_[static_cast<size_t>(i)];
     const size_t n = layer.param_floats();
-    const size_t ns = optimizer_state_floats(opt_, n);
+    const size_t ns = optimizer_state_floats(opt_, layer);
     b.storage.assign(2 * n + ns, 0.0f);
     b.params = {b.storage.data(), n};
     b.grads = {b.storage.data() + n, n};

@@ -30,8 +30,20 @@ void predict_weights(Context& ctx, const OptimizerOptions& o, const Layer& layer
   p.bc2_sqrt =
       std::sqrt(1.0f - static_cast<float>(std::pow(static_cast<double>(o.beta2), updates)));
   p.eps = o.eps;
-  for (const ParamSlot& slot : layer.slots()) {
+  const auto& slots = layer.slots();
+  for (size_t s = 0; s < slots.size(); ++s) {
+    const ParamSlot& slot = slots[s];
     p.wd = slot.decay ? o.weight_decay : 0.0f;
+    if (const RotationShape shape = slot_rotation(o, slot); shape.any()) {
+      // basis rotation: AdamW's direction in the rotated basis, brought back (on the host)
+      AP_CHECK(ctx.host_backend(),
+               "optimizer.basis_rotation: predicted on the host only, not on {}", backend.name());
+      const RotationState st =
+          rotation_state(shape, const_cast<float*>(state) + rotation_state_offset(o, layer, s));
+      rotated_xpipe_predict(ctx, out + slot.offset, params + slot.offset, state + slot.offset,
+                            state + n + slot.offset, shape, st, p);
+      continue;
+    }
     const float* m = state + slot.offset;                        // adamw m | sgd momentum
     const float* v = adamw ? state + n + slot.offset : nullptr;  // adamw only
     backend.xpipe_predict(out + slot.offset, params + slot.offset, m, v, slot.numel, p);

@@ -16,6 +16,8 @@ namespace actorpipe {
 ///          denom = sqrt(v) / sqrt(bc2) + eps,
 ///          out = w − k·((m / bc1) / denom + wd·w)    (wd: the slot's decoupled weight decay)
 ///   sgd:   out = w − k·buf                           (buf: the momentum buffer)
+///   adamw with basis rotation, a slot that rotates: out = w − k·(d + wd·w), d =
+///          rotated_adamw_direction (the same step in the rotated basis, brought back)
 /// With updates == 0 (the moments are still zero) or lookahead == 0 there is nothing to
 /// extrapolate from: out = params.
 void predict_weights(Context& ctx, const OptimizerOptions& o, const Layer& layer,

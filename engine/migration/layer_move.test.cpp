@@ -134,6 +134,28 @@ TEST_CASE(
   check_patterned(s, Mode::twobw);
 }
 
+TEST_CASE("a move carries the basis rotation's covariances and eigenvectors with its layer") {
+  const Model model = build_model(tiny_model(Arch::gpt, false, 5));
+  OptimizerOptions opt;
+  opt.basis_rotation = true;
+  Stages s = patterned(model, counts({1, 2, 1}), Mode::twobw, opt);
+  const Layer& l1 = model.layer(1);
+  size_t rotation = 0;  // per matrix slot of layer 1: its two covariances and two bases
+  for (const ParamSlot& slot : l1.slots()) {
+    if (slot.shape.size() != 2) continue;
+    const size_t r = static_cast<size_t>(slot.shape[0]), c = static_cast<size_t>(slot.shape[1]);
+    rotation += 2 * (r * r + c * c);
+  }
+  REQUIRE(rotation > 0);
+  CHECK(s.shards[0]->state(0).size() == optimizer_state_floats(opt, model.layer(0)));
+  auto report = move_layers(counts({1, 2, 1}), counts({2, 1, 1}), s.workers, s.shards);
+  REQUIRE_MESSAGE(report.ok(), (report.ok() ? "" : report.error().message));
+  // layer 1: its parameters, m, v, the rotation's matrices and the previous version
+  const int64_t p1 = static_cast<int64_t>(l1.param_floats()) * 4;
+  CHECK(report->bytes_moved == p1 * 4 + static_cast<int64_t>(rotation) * 4);
+  check_patterned(s, Mode::twobw);
+}
+
 TEST_CASE("a move that cannot be made changes nothing and says why") {
   const Model model = build_model(tiny_model(Arch::gpt, false, 5));
   Stages s = patterned(model, counts({2, 2}), Mode::onef1b);

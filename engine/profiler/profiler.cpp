@@ -168,7 +168,7 @@ class LayerBench {
       model_.init_layer(i, params_[k].data());
       grads_[k].assign(layer.param_floats(), 0.0f);
       spare_[k].resize(layer.param_floats());
-      state_[k].assign(optimizer_state_floats(opt_, layer.param_floats()), 0.0f);
+      state_[k].assign(optimizer_state_floats(opt_, layer), 0.0f);
       saved_[k].resize(layer.saved_floats(B, T));
     }
     // a small, non-zero gradient arriving at the last hidden state (unused: the head makes its
@@ -312,7 +312,7 @@ Expected<std::vector<LayerCosts>> layer_bytes(const Model& m, const OptimizerOpt
         params - (bf16_stash ? static_cast<std::int64_t>(model->bf16_stash_floats(i)) * kFloat : 0);
     c.weight_copy_bytes = precision == Precision::bf16 ? params / 2 : 0;  // 2 bytes a value
     c.optimizer_bytes =
-        static_cast<std::int64_t>(optimizer_state_floats(optimizer, layer.param_floats())) * kFloat;
+        static_cast<std::int64_t>(optimizer_state_floats(optimizer, layer)) * kFloat;
     // a bf16 stage's Context keeps bf16 activations (StageWorkerOptions::bf16_activations)
     c.activation_bytes =
         static_cast<std::int64_t>(layer.saved_floats_for(B, T, precision == Precision::bf16)) *

@@ -1,0 +1,198 @@
+// AdamW in the eigenbasis of the gradients' covariances: GEMMs through gemm (bitwise the same
+// for any thread count), the eigenvectors through LAPACK's dsyevd (OpenBLAS's, on one thread),
+// the element-wise steps in float as adamw_update's.
+#include "kernels/basis_rotation.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/check.hpp"
+#include "kernels/gemm.hpp"
+
+extern "C" {
+// LAPACK (OpenBLAS ships it): eigenvalues and eigenvectors of a symmetric matrix, column-major.
+void dsyevd_(const char* jobz, const char* uplo, const int* n, double* a, const int* lda, double* w,
+             double* work, const int* lwork, int* iwork, const int* liwork, int* info);
+}
+
+namespace actorpipe {
+
+size_t RotationShape::left_floats() const {
+  return left ? static_cast<size_t>(rows) * static_cast<size_t>(rows) : 0;
+}
+
+size_t RotationShape::right_floats() const {
+  return right ? static_cast<size_t>(cols) * static_cast<size_t>(cols) : 0;
+}
+
+size_t RotationShape::state_floats() const {
+  return 2 * (left_floats() + right_floats());
+}
+
+RotationShape rotation_shape(long rows, long cols, long max_dim) {
+  AP_CHECK(rows > 0 && cols > 0, "rotation_shape: a {} x {} matrix", rows, cols);
+  RotationShape s;
+  s.rows = static_cast<int>(rows);
+  s.cols = static_cast<int>(cols);
+  s.left = rows <= max_dim;
+  s.right = cols <= max_dim;
+  return s;
+}
+
+RotationState rotation_state(const RotationShape& shape, float* state) {
+  const size_t lf = shape.left_floats(), rf = shape.right_floats();
+  RotationState s;
+  if (shape.left) {
+    s.left_cov = state;
+    s.left_basis = state + lf + rf;
+  }
+  if (shape.right) {
+    s.right_cov = state + lf;
+    s.right_basis = state + 2 * lf + rf;
+  }
+  return s;
+}
+
+void symmetric_eigenvectors(const float* a, int n, float* q) {
+  AP_CHECK(n > 0, "symmetric_eigenvectors: n = {}", n);
+  const size_t nn = static_cast<size_t>(n) * static_cast<size_t>(n);
+  std::vector<double> z(a, a + nn), w(static_cast<size_t>(n));
+  // row-major lower triangle = column-major upper triangle
+  const char jobz = 'V', uplo = 'U';
+  int info = 0, lwork = -1, liwork = -1, iwork_size = 0;
+  double work_size = 0.0;
+  dsyevd_(&jobz, &uplo, &n, z.data(), &n, w.data(), &work_size, &lwork, &iwork_size, &liwork,
+          &info);
+  AP_CHECK(info == 0, "dsyevd workspace query of a {} x {} matrix: info = {}", n, n, info);
+  lwork = static_cast<int>(work_size);
+  liwork = iwork_size;
+  std::vector<double> work(static_cast<size_t>(lwork));
+  std::vector<int> iwork(static_cast<size_t>(liwork));
+  dsyevd_(&jobz, &uplo, &n, z.data(), &n, w.data(), work.data(), &lwork, iwork.data(), &liwork,
+          &info);
+  AP_CHECK(info == 0, "dsyevd of a {} x {} matrix did not converge: info = {}", n, n, info);
+  // column k of z (column-major) is eigenvector k: q's column k (row-major)
+  for (int i = 0; i < n; ++i)
+    for (int k = 0; k < n; ++k)
+      q[static_cast<size_t>(i) * n + k] = static_cast<float>(z[i + static_cast<size_t>(k) * n]);
+}
+
+namespace {
+
+// out = Q_Lᵀ·x·Q_R (rows × cols); tmp is rows × cols scratch; a side without a basis is I
+void to_rotated(Context& ctx, const RotationShape& s, const RotationState& st, const float* x,
+                float* tmp, float* out) {
+  const int r = s.rows, c = s.cols;
+  const float* left = x;
+  if (s.left) {
+    gemm(ctx, true, false, r, c, r, 1.0f, st.left_basis, r, x, c, 0.0f, s.right ? tmp : out, c);
+    left = s.right ? tmp : out;
+  }
+  if (s.right) gemm(ctx, false, false, r, c, c, 1.0f, left, c, st.right_basis, c, 0.0f, out, c);
+}
+
+// out = Q_L·x·Q_Rᵀ
+void from_rotated(Context& ctx, const RotationShape& s, const RotationState& st, const float* x,
+                  float* tmp, float* out) {
+  const int r = s.rows, c = s.cols;
+  const float* left = x;
+  if (s.left) {
+    gemm(ctx, false, false, r, c, r, 1.0f, st.left_basis, r, x, c, 0.0f, s.right ? tmp : out, c);
+    left = s.right ? tmp : out;
+  }
+  if (s.right) gemm(ctx, false, true, r, c, c, 1.0f, left, c, st.right_basis, c, 0.0f, out, c);
+}
+
+}  // namespace
+
+void rotated_adamw_update(Context& ctx, float* params, const float* grads, float* m, float* v,
+                          const RotationShape& shape, const RotationState& st, const AdamWParams& p,
+                          long t, float grad_scale, const RotationStep& step) {
+  AP_CHECK(t >= 1, "rotated_adamw_update: step t = {}, must be >= 1", t);
+  AP_CHECK(shape.any(), "rotated_adamw_update: a {} x {} matrix with neither side rotating",
+           shape.rows, shape.cols);
+  AP_CHECK((shape.left == (st.left_cov != nullptr && st.left_basis != nullptr)) &&
+               (shape.right == (st.right_cov != nullptr && st.right_basis != nullptr)),
+           "rotated_adamw_update: the state does not match the sides that rotate");
+  const int r = shape.rows, c = shape.cols;
+  const int64_t n = static_cast<int64_t>(r) * c;
+  const size_t un = static_cast<size_t>(n);
+  // G (scaled), then G' in place of it; M'; the rotation's scratch; the update
+  std::vector<float> g(un), gr(un), mr(un), tmp(un);
+  const float* gs = grads;
+  if (grad_scale != 1.0f) {
+    ctx.parallel_for(n, [&](int, int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) g[static_cast<size_t>(i)] = grads[i] * grad_scale;
+    });
+    gs = g.data();
+  }
+  const float b1 = p.beta1, b2 = p.beta2;
+  if (shape.left) {
+    gemm(ctx, false, true, r, r, c, 1.0f - b2, gs, c, gs, c, b2, st.left_cov, r);
+    if (step.refresh) symmetric_eigenvectors(st.left_cov, r, st.left_basis);
+  }
+  if (shape.right) {
+    gemm(ctx, true, false, c, c, r, 1.0f - b2, gs, c, gs, c, b2, st.right_cov, c);
+    if (step.refresh) symmetric_eigenvectors(st.right_cov, c, st.right_basis);
+  }
+  // m in the coordinates, as AdamW's: lerp(m, g, 1 − β1)
+  ctx.parallel_for(n, [&](int, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) m[i] = std::fma(1.0f - b1, gs[i] - m[i], m[i]);
+  });
+  to_rotated(ctx, shape, st, gs, tmp.data(), gr.data());
+  to_rotated(ctx, shape, st, m, tmp.data(), mr.data());
+
+  const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b1), t));
+  const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b2), t));
+  const float bc2_sqrt = std::sqrt(bc2), eps = p.eps;
+  const NadamSteps k =
+      step.lookahead ? nadam_steps(p.lr, b1, t, step.momentum_decay) : NadamSteps{p.lr / bc1, 0.0f};
+  // v in the rotated basis and U' (into mr)
+  ctx.parallel_for(n, [&](int, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const size_t u = static_cast<size_t>(i);
+      const float gi = gr[u];
+      const float vi = b2 * v[i] + (1.0f - b2) * (gi * gi);
+      const float denom = std::sqrt(vi) / bc2_sqrt + eps;
+      mr[u] = (k.on_m * mr[u] + k.on_g * gi) / denom;
+      v[i] = vi;
+    }
+  });
+  from_rotated(ctx, shape, st, mr.data(), tmp.data(), gr.data());
+  const float decay = 1.0f - p.lr * p.weight_decay;
+  ctx.parallel_for(n, [&](int, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) params[i] = params[i] * decay - gr[static_cast<size_t>(i)];
+  });
+}
+
+void rotated_adamw_direction(Context& ctx, const float* m, const float* v,
+                             const RotationShape& shape, const RotationState& st, float bc1,
+                             float bc2_sqrt, float eps, float* out) {
+  AP_CHECK(shape.any(), "rotated_adamw_direction: a {} x {} matrix with neither side rotated",
+           shape.rows, shape.cols);
+  const int64_t n = static_cast<int64_t>(shape.rows) * shape.cols;
+  std::vector<float> mr(static_cast<size_t>(n)), tmp(static_cast<size_t>(n));
+  to_rotated(ctx, shape, st, m, tmp.data(), mr.data());
+  ctx.parallel_for(n, [&](int, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const size_t u = static_cast<size_t>(i);
+      mr[u] = (mr[u] / bc1) / (std::sqrt(v[i]) / bc2_sqrt + eps);
+    }
+  });
+  from_rotated(ctx, shape, st, mr.data(), tmp.data(), out);
+}
+
+void rotated_xpipe_predict(Context& ctx, float* out, const float* w, const float* m, const float* v,
+                           const RotationShape& shape, const RotationState& state,
+                           const WeightPrediction& p) {
+  const int64_t n = static_cast<int64_t>(shape.rows) * shape.cols;
+  std::vector<float> d(static_cast<size_t>(n));
+  rotated_adamw_direction(ctx, m, v, shape, state, p.bc1, p.bc2_sqrt, p.eps, d.data());
+  const float k = p.k, wd = p.wd;
+  ctx.parallel_for(n, [&](int, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) out[i] = w[i] - k * (d[static_cast<size_t>(i)] + wd * w[i]);
+  });
+}
+
+}  // namespace actorpipe

@@ -1,0 +1,96 @@
+// AdamW in a rotated basis (basis rotation; docs/modes.md, "Basis rotation"): the second moment of
+// a matrix parameter is kept in the eigenbasis of its gradients' covariances instead of the
+// coordinate basis, where AdamW's element-wise step oscillates and a late gradient does the
+// most harm (Jung, Shin and Lee, "Mitigating Staleness in Asynchronous Pipeline Parallelism
+// via Basis Rotation", ICML 2026; the same rotation as SOAP's). The products are the Context's
+// GEMMs and the eigenvectors LAPACK's dsyevd on the calling thread, so the bits do not depend
+// on the thread count.
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/context.hpp"
+#include "kernels/optimizer.hpp"
+
+namespace actorpipe {
+
+/// A matrix parameter's (rows × cols, row-major) rotation: which sides rotate (a side rotates
+/// when its dimension is at most the limit, `optimizer.rotation_max_dim`).
+struct RotationShape {
+  int rows = 0;
+  int cols = 0;
+  bool left = false;   ///< rotate the rows' side: L = EMA(G·Gᵀ), rows × rows
+  bool right = false;  ///< rotate the columns' side: R = EMA(Gᵀ·G), cols × cols
+
+  bool any() const { return left || right; }
+  /// Floats of one rows' side matrix (rows², or 0 when the left side does not rotate).
+  size_t left_floats() const;
+  /// Floats of one columns' side matrix (cols², or 0).
+  size_t right_floats() const;
+  /// Floats of the rotation's state: L and its eigenvectors Q_L (rows² each, when left), R and
+  /// Q_R (cols² each, when right).
+  size_t state_floats() const;
+};
+
+/// rows × cols with each side rotated when it is at most max_dim (and above 0).
+RotationShape rotation_shape(long rows, long cols, long max_dim);
+
+/// The rotation's state, in this order in memory (state_floats() floats; nullptr for a side
+/// that does not rotate): the two covariances, then their eigenvectors (orthonormal columns,
+/// row-major, in LAPACK's ascending order of eigenvalues): L at 0, R at left_floats(), Q_L at
+/// left_floats() + right_floats(), Q_R at 2·left_floats() + right_floats().
+struct RotationState {
+  float* left_cov = nullptr;
+  float* right_cov = nullptr;
+  float* left_basis = nullptr;
+  float* right_basis = nullptr;
+};
+
+/// The state's arrays in `state` (state_floats() floats, starting zeroed) for `shape`.
+RotationState rotation_state(const RotationShape& shape, float* state);
+
+/// What an update of the rotated rule takes besides AdamW's parameters.
+struct RotationStep {
+  /// Recompute the eigenvectors (from the covariances after this update's gradient) before
+  /// rotating: every `optimizer.rotation_every` updates, counting from the first.
+  bool refresh = false;
+  /// Nesterov's look-ahead (NAdam, as adamw_update's nesterov) in the rotated basis.
+  bool lookahead = false;
+  float momentum_decay = 0.0f;  ///< the look-ahead's ψ (nadam_steps)
+};
+
+/// One update of a matrix parameter (shape.any()) at step t (1-based), G = grad_scale·grads:
+///   L = β2·L + (1−β2)·G·Gᵀ,  R = β2·R + (1−β2)·Gᵀ·G        (the sides that rotate)
+///   refresh: Q_L, Q_R = the eigenvectors of L, R             (dsyevd in double, rounded)
+///   m = β1·m + (1−β1)·G                                      (as AdamW's, in the coordinates)
+///   G' = Q_Lᵀ·G·Q_R,  M' = Q_Lᵀ·m·Q_R                        (a side that does not rotate: I)
+///   v = β2·v + (1−β2)·G'²                                    (in the rotated basis)
+///   U' = (lr/(1−β1ᵗ))·M' / (√v/√(1−β2ᵗ) + ε)
+///        look-ahead: (on_m·M' + on_g·G') / (√v/√(1−β2ᵗ) + ε)   (nadam_steps)
+///   W = W·(1 − lr·wd) − Q_L·U'·Q_Rᵀ
+/// m and W are in the parameter's coordinates, v in the rotated basis. Element-wise steps are
+/// float as adamw_update's; the products are gemm's.
+void rotated_adamw_update(Context& ctx, float* params, const float* grads, float* m, float* v,
+                          const RotationShape& shape, const RotationState& state,
+                          const AdamWParams& p, long t, float grad_scale, const RotationStep& step);
+
+/// AdamW's step direction in the rotated basis, brought back to the coordinates (XPipe's weight
+/// prediction with basis rotation): out = Q_L·((M'/bc1) / (√v/bc2_sqrt + ε))·Q_Rᵀ with
+/// M' = Q_Lᵀ·m·Q_R, from the state an update left (m, v, the eigenvectors).
+void rotated_adamw_direction(Context& ctx, const float* m, const float* v,
+                             const RotationShape& shape, const RotationState& state, float bc1,
+                             float bc2_sqrt, float eps, float* out);
+
+/// XPipe's weight prediction for a matrix that rotates (xpipe_predict's AdamW formula with the
+/// rotated direction): out = w − p.k·(d + p.wd·w), d = rotated_adamw_direction(m, v, p.bc1,
+/// p.bc2_sqrt, p.eps). Element-wise in float, without fused multiply-adds.
+void rotated_xpipe_predict(Context& ctx, float* out, const float* w, const float* m, const float* v,
+                           const RotationShape& shape, const RotationState& state,
+                           const WeightPrediction& p);
+
+/// The eigenvectors of the symmetric n × n matrix a (row-major; its lower triangle is read) as
+/// the columns of q (row-major), in ascending order of eigenvalues: LAPACK's dsyevd in double
+/// on the calling thread.
+void symmetric_eigenvectors(const float* a, int n, float* q);
+
+}  // namespace actorpipe

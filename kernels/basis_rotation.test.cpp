@@ -1,0 +1,294 @@
+// Basis rotation: the eigenvectors diagonalise their matrix; each update of the rotated AdamW
+// against a double reference computed from the float state before it (with the kernel's own
+// eigenvectors where it refreshed them, checked to diagonalise its covariance); one side or
+// both; the look-ahead; the same bits for any thread count.
+#include "kernels/basis_rotation.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/check.hpp"
+#include "kernels/internal/test_util.hpp"
+
+using namespace actorpipe;
+using namespace actorpipe::testing;
+
+namespace {
+
+using Mat = std::vector<double>;  // row-major
+
+// a (n × k) · b (k × m), with either transposed as stored (a: k × n, b: m × k)
+Mat mul(const Mat& a, const Mat& b, int n, int k, int m, bool ta = false, bool tb = false) {
+  Mat c(static_cast<size_t>(n) * m, 0.0);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < m; ++j) {
+      double s = 0.0;
+      for (int l = 0; l < k; ++l) {
+        const double x = ta ? a[static_cast<size_t>(l) * n + i] : a[static_cast<size_t>(i) * k + l];
+        const double y = tb ? b[static_cast<size_t>(j) * k + l] : b[static_cast<size_t>(l) * m + j];
+        s += x * y;
+      }
+      c[static_cast<size_t>(i) * m + j] = s;
+    }
+  return c;
+}
+
+Mat identity(int n) {
+  Mat q(static_cast<size_t>(n) * n, 0.0);
+  for (int i = 0; i < n; ++i) q[static_cast<size_t>(i) * n + i] = 1.0;
+  return q;
+}
+
+Mat dbl(const float* x, size_t n) {
+  return Mat(x, x + n);
+}
+
+// q's columns orthonormal and qᵀ·a·q diagonal, to tol·max|a|
+void check_eigenvectors(const std::string& what, const float* a, const float* q, int n,
+                        double tol) {
+  const size_t nn = static_cast<size_t>(n) * n;
+  const Mat ad = dbl(a, nn), qd = dbl(q, nn);
+  const Mat qtq = mul(qd, qd, n, n, n, true, false);
+  const Mat d = mul(mul(qd, ad, n, n, n, true, false), qd, n, n, n);
+  double amax = 0.0;
+  for (double x : ad) amax = std::max(amax, std::fabs(x));
+  double worst_orth = 0.0, worst_off = 0.0;
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) {
+      const size_t u = static_cast<size_t>(i) * n + j;
+      worst_orth = std::max(worst_orth, std::fabs(qtq[u] - (i == j ? 1.0 : 0.0)));
+      if (i != j) worst_off = std::max(worst_off, std::fabs(d[u]));
+    }
+  CHECK_MESSAGE(worst_orth <= 1e-6, what, ": |QᵀQ − I| up to ", worst_orth);
+  CHECK_MESSAGE(worst_off <= tol * amax, what, ": off-diagonal of QᵀAQ up to ", worst_off,
+                " against max|A| ", amax);
+  for (int i = 1; i < n; ++i) {  // ascending eigenvalues
+    CHECK(d[static_cast<size_t>(i) * n + i] >=
+          d[static_cast<size_t>(i - 1) * n + i - 1] - tol * amax);
+  }
+}
+
+struct Rotated {
+  RotationShape shape;
+  std::vector<float> w, m, v, state;
+};
+
+Rotated make(int rows, int cols, long max_dim, Rng& rng) {
+  Rotated r;
+  r.shape = rotation_shape(rows, cols, max_dim);
+  const size_t n = static_cast<size_t>(rows) * cols;
+  r.w = random_vec(n, rng);
+  r.m.assign(n, 0.0f);
+  r.v.assign(n, 0.0f);
+  r.state.assign(r.shape.state_floats(), 0.0f);
+  return r;
+}
+
+// Runs `updates` updates (refreshing every `every`) and checks each against the reference.
+void check_updates(int rows, int cols, long max_dim, bool lookahead, int updates, int every) {
+  Rng rng(static_cast<uint64_t>(rows * 131 + cols * 7 + (lookahead ? 1 : 0)));
+  Rotated x = make(rows, cols, max_dim, rng);
+  const RotationShape& s = x.shape;
+  const int r = rows, c = cols;
+  const size_t n = static_cast<size_t>(r) * c;
+  AdamWParams hp;
+  hp.lr = 1e-2f;
+  hp.weight_decay = 0.1f;
+  // ε well above the rotated moments' rounding noise: at a refresh the rotated gradient is
+  // nearly diagonal (its singular values), and AdamW's step would scale the float rounding of
+  // the zero entries up to a full step where the double reference has none
+  hp.eps = 1e-2f;
+  Context ctx(2);
+  for (long t = 1; t <= updates; ++t) {
+    CAPTURE(t);
+    const auto g = random_vec(n, rng, -2.0f, 2.0f);
+    const float gs = t == 2 ? 0.5f : 1.0f;  // one clipped update
+    const std::vector<float> w0 = x.w, m0 = x.m, v0 = x.v, st0 = x.state;
+    const RotationState before = rotation_state(s, const_cast<float*>(st0.data()));
+    const RotationState st = rotation_state(s, x.state.data());
+    const bool refresh = (t - 1) % every == 0;
+    rotated_adamw_update(ctx, x.w.data(), g.data(), x.m.data(), x.v.data(), s, st, hp, t, gs,
+                         RotationStep{refresh, lookahead, 0.0f});
+
+    const double b1 = hp.beta1, b2 = hp.beta2, lr = hp.lr;
+    Mat gd(n);
+    for (size_t i = 0; i < n; ++i) gd[i] = static_cast<double>(g[i]) * gs;
+    Mat ql = identity(r), qr = identity(c);
+    if (s.left) {
+      const size_t r2 = static_cast<size_t>(r) * r;
+      const Mat ggt = mul(gd, gd, r, c, r, false, true);
+      Mat want(r2);
+      for (size_t i = 0; i < r2; ++i) want[i] = b2 * before.left_cov[i] + (1 - b2) * ggt[i];
+      check_close("L", std::vector<float>(st.left_cov, st.left_cov + r2), want, 1e-6, 1e-5);
+      if (refresh) {
+        check_eigenvectors("Q_L", st.left_cov, st.left_basis, r, 1e-5);
+      } else {
+        CHECK(std::equal(st.left_basis, st.left_basis + r2, before.left_basis));
+      }
+      ql = dbl(st.left_basis, r2);
+    }
+    if (s.right) {
+      const size_t c2 = static_cast<size_t>(c) * c;
+      const Mat gtg = mul(gd, gd, c, r, c, true, false);
+      Mat want(c2);
+      for (size_t i = 0; i < c2; ++i) want[i] = b2 * before.right_cov[i] + (1 - b2) * gtg[i];
+      check_close("R", std::vector<float>(st.right_cov, st.right_cov + c2), want, 1e-6, 1e-5);
+      if (refresh) {
+        check_eigenvectors("Q_R", st.right_cov, st.right_basis, c, 1e-5);
+      } else {
+        CHECK(std::equal(st.right_basis, st.right_basis + c2, before.right_basis));
+      }
+      qr = dbl(st.right_basis, c2);
+    }
+    Mat md(n);
+    for (size_t i = 0; i < n; ++i) md[i] = b1 * m0[i] + (1 - b1) * gd[i];
+    check_close("m", x.m, md, 1e-6, 1e-5);
+    auto rotate = [&](const Mat& a) { return mul(mul(ql, a, r, r, c, true), qr, r, c, c); };
+    const Mat grot = rotate(gd), mrot = rotate(md);
+    Mat vd(n), ud(n);
+    const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
+    for (size_t i = 0; i < n; ++i) {
+      vd[i] = b2 * v0[i] + (1 - b2) * grot[i] * grot[i];
+      const double denom = std::sqrt(vd[i] / bc2) + hp.eps;
+      ud[i] = lookahead ? lr * (b1 * mrot[i] / (1 - std::pow(b1, t + 1)) + (1 - b1) * grot[i] / bc1)
+                        : lr * mrot[i] / bc1;
+      ud[i] /= denom;
+    }
+    check_close("v", x.v, vd, 1e-7, 1e-4);
+    const Mat back = mul(mul(ql, ud, r, r, c), qr, r, c, c, false, true);
+    Mat wd(n);
+    for (size_t i = 0; i < n; ++i) wd[i] = w0[i] * (1 - lr * hp.weight_decay) - back[i];
+    check_close("W", x.w, wd, 1e-6, 1e-5);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("symmetric_eigenvectors diagonalise a symmetric matrix, eigenvalues ascending") {
+  Rng rng(3);
+  for (int n : {1, 2, 7, 33}) {
+    CAPTURE(n);
+    const auto b = random_vec(static_cast<size_t>(n) * n, rng);
+    std::vector<float> a(static_cast<size_t>(n) * n);
+    for (int i = 0; i < n; ++i)  // a = b·bᵀ, positive semi-definite
+      for (int j = 0; j < n; ++j) {
+        double s = 0.0;
+        for (int k = 0; k < n; ++k) s += double{b[i * n + k]} * b[j * n + k];
+        a[static_cast<size_t>(i) * n + j] = static_cast<float>(s);
+      }
+    std::vector<float> q(a.size());
+    symmetric_eigenvectors(a.data(), n, q.data());
+    check_eigenvectors("Q", a.data(), q.data(), n, 1e-6);
+  }
+  std::vector<float> zero(9, 0.0f), q(9);
+  symmetric_eigenvectors(zero.data(), 3, q.data());  // a zero matrix: an orthonormal basis
+  check_eigenvectors("Q of 0", zero.data(), q.data(), 3, 1e-6);
+}
+
+TEST_CASE("rotation_shape: a side rotates up to the limit, and the state's size and layout") {
+  const RotationShape both = rotation_shape(6, 4, 8);
+  CHECK((both.left && both.right));
+  CHECK(both.state_floats() == 2 * 36 + 2 * 16);
+  const RotationShape right = rotation_shape(9, 4, 8);
+  CHECK((!right.left && right.right));
+  CHECK(right.state_floats() == 2 * 16);
+  CHECK(!rotation_shape(9, 9, 8).any());
+  CHECK(rotation_shape(9, 9, 8).state_floats() == 0);
+  std::vector<float> state(both.state_floats());
+  const RotationState s = rotation_state(both, state.data());
+  CHECK(s.left_cov == state.data());
+  CHECK(s.right_cov == state.data() + 36);
+  CHECK(s.left_basis == state.data() + 52);
+  CHECK(s.right_basis == state.data() + 88);
+  const RotationState r = rotation_state(right, state.data());
+  CHECK((r.left_cov == nullptr && r.left_basis == nullptr));
+  CHECK((r.right_cov == state.data() && r.right_basis == state.data() + 16));
+  CHECK_THROWS_AS(rotation_shape(0, 4, 8), CheckFailure);
+}
+
+TEST_CASE("rotated AdamW: both sides, five updates against a double reference") {
+  check_updates(6, 5, 8, false, 5, 2);
+}
+
+TEST_CASE("rotated AdamW: one side (the other above the limit) against a double reference") {
+  check_updates(9, 4, 8, false, 4, 3);  // columns only
+  check_updates(4, 9, 8, false, 4, 3);  // rows only
+}
+
+TEST_CASE("rotated AdamW with Nesterov's look-ahead against a double reference") {
+  check_updates(5, 7, 8, true, 4, 2);
+}
+
+TEST_CASE("rotated_adamw_direction: AdamW's step in the rotated basis against a double reference") {
+  Rng rng(5);
+  for (long max_dim : {8L, 5L}) {  // both sides; the rows only (the 7 columns above 5)
+    CAPTURE(max_dim);
+    Rotated x = make(5, 7, max_dim, rng);
+    Context ctx(2);
+    AdamWParams hp;
+    hp.eps = 1e-2f;
+    for (long t = 1; t <= 2; ++t) {
+      const auto g = random_vec(35, rng);
+      rotated_adamw_update(ctx, x.w.data(), g.data(), x.m.data(), x.v.data(), x.shape,
+                           rotation_state(x.shape, x.state.data()), hp, t, 1.0f,
+                           RotationStep{t == 1, false, 0.0f});
+    }
+    const RotationState st = rotation_state(x.shape, x.state.data());
+    const float bc1 = 0.19f, bc2_sqrt = 0.3122f;
+    std::vector<float> dir(35);
+    rotated_adamw_direction(ctx, x.m.data(), x.v.data(), x.shape, st, bc1, bc2_sqrt, hp.eps,
+                            dir.data());
+    const Mat ql = x.shape.left ? dbl(st.left_basis, 25) : identity(5);
+    const Mat qr = x.shape.right ? dbl(st.right_basis, 49) : identity(7);
+    const Mat mrot = mul(mul(ql, dbl(x.m.data(), 35), 5, 5, 7, true), qr, 5, 7, 7);
+    Mat u(35);
+    for (size_t i = 0; i < 35; ++i)
+      u[i] = (mrot[i] / bc1) / (std::sqrt(double{x.v[i]}) / bc2_sqrt + hp.eps);
+    check_close("direction", dir, mul(mul(ql, u, 5, 5, 7), qr, 5, 7, 7, false, true), 1e-6, 1e-5);
+  }
+}
+
+TEST_CASE("rotated AdamW: the same bits for any thread count") {
+  Rng rng(11);
+  const int rows = 48, cols = 40;
+  const size_t n = static_cast<size_t>(rows) * cols;
+  std::vector<std::vector<float>> grads;
+  for (int t = 0; t < 4; ++t) grads.push_back(random_vec(n, rng));
+  Rng init(12);
+  const Rotated start = make(rows, cols, 64, init);
+  std::vector<Rotated> runs;
+  for (int threads : {1, 2, 3}) {
+    Context ctx(threads);
+    Rotated x = start;
+    for (long t = 1; t <= 4; ++t) {
+      rotated_adamw_update(ctx, x.w.data(), grads[static_cast<size_t>(t - 1)].data(), x.m.data(),
+                           x.v.data(), x.shape, rotation_state(x.shape, x.state.data()),
+                           AdamWParams{}, t, t == 3 ? 0.25f : 1.0f,
+                           RotationStep{t % 2 == 1, t == 4, 0.0f});
+    }
+    runs.push_back(std::move(x));
+  }
+  for (size_t k = 1; k < runs.size(); ++k) {
+    CAPTURE(k);
+    CHECK(bitwise_equal(runs[k].w, runs[0].w));
+    CHECK(bitwise_equal(runs[k].m, runs[0].m));
+    CHECK(bitwise_equal(runs[k].v, runs[0].v));
+    CHECK(bitwise_equal(runs[k].state, runs[0].state));
+  }
+  CHECK(!bitwise_equal(runs[0].w, start.w));
+}
+
+TEST_CASE("rotated AdamW refuses a matrix that does not rotate and a mismatched state") {
+  Context ctx(1);
+  std::vector<float> w(16), g(16), m(16), v(16), state(64);
+  const RotationShape none = rotation_shape(4, 4, 2);
+  CHECK_THROWS_AS(rotated_adamw_update(ctx, w.data(), g.data(), m.data(), v.data(), none, {},
+                                       AdamWParams{}, 1, 1.0f, {}),
+                  CheckFailure);
+  const RotationShape both = rotation_shape(4, 4, 4);
+  CHECK_THROWS_AS(rotated_adamw_update(ctx, w.data(), g.data(), m.data(), v.data(), both, {},
+                                       AdamWParams{}, 1, 1.0f, {}),
+                  CheckFailure);
+}
