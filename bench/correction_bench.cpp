@@ -14,6 +14,7 @@
 #include "bench/variant_rows.hpp"
 #include "engine/execution/layer_optimizer.hpp"
 #include "engine/model/model.hpp"
+#include "kernels/check.hpp"
 #include "kernels/context.hpp"
 #include "kernels/optimizer.hpp"
 
@@ -21,68 +22,120 @@ namespace actorpipe::bench {
 
 std::vector<std::string> corrections_of(Mode mode) {
   if (is_synchronous(mode)) return {};
-  if (mode == Mode::xpipe) return {"none", "nesterov", "nadam"};
-  return {"none", "nesterov", "nadam", "dc", "secant", "dc+nesterov", "secant+nesterov"};
+  if (mode == Mode::xpipe) return {"none", "nesterov", "nadam", "rot", "rot+nesterov"};
+  return {"none",        "nesterov",        "nadam", "dc",          "secant",
+          "dc+nesterov", "secant+nesterov", "rot",   "rot+nesterov"};
 }
 
 CorrectionSettings correction_settings(const std::string& name) {
-  if (name == "nadam") return {"nesterov", 0.004f};
-  return {name, 0.0f};
+  if (name == "nadam") return {"nesterov", 0.004f, false};
+  if (name == "rot") return {"none", 0.0f, true};
+  if (name == "rot+nesterov") return {"nesterov", 0.0f, true};
+  return {name, 0.0f, false};
 }
 
-double update_seconds(size_t n, const std::string& correction, int reps) {
-  Context ctx(1);
+namespace {
+
+OptimizerOptions options_of(const std::string& correction) {
   OptimizerOptions o;
   const CorrectionSettings settings = correction_settings(correction);
   o.delay_correction = settings.delay_correction;
   o.momentum_decay = settings.momentum_decay;
+  o.basis_rotation = settings.basis_rotation;
   o.dc_lambda = 1.0f;
-  // m, v and what the correction keeps after them (secant: four arrays)
-  std::vector<float> state(optimizer_state_floats(o, n), 0.0f);
-  float* m = state.data();
-  float* v = state.data() + n;
-  std::fill(v, v + n, 1e-6f);
-  std::vector<float> p(n, 0.01f), g(n, 1e-3f), older(n, 0.0f), delta(n, 0.0f);
-  for (size_t i = 0; i < n; ++i) g[i] = 1e-3f * static_cast<float>((i % 7) + 1);
-  AdamWParams hp;
-  hp.lr = 1e-3f;
-  hp.weight_decay = 0.1f;
-  const DelayCorrection c = delay_correction(o, n, state.data(), delta.data(), 10);
+  o.lr = 1e-3f;
+  o.weight_decay = 0.1f;
+  return o;
+}
+
+// The medians of `reps` updates of every layer at steps first, first + stride, ...
+double layer_updates_seconds(const Model& model, const OptimizerOptions& o, long first, long stride,
+                             int reps) {
+  Context ctx(1);
+  struct Buffers {
+    std::vector<float> p, g, older, delta, state;
+  };
+  std::vector<Buffers> layers;
+  for (int i = 0; i < model.num_layers(); ++i) {
+    const size_t n = model.layer(i).param_floats();
+    Buffers b{std::vector<float>(n, 0.01f), std::vector<float>(n), std::vector<float>(n, 0.0f),
+              std::vector<float>(n, 0.0f),
+              std::vector<float>(optimizer_state_floats(o, model.layer(i)), 0.0f)};
+    for (size_t k = 0; k < n; ++k) b.g[k] = 1e-3f * static_cast<float>((k % 7) + 1);
+    std::fill(b.state.begin() + static_cast<std::ptrdiff_t>(n),
+              b.state.begin() + static_cast<std::ptrdiff_t>(2 * n), 1e-6f);  // v
+    layers.push_back(std::move(b));
+  }
+  // the eigenvectors of a rotated run exist before its first timed update
+  if (o.basis_rotation)
+    for (int i = 0; i < model.num_layers(); ++i) {
+      Buffers& b = layers[static_cast<size_t>(i)];
+      optimizer_update(ctx, o, model.layer(i), b.p.data(), b.g.data(), b.state.data(), 1, 1.0f);
+    }
   std::vector<double> times;
   for (int r = 0; r < reps + 1; ++r) {
+    const long step = first + r * stride;
     const auto t0 = std::chrono::steady_clock::now();
-    if (needs_weight_change(o))  // the stage worker's Δ pass: newest minus stale version
-      for (size_t i = 0; i < n; ++i) delta[i] = p[i] - older[i];
-    adamw_update(ctx, p.data(), g.data(), m, v, n, hp, 10 + r, 1.0f, c);
+    for (int i = 0; i < model.num_layers(); ++i) {
+      Buffers& b = layers[static_cast<size_t>(i)];
+      if (needs_weight_change(o))  // the stage worker's Δ pass: newest minus stale version
+        for (size_t k = 0; k < b.p.size(); ++k) b.delta[k] = b.p[k] - b.older[k];
+      optimizer_update(ctx, o, model.layer(i), b.p.data(), b.g.data(), b.state.data(), step, 1.0f,
+                       needs_weight_change(o) ? b.delta.data() : nullptr);
+    }
     const auto t1 = std::chrono::steady_clock::now();
     if (r > 0) times.push_back(std::chrono::duration<double>(t1 - t0).count());
   }
   return median(times);
 }
 
+}  // namespace
+
+double update_seconds(const Model& model, const std::string& correction, int reps) {
+  const OptimizerOptions o = options_of(correction);
+  // steps 12, 13, ... (none refreshes: refreshes fall on 1, 11, 21, ...), skipping those
+  AP_CHECK(reps >= 1 && reps <= 8,
+           "update_seconds: {} reps (1 to 8: steps 12 to 20 do not refresh)", reps);
+  return layer_updates_seconds(model, o, 12, 1, reps);
+}
+
+double refresh_seconds(const Model& model, int reps) {
+  const OptimizerOptions o = options_of("rot");
+  const double refresh = layer_updates_seconds(model, o, 11, o.rotation_every, reps);
+  return refresh - update_seconds(model, "rot", reps);
+}
+
 int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
                         const std::vector<int>& counts, int m, int warmup, int reps, int rounds,
                         bool as_json, const std::function<void(const std::string&)>& out) {
   int failures = 0;
-  size_t params = 0;
-  {
-    auto model = Model::build(shape.model);
-    if (model)
-      for (int i = 0; i < model->num_layers(); ++i) params += model->layer(i).param_floats();
+  auto model = Model::build(shape.model);
+  if (!model) {
+    out(fmt::format("delay corrections: the {} model: {}\n", shape.name, model.error().message));
+    return 1;
   }
+  size_t params = 0, rotation_floats = 0;
+  for (int i = 0; i < model->num_layers(); ++i) {
+    params += model->layer(i).param_floats();
+    rotation_floats += optimizer_state_floats(options_of("rot"), model->layer(i)) -
+                       optimizer_state_floats(OptimizerOptions{}, model->layer(i));
+  }
+  const double refresh_ms = refresh_seconds(*model, 3) * 1e3;
   if (!as_json) {
     out(fmt::format(
-        "\ndelay corrections (optimizer.delay_correction), 2 stages x 1 thread, partition {}:{}, "
-        "{} rounds interleaved, median tokens/s; kept: floats per job beside AdamW's m and v "
-        "(Δ, and secant's four arrays in the optimizer state); update: one AdamW update of all "
-        "{} parameters at 1 thread\n",
-        counts[0], counts[1], rounds, params));
+        "\ndelay corrections (optimizer.delay_correction; rot: optimizer.basis_rotation), 2 "
+        "stages x 1 thread, partition {}:{}, {} rounds interleaved, median tokens/s; kept: floats "
+        "per job beside AdamW's m and v (Δ, secant's four arrays in the optimizer state, the "
+        "rotation's covariances and eigenvectors); update: one update of all {} parameters at 1 "
+        "thread (rot: between refreshes; a refresh of the eigenvectors, every 10 updates, adds "
+        "{:.2f} ms)\n",
+        counts[0], counts[1], rounds, params, refresh_ms));
     out(fmt::format("  {:<10} {:<16} {:>10} {:>9} {:>12} {:>11} {:>9}\n", "mode", "correction",
                     "tokens/s", "x none", "kept floats", "update ms", "x none"));
   }
   std::map<std::string, double> update_ms;
   for (const std::string& corr : corrections_of(Mode::pipedream))
-    update_ms[corr] = update_seconds(params, corr, 7) * 1e3;
+    update_ms[corr] = update_seconds(*model, corr, 7) * 1e3;
   for (Mode mode : modes) {
     const std::vector<std::string> corrections = corrections_of(mode);
     if (corrections.empty()) continue;
@@ -93,6 +146,7 @@ int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
                             const CorrectionSettings settings = correction_settings(corr);
                             s.delay_correction = settings.delay_correction;
                             s.momentum_decay = settings.momentum_decay;
+                            s.basis_rotation = settings.basis_rotation;
                           }});
     const std::vector<VariantResult> results = run_variants(spec, variants, rounds);
     std::map<std::string, std::vector<double>> tps;
@@ -112,7 +166,9 @@ int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
       o.delay_correction = correction_settings(corrections[i]).delay_correction;
       const size_t added =
           optimizer_state_floats(o, 1) - optimizer_state_floats(OptimizerOptions{}, 1);
-      kept[corrections[i]] = r.last.delay_correction_floats * (1 + added);
+      kept[corrections[i]] =
+          r.last.delay_correction_floats * (1 + added) +
+          (correction_settings(corrections[i]).basis_rotation ? rotation_floats : 0);
     }
     const double base = tps["none"].empty() ? 0.0 : median(tps["none"]);
     for (const std::string& corr : corrections) {
@@ -132,20 +188,24 @@ int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
       const double ratio = has_ratio ? t / base : 0.0;
       const double u = update_ms[corr], u0 = update_ms["none"];
       if (as_json) {
-        nlohmann::json j{{"name", "pipeline_correction"},
-                         {"shape", shape.name},
-                         {"mode", std::string(to_string(mode))},
-                         {"correction", corr},
-                         {"delay_correction", correction_settings(corr).delay_correction},
-                         {"momentum_decay", correction_settings(corr).momentum_decay},
-                         {"stages", 2},
-                         {"microbatches", m},
-                         {"partition", counts},
-                         {"tokens_per_s", t},
-                         {"tokens_per_s_all", tps[corr]},
-                         {"kept_floats", kept[corr]},
-                         {"update_ms", u},
-                         {"update_ms_none", u0}};
+        nlohmann::json j{
+            {"name", "pipeline_correction"},
+            {"shape", shape.name},
+            {"mode", std::string(to_string(mode))},
+            {"correction", corr},
+            {"delay_correction", correction_settings(corr).delay_correction},
+            {"momentum_decay", correction_settings(corr).momentum_decay},
+            {"basis_rotation", correction_settings(corr).basis_rotation},
+            {"refresh_ms", correction_settings(corr).basis_rotation ? nlohmann::json(refresh_ms)
+                                                                    : nlohmann::json(nullptr)},
+            {"stages", 2},
+            {"microbatches", m},
+            {"partition", counts},
+            {"tokens_per_s", t},
+            {"tokens_per_s_all", tps[corr]},
+            {"kept_floats", kept[corr]},
+            {"update_ms", u},
+            {"update_ms_none", u0}};
         j["ratio_to_none"] = has_ratio ? nlohmann::json(ratio) : nlohmann::json(nullptr);
         out(j.dump() + "\n");
       } else {

@@ -13,26 +13,36 @@
 
 #include "bench/bench_shapes.hpp"
 #include "engine/mode.hpp"
+#include "engine/model/model.hpp"
 
 namespace actorpipe::bench {
 
-/// The corrections a mode takes: none, nesterov, nadam, and dc except in xpipe (refused there).
-/// "nadam" is nesterov with NAdam's momentum schedule (optimizer.momentum_decay = 0.004, torch's
-/// default); the other names are optimizer.delay_correction's values.
+/// The corrections a mode takes: none, nesterov, nadam, the compensations (dc, secant, and with
+/// the look-ahead) except in xpipe (refused there), and rot, rot+nesterov. "nadam" is nesterov
+/// with NAdam's momentum schedule (optimizer.momentum_decay = 0.004, torch's default); "rot" is
+/// optimizer.basis_rotation (with none or nesterov); the other names are
+/// optimizer.delay_correction's values.
 std::vector<std::string> corrections_of(Mode mode);
 
-/// The optimizer settings of a correction's name: optimizer.delay_correction and
-/// optimizer.momentum_decay.
+/// The optimizer settings of a correction's name: optimizer.delay_correction,
+/// optimizer.momentum_decay and optimizer.basis_rotation.
 struct CorrectionSettings {
   std::string delay_correction;
   float momentum_decay = 0.0f;
+  bool basis_rotation = false;
 };
 CorrectionSettings correction_settings(const std::string& name);
 
-/// One update of `n` parameters (AdamW, whole-buffer kernels at 1 thread) with `correction`,
-/// dc including its Δ pass (the subtraction of two versions): the median of `reps` calls, in
-/// seconds.
-double update_seconds(size_t n, const std::string& correction, int reps);
+/// One update of every layer of `model` (optimizer_update, AdamW at 1 thread, as a stage
+/// calls it) with `correction`, the compensations including their Δ pass (the subtraction of
+/// two versions): the median of `reps` updates, in seconds. The update is at step 11 and later:
+/// with basis rotation every rotation_every-th (the default, 10) refreshes its eigenvectors, so
+/// the median is the update between refreshes; refresh_seconds gives the refresh.
+double update_seconds(const Model& model, const std::string& correction, int reps);
+
+/// basis rotation: one update of every layer of `model` that refreshes the eigenvectors, minus
+/// one that does not (the median of `reps` of each): the refresh's own cost, in seconds.
+double refresh_seconds(const Model& model, int reps);
 
 /// Runs the rows for the asynchronous modes of `modes` on 2 stages of `counts` layers, m
 /// microbatches, `warmup` + `reps` steps per run, `rounds` rounds; prints a table (or JSON lines

@@ -45,6 +45,8 @@ struct PipelineRunSpec {
   std::string delay_correction = "none";
   /// optimizer.momentum_decay: NAdam's momentum schedule with nesterov (0: a constant β1).
   float momentum_decay = 0.0f;
+  /// optimizer.basis_rotation: AdamW in the eigenbasis of the gradients' covariances.
+  bool basis_rotation = false;
   /// pipeline.precision: fp32, bf16.
   std::string precision = "fp32";
 };
