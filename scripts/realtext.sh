@@ -4,11 +4,14 @@
 # every mode at equal tokens — gpipe and 1f1b at 4 stages, 2bw, pipedream and xpipe at 2 and 4
 # stages, each without and with every delay correction (optimizer.delay_correction: none,
 # nesterov, dc, secant, dc+nesterov, secant+nesterov; "nadam" is nesterov with NAdam's momentum
-# schedule, optimizer.momentum_decay = 0.004; xpipe takes only the look-ahead) — at each
+# schedule, optimizer.momentum_decay = 0.004; xpipe takes only the look-ahead) and with AdamW in
+# a rotated basis ("rot": optimizer.basis_rotation, alone and with nesterov; gpipe with it too, the
+# reference at the same optimizer) — at each
 # learning rate given, then prints the table of final losses, writes it as Markdown and draws
 # the training and held-out loss curves (PNG, gnuplot).
 #
-#   scripts/realtext.sh [--out DIR] [--jobs N] [--lrs "3e-3 1e-3"] [--steps N] [--corpus-only]
+#   scripts/realtext.sh [--out DIR] [--jobs N] [--lrs "3e-3 1e-3"] [--steps N] [--only REGEX]
+#                       [--corpus-only]
 #
 # --out DIR      where the runs, table.md and the plots go (build/realtext)
 # --jobs N       runs at once (2); each run is one thread (the serial backend: the same bits as
@@ -16,16 +19,20 @@
 # --lrs "A B"    peak learning rates (min_lr is a tenth of each)
 # --steps N      optimizer steps of the synchronous modes (600); pipedream runs 4·N updates of
 #                one microbatch each, the same tokens
+# --only REGEX   run only the runs whose name (lr<lr>-<mode>-d<stages>-<correction>) matches
+#                the extended regular expression; the table and plots still take every run in
+#                DIR (a run done before is kept, not run again)
 # --corpus-only  only install the package and write DIR/fortunes.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=build/realtext jobs=2 lrs="3e-3 1e-3" steps=600 corpus_only=0
+out=build/realtext jobs=2 lrs="3e-3 1e-3" steps=600 corpus_only=0 only=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) out="$2"; shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
     --lrs) lrs="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
+    --only) only="$2"; shift 2 ;;
     --corpus-only) corpus_only=1; shift ;;
     *) echo "realtext: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
   esac
@@ -59,14 +66,18 @@ for lr in $lrs; do
   for mode in gpipe 1f1b; do
     echo "lr$lr-$mode-d4-none $common --set pipeline.mode=$mode --set pipeline.stages=4" >> "$runs"
   done
+  echo "lr$lr-gpipe-d4-rot $common --set pipeline.mode=gpipe --set pipeline.stages=4 --set optimizer.basis_rotation=true" >> "$runs"
   for d in 2 4; do
     for mode in 2bw pipedream xpipe; do
-      for corr in none nesterov nadam dc secant dc+nesterov secant+nesterov; do
+      for corr in none nesterov nadam dc secant dc+nesterov secant+nesterov rot rot+nesterov; do
         # xpipe refuses the compensations: nothing is stale in its backward
-        [[ $mode == xpipe && $corr != none && $corr != nesterov && $corr != nadam ]] && continue
+        [[ $mode == xpipe && $corr != none && $corr != nesterov && $corr != nadam && $corr != rot* ]] && continue
         set_mode="--set pipeline.mode=$mode --set pipeline.stages=$d"
         if [[ $corr == nadam ]]; then
           set_mode+=" --set optimizer.delay_correction=nesterov --set optimizer.momentum_decay=0.004"
+        elif [[ $corr == rot* ]]; then
+          set_mode+=" --set optimizer.basis_rotation=true"
+          [[ $corr == rot+nesterov ]] && set_mode+=" --set optimizer.delay_correction=nesterov"
         else
           set_mode+=" --set optimizer.delay_correction=$corr"
         fi
@@ -80,6 +91,10 @@ for lr in $lrs; do
     done
   done
 done
+if [[ -n "$only" ]]; then
+  awk -v re="$only" '$1 ~ re' "$runs" > "$runs.only" && mv "$runs.only" "$runs"
+  [[ -s "$runs" ]] || { echo "realtext: --only '$only' matches no run" >&2; exit 2; }
+fi
 n=$(wc -l < "$runs")
 echo "realtext: $n runs, $jobs at a time, logs and metrics in $out"
 run_one() {

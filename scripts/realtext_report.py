@@ -12,8 +12,9 @@ import subprocess
 import sys
 
 MODES = ["gpipe", "1f1b", "2bw", "pipedream", "xpipe"]
-CORRECTIONS = ["none", "nesterov", "nadam", "dc", "secant", "dc+nesterov", "secant+nesterov"]
-# nadam: nesterov with momentum_decay 0.004
+CORRECTIONS = ["none", "nesterov", "nadam", "dc", "secant", "dc+nesterov", "secant+nesterov",
+               "rot", "rot+nesterov"]
+# nadam: nesterov with momentum_decay 0.004; rot: optimizer.basis_rotation (gpipe too)
 
 
 def load(path):
@@ -105,7 +106,7 @@ def plot(out, lr, runs, best):
     png = os.path.join(out, f"realtext-lr{lr}.png")
     gp = [f"set terminal pngcairo size 1400,560 font 'sans,11'", f"set output '{png}'",
           "set multiplot layout 1,2", "set grid", "set xlabel 'tokens (millions)'",
-          "set key top right", "set yrange [1.9:3.6]"]
+          "set key top right", "set yrange [1.7:3.6]"]
     for title, ext, style in (("training loss (mean of 25 steps)", "train", "lines"),
                               ("held-out loss", "eval", "linespoints")):
         gp.append(f"set title '{title}, lr {lr}, 4 stages'")
