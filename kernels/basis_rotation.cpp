@@ -80,28 +80,17 @@ void symmetric_eigenvectors(const float* a, int n, float* q) {
 
 namespace {
 
-// out = Q_Lᵀ·x·Q_R (rows × cols); tmp is rows × cols scratch; a side without a basis is I
-void to_rotated(Context& ctx, const RotationShape& s, const RotationState& st, const float* x,
-                float* tmp, float* out) {
+// into the basis (out = Q_Lᵀ·x·Q_R) or back (out = Q_L·x·Q_Rᵀ); x and out are rows × cols, tmp
+// is rows × cols scratch; a side without a basis is I
+void rotate(Context& ctx, const RotationShape& s, const RotationState& st, bool into,
+            const float* x, float* tmp, float* out) {
   const int r = s.rows, c = s.cols;
   const float* left = x;
   if (s.left) {
-    gemm(ctx, true, false, r, c, r, 1.0f, st.left_basis, r, x, c, 0.0f, s.right ? tmp : out, c);
+    gemm(ctx, into, false, r, c, r, 1.0f, st.left_basis, r, x, c, 0.0f, s.right ? tmp : out, c);
     left = s.right ? tmp : out;
   }
-  if (s.right) gemm(ctx, false, false, r, c, c, 1.0f, left, c, st.right_basis, c, 0.0f, out, c);
-}
-
-// out = Q_L·x·Q_Rᵀ
-void from_rotated(Context& ctx, const RotationShape& s, const RotationState& st, const float* x,
-                  float* tmp, float* out) {
-  const int r = s.rows, c = s.cols;
-  const float* left = x;
-  if (s.left) {
-    gemm(ctx, false, false, r, c, r, 1.0f, st.left_basis, r, x, c, 0.0f, s.right ? tmp : out, c);
-    left = s.right ? tmp : out;
-  }
-  if (s.right) gemm(ctx, false, true, r, c, c, 1.0f, left, c, st.right_basis, c, 0.0f, out, c);
+  if (s.right) gemm(ctx, false, !into, r, c, c, 1.0f, left, c, st.right_basis, c, 0.0f, out, c);
 }
 
 }  // namespace
@@ -140,8 +129,8 @@ void rotated_adamw_update(Context& ctx, float* params, const float* grads, float
   ctx.parallel_for(n, [&](int, int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) m[i] = std::fma(1.0f - b1, gs[i] - m[i], m[i]);
   });
-  to_rotated(ctx, shape, st, gs, tmp.data(), gr.data());
-  to_rotated(ctx, shape, st, m, tmp.data(), mr.data());
+  rotate(ctx, shape, st, true, gs, tmp.data(), gr.data());
+  rotate(ctx, shape, st, true, m, tmp.data(), mr.data());
 
   const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b1), t));
   const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b2), t));
@@ -159,7 +148,7 @@ void rotated_adamw_update(Context& ctx, float* params, const float* grads, float
       v[i] = vi;
     }
   });
-  from_rotated(ctx, shape, st, mr.data(), tmp.data(), gr.data());
+  rotate(ctx, shape, st, false, mr.data(), tmp.data(), gr.data());
   const float decay = 1.0f - p.lr * p.weight_decay;
   ctx.parallel_for(n, [&](int, int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) params[i] = params[i] * decay - gr[static_cast<size_t>(i)];
@@ -173,14 +162,14 @@ void rotated_adamw_direction(Context& ctx, const float* m, const float* v,
            shape.rows, shape.cols);
   const int64_t n = static_cast<int64_t>(shape.rows) * shape.cols;
   std::vector<float> mr(static_cast<size_t>(n)), tmp(static_cast<size_t>(n));
-  to_rotated(ctx, shape, st, m, tmp.data(), mr.data());
+  rotate(ctx, shape, st, true, m, tmp.data(), mr.data());
   ctx.parallel_for(n, [&](int, int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const size_t u = static_cast<size_t>(i);
       mr[u] = (mr[u] / bc1) / (std::sqrt(v[i]) / bc2_sqrt + eps);
     }
   });
-  from_rotated(ctx, shape, st, mr.data(), tmp.data(), out);
+  rotate(ctx, shape, st, false, mr.data(), tmp.data(), out);
 }
 
 void rotated_xpipe_predict(Context& ctx, float* out, const float* w, const float* m, const float* v,

@@ -115,33 +115,29 @@ void check_updates(int rows, int cols, long max_dim, bool lookahead, int updates
     const double b1 = hp.beta1, b2 = hp.beta2, lr = hp.lr;
     Mat gd(n);
     for (size_t i = 0; i < n; ++i) gd[i] = static_cast<double>(g[i]) * gs;
-    Mat ql = identity(r), qr = identity(c);
-    if (s.left) {
-      const size_t r2 = static_cast<size_t>(r) * r;
-      const Mat ggt = mul(gd, gd, r, c, r, false, true);
-      Mat want(r2);
-      for (size_t i = 0; i < r2; ++i) want[i] = b2 * before.left_cov[i] + (1 - b2) * ggt[i];
-      check_close("L", std::vector<float>(st.left_cov, st.left_cov + r2), want, 1e-6, 1e-5);
+    // one side: its covariance against the reference, its eigenvectors (refreshed: they
+    // diagonalise it; else kept bitwise); returns them, or I where the side does not rotate
+    auto check_side = [&](const char* name, bool rotates, int dim, const float* cov_before,
+                          const float* cov, const float* basis_before, const float* basis,
+                          bool left) {
+      if (!rotates) return identity(dim);
+      const size_t d2 = static_cast<size_t>(dim) * dim;
+      const Mat gg = left ? mul(gd, gd, r, c, r, false, true) : mul(gd, gd, c, r, c, true, false);
+      Mat want(d2);
+      for (size_t i = 0; i < d2; ++i) want[i] = b2 * cov_before[i] + (1 - b2) * gg[i];
+      check_close(std::string(name) + " covariance", std::vector<float>(cov, cov + d2), want, 1e-6,
+                  1e-5);
       if (refresh) {
-        check_eigenvectors("Q_L", st.left_cov, st.left_basis, r, 1e-5);
+        check_eigenvectors(std::string(name) + " basis", cov, basis, dim, 1e-5);
       } else {
-        CHECK(std::equal(st.left_basis, st.left_basis + r2, before.left_basis));
+        CHECK(std::equal(basis, basis + d2, basis_before));
       }
-      ql = dbl(st.left_basis, r2);
-    }
-    if (s.right) {
-      const size_t c2 = static_cast<size_t>(c) * c;
-      const Mat gtg = mul(gd, gd, c, r, c, true, false);
-      Mat want(c2);
-      for (size_t i = 0; i < c2; ++i) want[i] = b2 * before.right_cov[i] + (1 - b2) * gtg[i];
-      check_close("R", std::vector<float>(st.right_cov, st.right_cov + c2), want, 1e-6, 1e-5);
-      if (refresh) {
-        check_eigenvectors("Q_R", st.right_cov, st.right_basis, c, 1e-5);
-      } else {
-        CHECK(std::equal(st.right_basis, st.right_basis + c2, before.right_basis));
-      }
-      qr = dbl(st.right_basis, c2);
-    }
+      return dbl(basis, d2);
+    };
+    const Mat ql = check_side("left", s.left, r, before.left_cov, st.left_cov, before.left_basis,
+                              st.left_basis, true);
+    const Mat qr = check_side("right", s.right, c, before.right_cov, st.right_cov,
+                              before.right_basis, st.right_basis, false);
     Mat md(n);
     for (size_t i = 0; i < n; ++i) md[i] = b1 * m0[i] + (1 - b1) * gd[i];
     check_close("m", x.m, md, 1e-6, 1e-5);

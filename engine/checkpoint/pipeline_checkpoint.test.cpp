@@ -382,10 +382,37 @@ TEST_CASE("2bw with the dc correction resumes bitwise: the kept previous version
   }
 }
 
+// Saves a run of c after N steps, resumes it in a new pipeline for N more and checks that it
+// ends with the bits of the uninterrupted run: one run of 2N steps for 2bw (it keeps its previous
+// version across a run boundary), two runs of N for the other modes (they drain and refill at a
+// resume as at a boundary). Returns the checkpoint's contents.
+CheckpointContents check_resumes_bitwise(const Config& c, int N) {
+  TempDir dir;
+  Pipeline whole(c);
+  if (c.pipeline.mode == "2bw") {
+    whole.run(2 * N);
+  } else {
+    whole.run(N);
+    whole.run(N);
+  }
+  Pipeline first(c);
+  first.run(N);
+  auto path = first.save(c, dir.str(), N);
+  auto ckpt = load_checkpoint(path);
+  REQUIRE(ckpt.ok());
+  Pipeline resumed(c);
+  Status ok = resumed.load(c, path);
+  REQUIRE_MESSAGE(ok.ok(), ok.error().message);
+  resumed.run(N);
+  check_same_state(whole, resumed);
+  CHECK(
+      same_bits(std::vector<double>(whole.losses.begin() + N, whole.losses.end()), resumed.losses));
+  return std::move(*ckpt);
+}
+
 TEST_CASE("2bw and pipedream with the secant correction resume bitwise: its state is saved") {
   // the first update after the resume pairs its gradient with the saved previous gradient and
   // weights, and continues the saved running means; without them the resumed run would differ
-  constexpr int N = 3;
   for (const char* mode : {"2bw", "pipedream"}) {
     for (const char* kind : {"adamw", "sgd"}) {
       INFO(mode << " " << kind);
@@ -393,30 +420,9 @@ TEST_CASE("2bw and pipedream with the secant correction resume bitwise: its stat
       c.optimizer.kind = kind;
       if (c.optimizer.kind == "sgd") c.optimizer.lr = 0.1f;
       c.optimizer.delay_correction = "secant+nesterov";
-      TempDir dir;
-      // the reference: one run of 2N steps (2bw keeps its previous version across a run
-      // boundary), or two runs of N (pipedream drains and refills at a resume as at a boundary)
-      Pipeline whole(c);
-      if (std::string(mode) == "2bw") {
-        whole.run(2 * N);
-      } else {
-        whole.run(N);
-        whole.run(N);
-      }
-      Pipeline first(c);
-      first.run(N);
-      auto path = first.save(c, dir.str(), N);
-      auto ckpt = load_checkpoint(path);
-      REQUIRE(ckpt.ok());
+      const CheckpointContents ckpt = check_resumes_bitwise(c, 3);
       for (const char* suffix : {"secant_weights", "secant_grad", "secant_num", "secant_den"})
-        CHECK(find_tensor(ckpt->optimizer, std::string("layers.1.attn.qkv.weight.") + suffix));
-      Pipeline resumed(c);
-      Status ok = resumed.load(c, path);
-      REQUIRE_MESSAGE(ok.ok(), ok.error().message);
-      resumed.run(N);
-      check_same_state(whole, resumed);
-      CHECK(same_bits(std::vector<double>(whole.losses.begin() + N, whole.losses.end()),
-                      resumed.losses));
+        CHECK(find_tensor(ckpt.optimizer, std::string("layers.1.attn.qkv.weight.") + suffix));
     }
   }
 }
@@ -426,43 +432,27 @@ TEST_CASE("basis rotation resumes bitwise: its covariances and eigenvectors are 
   // the saved covariances feed that refresh; without them the resumed run would differ.
   // rotation_every 2 after N = 3 updates: the first update after the resume keeps the saved
   // basis, the second refreshes it
-  constexpr int N = 3;
   for (const char* mode : {"1f1b", "2bw", "pipedream", "xpipe"}) {
     INFO(std::string(mode));
     Config c = tiny_config(mode, 2);
     c.optimizer.basis_rotation = true;
     c.optimizer.rotation_every = 2;
-    TempDir dir;
-    Pipeline whole(c);
-    if (std::string(mode) == "2bw") {
-      whole.run(2 * N);
-    } else {
-      whole.run(N);
-      whole.run(N);
-    }
-    Pipeline first(c);
-    first.run(N);
-    auto path = first.save(c, dir.str(), N);
-    auto ckpt = load_checkpoint(path);
-    REQUIRE(ckpt.ok());
+    const CheckpointContents ckpt = check_resumes_bitwise(c, 3);
     for (const char* suffix : {"rotation_left_cov", "rotation_right_cov", "rotation_left_basis",
                                "rotation_right_basis"}) {
       const NamedTensor* t =
-          find_tensor(ckpt->optimizer, std::string("layers.1.attn.qkv.weight.") + suffix);
+          find_tensor(ckpt.optimizer, std::string("layers.1.attn.qkv.weight.") + suffix);
       REQUIRE(t != nullptr);
       const int64_t C = c.model.width;  // qkv: (3C, C)
       const int64_t side = std::string(suffix).find("left") != std::string::npos ? 3 * C : C;
       CHECK(t->shape == std::vector<int64_t>{side, side});
     }
-    CHECK(find_tensor(ckpt->optimizer, "layers.1.ln_1.weight.rotation_left_cov") == nullptr);
-    Pipeline resumed(c);
-    Status ok = resumed.load(c, path);
-    REQUIRE_MESSAGE(ok.ok(), ok.error().message);
-    resumed.run(N);
-    check_same_state(whole, resumed);
-    CHECK(same_bits(std::vector<double>(whole.losses.begin() + N, whole.losses.end()),
-                    resumed.losses));
-    // a run without the rotation refuses it: its v is in the rotated basis
+    CHECK(find_tensor(ckpt.optimizer, "layers.1.ln_1.weight.rotation_left_cov") == nullptr);
+    // a run without the rotation refuses such a checkpoint: its v is in the rotated basis
+    TempDir dir;
+    Pipeline first(c);
+    first.run(1);
+    const auto path = first.save(c, dir.str(), 1);
     Config plain = c;
     plain.optimizer.basis_rotation = false;
     Pipeline other(plain);
