@@ -68,7 +68,8 @@ def main():
             rel = 100.0 * (held / ref_held - 1.0)
             print(f"{mode:<10} {d:>6} {corr:<16} {train:>7.3f} {held:>9.3f} {rel:>+8.1f}%")
             md.append(f"| {mode} | {d} | {corr} | {train:.3f} | {held:.3f} | {rel:+.1f}% |")
-            if corr != "none" and (held < best.get((mode, d), (float("inf"),))[0]):
+            if corr != "none" and mode not in ("gpipe", "1f1b") and (
+                    held < best.get((mode, d), (float("inf"),))[0]):
                 best[(mode, d)] = (held, corr)
         md.append("")
         plot(out, lr, runs, best)
@@ -79,11 +80,14 @@ def main():
 
 def plot(out, lr, runs, best):
     """Training (mean of 25 steps) and held-out loss against tokens at 4 stages: every mode
-    uncorrected (solid) and the async modes with their best correction (dashed)."""
+    uncorrected (solid), gpipe with the basis rotation and the async modes with their best
+    correction (dashed)."""
     series = []
     for mode in MODES:
         if (mode, 4, "none") in runs:
             series.append((mode, "none", f"{mode}", 1))
+        if mode == "gpipe" and (mode, 4, "rot") in runs:  # the reference at the same optimizer
+            series.append((mode, "rot", "gpipe + rot", 2))
         if (mode, 4) in best:
             corr = best[(mode, 4)][1]
             series.append((mode, corr, f"{mode} + {corr}", 2))
