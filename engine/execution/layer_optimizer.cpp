@@ -151,6 +151,7 @@ void update_runs(Context& ctx, const OptimizerOptions& o, const Layer& layer, fl
   AP_CHECK(clear == nullptr || clear == grads,
            "optimizer_update_slots: the gradient to clear is not the one it reads");
   size_t rotation_at = optimizer_state_floats(o, n);  // the next rotated slot's state
+  const bool rotation_lookahead = o.basis_rotation && choice_of(o).lookahead;
   size_t s = 0;
   while (s < slots.size()) {
     const SlotRule rule = rule_of(s);
@@ -164,7 +165,7 @@ void update_runs(Context& ctx, const OptimizerOptions& o, const Layer& layer, fl
                  ctx.backend().name());
         const size_t b = slot.offset;
         const float wd = slot.decay ? o.weight_decay : 0.0f;
-        const RotationStep rs{(step - 1) % o.rotation_every == 0, choice_of(o).lookahead,
+        const RotationStep rs{(step - 1) % o.rotation_every == 0, rotation_lookahead,
                               o.momentum_decay};
         rotated_adamw_update(ctx, params + b, grads + b, state + b, state + n + b, shape,
                              rotation_state(shape, rotation),
