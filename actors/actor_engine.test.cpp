@@ -297,6 +297,21 @@ TEST_CASE("basis rotation: the actors compute the serial executor's bits in ever
   }
 }
 
+TEST_CASE("basis rotation in blocks: the actors compute the serial executor's bits") {
+  // rotation_block 24 splits every side of the tiny model (32, 96, 128, 64) in blocks
+  for (const char* mode : {"gpipe", "2bw", "pipedream", "xpipe"}) {
+    CAPTURE(mode);
+    const int d = 3, m = std::string(mode) == "pipedream" ? 1 : d + 1;
+    Config c = tiny(Arch::gpt, mode, d, m);
+    c.optimizer.delay_correction = std::string(mode) == "gpipe" ? "none" : "nesterov";
+    c.optimizer.basis_rotation = true;
+    c.optimizer.rotation_every = 2;
+    c.optimizer.rotation_block = 24;
+    check_against_serial(
+        c, std::string(mode) == "pipedream" ? std::vector<int>{7, 4} : std::vector<int>{3, 2});
+  }
+}
+
 TEST_CASE("bf16: every mode's actors compute the serial executor's bits, near fp32's losses" *
           doctest::skip(!bf16_support().native)) {
   // skipped on a CPU without bf16 instructions, where pipeline.precision = "bf16" is refused

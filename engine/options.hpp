@@ -59,10 +59,11 @@ struct OptimizerOptions {
   float momentum_decay = 0.0f;
   // adamw: keep each matrix's second moment in the eigenbasis of its gradients' covariances
   // (docs/modes.md, "Basis rotation"), refreshed every rotation_every updates, for the sides of
-  // at most rotation_max_dim
+  // at most rotation_max_dim, each side in diagonal blocks of rotation_block (0: whole)
   bool basis_rotation = false;
   int rotation_every = 10;
   int rotation_max_dim = 1024;
+  int rotation_block = 0;
 };
 
 /// pipeline.partition: how the model's layers are cut into stages — "even", explicit layer

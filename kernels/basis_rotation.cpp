@@ -18,25 +18,47 @@ void dsyevd_(const char* jobz, const char* uplo, const int* n, double* a, const 
 
 namespace actorpipe {
 
+namespace {
+
+// Calls f(first, size, offset) for each diagonal block of a side of n in blocks of b: its first
+// row (or column), its size, and where its matrix starts in the side's array (i·b²).
+template <class F>
+void for_blocks(int n, int b, F&& f) {
+  if (b <= 0) b = n;  // a shape made by hand, without its blocks: the whole side
+  for (int first = 0, i = 0; first < n; first += b, ++i)
+    f(first, std::min(b, n - first), static_cast<size_t>(i) * static_cast<size_t>(b) * b);
+}
+
+size_t side_floats(int n, int b) {
+  size_t floats = 0;
+  for_blocks(n, b, [&](int, int k, size_t) { floats += static_cast<size_t>(k) * k; });
+  return floats;
+}
+
+}  // namespace
+
 size_t RotationShape::left_floats() const {
-  return left ? static_cast<size_t>(rows) * static_cast<size_t>(rows) : 0;
+  return left ? side_floats(rows, left_block) : 0;
 }
 
 size_t RotationShape::right_floats() const {
-  return right ? static_cast<size_t>(cols) * static_cast<size_t>(cols) : 0;
+  return right ? side_floats(cols, right_block) : 0;
 }
 
 size_t RotationShape::state_floats() const {
   return 2 * (left_floats() + right_floats());
 }
 
-RotationShape rotation_shape(long rows, long cols, long max_dim) {
+RotationShape rotation_shape(long rows, long cols, long max_dim, long block) {
   AP_CHECK(rows > 0 && cols > 0, "rotation_shape: a {} x {} matrix", rows, cols);
+  AP_CHECK(block >= 0, "rotation_shape: block {}, must be >= 0", block);
   RotationShape s;
   s.rows = static_cast<int>(rows);
   s.cols = static_cast<int>(cols);
   s.left = rows <= max_dim;
   s.right = cols <= max_dim;
+  s.left_block = static_cast<int>(block > 0 && block < rows ? block : rows);
+  s.right_block = static_cast<int>(block > 0 && block < cols ? block : cols);
   return s;
 }
 
@@ -81,16 +103,25 @@ void symmetric_eigenvectors(const float* a, int n, float* q) {
 namespace {
 
 // into the basis (out = Q_Lᵀ·x·Q_R) or back (out = Q_L·x·Q_Rᵀ); x and out are rows × cols, tmp
-// is rows × cols scratch; a side without a basis is I
+// is rows × cols scratch; a side without a basis is I. A block-diagonal Q_L maps each block of
+// rows by its block; a block-diagonal Q_R each block of columns.
 void rotate(Context& ctx, const RotationShape& s, const RotationState& st, bool into,
             const float* x, float* tmp, float* out) {
   const int r = s.rows, c = s.cols;
   const float* left = x;
   if (s.left) {
-    gemm(ctx, into, false, r, c, r, 1.0f, st.left_basis, r, x, c, 0.0f, s.right ? tmp : out, c);
-    left = s.right ? tmp : out;
+    float* dst = s.right ? tmp : out;
+    for_blocks(r, s.left_block, [&](int first, int k, size_t at) {
+      const size_t row = static_cast<size_t>(first) * c;
+      gemm(ctx, into, false, k, c, k, 1.0f, st.left_basis + at, k, x + row, c, 0.0f, dst + row, c);
+    });
+    left = dst;
   }
-  if (s.right) gemm(ctx, false, !into, r, c, c, 1.0f, left, c, st.right_basis, c, 0.0f, out, c);
+  if (s.right)
+    for_blocks(c, s.right_block, [&](int first, int k, size_t at) {
+      gemm(ctx, false, !into, r, k, k, 1.0f, left + first, c, st.right_basis + at, k, 0.0f,
+           out + first, c);
+    });
 }
 
 }  // namespace
@@ -117,14 +148,18 @@ void rotated_adamw_update(Context& ctx, float* params, const float* grads, float
     gs = g.data();
   }
   const float b1 = p.beta1, b2 = p.beta2;
-  if (shape.left) {
-    gemm(ctx, false, true, r, r, c, 1.0f - b2, gs, c, gs, c, b2, st.left_cov, r);
-    if (step.refresh) symmetric_eigenvectors(st.left_cov, r, st.left_basis);
-  }
-  if (shape.right) {
-    gemm(ctx, true, false, c, c, r, 1.0f - b2, gs, c, gs, c, b2, st.right_cov, c);
-    if (step.refresh) symmetric_eigenvectors(st.right_cov, c, st.right_basis);
-  }
+  if (shape.left)
+    for_blocks(r, shape.left_block, [&](int first, int k, size_t at) {
+      const float* rows = gs + static_cast<size_t>(first) * c;
+      gemm(ctx, false, true, k, k, c, 1.0f - b2, rows, c, rows, c, b2, st.left_cov + at, k);
+      if (step.refresh) symmetric_eigenvectors(st.left_cov + at, k, st.left_basis + at);
+    });
+  if (shape.right)
+    for_blocks(c, shape.right_block, [&](int first, int k, size_t at) {
+      gemm(ctx, true, false, k, k, r, 1.0f - b2, gs + first, c, gs + first, c, b2,
+           st.right_cov + at, k);
+      if (step.refresh) symmetric_eigenvectors(st.right_cov + at, k, st.right_basis + at);
+    });
   // m in the coordinates, as AdamW's: lerp(m, g, 1 − β1)
   ctx.parallel_for(n, [&](int, int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) m[i] = std::fma(1.0f - b1, gs[i] - m[i], m[i]);

@@ -15,30 +15,39 @@
 namespace actorpipe {
 
 /// A matrix parameter's (rows × cols, row-major) rotation: which sides rotate (a side rotates
-/// when its dimension is at most the limit, `optimizer.rotation_max_dim`).
+/// when its dimension is at most the limit, `optimizer.rotation_max_dim`) and in blocks of how
+/// many (`optimizer.rotation_block`). A side of n split in blocks of b has a block-diagonal
+/// covariance and basis: blocks of b × b (the last n − ⌊n/b⌋·b when b does not divide n), the
+/// diagonal blocks of the whole side's; each block's matrix follows the one before it in
+/// memory, block i at i·b² floats. A side in one block (b ≥ n) is the whole side.
 struct RotationShape {
   int rows = 0;
   int cols = 0;
-  bool left = false;   ///< rotate the rows' side: L = EMA(G·Gᵀ), rows × rows
-  bool right = false;  ///< rotate the columns' side: R = EMA(Gᵀ·G), cols × cols
+  bool left = false;    ///< rotate the rows' side: L = EMA(G·Gᵀ), rows × rows
+  bool right = false;   ///< rotate the columns' side: R = EMA(Gᵀ·G), cols × cols
+  int left_block = 0;   ///< the rows' side's block (rows when whole)
+  int right_block = 0;  ///< the columns' side's block (cols when whole)
 
   bool any() const { return left || right; }
-  /// Floats of one rows' side matrix (rows², or 0 when the left side does not rotate).
+  /// Floats of one rows' side matrix (rows² whole, the blocks' squares in blocks, or 0 when
+  /// the left side does not rotate).
   size_t left_floats() const;
-  /// Floats of one columns' side matrix (cols², or 0).
+  /// Floats of one columns' side matrix (as left_floats, for the columns).
   size_t right_floats() const;
-  /// Floats of the rotation's state: L and its eigenvectors Q_L (rows² each, when left), R and
-  /// Q_R (cols² each, when right).
+  /// Floats of the rotation's state: L and its eigenvectors Q_L (left_floats() each, when
+  /// left), R and Q_R (right_floats() each, when right).
   size_t state_floats() const;
 };
 
-/// rows × cols with each side rotated when it is at most max_dim (and above 0).
-RotationShape rotation_shape(long rows, long cols, long max_dim);
+/// rows × cols with each side rotated when it is at most max_dim (and above 0), in blocks of
+/// `block` (0, or a block at least the side's dimension: the whole side).
+RotationShape rotation_shape(long rows, long cols, long max_dim, long block = 0);
 
 /// The rotation's state, in this order in memory (state_floats() floats; nullptr for a side
 /// that does not rotate): the two covariances, then their eigenvectors (orthonormal columns,
-/// row-major, in LAPACK's ascending order of eigenvalues): L at 0, R at left_floats(), Q_L at
-/// left_floats() + right_floats(), Q_R at 2·left_floats() + right_floats().
+/// row-major, in LAPACK's ascending order of eigenvalues; in blocks, each block's): L at 0, R
+/// at left_floats(), Q_L at left_floats() + right_floats(), Q_R at 2·left_floats() +
+/// right_floats().
 struct RotationState {
   float* left_cov = nullptr;
   float* right_cov = nullptr;
@@ -60,7 +69,8 @@ struct RotationStep {
 };
 
 /// One update of a matrix parameter (shape.any()) at step t (1-based), G = grad_scale·grads:
-///   L = β2·L + (1−β2)·G·Gᵀ,  R = β2·R + (1−β2)·Gᵀ·G        (the sides that rotate)
+///   L = β2·L + (1−β2)·G·Gᵀ,  R = β2·R + (1−β2)·Gᵀ·G        (the sides that rotate; in blocks,
+///                                                            the diagonal blocks only)
 ///   refresh: Q_L, Q_R = the eigenvectors of L, R             (dsyevd in double, rounded)
 ///   m = β1·m + (1−β1)·G                                      (as AdamW's, in the coordinates)
 ///   G' = Q_Lᵀ·G·Q_R,  M' = Q_Lᵀ·m·Q_R                        (a side that does not rotate: I)

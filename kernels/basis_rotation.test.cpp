@@ -75,9 +75,9 @@ struct Rotated {
   std::vector<float> w, m, v, state;
 };
 
-Rotated make(int rows, int cols, long max_dim, Rng& rng) {
+Rotated make(int rows, int cols, long max_dim, Rng& rng, long block = 0) {
   Rotated r;
-  r.shape = rotation_shape(rows, cols, max_dim);
+  r.shape = rotation_shape(rows, cols, max_dim, block);
   const size_t n = static_cast<size_t>(rows) * cols;
   r.w = random_vec(n, rng);
   r.m.assign(n, 0.0f);
@@ -86,10 +86,24 @@ Rotated make(int rows, int cols, long max_dim, Rng& rng) {
   return r;
 }
 
-// Runs `updates` updates (refreshing every `every`) and checks each against the reference.
-void check_updates(int rows, int cols, long max_dim, bool lookahead, int updates, int every) {
+// The blocks of a side of n in blocks of b: first index, size, offset of its matrix.
+struct Block {
+  int first, size;
+  size_t at;
+};
+std::vector<Block> blocks_of(int n, int b) {
+  std::vector<Block> out;
+  for (int first = 0, i = 0; first < n; first += b, ++i)
+    out.push_back({first, std::min(b, n - first), static_cast<size_t>(i) * b * b});
+  return out;
+}
+
+// Runs `updates` updates (refreshing every `every`) and checks each against the reference; in
+// blocks of `block` (0: whole sides), the reference's bases are block-diagonal.
+void check_updates(int rows, int cols, long max_dim, bool lookahead, int updates, int every,
+                   long block = 0) {
   Rng rng(static_cast<uint64_t>(rows * 131 + cols * 7 + (lookahead ? 1 : 0)));
-  Rotated x = make(rows, cols, max_dim, rng);
+  Rotated x = make(rows, cols, max_dim, rng, block);
   const RotationShape& s = x.shape;
   const int r = rows, c = cols;
   const size_t n = static_cast<size_t>(r) * c;
@@ -115,28 +129,42 @@ void check_updates(int rows, int cols, long max_dim, bool lookahead, int updates
     const double b1 = hp.beta1, b2 = hp.beta2, lr = hp.lr;
     Mat gd(n);
     for (size_t i = 0; i < n; ++i) gd[i] = static_cast<double>(g[i]) * gs;
-    // one side: its covariance against the reference, its eigenvectors (refreshed: they
-    // diagonalise it; else kept bitwise); returns them, or I where the side does not rotate
-    auto check_side = [&](const char* name, bool rotates, int dim, const float* cov_before,
+    // one side: each block's covariance against the diagonal block of the whole side's, its
+    // eigenvectors (refreshed: they diagonalise it; else kept bitwise); returns the side's
+    // (block-diagonal) basis, or I where the side does not rotate
+    auto check_side = [&](const char* name, bool rotates, int dim, int b, const float* cov_before,
                           const float* cov, const float* basis_before, const float* basis,
                           bool left) {
       if (!rotates) return identity(dim);
-      const size_t d2 = static_cast<size_t>(dim) * dim;
       const Mat gg = left ? mul(gd, gd, r, c, r, false, true) : mul(gd, gd, c, r, c, true, false);
-      Mat want(d2);
-      for (size_t i = 0; i < d2; ++i) want[i] = b2 * cov_before[i] + (1 - b2) * gg[i];
-      check_close(std::string(name) + " covariance", std::vector<float>(cov, cov + d2), want, 1e-6,
-                  1e-5);
-      if (refresh) {
-        check_eigenvectors(std::string(name) + " basis", cov, basis, dim, 1e-5);
-      } else {
-        CHECK(std::equal(basis, basis + d2, basis_before));
+      Mat q(static_cast<size_t>(dim) * dim, 0.0);
+      for (const Block& k : blocks_of(dim, b)) {
+        CAPTURE(k.first);
+        const size_t d2 = static_cast<size_t>(k.size) * k.size;
+        Mat want(d2);
+        for (int i = 0; i < k.size; ++i)
+          for (int j = 0; j < k.size; ++j) {
+            const size_t u = static_cast<size_t>(i) * k.size + j;
+            want[u] = b2 * cov_before[k.at + u] +
+                      (1 - b2) * gg[static_cast<size_t>(k.first + i) * dim + k.first + j];
+          }
+        check_close(std::string(name) + " covariance",
+                    std::vector<float>(cov + k.at, cov + k.at + d2), want, 1e-6, 1e-5);
+        if (refresh) {
+          check_eigenvectors(std::string(name) + " basis", cov + k.at, basis + k.at, k.size, 1e-5);
+        } else {
+          CHECK(std::equal(basis + k.at, basis + k.at + d2, basis_before + k.at));
+        }
+        for (int i = 0; i < k.size; ++i)
+          for (int j = 0; j < k.size; ++j)
+            q[static_cast<size_t>(k.first + i) * dim + k.first + j] =
+                basis[k.at + static_cast<size_t>(i) * k.size + j];
       }
-      return dbl(basis, d2);
+      return q;
     };
-    const Mat ql = check_side("left", s.left, r, before.left_cov, st.left_cov, before.left_basis,
-                              st.left_basis, true);
-    const Mat qr = check_side("right", s.right, c, before.right_cov, st.right_cov,
+    const Mat ql = check_side("left", s.left, r, s.left_block, before.left_cov, st.left_cov,
+                              before.left_basis, st.left_basis, true);
+    const Mat qr = check_side("right", s.right, c, s.right_block, before.right_cov, st.right_cov,
                               before.right_basis, st.right_basis, false);
     Mat md(n);
     for (size_t i = 0; i < n; ++i) md[i] = b1 * m0[i] + (1 - b1) * gd[i];
@@ -213,6 +241,50 @@ TEST_CASE("rotated AdamW: one side (the other above the limit) against a double 
   check_updates(4, 9, 8, false, 4, 3);  // rows only
 }
 
+TEST_CASE("rotation_shape in blocks: block-diagonal sides, a last block of the rest") {
+  const RotationShape s = rotation_shape(10, 4, 16, 4);  // rows 4 + 4 + 2, columns whole
+  CHECK((s.left_block == 4 && s.right_block == 4));
+  CHECK(s.left_floats() == 16 + 16 + 4);
+  CHECK(s.right_floats() == 16);
+  CHECK(s.state_floats() == 2 * (36 + 16));
+  const RotationShape whole = rotation_shape(10, 4, 16, 0);
+  CHECK((whole.left_block == 10 && whole.right_block == 4));
+  CHECK(whole.state_floats() == 2 * (100 + 16));
+  CHECK(rotation_shape(10, 4, 16, 12).left_floats() == 100);  // a block above the side: whole
+  CHECK(rotation_shape(10, 4, 8, 4).left_floats() == 0);      // above max_dim: not in blocks
+  CHECK_THROWS_AS(rotation_shape(10, 4, 16, -1), CheckFailure);
+}
+
+TEST_CASE("rotated AdamW in blocks against a double reference with block-diagonal bases") {
+  check_updates(10, 7, 16, false, 4, 2, 4);  // rows 4 + 4 + 2, columns 4 + 3
+  check_updates(9, 6, 16, true, 3, 2, 3);    // three blocks of three, two of three
+  check_updates(12, 5, 8, false, 3, 2, 4);   // rows above max_dim: the columns in 4 + 1
+}
+
+TEST_CASE("rotated AdamW: a block at least the side is the whole side, bit for bit") {
+  Rng rng(21);
+  const int rows = 12, cols = 9;
+  const size_t n = static_cast<size_t>(rows) * cols;
+  std::vector<std::vector<float>> grads;
+  for (int t = 0; t < 3; ++t) grads.push_back(random_vec(n, rng));
+  std::vector<Rotated> runs;
+  for (long block : {0L, 12L, 40L}) {
+    Rng init(22);
+    Rotated x = make(rows, cols, 64, init, block);
+    Context ctx(2);
+    for (long t = 1; t <= 3; ++t)
+      rotated_adamw_update(ctx, x.w.data(), grads[static_cast<size_t>(t - 1)].data(), x.m.data(),
+                           x.v.data(), x.shape, rotation_state(x.shape, x.state.data()),
+                           AdamWParams{}, t, 1.0f, RotationStep{t != 2, false, 0.0f});
+    runs.push_back(std::move(x));
+  }
+  for (size_t k = 1; k < runs.size(); ++k) {
+    CAPTURE(k);
+    CHECK(bitwise_equal(runs[k].w, runs[0].w));
+    CHECK(bitwise_equal(runs[k].state, runs[0].state));
+  }
+}
+
 TEST_CASE("rotated AdamW with Nesterov's look-ahead against a double reference") {
   check_updates(5, 7, 8, true, 4, 2);
 }
@@ -252,28 +324,31 @@ TEST_CASE("rotated AdamW: the same bits for any thread count") {
   const size_t n = static_cast<size_t>(rows) * cols;
   std::vector<std::vector<float>> grads;
   for (int t = 0; t < 4; ++t) grads.push_back(random_vec(n, rng));
-  Rng init(12);
-  const Rotated start = make(rows, cols, 64, init);
-  std::vector<Rotated> runs;
-  for (int threads : {1, 2, 3}) {
-    Context ctx(threads);
-    Rotated x = start;
-    for (long t = 1; t <= 4; ++t) {
-      rotated_adamw_update(ctx, x.w.data(), grads[static_cast<size_t>(t - 1)].data(), x.m.data(),
-                           x.v.data(), x.shape, rotation_state(x.shape, x.state.data()),
-                           AdamWParams{}, t, t == 3 ? 0.25f : 1.0f,
-                           RotationStep{t % 2 == 1, t == 4, 0.0f});
+  for (long block : {0L, 16L}) {
+    CAPTURE(block);
+    Rng init(12);
+    const Rotated start = make(rows, cols, 64, init, block);
+    std::vector<Rotated> runs;
+    for (int threads : {1, 2, 3}) {
+      Context ctx(threads);
+      Rotated x = start;
+      for (long t = 1; t <= 4; ++t) {
+        rotated_adamw_update(ctx, x.w.data(), grads[static_cast<size_t>(t - 1)].data(), x.m.data(),
+                             x.v.data(), x.shape, rotation_state(x.shape, x.state.data()),
+                             AdamWParams{}, t, t == 3 ? 0.25f : 1.0f,
+                             RotationStep{t % 2 == 1, t == 4, 0.0f});
+      }
+      runs.push_back(std::move(x));
     }
-    runs.push_back(std::move(x));
+    for (size_t k = 1; k < runs.size(); ++k) {
+      CAPTURE(k);
+      CHECK(bitwise_equal(runs[k].w, runs[0].w));
+      CHECK(bitwise_equal(runs[k].m, runs[0].m));
+      CHECK(bitwise_equal(runs[k].v, runs[0].v));
+      CHECK(bitwise_equal(runs[k].state, runs[0].state));
+    }
+    CHECK(!bitwise_equal(runs[0].w, start.w));
   }
-  for (size_t k = 1; k < runs.size(); ++k) {
-    CAPTURE(k);
-    CHECK(bitwise_equal(runs[k].w, runs[0].w));
-    CHECK(bitwise_equal(runs[k].m, runs[0].m));
-    CHECK(bitwise_equal(runs[k].v, runs[0].v));
-    CHECK(bitwise_equal(runs[k].state, runs[0].state));
-  }
-  CHECK(!bitwise_equal(runs[0].w, start.w));
 }
 
 TEST_CASE("rotated AdamW refuses a matrix that does not rotate and a mismatched state") {

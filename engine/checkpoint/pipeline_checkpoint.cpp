@@ -45,12 +45,13 @@ std::vector<std::string> state_suffixes(const OptimizerOptions& o) {
 }
 
 // optimizer.basis_rotation's arrays of a slot that rotates (slot_rotation), after the element-wise
-// state in the layer's buffer (rotation_state_offset): name suffix, shape and floats from the
+// state in the layer's buffer (rotation_state_offset): name suffix, shape, offset from the
 // start of the layer's state.
 struct RotationArray {
   const char* suffix;
   std::vector<int64_t> shape;
   size_t offset;
+  size_t floats;
 };
 
 std::vector<RotationArray> rotation_arrays(const OptimizerOptions& o, const Layer& layer,
@@ -58,13 +59,19 @@ std::vector<RotationArray> rotation_arrays(const OptimizerOptions& o, const Laye
   const RotationShape shape = slot_rotation(o, layer.slots()[s]);
   if (!shape.any()) return {};
   const size_t at = rotation_state_offset(o, layer, s);
-  const int64_t r = shape.rows, c = shape.cols;
   const size_t lf = shape.left_floats(), rf = shape.right_floats();  // rotation_state's layout
+  // a whole side: its square matrix; a side in blocks: their matrices one after the other, flat
+  auto dims = [](int n, int block, size_t floats) {
+    return block >= n ? std::vector<int64_t>{n, n}
+                      : std::vector<int64_t>{static_cast<int64_t>(floats)};
+  };
+  const auto ld = dims(shape.rows, shape.left_block, lf);
+  const auto rd = dims(shape.cols, shape.right_block, rf);
   std::vector<RotationArray> a;
-  if (shape.left) a.push_back({".rotation_left_cov", {r, r}, at});
-  if (shape.right) a.push_back({".rotation_right_cov", {c, c}, at + lf});
-  if (shape.left) a.push_back({".rotation_left_basis", {r, r}, at + lf + rf});
-  if (shape.right) a.push_back({".rotation_right_basis", {c, c}, at + 2 * lf + rf});
+  if (shape.left) a.push_back({".rotation_left_cov", ld, at, lf});
+  if (shape.right) a.push_back({".rotation_right_cov", rd, at + lf, rf});
+  if (shape.left) a.push_back({".rotation_left_basis", ld, at + lf + rf, lf});
+  if (shape.right) a.push_back({".rotation_right_basis", rd, at + 2 * lf + rf, rf});
   return a;
 }
 
@@ -381,13 +388,14 @@ Status load_pipeline_checkpoint(const CheckpointContents& ckpt,
   // which sides rotate decides the saved matrices' shapes
   const OptimizerOptions& saved = ckpt.info.optimizer;
   if (saved.basis_rotation != optimizer.basis_rotation ||
-      (optimizer.basis_rotation && saved.rotation_max_dim != optimizer.rotation_max_dim)) {
+      (optimizer.basis_rotation && (saved.rotation_max_dim != optimizer.rotation_max_dim ||
+                                    saved.rotation_block != optimizer.rotation_block))) {
     return make_error(
-        "checkpoint {}: written with optimizer.basis_rotation = {} (rotation_max_dim {}), the "
-        "stages use basis_rotation = {} (rotation_max_dim {}): AdamW's second moment is kept in "
-        "another basis",
-        ckpt.path, saved.basis_rotation, saved.rotation_max_dim, optimizer.basis_rotation,
-        optimizer.rotation_max_dim);
+        "checkpoint {}: written with optimizer.basis_rotation = {} (rotation_max_dim {}, "
+        "rotation_block {}), the stages use basis_rotation = {} (rotation_max_dim {}, "
+        "rotation_block {}): AdamW's second moment is kept in another basis",
+        ckpt.path, saved.basis_rotation, saved.rotation_max_dim, saved.rotation_block,
+        optimizer.basis_rotation, optimizer.rotation_max_dim, optimizer.rotation_block);
   }
   const auto suffixes = state_suffixes(optimizer);
   for (size_t r = 0; r < workers.size(); ++r) {
@@ -419,9 +427,8 @@ Status load_pipeline_checkpoint(const CheckpointContents& ckpt,
             return ok;
         }
         for (const RotationArray& a : rotation_arrays(optimizer, l, s)) {
-          const size_t floats = static_cast<size_t>(a.shape[0] * a.shape[1]);
           if (Status ok = copy_tensor(ckpt.optimizer, kOptimizerFile, name + a.suffix, a.shape,
-                                      state.data() + a.offset, floats);
+                                      state.data() + a.offset, a.floats);
               !ok)
             return ok;
         }

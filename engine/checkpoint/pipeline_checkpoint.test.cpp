@@ -458,9 +458,45 @@ TEST_CASE("basis rotation resumes bitwise: its covariances and eigenvectors are 
     Pipeline other(plain);
     Status refused = other.load(plain, path);
     REQUIRE_FALSE(refused.ok());
-    CHECK(refused.error().message.find("written with optimizer.basis_rotation = true "
-                                       "(rotation_max_dim 1024), the stages use basis_rotation = "
-                                       "false") != std::string::npos);
+    CHECK(refused.error().message.find(
+              "written with optimizer.basis_rotation = true "
+              "(rotation_max_dim 1024, rotation_block 0), the stages use basis_rotation = "
+              "false") != std::string::npos);
+  }
+}
+
+TEST_CASE("basis rotation in blocks resumes bitwise, its blocks saved flat") {
+  // qkv (3C, C) in blocks of C / 2: both sides in blocks, 6 and 2 of (C/2)² floats
+  for (const char* mode : {"2bw", "xpipe"}) {
+    INFO(std::string(mode));
+    Config c = tiny_config(mode, 2);
+    c.optimizer.basis_rotation = true;
+    c.optimizer.rotation_every = 2;
+    const int64_t C = c.model.width, b = C / 2;
+    c.optimizer.rotation_block = static_cast<int>(b);
+    const CheckpointContents ckpt = check_resumes_bitwise(c, 3);
+    for (const char* suffix : {"rotation_left_cov", "rotation_right_cov", "rotation_left_basis",
+                               "rotation_right_basis"}) {
+      const NamedTensor* t =
+          find_tensor(ckpt.optimizer, std::string("layers.1.attn.qkv.weight.") + suffix);
+      REQUIRE(t != nullptr);
+      const int64_t blocks = std::string(suffix).find("left") != std::string::npos ? 6 : 2;
+      CHECK(t->shape == std::vector<int64_t>{blocks * b * b});
+    }
+    // another block size is another basis: refused, naming both
+    TempDir dir;
+    Pipeline first(c);
+    first.run(1);
+    const auto path = first.save(c, dir.str(), 1);
+    Config whole = c;
+    whole.optimizer.rotation_block = 0;
+    Pipeline other(whole);
+    Status refused = other.load(whole, path);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().message.find(fmt::format("rotation_block {}), the stages use "
+                                                   "basis_rotation = true (rotation_max_dim 1024, "
+                                                   "rotation_block 0)",
+                                                   b)) != std::string::npos);
   }
 }
 

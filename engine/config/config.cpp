@@ -742,6 +742,10 @@ Status validate(const Config& c) {
   if (o.rotation_max_dim < 1) {
     bad(fmt::format("optimizer.rotation_max_dim = {}: must be >= 1", o.rotation_max_dim));
   }
+  if (o.rotation_block < 0) {
+    bad(fmt::format("optimizer.rotation_block = {}: must be >= 0 (0: each side whole)",
+                    o.rotation_block));
+  }
   DelayCorrectionChoice correction;
   if (!from_string(o.delay_correction, correction)) {
     bad(fmt::format("optimizer.delay_correction = \"{}\": unknown correction (allowed: {})",

@@ -231,6 +231,7 @@ TEST_CASE("to_toml round-trips a config in which every key differs from its defa
   async.optimizer.basis_rotation = true;  // AdamW, with nesterov
   async.optimizer.rotation_every = 3;
   async.optimizer.rotation_max_dim = 256;
+  async.optimizer.rotation_block = 64;
   // the keys of stages off the host (which take fp32, one replica): a third config
   Config device;
   device.pipeline.stages = 2;
@@ -560,6 +561,8 @@ TEST_CASE("out-of-range values and impossible combinations are refused") {
         "= \"checked\")");
   check({"optimizer.rotation_every=0"}, "optimizer.rotation_every = 0: must be >= 1");
   check({"optimizer.rotation_max_dim=-3"}, "optimizer.rotation_max_dim = -3: must be >= 1");
+  check({"optimizer.rotation_block=-1"},
+        "optimizer.rotation_block = -1: must be >= 0 (0: each side whole)");
   check({"train.steps=0"}, "train.steps = 0: must be >= 1");
   check({"checkpoint.every=5"}, "checkpoint.every = 5: periodic checkpoints need checkpoint.dir");
   // The same combinations are fine when they are consistent.

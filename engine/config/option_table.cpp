@@ -331,6 +331,13 @@ std::vector<OptionSpec> build_table() {
                   "dimension is at most this; the other side stays in the coordinates. Its two "
                   "matrices cost dim^2 floats each and an eigendecomposition of O(dim^3) per "
                   "refresh."));
+  t.push_back(row("optimizer", "rotation_block", &C::optimizer, &OptimizerOptions::rotation_block,
+                  ">= 0",
+                  "basis_rotation: 0 rotates each side whole; b > 0 splits a side longer than b "
+                  "into diagonal blocks of b (the last one the rest), each with its own "
+                  "covariance and eigenvectors: the diagonal blocks of the whole side's. A side "
+                  "of dim then costs about dim*b floats per matrix and dim*b per column of the "
+                  "other side in each product, instead of dim^2."));
   // [train]
   t.push_back(row("train", "steps", &C::train, &TrainOptions::steps, ">= 1",
                   "Optimizer steps to run (in total, counting those before a resume)."));

@@ -59,7 +59,7 @@ bool needs_weight_change(const OptimizerOptions& o) {
 
 RotationShape slot_rotation(const OptimizerOptions& o, const ParamSlot& slot) {
   if (!o.basis_rotation || !is_adamw(o) || slot.shape.size() != 2) return {};
-  return rotation_shape(slot.shape[0], slot.shape[1], o.rotation_max_dim);
+  return rotation_shape(slot.shape[0], slot.shape[1], o.rotation_max_dim, o.rotation_block);
 }
 
 size_t rotation_state_offset(const OptimizerOptions& o, const Layer& layer, size_t s) {

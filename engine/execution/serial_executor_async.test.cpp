@@ -595,16 +595,22 @@ TEST_CASE("basis rotation: 2bw, pipedream and xpipe equal their rules, alone and
   // the rotation changes only the optimizer (kernels/basis_rotation.test.cpp holds it to its
   // double reference) and its state: the simulations call the same optimizer_update, and xpipe's
   // predict_weights, on their own state. rotation_max_dim 40 leaves the tiny model's wider sides
-  // (3C = 96, 4C = 128, the vocabulary 64) in the coordinates; 1024 rotates every side.
+  // (3C = 96, 4C = 128, the vocabulary 64) in the coordinates; 1024 rotates every side; block
+  // 24 splits every side in blocks (32 = 24 + 8, 96 = 4·24, 128 = 5·24 + 8, 64 = 2·24 + 16).
+  struct Rotation {
+    int max_dim, block;
+  };
   for (const char* correction : {"none", "nesterov"}) {
-    for (int max_dim : {40, 1024}) {
+    for (const Rotation rot : {Rotation{40, 0}, Rotation{1024, 0}, Rotation{1024, 24}}) {
       OptimizerOptions opt = adamw();
       opt.delay_correction = correction;
       opt.basis_rotation = true;
       opt.rotation_every = 2;
-      opt.rotation_max_dim = max_dim;
+      opt.rotation_max_dim = rot.max_dim;
+      opt.rotation_block = rot.block;
       for (int d = 1; d <= 4; ++d) {
-        INFO(std::string(correction) << " max_dim " << max_dim << " d=" << d);
+        INFO(std::string(correction)
+             << " max_dim " << rot.max_dim << " block " << rot.block << " d=" << d);
         const Partition p = *Partition::even(4, d);
         SUBCASE("2bw") {
           compare(Arch::gpt, true, p, opt, Mode::twobw, d + 1, 4);
