@@ -22,15 +22,19 @@ namespace actorpipe::bench {
 
 std::vector<std::string> corrections_of(Mode mode) {
   if (is_synchronous(mode)) return {};
-  if (mode == Mode::xpipe) return {"none", "nesterov", "nadam", "rot", "rot+nesterov"};
-  return {"none",        "nesterov",        "nadam", "dc",          "secant",
-          "dc+nesterov", "secant+nesterov", "rot",   "rot+nesterov"};
+  if (mode == Mode::xpipe)
+    return {"none", "nesterov", "nadam", "rot", "rot+nesterov", "rot32", "rot32+nesterov"};
+  return {"none",         "nesterov",    "nadam",           "dc",
+          "secant",       "dc+nesterov", "secant+nesterov", "rot",
+          "rot+nesterov", "rot32",       "rot32+nesterov"};
 }
 
 CorrectionSettings correction_settings(const std::string& name) {
   if (name == "nadam") return {"nesterov", 0.004f, false};
   if (name == "rot") return {"none", 0.0f, true};
   if (name == "rot+nesterov") return {"nesterov", 0.0f, true};
+  if (name == "rot32") return {"none", 0.0f, true, 32};
+  if (name == "rot32+nesterov") return {"nesterov", 0.0f, true, 32};
   return {name, 0.0f, false};
 }
 
@@ -42,6 +46,7 @@ OptimizerOptions options_of(const std::string& correction) {
   o.delay_correction = settings.delay_correction;
   o.momentum_decay = settings.momentum_decay;
   o.basis_rotation = settings.basis_rotation;
+  o.rotation_block = settings.rotation_block;
   o.dc_lambda = 1.0f;
   o.lr = 1e-3f;
   o.weight_decay = 0.1f;
@@ -99,10 +104,10 @@ double update_seconds(const Model& model, const std::string& correction, int rep
   return layer_updates_seconds(model, o, 12, 1, reps);
 }
 
-double refresh_seconds(const Model& model, int reps) {
-  const OptimizerOptions o = options_of("rot");
+double refresh_seconds(const Model& model, const std::string& correction, int reps) {
+  const OptimizerOptions o = options_of(correction);
   const double refresh = layer_updates_seconds(model, o, 11, o.rotation_every, reps);
-  return refresh - update_seconds(model, "rot", reps);
+  return refresh - update_seconds(model, correction, reps);
 }
 
 int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
@@ -114,22 +119,27 @@ int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
     out(fmt::format("delay corrections: the {} model: {}\n", shape.name, model.error().message));
     return 1;
   }
-  size_t params = 0, rotation_floats = 0;
-  for (int i = 0; i < model->num_layers(); ++i) {
-    params += model->layer(i).param_floats();
-    rotation_floats += optimizer_state_floats(options_of("rot"), model->layer(i)) -
-                       optimizer_state_floats(OptimizerOptions{}, model->layer(i));
+  size_t params = 0;
+  std::map<std::string, size_t> rotation_floats;  // rot, rot32: the rotation's state
+  std::map<std::string, double> refresh_ms;
+  for (int i = 0; i < model->num_layers(); ++i) params += model->layer(i).param_floats();
+  for (const char* rot : {"rot", "rot32"}) {
+    for (int i = 0; i < model->num_layers(); ++i)
+      rotation_floats[rot] += optimizer_state_floats(options_of(rot), model->layer(i)) -
+                              optimizer_state_floats(OptimizerOptions{}, model->layer(i));
+    refresh_ms[rot] = refresh_seconds(*model, rot, 3) * 1e3;
   }
-  const double refresh_ms = refresh_seconds(*model, 3) * 1e3;
+  // the rotation of a correction's name: rot32+nesterov → rot32
+  auto rotation_of = [](const std::string& corr) { return corr.substr(0, corr.find('+')); };
   if (!as_json) {
     out(fmt::format(
-        "\ndelay corrections (optimizer.delay_correction; rot: optimizer.basis_rotation), 2 "
-        "stages x 1 thread, partition {}:{}, {} rounds interleaved, median tokens/s; kept: floats "
-        "per job beside AdamW's m and v (Δ, secant's four arrays in the optimizer state, the "
-        "rotation's covariances and eigenvectors); update: one update of all {} parameters at 1 "
-        "thread (rot: between refreshes; a refresh of the eigenvectors, every 10 updates, adds "
-        "{:.2f} ms)\n",
-        counts[0], counts[1], rounds, params, refresh_ms));
+        "\ndelay corrections (optimizer.delay_correction; rot: optimizer.basis_rotation, rot32: "
+        "in blocks of 32), 2 stages x 1 thread, partition {}:{}, {} rounds interleaved, median "
+        "tokens/s; kept: floats per job beside AdamW's m and v (Δ, secant's four arrays in the "
+        "optimizer state, the rotation's covariances and eigenvectors); update: one update of "
+        "all {} parameters at 1 thread (rot: between refreshes; a refresh of the eigenvectors, "
+        "every 10 updates, adds {:.2f} ms, {:.2f} ms in blocks of 32)\n",
+        counts[0], counts[1], rounds, params, refresh_ms["rot"], refresh_ms["rot32"]));
     out(fmt::format("  {:<10} {:<16} {:>10} {:>9} {:>12} {:>11} {:>9}\n", "mode", "correction",
                     "tokens/s", "x none", "kept floats", "update ms", "x none"));
   }
@@ -147,6 +157,7 @@ int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
                             s.delay_correction = settings.delay_correction;
                             s.momentum_decay = settings.momentum_decay;
                             s.basis_rotation = settings.basis_rotation;
+                            s.rotation_block = settings.rotation_block;
                           }});
     const std::vector<VariantResult> results = run_variants(spec, variants, rounds);
     std::map<std::string, std::vector<double>> tps;
@@ -166,9 +177,10 @@ int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
       o.delay_correction = correction_settings(corrections[i]).delay_correction;
       const size_t added =
           optimizer_state_floats(o, 1) - optimizer_state_floats(OptimizerOptions{}, 1);
-      kept[corrections[i]] =
-          r.last.delay_correction_floats * (1 + added) +
-          (correction_settings(corrections[i]).basis_rotation ? rotation_floats : 0);
+      kept[corrections[i]] = r.last.delay_correction_floats * (1 + added) +
+                             (correction_settings(corrections[i]).basis_rotation
+                                  ? rotation_floats[rotation_of(corrections[i])]
+                                  : 0);
     }
     const double base = tps["none"].empty() ? 0.0 : median(tps["none"]);
     for (const std::string& corr : corrections) {
@@ -188,24 +200,25 @@ int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
       const double ratio = has_ratio ? t / base : 0.0;
       const double u = update_ms[corr], u0 = update_ms["none"];
       if (as_json) {
-        nlohmann::json j{
-            {"name", "pipeline_correction"},
-            {"shape", shape.name},
-            {"mode", std::string(to_string(mode))},
-            {"correction", corr},
-            {"delay_correction", correction_settings(corr).delay_correction},
-            {"momentum_decay", correction_settings(corr).momentum_decay},
-            {"basis_rotation", correction_settings(corr).basis_rotation},
-            {"refresh_ms", correction_settings(corr).basis_rotation ? nlohmann::json(refresh_ms)
-                                                                    : nlohmann::json(nullptr)},
-            {"stages", 2},
-            {"microbatches", m},
-            {"partition", counts},
-            {"tokens_per_s", t},
-            {"tokens_per_s_all", tps[corr]},
-            {"kept_floats", kept[corr]},
-            {"update_ms", u},
-            {"update_ms_none", u0}};
+        nlohmann::json j{{"name", "pipeline_correction"},
+                         {"shape", shape.name},
+                         {"mode", std::string(to_string(mode))},
+                         {"correction", corr},
+                         {"delay_correction", correction_settings(corr).delay_correction},
+                         {"momentum_decay", correction_settings(corr).momentum_decay},
+                         {"basis_rotation", correction_settings(corr).basis_rotation},
+                         {"rotation_block", correction_settings(corr).rotation_block},
+                         {"refresh_ms", correction_settings(corr).basis_rotation
+                                            ? nlohmann::json(refresh_ms[rotation_of(corr)])
+                                            : nlohmann::json(nullptr)},
+                         {"stages", 2},
+                         {"microbatches", m},
+                         {"partition", counts},
+                         {"tokens_per_s", t},
+                         {"tokens_per_s_all", tps[corr]},
+                         {"kept_floats", kept[corr]},
+                         {"update_ms", u},
+                         {"update_ms_none", u0}};
         j["ratio_to_none"] = has_ratio ? nlohmann::json(ratio) : nlohmann::json(nullptr);
         out(j.dump() + "\n");
       } else {

@@ -18,18 +18,20 @@
 namespace actorpipe::bench {
 
 /// The corrections a mode takes: none, nesterov, nadam, the compensations (dc, secant, and with
-/// the look-ahead) except in xpipe (refused there), and rot, rot+nesterov. "nadam" is nesterov
+/// the look-ahead) except in xpipe (refused there), and rot, rot+nesterov, rot32,
+/// rot32+nesterov. "nadam" is nesterov
 /// with NAdam's momentum schedule (optimizer.momentum_decay = 0.004, torch's default); "rot" is
-/// optimizer.basis_rotation (with none or nesterov); the other names are
-/// optimizer.delay_correction's values.
+/// optimizer.basis_rotation (with none or nesterov), "rot32" the same in blocks of 32
+/// (optimizer.rotation_block); the other names are optimizer.delay_correction's values.
 std::vector<std::string> corrections_of(Mode mode);
 
 /// The optimizer settings of a correction's name: optimizer.delay_correction,
-/// optimizer.momentum_decay and optimizer.basis_rotation.
+/// optimizer.momentum_decay, optimizer.basis_rotation and optimizer.rotation_block.
 struct CorrectionSettings {
   std::string delay_correction;
   float momentum_decay = 0.0f;
   bool basis_rotation = false;
+  int rotation_block = 0;
 };
 CorrectionSettings correction_settings(const std::string& name);
 
@@ -41,8 +43,9 @@ CorrectionSettings correction_settings(const std::string& name);
 double update_seconds(const Model& model, const std::string& correction, int reps);
 
 /// basis rotation: one update of every layer of `model` that refreshes the eigenvectors, minus
-/// one that does not (the median of `reps` of each): the refresh's own cost, in seconds.
-double refresh_seconds(const Model& model, int reps);
+/// one that does not (the median of `reps` of each): the refresh's own cost, in seconds, with
+/// `correction`'s rotation (rot, rot32).
+double refresh_seconds(const Model& model, const std::string& correction, int reps);
 
 /// Runs the rows for the asynchronous modes of `modes` on 2 stages of `counts` layers, m
 /// microbatches, `warmup` + `reps` steps per run, `rounds` rounds; prints a table (or JSON lines

@@ -2,7 +2,7 @@
 # must exit 0 and print only JSON lines: the setup, three profiles (1 thread, 2 threads, 1 thread
 # with the other core busy), 17 runs (5 modes x 3 configurations, and gpipe and 1f1b on two stages
 # with a one-pass backward) with predictions, 10 overhead runs, the GPipe peer (4 lines, or a line saying
-# torch is missing), the 23 delay-correction rows of --corrections, the 5 fp32 / bf16 rows of
+# torch is missing), the 29 delay-correction rows of --corrections, the 5 fp32 / bf16 rows of
 # --precisions (one line saying why not on a CPU without bf16 instructions) and the end line, with
 # sane values. Then --overhead-only: the same setup and
 # profiles, the overhead runs of the modes asked for and the end line, nothing else.
@@ -108,9 +108,10 @@ foreach(line IN LISTS lines)
     endif()
   elseif(name STREQUAL "pipeline_correction")
     # --corrections 1: 2bw and pipedream with none, nesterov, nadam, dc, secant, dc+nesterov,
-    # secant+nesterov, rot, rot+nesterov; xpipe with none, nesterov, nadam (nesterov with
-    # optimizer.momentum_decay), rot, rot+nesterov (optimizer.basis_rotation). The compensations
-    # keep floats (Δ; secant also its state), the rotation its matrices, the others none.
+    # secant+nesterov, rot, rot+nesterov, rot32, rot32+nesterov; xpipe with none, nesterov, nadam
+    # (nesterov with optimizer.momentum_decay), rot, rot+nesterov (optimizer.basis_rotation),
+    # rot32, rot32+nesterov (in blocks of 32, optimizer.rotation_block). The compensations keep
+    # floats (Δ; secant also its state), the rotation its matrices, the others none.
     math(EXPR n_correction "${n_correction} + 1")
     require_positive("${line}" tokens_per_s)
     require_positive("${line}" ratio_to_none)
@@ -128,10 +129,14 @@ foreach(line IN LISTS lines)
     string(JSON rule GET "${line}" delay_correction)
     string(JSON rotates GET "${line}" basis_rotation)
     set(want_rule "${corr}")
-    if(corr STREQUAL "rot")
+    if(corr MATCHES "^rot(32)?$")
       set(want_rule "none")
-    elseif(corr STREQUAL "rot+nesterov")
+    elseif(corr MATCHES "^rot(32)?\\+nesterov$")
       set(want_rule "nesterov")
+    endif()
+    string(JSON block GET "${line}" rotation_block)
+    if((corr MATCHES "^rot32" AND NOT block EQUAL 32) OR (NOT corr MATCHES "^rot32" AND NOT block EQUAL 0))
+      message(FATAL_ERROR "correction ${corr} ran with rotation_block ${block}:\n${line}")
     endif()
     if((corr MATCHES "^rot") AND NOT rotates)
       message(FATAL_ERROR "correction ${corr} ran without basis rotation:\n${line}")
@@ -164,12 +169,12 @@ foreach(line IN LISTS lines)
 endforeach()
 if(NOT n_setup EQUAL 1 OR NOT n_profile EQUAL 3 OR NOT n_loaded EQUAL 1 OR NOT n_run EQUAL 17
    OR NOT n_one_pass EQUAL 2 OR NOT n_overhead EQUAL 10 OR NOT n_end EQUAL 1
-   OR NOT n_correction EQUAL 23
+   OR NOT n_correction EQUAL 29
    OR NOT (n_precision EQUAL 5 OR (precision_skipped AND n_precision EQUAL 1)))
   message(FATAL_ERROR "lines: setup ${n_setup}, profile ${n_profile} (${n_loaded} loaded), run "
                       "${n_run} (${n_one_pass} one-pass), overhead ${n_overhead}, end ${n_end}, "
                       "corrections ${n_correction}, precisions ${n_precision}; "
-                      "expected 1, 3 (1), 17 (2), 10, 1, 23, 5:\n${out}")
+                      "expected 1, 3 (1), 17 (2), 10, 1, 29, 5:\n${out}")
 endif()
 if(NOT peer_missing AND NOT n_peer EQUAL 4)
   message(FATAL_ERROR "expected 4 peer lines (unsplit and pipe at 1 and 2 threads), got ${n_peer}")

@@ -60,6 +60,7 @@ Expected<PipelineRunResult> measure_pipeline(const PipelineRunSpec& spec) {
   c.optimizer.delay_correction = spec.delay_correction;
   c.optimizer.momentum_decay = spec.momentum_decay;
   c.optimizer.basis_rotation = spec.basis_rotation;
+  c.optimizer.rotation_block = spec.rotation_block;
   c.pipeline.precision = spec.precision;
   ActorEngineOptions o;
   o.skip_compute = spec.skip_compute;

@@ -47,6 +47,8 @@ struct PipelineRunSpec {
   float momentum_decay = 0.0f;
   /// optimizer.basis_rotation: AdamW in the eigenbasis of the gradients' covariances.
   bool basis_rotation = false;
+  /// optimizer.rotation_block: the rotation's sides in diagonal blocks of this many (0: whole).
+  int rotation_block = 0;
   /// pipeline.precision: fp32, bf16.
   std::string precision = "fp32";
 };

@@ -6,7 +6,8 @@
 # nesterov, dc, secant, dc+nesterov, secant+nesterov; "nadam" is nesterov with NAdam's momentum
 # schedule, optimizer.momentum_decay = 0.004; xpipe takes only the look-ahead) and with AdamW in
 # a rotated basis ("rot": optimizer.basis_rotation, alone and with nesterov; gpipe with it too, the
-# reference at the same optimizer) — at each
+# reference at the same optimizer; "rot32": the same in blocks of 32, optimizer.rotation_block)
+# — at each
 # learning rate given, then prints the table of final losses, writes it as Markdown and draws
 # the training and held-out loss curves (PNG, gnuplot).
 #
@@ -67,9 +68,10 @@ for lr in $lrs; do
     echo "lr$lr-$mode-d4-none $common --set pipeline.mode=$mode --set pipeline.stages=4" >> "$runs"
   done
   echo "lr$lr-gpipe-d4-rot $common --set pipeline.mode=gpipe --set pipeline.stages=4 --set optimizer.basis_rotation=true" >> "$runs"
+  echo "lr$lr-gpipe-d4-rot32 $common --set pipeline.mode=gpipe --set pipeline.stages=4 --set optimizer.basis_rotation=true --set optimizer.rotation_block=32" >> "$runs"
   for d in 2 4; do
     for mode in 2bw pipedream xpipe; do
-      for corr in none nesterov nadam dc secant dc+nesterov secant+nesterov rot rot+nesterov; do
+      for corr in none nesterov nadam dc secant dc+nesterov secant+nesterov rot rot+nesterov rot32 rot32+nesterov; do
         # xpipe refuses the compensations: nothing is stale in its backward
         [[ $mode == xpipe && $corr != none && $corr != nesterov && $corr != nadam && $corr != rot* ]] && continue
         set_mode="--set pipeline.mode=$mode --set pipeline.stages=$d"
@@ -77,7 +79,8 @@ for lr in $lrs; do
           set_mode+=" --set optimizer.delay_correction=nesterov --set optimizer.momentum_decay=0.004"
         elif [[ $corr == rot* ]]; then
           set_mode+=" --set optimizer.basis_rotation=true"
-          [[ $corr == rot+nesterov ]] && set_mode+=" --set optimizer.delay_correction=nesterov"
+          [[ $corr == rot32* ]] && set_mode+=" --set optimizer.rotation_block=32"
+          [[ $corr == *+nesterov ]] && set_mode+=" --set optimizer.delay_correction=nesterov"
         else
           set_mode+=" --set optimizer.delay_correction=$corr"
         fi

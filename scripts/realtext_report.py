@@ -13,8 +13,9 @@ import sys
 
 MODES = ["gpipe", "1f1b", "2bw", "pipedream", "xpipe"]
 CORRECTIONS = ["none", "nesterov", "nadam", "dc", "secant", "dc+nesterov", "secant+nesterov",
-               "rot", "rot+nesterov"]
-# nadam: nesterov with momentum_decay 0.004; rot: optimizer.basis_rotation (gpipe too)
+               "rot", "rot+nesterov", "rot32", "rot32+nesterov"]
+# nadam: nesterov with momentum_decay 0.004; rot: optimizer.basis_rotation (gpipe too); rot32:
+# the same with optimizer.rotation_block = 32
 
 
 def load(path):
