@@ -213,9 +213,14 @@ void rotated_xpipe_predict(Context& ctx, float* out, const float* w, const float
   const int64_t n = static_cast<int64_t>(shape.rows) * shape.cols;
   std::vector<float> d(static_cast<size_t>(n));
   rotated_adamw_direction(ctx, m, v, shape, state, p.bc1, p.bc2_sqrt, p.eps, d.data());
+  xpipe_predict_along(ctx, out, w, d.data(), n, p);
+}
+
+void xpipe_predict_along(Context& ctx, float* out, const float* w, const float* d, int64_t n,
+                         const WeightPrediction& p) {
   const float k = p.k, wd = p.wd;
   ctx.parallel_for(n, [&](int, int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) out[i] = w[i] - k * (d[static_cast<size_t>(i)] + wd * w[i]);
+    for (int64_t i = b; i < e; ++i) out[i] = w[i] - k * (d[i] + wd * w[i]);
   });
 }
 

@@ -98,6 +98,12 @@ void rotated_xpipe_predict(Context& ctx, float* out, const float* w, const float
                            const RotationShape& shape, const RotationState& state,
                            const WeightPrediction& p);
 
+/// rotated_xpipe_predict's last step, from a direction d computed before (by
+/// rotated_adamw_direction with p's bc1, bc2_sqrt and eps): out = w − p.k·(d + p.wd·w), n
+/// floats, the same bits.
+void xpipe_predict_along(Context& ctx, float* out, const float* w, const float* d, int64_t n,
+                         const WeightPrediction& p);
+
 /// The eigenvectors of the symmetric n × n matrix a (row-major; its lower triangle is read) as
 /// the columns of q (row-major), in ascending order of eigenvalues: LAPACK's dsyevd in double
 /// on the calling thread.

@@ -126,8 +126,9 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
   if (versions > 1) grad_buf_[1] = BackendBuffer(*memory_, params);
   grads_ = grad_buf_[0].data();
   if (predicted_policy) predicted_ = BackendBuffer(*memory_, params);
-  // the dc and secant corrections' Δ = W_now − W_stale, made when an update begins (2bw, pipedream: the
-  // stale version is still stored then)
+  if (predicted_policy) directions_.resize(layers_.size());
+  // the dc and secant corrections' Δ = W_now − W_stale, made when an update begins (2bw, pipedream:
+  // the stale version is still stored then)
   if (needs_weight_change(optimizer) && !predicted_policy)
     weight_change_ = BackendBuffer(*memory_, params);
 
@@ -157,10 +158,11 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
   if (options.bf16_stash) {
     AP_CHECK(options.precision == Precision::bf16 && opts_.bf16_weight_copies,
              "stage {}: a bf16 weight stash needs bf16 products with weight copies", stage_);
-    AP_CHECK(!needs_weight_change(optimizer),
-             "stage {}: a bf16 weight stash cannot serve a dc or secant correction's Δ, which reads the "
-             "stale version in f32",
-             stage_);
+    AP_CHECK(
+        !needs_weight_change(optimizer),
+        "stage {}: a bf16 weight stash cannot serve a dc or secant correction's Δ, which reads the "
+        "stale version in f32",
+        stage_);
     bf16_stash = bf16_stash_ranges(model, first_, L);
   }
   store_ =
@@ -418,7 +420,8 @@ ForwardOutput StageWorker::exec_forward(const Action& a, const Microbatch& mb, c
                "first",
                to_string(a));
       float* y = predicted_.data() + param_off_[k];
-      predict_weights(ctx_, opt_, layer, P, moments_->state(i).data(), updates_, a.lookahead, y);
+      predict_weights(ctx_, opt_, layer, P, moments_->state(i).data(), updates_, a.lookahead, y,
+                      &directions_[k]);
       P = y;
     }
     if (recompute_[k] && predicted) {
@@ -862,6 +865,7 @@ void StageWorker::set_updates(long updates) {
   tied_.rename(store_->latest(), static_cast<int>(updates));
   store_->reset(static_cast<int>(updates));
   updates_ = updates;
+  for (RotatedDirections& d : directions_) d.clear();  // the state may be another (a load)
   base_ = static_cast<int>(updates);
 }
 

@@ -16,6 +16,7 @@
 #include "engine/execution/tied_params.hpp"
 #include "engine/execution/update_job.hpp"
 #include "engine/execution/weight_store.hpp"
+#include "engine/execution/xpipe_prediction.hpp"
 #include "engine/expected.hpp"
 #include "engine/model/deferred_grads.hpp"
 #include "engine/model/layer.hpp"
@@ -385,6 +386,9 @@ class StageWorker {
   BackendBuffer grad_buf_[2];
   float* grads_ = nullptr;
   BackendBuffer predicted_;
+  // xpipe with basis rotation: per local layer, the rotated slots' directions of the latest
+  // state, computed by the step's first predicting forward and read by the others
+  std::vector<RotatedDirections> directions_;
   std::vector<size_t> param_off_;  // per local layer
   // per local layer: its saved activations' offset in a stash slot's `saved` (not recomputed)
   // or in recompute_saved_ (recomputed); xpipe: a recomputed layer's weights in a slot's
