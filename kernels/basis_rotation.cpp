@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "kernels/check.hpp"
@@ -138,14 +139,21 @@ void rotated_adamw_update(Context& ctx, float* params, const float* grads, float
   const int r = shape.rows, c = shape.cols;
   const int64_t n = static_cast<int64_t>(r) * c;
   const size_t un = static_cast<size_t>(n);
-  // G (scaled), then G' in place of it; M'; the rotation's scratch; the update
-  std::vector<float> g(un), gr(un), mr(un), tmp(un);
+  // G' (then the step back), M' (then U'), the rotation's scratch and G scaled (when
+  // grad_scale ≠ 1): one allocation, not zeroed (every element is written before it is read;
+  // the products write theirs with β = 0)
+  const size_t parts = grad_scale != 1.0f ? 4 : 3;
+  const auto scratch = std::make_unique_for_overwrite<float[]>(parts * un);
+  float* const gr = scratch.get();
+  float* const mr = gr + un;
+  float* const tmp = mr + un;
   const float* gs = grads;
   if (grad_scale != 1.0f) {
+    float* const g = tmp + un;
     ctx.parallel_for(n, [&](int, int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) g[static_cast<size_t>(i)] = grads[i] * grad_scale;
+      for (int64_t i = b; i < e; ++i) g[i] = grads[i] * grad_scale;
     });
-    gs = g.data();
+    gs = g;
   }
   const float b1 = p.beta1, b2 = p.beta2;
   if (shape.left)
@@ -164,8 +172,8 @@ void rotated_adamw_update(Context& ctx, float* params, const float* grads, float
   ctx.parallel_for(n, [&](int, int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) m[i] = std::fma(1.0f - b1, gs[i] - m[i], m[i]);
   });
-  rotate(ctx, shape, st, true, gs, tmp.data(), gr.data());
-  rotate(ctx, shape, st, true, m, tmp.data(), mr.data());
+  rotate(ctx, shape, st, true, gs, tmp, gr);
+  rotate(ctx, shape, st, true, m, tmp, mr);
 
   const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b1), t));
   const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b2), t));
@@ -175,18 +183,17 @@ void rotated_adamw_update(Context& ctx, float* params, const float* grads, float
   // v in the rotated basis and U' (into mr)
   ctx.parallel_for(n, [&](int, int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      const size_t u = static_cast<size_t>(i);
-      const float gi = gr[u];
+      const float gi = gr[i];
       const float vi = b2 * v[i] + (1.0f - b2) * (gi * gi);
       const float denom = std::sqrt(vi) / bc2_sqrt + eps;
-      mr[u] = (k.on_m * mr[u] + k.on_g * gi) / denom;
+      mr[i] = (k.on_m * mr[i] + k.on_g * gi) / denom;
       v[i] = vi;
     }
   });
-  rotate(ctx, shape, st, false, mr.data(), tmp.data(), gr.data());
+  rotate(ctx, shape, st, false, mr, tmp, gr);
   const float decay = 1.0f - p.lr * p.weight_decay;
   ctx.parallel_for(n, [&](int, int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) params[i] = params[i] * decay - gr[static_cast<size_t>(i)];
+    for (int64_t i = b; i < e; ++i) params[i] = params[i] * decay - gr[i];
   });
 }
 
