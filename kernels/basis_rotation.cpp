@@ -127,6 +127,56 @@ void rotate(Context& ctx, const RotationShape& s, const RotationState& st, bool 
 
 }  // namespace
 
+namespace {
+
+// The calling thread's scratch of the rotated update, grown to the largest request and kept:
+// a fresh allocation per update of a large matrix came from the system each time and paid a
+// page fault for every page it touched.
+// The update's element-wise passes over [b, e), each a function of its own with its operands
+// as values and its arrays unaliased, so that gcc vectorises it (inside the lambdas it did
+// not: a store through a float pointer might have changed a captured float); vector square
+// roots and divisions round as the scalar ones do, so the bits are the same.
+void scaled(const float* __restrict x, float scale, float* __restrict out, int64_t b, int64_t e) {
+  for (int64_t i = b; i < e; ++i) out[i] = x[i] * scale;
+}
+
+// m in the coordinates, as AdamW's: lerp(m, g, 1 − β1)
+void first_moment(const float* __restrict g, float* __restrict m, float one_minus_b1, int64_t b,
+                  int64_t e) {
+  for (int64_t i = b; i < e; ++i) m[i] = std::fma(one_minus_b1, g[i] - m[i], m[i]);
+}
+
+// v in the rotated basis and U' (into mr): v = β2·v + (1−β2)·G'², U' = (on_m·M' + on_g·G') /
+// (√v/√bc2 + ε)
+void rotated_step(const float* __restrict gr, float* __restrict mr, float* __restrict v, float b2,
+                  float bc2_sqrt, float eps, float on_m, float on_g, int64_t b, int64_t e) {
+  for (int64_t i = b; i < e; ++i) {
+    const float gi = gr[i];
+    const float vi = b2 * v[i] + (1.0f - b2) * (gi * gi);
+    const float denom = std::sqrt(vi) / bc2_sqrt + eps;
+    mr[i] = (on_m * mr[i] + on_g * gi) / denom;
+    v[i] = vi;
+  }
+}
+
+// W = W·(1 − lr·wd) − (the step brought back)
+void step_back(float* __restrict w, const float* __restrict back, float decay, int64_t b,
+               int64_t e) {
+  for (int64_t i = b; i < e; ++i) w[i] = w[i] * decay - back[i];
+}
+
+float* update_scratch(size_t floats) {
+  thread_local std::unique_ptr<float[]> buffer;
+  thread_local size_t capacity = 0;
+  if (floats > capacity) {
+    buffer = std::make_unique_for_overwrite<float[]>(floats);
+    capacity = floats;
+  }
+  return buffer.get();
+}
+
+}  // namespace
+
 void rotated_adamw_update(Context& ctx, float* params, const float* grads, float* m, float* v,
                           const RotationShape& shape, const RotationState& st, const AdamWParams& p,
                           long t, float grad_scale, const RotationStep& step) {
@@ -140,19 +190,16 @@ void rotated_adamw_update(Context& ctx, float* params, const float* grads, float
   const int64_t n = static_cast<int64_t>(r) * c;
   const size_t un = static_cast<size_t>(n);
   // G' (then the step back), M' (then U'), the rotation's scratch and G scaled (when
-  // grad_scale ≠ 1): one allocation, not zeroed (every element is written before it is read;
-  // the products write theirs with β = 0)
+  // grad_scale ≠ 1), not zeroed: every element is written before it is read (the products
+  // write theirs with β = 0)
   const size_t parts = grad_scale != 1.0f ? 4 : 3;
-  const auto scratch = std::make_unique_for_overwrite<float[]>(parts * un);
-  float* const gr = scratch.get();
+  float* const gr = update_scratch(parts * un);
   float* const mr = gr + un;
   float* const tmp = mr + un;
   const float* gs = grads;
   if (grad_scale != 1.0f) {
     float* const g = tmp + un;
-    ctx.parallel_for(n, [&](int, int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) g[i] = grads[i] * grad_scale;
-    });
+    ctx.parallel_for(n, [&](int, int64_t b, int64_t e) { scaled(grads, grad_scale, g, b, e); });
     gs = g;
   }
   const float b1 = p.beta1, b2 = p.beta2;
@@ -169,9 +216,7 @@ void rotated_adamw_update(Context& ctx, float* params, const float* grads, float
       if (step.refresh) symmetric_eigenvectors(st.right_cov + at, k, st.right_basis + at);
     });
   // m in the coordinates, as AdamW's: lerp(m, g, 1 − β1)
-  ctx.parallel_for(n, [&](int, int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) m[i] = std::fma(1.0f - b1, gs[i] - m[i], m[i]);
-  });
+  ctx.parallel_for(n, [&](int, int64_t b, int64_t e) { first_moment(gs, m, 1.0f - b1, b, e); });
   rotate(ctx, shape, st, true, gs, tmp, gr);
   rotate(ctx, shape, st, true, m, tmp, mr);
 
@@ -182,19 +227,11 @@ void rotated_adamw_update(Context& ctx, float* params, const float* grads, float
       step.lookahead ? nadam_steps(p.lr, b1, t, step.momentum_decay) : NadamSteps{p.lr / bc1, 0.0f};
   // v in the rotated basis and U' (into mr)
   ctx.parallel_for(n, [&](int, int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const float gi = gr[i];
-      const float vi = b2 * v[i] + (1.0f - b2) * (gi * gi);
-      const float denom = std::sqrt(vi) / bc2_sqrt + eps;
-      mr[i] = (k.on_m * mr[i] + k.on_g * gi) / denom;
-      v[i] = vi;
-    }
+    rotated_step(gr, mr, v, b2, bc2_sqrt, eps, k.on_m, k.on_g, b, e);
   });
   rotate(ctx, shape, st, false, mr, tmp, gr);
   const float decay = 1.0f - p.lr * p.weight_decay;
-  ctx.parallel_for(n, [&](int, int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) params[i] = params[i] * decay - gr[i];
-  });
+  ctx.parallel_for(n, [&](int, int64_t b, int64_t e) { step_back(params, gr, decay, b, e); });
 }
 
 void rotated_adamw_direction(Context& ctx, const float* m, const float* v,

@@ -79,7 +79,9 @@ struct RotationStep {
 ///        look-ahead: (on_m·M' + on_g·G') / (√v/√(1−β2ᵗ) + ε)   (nadam_steps)
 ///   W = W·(1 − lr·wd) − Q_L·U'·Q_Rᵀ
 /// m and W are in the parameter's coordinates, v in the rotated basis. Element-wise steps are
-/// float as adamw_update's; the products are gemm's.
+/// float as adamw_update's; the products are gemm's. The calling thread keeps a scratch of 3
+/// floats per element of the largest matrix it updated (4 with grad_scale ≠ 1) for the next
+/// update.
 void rotated_adamw_update(Context& ctx, float* params, const float* grads, float* m, float* v,
                           const RotationShape& shape, const RotationState& state,
                           const AdamWParams& p, long t, float grad_scale, const RotationStep& step);
