@@ -86,6 +86,13 @@ Rotated make(int rows, int cols, long max_dim, Rng& rng, long block = 0) {
   return r;
 }
 
+// `count` random gradients of n floats
+std::vector<std::vector<float>> random_grads(int count, size_t n, Rng& rng) {
+  std::vector<std::vector<float>> grads;
+  for (int t = 0; t < count; ++t) grads.push_back(random_vec(n, rng));
+  return grads;
+}
+
 // The blocks of a side of n in blocks of b: first index, size, offset of its matrix.
 struct Block {
   int first, size;
@@ -265,8 +272,7 @@ TEST_CASE("rotated AdamW: a block at least the side is the whole side, bit for b
   Rng rng(21);
   const int rows = 12, cols = 9;
   const size_t n = static_cast<size_t>(rows) * cols;
-  std::vector<std::vector<float>> grads;
-  for (int t = 0; t < 3; ++t) grads.push_back(random_vec(n, rng));
+  const auto grads = random_grads(3, n, rng);
   std::vector<Rotated> runs;
   for (long block : {0L, 12L, 40L}) {
     Rng init(22);
@@ -322,8 +328,7 @@ TEST_CASE("rotated AdamW: the same bits for any thread count") {
   Rng rng(11);
   const int rows = 48, cols = 40;
   const size_t n = static_cast<size_t>(rows) * cols;
-  std::vector<std::vector<float>> grads;
-  for (int t = 0; t < 4; ++t) grads.push_back(random_vec(n, rng));
+  const auto grads = random_grads(4, n, rng);
   for (long block : {0L, 16L}) {
     CAPTURE(block);
     Rng init(12);

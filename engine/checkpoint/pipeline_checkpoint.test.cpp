@@ -99,6 +99,32 @@ void check_same_state(Pipeline& a, Pipeline& b) {
   CHECK(a.data->position() == b.data->position());
 }
 
+// The rotation's four arrays of layer 1's qkv matrix in a checkpoint: the rows' side's
+// covariance and basis of shape `left`, the columns' side's of shape `right`.
+void check_qkv_rotation(const CheckpointContents& ckpt, const std::vector<int64_t>& left,
+                        const std::vector<int64_t>& right) {
+  for (const char* suffix :
+       {"rotation_left_cov", "rotation_right_cov", "rotation_left_basis", "rotation_right_basis"}) {
+    CAPTURE(suffix);
+    const NamedTensor* t =
+        find_tensor(ckpt.optimizer, std::string("layers.1.attn.qkv.weight.") + suffix);
+    REQUIRE(t != nullptr);
+    CHECK(t->shape == (std::string(suffix).find("left") != std::string::npos ? left : right));
+  }
+}
+
+// The message with which a pipeline of `other` refuses a checkpoint written by one of `c` after
+// one step ("" if it loads).
+std::string load_refusal(const Config& c, const Config& other) {
+  TempDir dir;
+  Pipeline first(c);
+  first.run(1);
+  const auto path = first.save(c, dir.str(), 1);
+  Pipeline second(other);
+  const Status refused = second.load(other, path);
+  return refused.ok() ? std::string() : refused.error().message;
+}
+
 }  // namespace
 
 TEST_CASE("gpipe and 1f1b: 2N steps equal N steps + checkpoint + resume + N steps, bitwise") {
@@ -438,30 +464,15 @@ TEST_CASE("basis rotation resumes bitwise: its covariances and eigenvectors are 
     c.optimizer.basis_rotation = true;
     c.optimizer.rotation_every = 2;
     const CheckpointContents ckpt = check_resumes_bitwise(c, 3);
-    for (const char* suffix : {"rotation_left_cov", "rotation_right_cov", "rotation_left_basis",
-                               "rotation_right_basis"}) {
-      const NamedTensor* t =
-          find_tensor(ckpt.optimizer, std::string("layers.1.attn.qkv.weight.") + suffix);
-      REQUIRE(t != nullptr);
-      const int64_t C = c.model.width;  // qkv: (3C, C)
-      const int64_t side = std::string(suffix).find("left") != std::string::npos ? 3 * C : C;
-      CHECK(t->shape == std::vector<int64_t>{side, side});
-    }
+    const int64_t C = c.model.width;  // qkv: (3C, C)
+    check_qkv_rotation(ckpt, {3 * C, 3 * C}, {C, C});
     CHECK(find_tensor(ckpt.optimizer, "layers.1.ln_1.weight.rotation_left_cov") == nullptr);
     // a run without the rotation refuses such a checkpoint: its v is in the rotated basis
-    TempDir dir;
-    Pipeline first(c);
-    first.run(1);
-    const auto path = first.save(c, dir.str(), 1);
     Config plain = c;
     plain.optimizer.basis_rotation = false;
-    Pipeline other(plain);
-    Status refused = other.load(plain, path);
-    REQUIRE_FALSE(refused.ok());
-    CHECK(refused.error().message.find(
-              "written with optimizer.basis_rotation = true "
-              "(rotation_max_dim 1024, rotation_block 0), the stages use basis_rotation = "
-              "false") != std::string::npos);
+    CHECK(load_refusal(c, plain).find("written with optimizer.basis_rotation = true "
+                                      "(rotation_max_dim 1024, rotation_block 0), the stages use "
+                                      "basis_rotation = false") != std::string::npos);
   }
 }
 
@@ -475,28 +486,14 @@ TEST_CASE("basis rotation in blocks resumes bitwise, its blocks saved flat") {
     const int64_t C = c.model.width, b = C / 2;
     c.optimizer.rotation_block = static_cast<int>(b);
     const CheckpointContents ckpt = check_resumes_bitwise(c, 3);
-    for (const char* suffix : {"rotation_left_cov", "rotation_right_cov", "rotation_left_basis",
-                               "rotation_right_basis"}) {
-      const NamedTensor* t =
-          find_tensor(ckpt.optimizer, std::string("layers.1.attn.qkv.weight.") + suffix);
-      REQUIRE(t != nullptr);
-      const int64_t blocks = std::string(suffix).find("left") != std::string::npos ? 6 : 2;
-      CHECK(t->shape == std::vector<int64_t>{blocks * b * b});
-    }
+    check_qkv_rotation(ckpt, {6 * b * b}, {2 * b * b});
     // another block size is another basis: refused, naming both
-    TempDir dir;
-    Pipeline first(c);
-    first.run(1);
-    const auto path = first.save(c, dir.str(), 1);
     Config whole = c;
     whole.optimizer.rotation_block = 0;
-    Pipeline other(whole);
-    Status refused = other.load(whole, path);
-    REQUIRE_FALSE(refused.ok());
-    CHECK(refused.error().message.find(fmt::format("rotation_block {}), the stages use "
-                                                   "basis_rotation = true (rotation_max_dim 1024, "
-                                                   "rotation_block 0)",
-                                                   b)) != std::string::npos);
+    CHECK(load_refusal(c, whole).find(fmt::format("rotation_block {}), the stages use "
+                                                  "basis_rotation = true (rotation_max_dim 1024, "
+                                                  "rotation_block 0)",
+                                                  b)) != std::string::npos);
   }
 }
 
