@@ -32,9 +32,8 @@ void predict_weights(Context& ctx, const OptimizerOptions& o, const Layer& layer
   p.eps = o.eps;
   const auto& slots = layer.slots();
   // the rotated slots' directions: kept from an earlier prediction from this state, or
-  // computed now (and kept, given a place)
+  // computed now (and kept, given a place; a layer without a rotated slot keeps nothing)
   const bool kept = directions != nullptr && directions->updates == updates;
-  if (directions != nullptr && !kept) directions->floats.resize(n);
   for (size_t s = 0; s < slots.size(); ++s) {
     const ParamSlot& slot = slots[s];
     p.wd = slot.decay ? o.weight_decay : 0.0f;
@@ -49,6 +48,7 @@ void predict_weights(Context& ctx, const OptimizerOptions& o, const Layer& layer
                               state + n + slot.offset, shape, st, p);
         continue;
       }
+      if (directions->floats.size() < n) directions->floats.resize(n);
       float* d = directions->floats.data() + slot.offset;
       if (!kept)
         rotated_adamw_direction(ctx, state + slot.offset, state + n + slot.offset, shape, st, p.bc1,
