@@ -46,7 +46,7 @@ std::vector<std::string> state_suffixes(const OptimizerOptions& o) {
 
 // optimizer.basis_rotation's arrays of a slot that rotates (slot_rotation), after the element-wise
 // state in the layer's buffer (rotation_state_offset): name suffix, shape, offset from the
-// start of the layer's state.
+// start of the layer's state and floats.
 struct RotationArray {
   const char* suffix;
   std::vector<int64_t> shape;
