@@ -29,6 +29,14 @@ std::vector<std::string> corrections_of(Mode mode) {
           "rot+nesterov", "rot32",       "rot32+nesterov"};
 }
 
+std::vector<std::string> measured_corrections(Mode mode, std::span<const std::string> only) {
+  std::vector<std::string> chosen;
+  for (const std::string& c : corrections_of(mode))
+    if (only.empty() || c == "none" || std::find(only.begin(), only.end(), c) != only.end())
+      chosen.push_back(c);
+  return chosen;
+}
+
 CorrectionSettings correction_settings(const std::string& name) {
   if (name == "nadam") return {"nesterov", 0.004f, false};
   if (name == "rot") return {"none", 0.0f, true};
@@ -112,7 +120,8 @@ double refresh_seconds(const Model& model, const std::string& correction, int re
 
 int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
                         const std::vector<int>& counts, int m, int warmup, int reps, int rounds,
-                        bool as_json, const std::function<void(const std::string&)>& out) {
+                        std::span<const std::string> only, bool as_json,
+                        const std::function<void(const std::string&)>& out) {
   int failures = 0;
   auto model = Model::build(shape.model);
   if (!model) {
@@ -120,34 +129,43 @@ int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
     return 1;
   }
   size_t params = 0;
+  for (int i = 0; i < model->num_layers(); ++i) params += model->layer(i).param_floats();
+  // every correction measured in some mode; the update of each is timed once
+  std::vector<std::string> measured;
+  for (Mode mode : modes)
+    for (const std::string& c : measured_corrections(mode, only))
+      if (std::find(measured.begin(), measured.end(), c) == measured.end()) measured.push_back(c);
+  // the rotation of a correction's name: rot32+nesterov → rot32
+  auto rotation_of = [](const std::string& corr) { return corr.substr(0, corr.find('+')); };
   std::map<std::string, size_t> rotation_floats;  // rot, rot32: the rotation's state
   std::map<std::string, double> refresh_ms;
-  for (int i = 0; i < model->num_layers(); ++i) params += model->layer(i).param_floats();
-  for (const char* rot : {"rot", "rot32"}) {
+  for (const std::string& corr : measured) {
+    const std::string rot = rotation_of(corr);
+    if (!correction_settings(corr).basis_rotation || refresh_ms.count(rot)) continue;
     for (int i = 0; i < model->num_layers(); ++i)
       rotation_floats[rot] += optimizer_state_floats(options_of(rot), model->layer(i)) -
                               optimizer_state_floats(OptimizerOptions{}, model->layer(i));
     refresh_ms[rot] = refresh_seconds(*model, rot, 3) * 1e3;
   }
-  // the rotation of a correction's name: rot32+nesterov → rot32
-  auto rotation_of = [](const std::string& corr) { return corr.substr(0, corr.find('+')); };
   if (!as_json) {
+    std::string refreshes;
+    for (const auto& [rot, ms] : refresh_ms)
+      refreshes += fmt::format("; a refresh of {}'s eigenvectors, every 10 updates, adds {:.2f} ms",
+                               rot, ms);
     out(fmt::format(
         "\ndelay corrections (optimizer.delay_correction; rot: optimizer.basis_rotation, rot32: "
         "in blocks of 32), 2 stages x 1 thread, partition {}:{}, {} rounds interleaved, median "
         "tokens/s; kept: floats per job beside AdamW's m and v (Δ, secant's four arrays in the "
         "optimizer state, the rotation's covariances and eigenvectors); update: one update of "
-        "all {} parameters at 1 thread (rot: between refreshes; a refresh of the eigenvectors, "
-        "every 10 updates, adds {:.2f} ms, {:.2f} ms in blocks of 32)\n",
-        counts[0], counts[1], rounds, params, refresh_ms["rot"], refresh_ms["rot32"]));
+        "all {} parameters at 1 thread (rot: between refreshes{})\n",
+        counts[0], counts[1], rounds, params, refreshes));
     out(fmt::format("  {:<10} {:<16} {:>10} {:>9} {:>12} {:>11} {:>9}\n", "mode", "correction",
                     "tokens/s", "x none", "kept floats", "update ms", "x none"));
   }
   std::map<std::string, double> update_ms;
-  for (const std::string& corr : corrections_of(Mode::pipedream))
-    update_ms[corr] = update_seconds(*model, corr, 7) * 1e3;
+  for (const std::string& corr : measured) update_ms[corr] = update_seconds(*model, corr, 7) * 1e3;
   for (Mode mode : modes) {
-    const std::vector<std::string> corrections = corrections_of(mode);
+    const std::vector<std::string> corrections = measured_corrections(mode, only);
     if (corrections.empty()) continue;
     const PipelineRunSpec spec = two_stage_spec(shape, mode, counts, m, warmup, reps);
     std::vector<Variant> variants;

@@ -47,11 +47,17 @@ double update_seconds(const Model& model, const std::string& correction, int rep
 /// `correction`'s rotation (rot, rot32).
 double refresh_seconds(const Model& model, const std::string& correction, int reps);
 
+/// The corrections of `mode` that its rows measure: corrections_of(mode), or with `only`
+/// non-empty those of them in `only`, with "none" (the reference) first either way.
+std::vector<std::string> measured_corrections(Mode mode, std::span<const std::string> only);
+
 /// Runs the rows for the asynchronous modes of `modes` on 2 stages of `counts` layers, m
-/// microbatches, `warmup` + `reps` steps per run, `rounds` rounds; prints a table (or JSON lines
-/// with `as_json`) through `out`. Returns the number of failed measurements.
+/// microbatches, `warmup` + `reps` steps per run, `rounds` rounds, with
+/// measured_corrections(mode, only); prints a table (or JSON lines with `as_json`) through
+/// `out`. Returns the number of failed measurements.
 int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
                         const std::vector<int>& counts, int m, int warmup, int reps, int rounds,
-                        bool as_json, const std::function<void(const std::string&)>& out);
+                        std::span<const std::string> only, bool as_json,
+                        const std::function<void(const std::string&)>& out);
 
 }  // namespace actorpipe::bench

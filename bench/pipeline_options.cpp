@@ -2,12 +2,42 @@
 // Every error names the option, the value and what is allowed.
 #include "bench/pipeline_options.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include "bench/bench_shapes.hpp"
 #include "bench/cli_args.hpp"
+#include "bench/correction_bench.hpp"
 
 namespace actorpipe::bench {
+
+namespace {
+
+// --only-corrections' list: known names (a correction some asynchronous mode takes), each once
+Expected<std::vector<std::string>> correction_list(const std::string& value) {
+  const std::vector<std::string> known = corrections_of(Mode::pipedream);
+  std::vector<std::string> names;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = value.find(',', start);
+    const std::string name =
+        value.substr(start, comma == std::string::npos ? comma : comma - start);
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::string list;
+      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+      return make_error("--only-corrections: unknown correction '{}' in '{}' (known: {})", name,
+                        value, list);
+    }
+    if (std::find(names.begin(), names.end(), name) != names.end())
+      return make_error("--only-corrections: '{}' is listed twice in '{}'", name, value);
+    names.push_back(name);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return names;
+}
+
+}  // namespace
 
 std::string pipeline_usage() {
   return R"(usage: actorpipe-bench pipeline [options]
@@ -33,6 +63,11 @@ prediction from a per-layer profile against each measurement.
                        correction (optimizer.delay_correction; nadam: nesterov with
                        optimizer.momentum_decay 0.004), N rounds interleaved: tokens/s, the
                        floats kept, the cost of an update (default: 0, none)
+  --only-corrections a,b,...
+                       only these corrections in the --corrections rows, besides none, the
+                       reference (default: every one a mode takes: none, nesterov, nadam, dc,
+                       secant, dc+nesterov, secant+nesterov, rot, rot+nesterov, rot32,
+                       rot32+nesterov; xpipe takes no dc or secant)
   --precisions N       also every mode on 2 stages in fp32 and in bf16 (pipeline.precision), N
                        rounds interleaved: tokens/s and the ratio (default: 0, none; bf16 rows
                        only where the CPU has bf16 instructions)
@@ -80,6 +115,12 @@ Expected<PipelineBenchOptions> parse_pipeline_options(std::span<const std::strin
       auto n = int_option(args, i, 1, 1000);
       if (!n) return n.error();
       (a == "--corrections" ? o.correction_rounds : o.precision_rounds) = *n;
+    } else if (a == "--only-corrections") {
+      auto v = option_value(args, i);
+      if (!v) return v.error();
+      auto names = correction_list(*v);
+      if (!names) return names.error();
+      o.only_corrections = std::move(*names);
     } else if (a == "--overhead-only") {
       o.overhead_only = true;
     } else if (a == "--overhead-steps") {
@@ -92,6 +133,10 @@ Expected<PipelineBenchOptions> parse_pipeline_options(std::span<const std::strin
     return {};
   });
   if (!parsed) return parsed.error();
+  if (!o.only_corrections.empty() && o.correction_rounds == 0)
+    return make_error(
+        "--only-corrections without --corrections N measures nothing: add "
+        "--corrections or drop --only-corrections");
   if (o.overhead_only && o.overhead_steps == 0)
     return make_error("--overhead-only with --overhead-steps 0 measures nothing: drop one of them");
   for (Mode m : o.modes) {

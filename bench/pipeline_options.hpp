@@ -25,7 +25,10 @@ struct PipelineBenchOptions : CommonOptions {
   bool overhead_only = false;  ///< --overhead-only: the profile and the compute-free runs only
   int profile_reps = 3;        ///< --profile-reps N: timed calls per layer and pass
   int correction_rounds = 0;   ///< --corrections N: rounds of the delay-correction rows (0 = none)
-  int precision_rounds = 0;    ///< --precisions N: rounds of the fp32 / bf16 rows (0 = none)
+  /// --only-corrections a,b: the corrections of those rows (empty = every one a mode takes;
+  /// "none", the reference, is always measured)
+  std::vector<std::string> only_corrections;
+  int precision_rounds = 0;  ///< --precisions N: rounds of the fp32 / bf16 rows (0 = none)
 };
 
 /// Parses the arguments after `pipeline`; errors name the option, the value and what is allowed.

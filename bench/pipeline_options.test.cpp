@@ -108,14 +108,32 @@ TEST_CASE("errors name the option, the value and what is allowed") {
   REQUIRE(only.ok());
   CHECK(only->overhead_only);
 
+  e = error_of(
+      {"--only-corrections", "rot32", "--corrections", "1", "--only-corrections", "rot32,rot16"});
+  CHECK(e.find("--only-corrections: unknown correction 'rot16' in 'rot32,rot16'") !=
+        std::string::npos);
+  CHECK(e.find("rot32+nesterov") != std::string::npos);  // the known ones listed
+  e = error_of({"--corrections", "1", "--only-corrections", "rot32,nesterov,rot32"});
+  CHECK(e.find("'rot32' is listed twice") != std::string::npos);
+  e = error_of({"--corrections", "1", "--only-corrections", ""});
+  CHECK(e.find("unknown correction ''") != std::string::npos);
+  e = error_of({"--only-corrections", "rot32"});
+  CHECK(e.find("--only-corrections without --corrections N measures nothing") != std::string::npos);
+  auto chosen = parse({"--corrections", "2", "--only-corrections", "rot32+nesterov,dc"});
+  REQUIRE(chosen.ok());
+  CHECK(chosen->correction_rounds == 2);
+  CHECK(chosen->only_corrections == std::vector<std::string>{"rot32+nesterov", "dc"});
+  CHECK(parse({"--corrections", "1"})->only_corrections.empty());
+
   e = error_of({"--shapes", "tiny"});
   CHECK(e.find("unknown option '--shapes'") != std::string::npos);
 }
 
 TEST_CASE("the help text lists every option") {
   const std::string u = pipeline_usage();
-  for (const char* opt : {"--shape", "--modes", "--microbatches", "--reps", "--warmup",
-                          "--partition", "--overhead-steps", "--overhead-only", "--profile-reps",
-                          "--no-peer", "--json", "--python", "--peer-script"})
+  for (const char* opt :
+       {"--shape", "--modes", "--microbatches", "--reps", "--warmup", "--partition",
+        "--overhead-steps", "--overhead-only", "--profile-reps", "--corrections",
+        "--only-corrections", "--precisions", "--no-peer", "--json", "--python", "--peer-script"})
     CHECK_MESSAGE(u.find(opt) != std::string::npos, opt);
 }

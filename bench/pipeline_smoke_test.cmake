@@ -210,3 +210,34 @@ if(NOT joined STREQUAL expected)
   message(FATAL_ERROR "--overhead-only printed ${joined}, expected ${expected}")
 endif()
 message(STATUS "actorpipe-bench pipeline --overhead-only smoke: ok")
+
+# --only-corrections: the correction rows of the chosen corrections alone, after none
+execute_process(
+  COMMAND ${BENCH} pipeline --shape tiny --microbatches 2 --modes gpipe,pipedream,xpipe --reps 1
+          --warmup 1 --overhead-steps 0 --profile-reps 1 --no-peer --corrections 1
+          --only-corrections rot32+nesterov,dc --json
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "actorpipe-bench pipeline --only-corrections exited with ${rc}\n"
+                      "stdout:\n${out}\nstderr:\n${err}")
+endif()
+string(STRIP "${out}" out)
+string(REPLACE ";" "," out "${out}")
+string(REPLACE "\n" ";" lines "${out}")
+set(rows "")
+foreach(line IN LISTS lines)
+  string(JSON name GET "${line}" name)
+  if(name STREQUAL "pipeline_correction")
+    string(JSON mode GET "${line}" mode)
+    string(JSON corr GET "${line}" correction)
+    require_positive("${line}" tokens_per_s)
+    require_positive("${line}" update_ms)
+    list(APPEND rows "${mode}:${corr}")
+  endif()
+endforeach()
+list(JOIN rows "," joined)
+set(expected "pipedream:none,pipedream:dc,pipedream:rot32+nesterov,xpipe:none,xpipe:rot32+nesterov")
+if(NOT joined STREQUAL expected)
+  message(FATAL_ERROR "--only-corrections printed the rows ${joined}, expected ${expected}")
+endif()
+message(STATUS "actorpipe-bench pipeline --only-corrections smoke: ok")
