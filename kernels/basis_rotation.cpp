@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <numeric>
 #include <vector>
 
 #include "kernels/check.hpp"
@@ -103,24 +104,26 @@ void symmetric_eigenvectors(const float* a, int n, float* q) {
 
 namespace {
 
-// into the basis (out = Q_Lᵀ·x·Q_R) or back (out = Q_L·x·Q_Rᵀ); x and out are rows × cols, tmp
-// is rows × cols scratch; a side without a basis is I. A block-diagonal Q_L maps each block of
-// rows by its block; a block-diagonal Q_R each block of columns.
-void rotate(Context& ctx, const RotationShape& s, const RotationState& st, bool into,
-            const float* x, float* tmp, float* out) {
-  const int r = s.rows, c = s.cols;
+// into the basis (out = Q_Lᵀ·x·Q_R) or back (out = Q_L·x·Q_Rᵀ) for the rows [r0, r1) of a
+// rows × cols matrix; x, tmp and out point at row r0 of theirs (tmp is scratch); a side without
+// a basis is I. A block-diagonal Q_L maps each block of rows by its block (r0 and r1 are block
+// bounds); a block-diagonal Q_R each block of columns.
+void rotate(Context& ctx, const RotationShape& s, const RotationState& st, bool into, int r0,
+            int r1, const float* x, float* tmp, float* out) {
+  const int c = s.cols;
   const float* left = x;
   if (s.left) {
     float* dst = s.right ? tmp : out;
-    for_blocks(r, s.left_block, [&](int first, int k, size_t at) {
-      const size_t row = static_cast<size_t>(first) * c;
+    for_blocks(s.rows, s.left_block, [&](int first, int k, size_t at) {
+      if (first < r0 || first >= r1) return;
+      const size_t row = static_cast<size_t>(first - r0) * c;
       gemm(ctx, into, false, k, c, k, 1.0f, st.left_basis + at, k, x + row, c, 0.0f, dst + row, c);
     });
     left = dst;
   }
   if (s.right)
     for_blocks(c, s.right_block, [&](int first, int k, size_t at) {
-      gemm(ctx, false, !into, r, k, k, 1.0f, left + first, c, st.right_basis + at, k, 0.0f,
+      gemm(ctx, false, !into, r1 - r0, k, k, 1.0f, left + first, c, st.right_basis + at, k, 0.0f,
            out + first, c);
     });
 }
@@ -177,6 +180,30 @@ float* update_scratch(size_t floats) {
 
 }  // namespace
 
+int rotation_panel_rows(const RotationShape& shape, long panel_rows) {
+  AP_CHECK(panel_rows >= 0, "rotation_panel_rows: panel_rows {}, must be >= 0", panel_rows);
+  // a panel starts at a block of the rows' side and where gemm's pieces may start
+  const int unit = shape.left ? std::lcm(shape.left_block, kGemmRowAlign) : kGemmRowAlign;
+  if (unit >= shape.rows) return shape.rows;
+  long fewest = unit;
+  if (shape.right) {
+    // the columns' side's products, panel by panel, stay on gemm's blocked path as the whole
+    // matrix's do (or the matrix is one panel): each at least kGemmMinPieceMNK, its smallest
+    // block included
+    int smallest = shape.cols;
+    for_blocks(shape.cols, shape.right_block,
+               [&](int, int k, size_t) { smallest = std::min(smallest, k); });
+    const double per_row = static_cast<double>(smallest) * smallest;
+    if (shape.rows * per_row < kGemmMinPieceMNK) return shape.rows;
+    const long rows = static_cast<long>(std::ceil(kGemmMinPieceMNK / per_row));
+    fewest = std::max<long>(fewest, (rows + unit - 1) / unit * unit);
+  }
+  const long wanted =
+      panel_rows > 0 ? panel_rows : kRotationPanelFloats / (3L * static_cast<long>(shape.cols));
+  const long panel = std::max(fewest, wanted / unit * unit);
+  return static_cast<int>(std::min<long>(panel, shape.rows));
+}
+
 void rotated_adamw_update(Context& ctx, float* params, const float* grads, float* m, float* v,
                           const RotationShape& shape, const RotationState& st, const AdamWParams& p,
                           long t, float grad_scale, const RotationStep& step) {
@@ -188,17 +215,18 @@ void rotated_adamw_update(Context& ctx, float* params, const float* grads, float
            "rotated_adamw_update: the state does not match the sides that rotate");
   const int r = shape.rows, c = shape.cols;
   const int64_t n = static_cast<int64_t>(r) * c;
-  const size_t un = static_cast<size_t>(n);
-  // G' (then the step back), M' (then U'), the rotation's scratch and G scaled (when
-  // grad_scale ≠ 1), not zeroed: every element is written before it is read (the products
-  // write theirs with β = 0)
-  const size_t parts = grad_scale != 1.0f ? 4 : 3;
-  float* const gr = update_scratch(parts * un);
-  float* const mr = gr + un;
-  float* const tmp = mr + un;
+  const int panel = rotation_panel_rows(shape, step.panel_rows);
+  // the last panel, up to 2·panel − 1 rows, is the largest
+  const size_t pn = static_cast<size_t>(std::min<long>(r, 2L * panel - 1)) * static_cast<size_t>(c);
+  // per panel of rows G' (then the step back), M' (then U') and the rotation's scratch, and G
+  // scaled (when grad_scale ≠ 1, the whole matrix: R's product sums over every row), not
+  // zeroed: every element is written before it is read (the products write theirs with β = 0)
+  float* const gr = update_scratch(3 * pn + (grad_scale != 1.0f ? static_cast<size_t>(n) : 0));
+  float* const mr = gr + pn;
+  float* const tmp = mr + pn;
   const float* gs = grads;
   if (grad_scale != 1.0f) {
-    float* const g = tmp + un;
+    float* const g = tmp + pn;
     ctx.parallel_for(n, [&](int, int64_t b, int64_t e) { scaled(grads, grad_scale, g, b, e); });
     gs = g;
   }
@@ -215,23 +243,33 @@ void rotated_adamw_update(Context& ctx, float* params, const float* grads, float
            st.right_cov + at, k);
       if (step.refresh) symmetric_eigenvectors(st.right_cov + at, k, st.right_basis + at);
     });
-  // m in the coordinates, as AdamW's: lerp(m, g, 1 − β1)
-  ctx.parallel_for(n, [&](int, int64_t b, int64_t e) { first_moment(gs, m, 1.0f - b1, b, e); });
-  rotate(ctx, shape, st, true, gs, tmp, gr);
-  rotate(ctx, shape, st, true, m, tmp, mr);
 
   const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b1), t));
   const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b2), t));
   const float bc2_sqrt = std::sqrt(bc2), eps = p.eps;
   const NadamSteps k =
       step.lookahead ? nadam_steps(p.lr, b1, t, step.momentum_decay) : NadamSteps{p.lr / bc1, 0.0f};
-  // v in the rotated basis and U' (into mr)
-  ctx.parallel_for(n, [&](int, int64_t b, int64_t e) {
-    rotated_step(gr, mr, v, b2, bc2_sqrt, eps, k.on_m, k.on_g, b, e);
-  });
-  rotate(ctx, shape, st, false, mr, tmp, gr);
   const float decay = 1.0f - p.lr * p.weight_decay;
-  ctx.parallel_for(n, [&](int, int64_t b, int64_t e) { step_back(params, gr, decay, b, e); });
+  for (int r0 = 0, r1 = 0; r0 < r; r0 = r1) {
+    // the last panel takes a rest shorter than a panel: no panel is shorter than `panel`
+    r1 = r - r0 < 2L * panel ? r : r0 + panel;
+    const size_t at = static_cast<size_t>(r0) * static_cast<size_t>(c);
+    const int64_t pe = static_cast<int64_t>(r1 - r0) * c;
+    const float* const g = gs + at;
+    float* const mp = m + at;
+    float* const vp = v + at;
+    float* const wp = params + at;
+    // m in the coordinates, as AdamW's: lerp(m, g, 1 − β1)
+    ctx.parallel_for(pe, [&](int, int64_t b, int64_t e) { first_moment(g, mp, 1.0f - b1, b, e); });
+    rotate(ctx, shape, st, true, r0, r1, g, tmp, gr);
+    rotate(ctx, shape, st, true, r0, r1, mp, tmp, mr);
+    // v in the rotated basis and U' (into mr)
+    ctx.parallel_for(pe, [&](int, int64_t b, int64_t e) {
+      rotated_step(gr, mr, vp, b2, bc2_sqrt, eps, k.on_m, k.on_g, b, e);
+    });
+    rotate(ctx, shape, st, false, r0, r1, mr, tmp, gr);
+    ctx.parallel_for(pe, [&](int, int64_t b, int64_t e) { step_back(wp, gr, decay, b, e); });
+  }
 }
 
 void rotated_adamw_direction(Context& ctx, const float* m, const float* v,
@@ -241,14 +279,14 @@ void rotated_adamw_direction(Context& ctx, const float* m, const float* v,
            shape.rows, shape.cols);
   const int64_t n = static_cast<int64_t>(shape.rows) * shape.cols;
   std::vector<float> mr(static_cast<size_t>(n)), tmp(static_cast<size_t>(n));
-  rotate(ctx, shape, st, true, m, tmp.data(), mr.data());
+  rotate(ctx, shape, st, true, 0, shape.rows, m, tmp.data(), mr.data());
   ctx.parallel_for(n, [&](int, int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const size_t u = static_cast<size_t>(i);
       mr[u] = (mr[u] / bc1) / (std::sqrt(v[i]) / bc2_sqrt + eps);
     }
   });
-  rotate(ctx, shape, st, false, mr.data(), tmp.data(), out);
+  rotate(ctx, shape, st, false, 0, shape.rows, mr.data(), tmp.data(), out);
 }
 
 void rotated_xpipe_predict(Context& ctx, float* out, const float* w, const float* m, const float* v,

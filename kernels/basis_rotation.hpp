@@ -66,7 +66,25 @@ struct RotationStep {
   /// Nesterov's look-ahead (NAdam, as adamw_update's nesterov) in the rotated basis.
   bool lookahead = false;
   float momentum_decay = 0.0f;  ///< the look-ahead's ψ (nadam_steps)
+  /// Rows per panel of the update's rotations and element-wise passes (0: the kernel's choice,
+  /// rotation_panel_rows). Any value gives the same bits; tests set it to force several panels.
+  long panel_rows = 0;
 };
+
+/// The rotated update works through a large matrix in panels of rows, its scratch 3 floats per
+/// element of a panel (the last panel takes the rest, up to twice a panel): about this many
+/// floats, 16 MB, where a panel may be that small, instead of 3 per element of the matrix (a
+/// GPT-2 embedding, 50257 × 768 with its columns rotating whole, 463 MB; in blocks of 32 its
+/// panels are 8256 rows, so that each product stays on gemm's blocked path).
+inline constexpr long kRotationPanelFloats = 4L << 20;
+
+/// The rows of the update's panels for `shape`: `panel_rows` (0: as many as keep the 3 panels
+/// within kRotationPanelFloats) rounded down to a multiple of the rows' side's block and of
+/// kGemmRowAlign, and at least as many as keep each product of the columns' side at
+/// kGemmMinPieceMNK (its smallest block's); the whole matrix when those are not below its rows
+/// (a rows' side that rotates whole, at most rotation_max_dim rows) or its products are below
+/// kGemmMinPieceMNK already. Each panel then computes the whole matrix's bits.
+int rotation_panel_rows(const RotationShape& shape, long panel_rows = 0);
 
 /// One update of a matrix parameter (shape.any()) at step t (1-based), G = grad_scale·grads:
 ///   L = β2·L + (1−β2)·G·Gᵀ,  R = β2·R + (1−β2)·Gᵀ·G        (the sides that rotate; in blocks,
@@ -79,9 +97,11 @@ struct RotationStep {
 ///        look-ahead: (on_m·M' + on_g·G') / (√v/√(1−β2ᵗ) + ε)   (nadam_steps)
 ///   W = W·(1 − lr·wd) − Q_L·U'·Q_Rᵀ
 /// m and W are in the parameter's coordinates, v in the rotated basis. Element-wise steps are
-/// float as adamw_update's; the products are gemm's. The calling thread keeps a scratch of 3
-/// floats per element of the largest matrix it updated (4 with grad_scale ≠ 1) for the next
-/// update.
+/// float as adamw_update's; the products are gemm's. After the covariances, everything is
+/// computed panel by panel of rotation_panel_rows rows (the same bits for any panel). The
+/// calling thread keeps a scratch of 3 floats per element of a panel (and 1 per element of the
+/// matrix with grad_scale ≠ 1, the scaled gradient the covariances read), the largest it
+/// needed, for the next update.
 void rotated_adamw_update(Context& ctx, float* params, const float* grads, float* m, float* v,
                           const RotationShape& shape, const RotationState& state,
                           const AdamWParams& p, long t, float grad_scale, const RotationStep& step);

@@ -368,3 +368,78 @@ TEST_CASE("rotated AdamW refuses a matrix that does not rotate and a mismatched 
                                        AdamWParams{}, 1, 1.0f, {}),
                   CheckFailure);
 }
+
+TEST_CASE("rotation_panel_rows: whole matrices where small, panels that keep gemm's path") {
+  // a rows' side that rotates whole: one panel
+  CHECK(rotation_panel_rows(rotation_shape(200, 64, 1024)) == 200);
+  // products below gemm's split threshold already: one panel
+  CHECK(rotation_panel_rows(rotation_shape(3000, 24, 32)) == 3000);
+  // GPT-2's embedding, its columns whole: panels of the default size (4 Mi floats / 3 / 768
+  // rows, rounded down to a multiple of 96)
+  CHECK(rotation_panel_rows(rotation_shape(50257, 768, 1024)) == 1728);
+  // in blocks of 32: each 32-column product of a panel must keep 8 Mi multiply-adds, 8192 rows,
+  // rounded up to 8256 (86 · 96)
+  CHECK(rotation_panel_rows(rotation_shape(50257, 768, 1024, 32)) == 8256);
+  // a ragged last block of the columns decides: 810 = 25 · 32 + 10, so ⌈8 Mi / 10²⌉ = 83887
+  CHECK(rotation_panel_rows(rotation_shape(200000, 810, 1024, 32)) ==
+        83904);  // rows, rounded up to 96
+  // a panel asked for: rounded down to the unit (the rows' blocks and 96), at least one unit
+  RotationShape s;
+  s.rows = 300;
+  s.cols = 40;
+  s.left = true;
+  s.left_block = 12;  // unit lcm(12, 96) = 96
+  CHECK(rotation_panel_rows(s, 100) == 96);
+  CHECK(rotation_panel_rows(s, 10) == 96);
+  CHECK(rotation_panel_rows(s, 200) == 192);
+  CHECK(rotation_panel_rows(s, 1000) == 300);
+  s.left_block = 40;  // unit lcm(40, 96) = 480 ≥ rows
+  CHECK(rotation_panel_rows(s, 100) == 300);
+  CHECK_THROWS_AS(rotation_panel_rows(s, -1), CheckFailure);
+}
+
+TEST_CASE("rotated AdamW in panels of rows: the bits of the whole matrix") {
+  // Made by hand so that panels of 96 rows are allowed: the rows in blocks of 8 (the last of
+  // 4), the columns either whole (512: a 96-row panel's product has 96·512² multiply-adds) or
+  // not rotating. Panels of 96 → 96, 96, 108 rows (the last takes the rest).
+  for (bool right : {true, false}) {
+    CAPTURE(right);
+    RotationShape shape;
+    shape.rows = 300;
+    shape.cols = right ? 512 : 40;
+    shape.left = true;
+    shape.left_block = 8;
+    shape.right = right;
+    shape.right_block = shape.cols;
+    REQUIRE(rotation_panel_rows(shape, 96) == 96);
+    const size_t n = static_cast<size_t>(shape.rows) * shape.cols;
+    Rng rng(31);
+    const auto grads = random_grads(3, n, rng);
+    Rotated start;
+    start.shape = shape;
+    start.w = random_vec(n, rng);
+    start.m.assign(n, 0.0f);
+    start.v.assign(n, 0.0f);
+    start.state.assign(shape.state_floats(), 0.0f);
+    std::vector<Rotated> runs;
+    for (long panel : {0L, 96L, 1L << 30}) {
+      CAPTURE(panel);
+      Rotated x = start;
+      Context ctx(2);
+      for (long t = 1; t <= 3; ++t)
+        rotated_adamw_update(ctx, x.w.data(), grads[static_cast<size_t>(t - 1)].data(), x.m.data(),
+                             x.v.data(), shape, rotation_state(shape, x.state.data()),
+                             AdamWParams{}, t, t == 2 ? 0.5f : 1.0f,
+                             RotationStep{t != 2, t == 3, 0.0f, panel});
+      runs.push_back(std::move(x));
+    }
+    for (size_t k = 1; k < runs.size(); ++k) {
+      CAPTURE(k);
+      CHECK(bitwise_equal(runs[k].w, runs[0].w));
+      CHECK(bitwise_equal(runs[k].m, runs[0].m));
+      CHECK(bitwise_equal(runs[k].v, runs[0].v));
+      CHECK(bitwise_equal(runs[k].state, runs[0].state));
+    }
+    CHECK(!bitwise_equal(runs[0].w, start.w));
+  }
+}

@@ -13,19 +13,8 @@
 namespace actorpipe {
 
 namespace {
-// Chunk boundaries are multiples of this many rows. OpenBLAS computes C in micro-tiles whose
-// height depends on the kernel it picked for the CPU at run time (24 rows on its Haswell and Zen
-// kernels, 16 on SkylakeX and Cooperlake); a row block that starts inside another tiling's
-// micro-tile rounds differently. 96 is a whole number of tiles on every one of them, so each row
-// gets the bits of the unsplit product. Column blocks never do on the Haswell kernels (tested:
-// kernels/gemm.test.cpp), so the output is split by rows only.
-constexpr int kGemmAlign = 96;
-// A GEMM is split only when every piece has at least this many multiply-adds. OpenBLAS
-// 0.3.21 sends products below 28·512² (direct sgemm) or 100³ (small-matrix kernels) to
-// kernels that round differently from its blocked path; keeping the whole product and
-// every piece on the blocked path makes the result independent of the thread count.
-constexpr double kMinPieceMNK = 8.0 * 1024 * 1024;
-
+constexpr int kGemmAlign = kGemmRowAlign;
+constexpr double kMinPieceMNK = kGemmMinPieceMNK;
 }  // namespace
 
 void gemm_serial(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
