@@ -168,6 +168,12 @@ void step_back(float* __restrict w, const float* __restrict back, float decay, i
   for (int64_t i = b; i < e; ++i) w[i] = w[i] * decay - back[i];
 }
 
+// the direction in the basis (into mr): (M'/bc1) / (√v/bc2_sqrt + ε)
+void rotated_direction(float* __restrict mr, const float* __restrict v, float bc1, float bc2_sqrt,
+                       float eps, int64_t b, int64_t e) {
+  for (int64_t i = b; i < e; ++i) mr[i] = (mr[i] / bc1) / (std::sqrt(v[i]) / bc2_sqrt + eps);
+}
+
 float* update_scratch(size_t floats) {
   thread_local std::unique_ptr<float[]> buffer;
   thread_local size_t capacity = 0;
@@ -274,19 +280,27 @@ void rotated_adamw_update(Context& ctx, float* params, const float* grads, float
 
 void rotated_adamw_direction(Context& ctx, const float* m, const float* v,
                              const RotationShape& shape, const RotationState& st, float bc1,
-                             float bc2_sqrt, float eps, float* out) {
+                             float bc2_sqrt, float eps, float* out, long panel_rows) {
   AP_CHECK(shape.any(), "rotated_adamw_direction: a {} x {} matrix with neither side rotated",
            shape.rows, shape.cols);
-  const int64_t n = static_cast<int64_t>(shape.rows) * shape.cols;
-  std::vector<float> mr(static_cast<size_t>(n)), tmp(static_cast<size_t>(n));
-  rotate(ctx, shape, st, true, 0, shape.rows, m, tmp.data(), mr.data());
-  ctx.parallel_for(n, [&](int, int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const size_t u = static_cast<size_t>(i);
-      mr[u] = (mr[u] / bc1) / (std::sqrt(v[i]) / bc2_sqrt + eps);
-    }
-  });
-  rotate(ctx, shape, st, false, 0, shape.rows, mr.data(), tmp.data(), out);
+  const int r = shape.rows, c = shape.cols;
+  const int panel = rotation_panel_rows(shape, panel_rows);
+  // M' (then the direction in the basis) and the rotation's scratch, per panel (the largest,
+  // the last, up to 2·panel − 1 rows), in the calling thread's scratch as the update's
+  const size_t pn = static_cast<size_t>(std::min<long>(r, 2L * panel - 1)) * static_cast<size_t>(c);
+  float* const mr = update_scratch(2 * pn);
+  float* const tmp = mr + pn;
+  for (int r0 = 0, r1 = 0; r0 < r; r0 = r1) {
+    r1 = r - r0 < 2L * panel ? r : r0 + panel;
+    const size_t at = static_cast<size_t>(r0) * static_cast<size_t>(c);
+    const int64_t pe = static_cast<int64_t>(r1 - r0) * c;
+    rotate(ctx, shape, st, true, r0, r1, m + at, tmp, mr);
+    const float* const vp = v + at;
+    ctx.parallel_for(pe, [&](int, int64_t b, int64_t e) {
+      rotated_direction(mr, vp, bc1, bc2_sqrt, eps, b, e);
+    });
+    rotate(ctx, shape, st, false, r0, r1, mr, tmp, out + at);
+  }
 }
 
 void rotated_xpipe_predict(Context& ctx, float* out, const float* w, const float* m, const float* v,

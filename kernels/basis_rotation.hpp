@@ -108,10 +108,12 @@ void rotated_adamw_update(Context& ctx, float* params, const float* grads, float
 
 /// AdamW's step direction in the rotated basis, brought back to the coordinates (XPipe's weight
 /// prediction with basis rotation): out = Q_L·((M'/bc1) / (√v/bc2_sqrt + ε))·Q_Rᵀ with
-/// M' = Q_Lᵀ·m·Q_R, from the state an update left (m, v, the eigenvectors).
+/// M' = Q_Lᵀ·m·Q_R, from the state an update left (m, v, the eigenvectors). In panels of
+/// rotation_panel_rows(shape, panel_rows) rows (the same bits for any), in the calling thread's
+/// scratch as rotated_adamw_update's: 2 floats per element of a panel.
 void rotated_adamw_direction(Context& ctx, const float* m, const float* v,
                              const RotationShape& shape, const RotationState& state, float bc1,
-                             float bc2_sqrt, float eps, float* out);
+                             float bc2_sqrt, float eps, float* out, long panel_rows = 0);
 
 /// XPipe's weight prediction for a matrix that rotates (xpipe_predict's AdamW formula with the
 /// rotated direction): out = w − p.k·(d + p.wd·w), d = rotated_adamw_direction(m, v, p.bc1,

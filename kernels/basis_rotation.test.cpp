@@ -398,7 +398,7 @@ TEST_CASE("rotation_panel_rows: whole matrices where small, panels that keep gem
   CHECK_THROWS_AS(rotation_panel_rows(s, -1), CheckFailure);
 }
 
-TEST_CASE("rotated AdamW in panels of rows: the bits of the whole matrix") {
+TEST_CASE("rotated AdamW and its direction in panels of rows: the bits of the whole matrix") {
   // Made by hand so that panels of 96 rows are allowed: the rows in blocks of 8 (the last of
   // 4), the columns either whole (512: a 96-row panel's product has 96·512² multiply-adds) or
   // not rotating. Panels of 96 → 96, 96, 108 rows (the last takes the rest).
@@ -422,6 +422,7 @@ TEST_CASE("rotated AdamW in panels of rows: the bits of the whole matrix") {
     start.v.assign(n, 0.0f);
     start.state.assign(shape.state_floats(), 0.0f);
     std::vector<Rotated> runs;
+    std::vector<std::vector<float>> directions;
     for (long panel : {0L, 96L, 1L << 30}) {
       CAPTURE(panel);
       Rotated x = start;
@@ -431,6 +432,11 @@ TEST_CASE("rotated AdamW in panels of rows: the bits of the whole matrix") {
                              x.v.data(), shape, rotation_state(shape, x.state.data()),
                              AdamWParams{}, t, t == 2 ? 0.5f : 1.0f,
                              RotationStep{t != 2, t == 3, 0.0f, panel});
+      std::vector<float> d(n);  // xpipe's direction from the state after the updates
+      rotated_adamw_direction(ctx, x.m.data(), x.v.data(), shape,
+                              rotation_state(shape, x.state.data()), 0.271f, 0.0548f, 1e-8f,
+                              d.data(), panel);
+      directions.push_back(std::move(d));
       runs.push_back(std::move(x));
     }
     for (size_t k = 1; k < runs.size(); ++k) {
@@ -439,6 +445,7 @@ TEST_CASE("rotated AdamW in panels of rows: the bits of the whole matrix") {
       CHECK(bitwise_equal(runs[k].m, runs[0].m));
       CHECK(bitwise_equal(runs[k].v, runs[0].v));
       CHECK(bitwise_equal(runs[k].state, runs[0].state));
+      CHECK(bitwise_equal(directions[k], directions[0]));
     }
     CHECK(!bitwise_equal(runs[0].w, start.w));
   }
