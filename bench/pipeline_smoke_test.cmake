@@ -10,16 +10,25 @@
 if(NOT BENCH)
   message(FATAL_ERROR "pass -DBENCH=<path to actorpipe-bench>")
 endif()
-execute_process(
-  COMMAND ${BENCH} pipeline --shape tiny --microbatches 2 --reps 1 --warmup 1
-          --overhead-steps 4 --profile-reps 1 --corrections 1 --precisions 1 --json
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "actorpipe-bench pipeline exited with ${rc}\nstdout:\n${out}\nstderr:\n${err}")
-endif()
-string(STRIP "${out}" out)
-string(REPLACE ";" "," out "${out}")  # CMake lists split on ';' (none belongs to JSON syntax)
-string(REPLACE "\n" ";" lines "${out}")
+
+# Runs `actorpipe-bench pipeline` with the arguments after `what`; fails naming `what` unless it
+# exits 0; sets out (stdout, stripped), err (stderr) and lines (stdout's lines as a list).
+function(run_pipeline what)
+  execute_process(COMMAND ${BENCH} pipeline ${ARGN}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "actorpipe-bench pipeline ${what} exited with ${rc}\nstdout:\n${out}\n"
+                        "stderr:\n${err}")
+  endif()
+  string(STRIP "${out}" out)
+  string(REPLACE ";" "," out "${out}")  # CMake lists split on ';' (none belongs to JSON syntax)
+  string(REPLACE "\n" ";" lines "${out}")
+  set(out "${out}" PARENT_SCOPE)
+  set(err "${err}" PARENT_SCOPE)
+  set(lines "${lines}" PARENT_SCOPE)
+endfunction()
+run_pipeline("(every row)" --shape tiny --microbatches 2 --reps 1 --warmup 1 --overhead-steps 4
+             --profile-reps 1 --corrections 1 --precisions 1 --json)
 
 function(require_positive line key)
   string(JSON v ERROR_VARIABLE jerr GET "${line}" ${key})
@@ -183,17 +192,8 @@ message(STATUS "actorpipe-bench pipeline smoke: ${n_run} runs, ${n_overhead} ove
                "${n_peer} peer lines")
 
 # --overhead-only: no training runs, no peer
-execute_process(
-  COMMAND ${BENCH} pipeline --shape tiny --microbatches 2 --modes gpipe,pipedream --overhead-only
-          --overhead-steps 4 --profile-reps 1 --json
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "actorpipe-bench pipeline --overhead-only exited with ${rc}\nstdout:\n${out}\n"
-                      "stderr:\n${err}")
-endif()
-string(STRIP "${out}" out)
-string(REPLACE ";" "," out "${out}")
-string(REPLACE "\n" ";" lines "${out}")
+run_pipeline(--overhead-only --shape tiny --microbatches 2 --modes gpipe,pipedream
+             --overhead-only --overhead-steps 4 --profile-reps 1 --json)
 set(names "")
 foreach(line IN LISTS lines)
   string(JSON name GET "${line}" name)
@@ -212,18 +212,9 @@ endif()
 message(STATUS "actorpipe-bench pipeline --overhead-only smoke: ok")
 
 # --only-corrections: the correction rows of the chosen corrections alone, after none
-execute_process(
-  COMMAND ${BENCH} pipeline --shape tiny --microbatches 2 --modes gpipe,pipedream,xpipe --reps 1
-          --warmup 1 --overhead-steps 0 --profile-reps 1 --no-peer --corrections 1
-          --only-corrections rot32+nesterov,dc --json
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "actorpipe-bench pipeline --only-corrections exited with ${rc}\n"
-                      "stdout:\n${out}\nstderr:\n${err}")
-endif()
-string(STRIP "${out}" out)
-string(REPLACE ";" "," out "${out}")
-string(REPLACE "\n" ";" lines "${out}")
+run_pipeline(--only-corrections --shape tiny --microbatches 2 --modes gpipe,pipedream,xpipe
+             --reps 1 --warmup 1 --overhead-steps 0 --profile-reps 1 --no-peer --corrections 1
+             --only-corrections rot32+nesterov,dc --json)
 set(rows "")
 foreach(line IN LISTS lines)
   string(JSON name GET "${line}" name)

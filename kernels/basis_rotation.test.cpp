@@ -86,6 +86,14 @@ Rotated make(int rows, int cols, long max_dim, Rng& rng, long block = 0) {
   return r;
 }
 
+// the same weights, moments and rotation state, bit for bit
+void check_same_bits(const Rotated& got, const Rotated& want) {
+  CHECK(bitwise_equal(got.w, want.w));
+  CHECK(bitwise_equal(got.m, want.m));
+  CHECK(bitwise_equal(got.v, want.v));
+  CHECK(bitwise_equal(got.state, want.state));
+}
+
 // `count` random gradients of n floats
 std::vector<std::vector<float>> random_grads(int count, size_t n, Rng& rng) {
   std::vector<std::vector<float>> grads;
@@ -347,10 +355,7 @@ TEST_CASE("rotated AdamW: the same bits for any thread count") {
     }
     for (size_t k = 1; k < runs.size(); ++k) {
       CAPTURE(k);
-      CHECK(bitwise_equal(runs[k].w, runs[0].w));
-      CHECK(bitwise_equal(runs[k].m, runs[0].m));
-      CHECK(bitwise_equal(runs[k].v, runs[0].v));
-      CHECK(bitwise_equal(runs[k].state, runs[0].state));
+      check_same_bits(runs[k], runs[0]);
     }
     CHECK(!bitwise_equal(runs[0].w, start.w));
   }
@@ -441,10 +446,7 @@ TEST_CASE("rotated AdamW and its direction in panels of rows: the bits of the wh
     }
     for (size_t k = 1; k < runs.size(); ++k) {
       CAPTURE(k);
-      CHECK(bitwise_equal(runs[k].w, runs[0].w));
-      CHECK(bitwise_equal(runs[k].m, runs[0].m));
-      CHECK(bitwise_equal(runs[k].v, runs[0].v));
-      CHECK(bitwise_equal(runs[k].state, runs[0].state));
+      check_same_bits(runs[k], runs[0]);
       CHECK(bitwise_equal(directions[k], directions[0]));
     }
     CHECK(!bitwise_equal(runs[0].w, start.w));
