@@ -31,6 +31,21 @@ void for_blocks(int n, int b, F&& f) {
     f(first, std::min(b, n - first), static_cast<size_t>(i) * static_cast<size_t>(b) * b);
 }
 
+// Calls f(r0, r1) for each panel of a matrix's rows: `panel` rows each, the last taking a rest
+// shorter than a panel (so no panel is shorter than `panel`).
+template <class F>
+void for_panels(int rows, int panel, F&& f) {
+  for (int r0 = 0, r1 = 0; r0 < rows; r0 = r1) {
+    r1 = rows - r0 < 2L * panel ? rows : r0 + panel;
+    f(r0, r1);
+  }
+}
+
+// Floats of a panel as large as for_panels' largest (the last, up to 2·panel − 1 rows).
+size_t largest_panel_floats(const RotationShape& s, int panel) {
+  return static_cast<size_t>(std::min<long>(s.rows, 2L * panel - 1)) * static_cast<size_t>(s.cols);
+}
+
 size_t side_floats(int n, int b) {
   size_t floats = 0;
   for_blocks(n, b, [&](int, int k, size_t) { floats += static_cast<size_t>(k) * k; });
@@ -222,8 +237,7 @@ void rotated_adamw_update(Context& ctx, float* params, const float* grads, float
   const int r = shape.rows, c = shape.cols;
   const int64_t n = static_cast<int64_t>(r) * c;
   const int panel = rotation_panel_rows(shape, step.panel_rows);
-  // the last panel, up to 2·panel − 1 rows, is the largest
-  const size_t pn = static_cast<size_t>(std::min<long>(r, 2L * panel - 1)) * static_cast<size_t>(c);
+  const size_t pn = largest_panel_floats(shape, panel);
   // per panel of rows G' (then the step back), M' (then U') and the rotation's scratch, and G
   // scaled (when grad_scale ≠ 1, the whole matrix: R's product sums over every row), not
   // zeroed: every element is written before it is read (the products write theirs with β = 0)
@@ -256,9 +270,7 @@ void rotated_adamw_update(Context& ctx, float* params, const float* grads, float
   const NadamSteps k =
       step.lookahead ? nadam_steps(p.lr, b1, t, step.momentum_decay) : NadamSteps{p.lr / bc1, 0.0f};
   const float decay = 1.0f - p.lr * p.weight_decay;
-  for (int r0 = 0, r1 = 0; r0 < r; r0 = r1) {
-    // the last panel takes a rest shorter than a panel: no panel is shorter than `panel`
-    r1 = r - r0 < 2L * panel ? r : r0 + panel;
+  for_panels(r, panel, [&](int r0, int r1) {
     const size_t at = static_cast<size_t>(r0) * static_cast<size_t>(c);
     const int64_t pe = static_cast<int64_t>(r1 - r0) * c;
     const float* const g = gs + at;
@@ -275,7 +287,7 @@ void rotated_adamw_update(Context& ctx, float* params, const float* grads, float
     });
     rotate(ctx, shape, st, false, r0, r1, mr, tmp, gr);
     ctx.parallel_for(pe, [&](int, int64_t b, int64_t e) { step_back(wp, gr, decay, b, e); });
-  }
+  });
 }
 
 void rotated_adamw_direction(Context& ctx, const float* m, const float* v,
@@ -285,13 +297,12 @@ void rotated_adamw_direction(Context& ctx, const float* m, const float* v,
            shape.rows, shape.cols);
   const int r = shape.rows, c = shape.cols;
   const int panel = rotation_panel_rows(shape, panel_rows);
-  // M' (then the direction in the basis) and the rotation's scratch, per panel (the largest,
-  // the last, up to 2·panel − 1 rows), in the calling thread's scratch as the update's
-  const size_t pn = static_cast<size_t>(std::min<long>(r, 2L * panel - 1)) * static_cast<size_t>(c);
+  // M' (then the direction in the basis) and the rotation's scratch, per panel, in the calling
+  // thread's scratch as the update's
+  const size_t pn = largest_panel_floats(shape, panel);
   float* const mr = update_scratch(2 * pn);
   float* const tmp = mr + pn;
-  for (int r0 = 0, r1 = 0; r0 < r; r0 = r1) {
-    r1 = r - r0 < 2L * panel ? r : r0 + panel;
+  for_panels(r, panel, [&](int r0, int r1) {
     const size_t at = static_cast<size_t>(r0) * static_cast<size_t>(c);
     const int64_t pe = static_cast<int64_t>(r1 - r0) * c;
     rotate(ctx, shape, st, true, r0, r1, m + at, tmp, mr);
@@ -300,7 +311,7 @@ void rotated_adamw_direction(Context& ctx, const float* m, const float* v,
       rotated_direction(mr, vp, bc1, bc2_sqrt, eps, b, e);
     });
     rotate(ctx, shape, st, false, r0, r1, mr, tmp, out + at);
-  }
+  });
 }
 
 void rotated_xpipe_predict(Context& ctx, float* out, const float* w, const float* m, const float* v,
