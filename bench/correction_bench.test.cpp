@@ -11,7 +11,7 @@ namespace {
 using Names = std::vector<std::string>;
 }
 
-TEST_CASE("the synchronous modes take no correction; xpipe no compensation") {
+TEST_CASE("the synchronous modes take no correction, xpipe no compensation") {
   CHECK(corrections_of(Mode::gpipe).empty());
   CHECK(corrections_of(Mode::onef1b).empty());
   const Names xpipe = corrections_of(Mode::xpipe);
