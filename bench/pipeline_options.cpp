@@ -17,11 +17,7 @@ namespace {
 Expected<std::vector<std::string>> correction_list(const std::string& value) {
   const std::vector<std::string> known = corrections_of(Mode::pipedream);
   std::vector<std::string> names;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = value.find(',', start);
-    const std::string name =
-        value.substr(start, comma == std::string::npos ? comma : comma - start);
+  for (const std::string& name : split_commas(value)) {
     if (std::find(known.begin(), known.end(), name) == known.end()) {
       std::string list;
       for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
@@ -31,8 +27,6 @@ Expected<std::vector<std::string>> correction_list(const std::string& value) {
     if (std::find(names.begin(), names.end(), name) != names.end())
       return make_error("--only-corrections: '{}' is listed twice in '{}'", name, value);
     names.push_back(name);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   return names;
 }
