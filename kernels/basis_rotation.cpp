@@ -158,21 +158,18 @@ void scaled(const float* __restrict x, float scale, float* __restrict out, int64
   for (int64_t i = b; i < e; ++i) out[i] = x[i] * scale;
 }
 
-// m in the coordinates, as AdamW's: lerp(m, g, 1 − β1)
-void first_moment(const float* __restrict g, float* __restrict m, float one_minus_b1, int64_t b,
-                  int64_t e) {
-  for (int64_t i = b; i < e; ++i) m[i] = std::fma(one_minus_b1, g[i] - m[i], m[i]);
-}
-
-// v in the rotated basis and U' (into mr): v = β2·v + (1−β2)·G'², U' = (on_m·M' + on_g·G') /
-// (√v/√bc2 + ε)
-void rotated_step(const float* __restrict gr, float* __restrict mr, float* __restrict v, float b2,
-                  float bc2_sqrt, float eps, float on_m, float on_g, int64_t b, int64_t e) {
+// M' (in the basis) = lerp(M', G', 1 − β1), v = β2·v + (1−β2)·G'², and U' (into u):
+// (on_m·M' + on_g·G') / (√v/√bc2 + ε)
+void rotated_step(const float* __restrict gr, float* __restrict mr, float* __restrict v,
+                  float* __restrict u, float one_minus_b1, float b2, float bc2_sqrt, float eps,
+                  float on_m, float on_g, int64_t b, int64_t e) {
   for (int64_t i = b; i < e; ++i) {
     const float gi = gr[i];
+    const float mi = std::fma(one_minus_b1, gi - mr[i], mr[i]);
     const float vi = b2 * v[i] + (1.0f - b2) * (gi * gi);
     const float denom = std::sqrt(vi) / bc2_sqrt + eps;
-    mr[i] = (on_m * mr[i] + on_g * gi) / denom;
+    u[i] = (on_m * mi + on_g * gi) / denom;
+    mr[i] = mi;
     v[i] = vi;
   }
 }
@@ -183,10 +180,10 @@ void step_back(float* __restrict w, const float* __restrict back, float decay, i
   for (int64_t i = b; i < e; ++i) w[i] = w[i] * decay - back[i];
 }
 
-// the direction in the basis (into mr): (M'/bc1) / (√v/bc2_sqrt + ε)
-void rotated_direction(float* __restrict mr, const float* __restrict v, float bc1, float bc2_sqrt,
-                       float eps, int64_t b, int64_t e) {
-  for (int64_t i = b; i < e; ++i) mr[i] = (mr[i] / bc1) / (std::sqrt(v[i]) / bc2_sqrt + eps);
+// the direction in the basis (into out): (M'/bc1) / (√v/bc2_sqrt + ε)
+void rotated_direction(const float* __restrict mr, const float* __restrict v, float bc1,
+                       float bc2_sqrt, float eps, float* __restrict out, int64_t b, int64_t e) {
+  for (int64_t i = b; i < e; ++i) out[i] = (mr[i] / bc1) / (std::sqrt(v[i]) / bc2_sqrt + eps);
 }
 
 float* update_scratch(size_t floats) {
@@ -238,31 +235,51 @@ void rotated_adamw_update(Context& ctx, float* params, const float* grads, float
   const int64_t n = static_cast<int64_t>(r) * c;
   const int panel = rotation_panel_rows(shape, step.panel_rows);
   const size_t pn = largest_panel_floats(shape, panel);
-  // per panel of rows G' (then the step back), M' (then U') and the rotation's scratch, and G
-  // scaled (when grad_scale ≠ 1, the whole matrix: R's product sums over every row), not
-  // zeroed: every element is written before it is read (the products write theirs with β = 0)
-  float* const gr = update_scratch(3 * pn + (grad_scale != 1.0f ? static_cast<size_t>(n) : 0));
-  float* const mr = gr + pn;
-  float* const tmp = mr + pn;
+  const size_t lf = shape.left_floats(), rf = shape.right_floats();
+  // per panel G' (then the step back), U' and the rotation's scratch; at a refresh the old
+  // bases and the turn from them to the new (Q_oldᵀ·Q_new per block); G scaled (when
+  // grad_scale ≠ 1, the whole matrix: R's product sums over every row). Not zeroed: every
+  // element is written before it is read (the products write theirs with β = 0).
+  const size_t turn_floats = step.refresh ? lf + rf : 0;
+  float* const gr =
+      update_scratch(3 * pn + 2 * turn_floats + (grad_scale != 1.0f ? static_cast<size_t>(n) : 0));
+  float* const ur = gr + pn;
+  float* const tmp = ur + pn;
+  float* const old = tmp + pn;
+  float* const turn = old + turn_floats;
   const float* gs = grads;
   if (grad_scale != 1.0f) {
-    float* const g = tmp + pn;
+    float* const g = turn + turn_floats;
     ctx.parallel_for(n, [&](int, int64_t b, int64_t e) { scaled(grads, grad_scale, g, b, e); });
     gs = g;
+  }
+  if (step.refresh) {
+    if (shape.left) std::copy_n(st.left_basis, lf, old);
+    if (shape.right) std::copy_n(st.right_basis, rf, old + lf);
   }
   const float b1 = p.beta1, b2 = p.beta2;
   if (shape.left)
     for_blocks(r, shape.left_block, [&](int first, int k, size_t at) {
       const float* rows = gs + static_cast<size_t>(first) * c;
       gemm(ctx, false, true, k, k, c, 1.0f - b2, rows, c, rows, c, b2, st.left_cov + at, k);
-      if (step.refresh) symmetric_eigenvectors(st.left_cov + at, k, st.left_basis + at);
+      if (!step.refresh) return;
+      symmetric_eigenvectors(st.left_cov + at, k, st.left_basis + at);
+      gemm(ctx, true, false, k, k, k, 1.0f, old + at, k, st.left_basis + at, k, 0.0f, turn + at, k);
     });
   if (shape.right)
     for_blocks(c, shape.right_block, [&](int first, int k, size_t at) {
       gemm(ctx, true, false, k, k, r, 1.0f - b2, gs + first, c, gs + first, c, b2,
            st.right_cov + at, k);
-      if (step.refresh) symmetric_eigenvectors(st.right_cov + at, k, st.right_basis + at);
+      if (!step.refresh) return;
+      symmetric_eigenvectors(st.right_cov + at, k, st.right_basis + at);
+      gemm(ctx, true, false, k, k, k, 1.0f, old + lf + at, k, st.right_basis + at, k, 0.0f,
+           turn + lf + at, k);
     });
+  // M' from the old basis into the new: Q_newᵀ·Q_old·M'·Q_oldᵀ·Q_new, rotate's "into" with the
+  // turns as the bases (at the first update the old bases, and M', are zero)
+  RotationState turned;
+  if (shape.left) turned.left_basis = turn;
+  if (shape.right) turned.right_basis = turn + lf;
 
   const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b1), t));
   const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b2), t));
@@ -273,19 +290,19 @@ void rotated_adamw_update(Context& ctx, float* params, const float* grads, float
   for_panels(r, panel, [&](int r0, int r1) {
     const size_t at = static_cast<size_t>(r0) * static_cast<size_t>(c);
     const int64_t pe = static_cast<int64_t>(r1 - r0) * c;
-    const float* const g = gs + at;
     float* const mp = m + at;
     float* const vp = v + at;
     float* const wp = params + at;
-    // m in the coordinates, as AdamW's: lerp(m, g, 1 − β1)
-    ctx.parallel_for(pe, [&](int, int64_t b, int64_t e) { first_moment(g, mp, 1.0f - b1, b, e); });
-    rotate(ctx, shape, st, true, r0, r1, g, tmp, gr);
-    rotate(ctx, shape, st, true, r0, r1, mp, tmp, mr);
-    // v in the rotated basis and U' (into mr)
+    rotate(ctx, shape, st, true, r0, r1, gs + at, tmp, gr);
+    if (step.refresh) {
+      rotate(ctx, shape, turned, true, r0, r1, mp, tmp, ur);
+      std::copy_n(ur, pe, mp);
+    }
+    // M' and v in the basis, U' (into ur)
     ctx.parallel_for(pe, [&](int, int64_t b, int64_t e) {
-      rotated_step(gr, mr, vp, b2, bc2_sqrt, eps, k.on_m, k.on_g, b, e);
+      rotated_step(gr, mp, vp, ur, 1.0f - b1, b2, bc2_sqrt, eps, k.on_m, k.on_g, b, e);
     });
-    rotate(ctx, shape, st, false, r0, r1, mr, tmp, gr);
+    rotate(ctx, shape, st, false, r0, r1, ur, tmp, gr);
     ctx.parallel_for(pe, [&](int, int64_t b, int64_t e) { step_back(wp, gr, decay, b, e); });
   });
 }
@@ -297,20 +314,20 @@ void rotated_adamw_direction(Context& ctx, const float* m, const float* v,
            shape.rows, shape.cols);
   const int r = shape.rows, c = shape.cols;
   const int panel = rotation_panel_rows(shape, panel_rows);
-  // M' (then the direction in the basis) and the rotation's scratch, per panel, in the calling
-  // thread's scratch as the update's
+  // the direction in the basis and the rotation's scratch, per panel, in the calling thread's
+  // scratch as the update's
   const size_t pn = largest_panel_floats(shape, panel);
-  float* const mr = update_scratch(2 * pn);
-  float* const tmp = mr + pn;
+  float* const dr = update_scratch(2 * pn);
+  float* const tmp = dr + pn;
   for_panels(r, panel, [&](int r0, int r1) {
     const size_t at = static_cast<size_t>(r0) * static_cast<size_t>(c);
     const int64_t pe = static_cast<int64_t>(r1 - r0) * c;
-    rotate(ctx, shape, st, true, r0, r1, m + at, tmp, mr);
+    const float* const mp = m + at;
     const float* const vp = v + at;
     ctx.parallel_for(pe, [&](int, int64_t b, int64_t e) {
-      rotated_direction(mr, vp, bc1, bc2_sqrt, eps, b, e);
+      rotated_direction(mp, vp, bc1, bc2_sqrt, eps, dr, b, e);
     });
-    rotate(ctx, shape, st, false, r0, r1, mr, tmp, out + at);
+    rotate(ctx, shape, st, false, r0, r1, dr, tmp, out + at);
   });
 }
 

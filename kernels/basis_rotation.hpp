@@ -90,25 +90,28 @@ int rotation_panel_rows(const RotationShape& shape, long panel_rows = 0);
 ///   L = β2·L + (1−β2)·G·Gᵀ,  R = β2·R + (1−β2)·Gᵀ·G        (the sides that rotate; in blocks,
 ///                                                            the diagonal blocks only)
 ///   refresh: Q_L, Q_R = the eigenvectors of L, R             (dsyevd in double, rounded)
-///   m = β1·m + (1−β1)·G                                      (as AdamW's, in the coordinates)
-///   G' = Q_Lᵀ·G·Q_R,  M' = Q_Lᵀ·m·Q_R                        (a side that does not rotate: I)
-///   v = β2·v + (1−β2)·G'²                                    (in the rotated basis)
+///            M' = (Q_Lᵀ·Q_L,old)·M'·(Q_R,oldᵀ·Q_R)          (M' into the new basis)
+///   G' = Q_Lᵀ·G·Q_R                                          (a side that does not rotate: I)
+///   M' = β1·M' + (1−β1)·G'                                   (AdamW's m, in the rotated basis)
+///   v  = β2·v + (1−β2)·G'²                                   (in the rotated basis)
 ///   U' = (lr/(1−β1ᵗ))·M' / (√v/√(1−β2ᵗ) + ε)
 ///        look-ahead: (on_m·M' + on_g·G') / (√v/√(1−β2ᵗ) + ε)   (nadam_steps)
 ///   W = W·(1 − lr·wd) − Q_L·U'·Q_Rᵀ
-/// m and W are in the parameter's coordinates, v in the rotated basis. Element-wise steps are
-/// float as adamw_update's; the products are gemm's. After the covariances, everything is
-/// computed panel by panel of rotation_panel_rows rows (the same bits for any panel). The
-/// calling thread keeps a scratch of 3 floats per element of a panel (and 1 per element of the
-/// matrix with grad_scale ≠ 1, the scaled gradient the covariances read), the largest it
-/// needed, for the next update.
+/// `m` holds M', the first moment in the rotated basis (AdamW's m in the coordinates is
+/// Q_L·M'·Q_Rᵀ: the same rule in exact arithmetic as keeping m in the coordinates and rotating
+/// it at every update, at two products fewer), v the second; W is in the parameter's
+/// coordinates. Element-wise steps are float as adamw_update's; the products are gemm's. After
+/// the covariances, everything is computed panel by panel of rotation_panel_rows rows (the same
+/// bits for any panel). The calling thread keeps a scratch of 3 floats per element of a panel
+/// (and 1 per element of the matrix with grad_scale ≠ 1, the scaled gradient the covariances
+/// read; at a refresh 2 per element of the bases), the largest it needed, for the next update.
 void rotated_adamw_update(Context& ctx, float* params, const float* grads, float* m, float* v,
                           const RotationShape& shape, const RotationState& state,
                           const AdamWParams& p, long t, float grad_scale, const RotationStep& step);
 
 /// AdamW's step direction in the rotated basis, brought back to the coordinates (XPipe's weight
-/// prediction with basis rotation): out = Q_L·((M'/bc1) / (√v/bc2_sqrt + ε))·Q_Rᵀ with
-/// M' = Q_Lᵀ·m·Q_R, from the state an update left (m, v, the eigenvectors). In panels of
+/// prediction with basis rotation): out = Q_L·((M'/bc1) / (√v/bc2_sqrt + ε))·Q_Rᵀ, from the
+/// state an update left (`m` holding M', v, the eigenvectors). In panels of
 /// rotation_panel_rows(shape, panel_rows) rows (the same bits for any), in the calling thread's
 /// scratch as rotated_adamw_update's: 2 floats per element of a panel.
 void rotated_adamw_direction(Context& ctx, const float* m, const float* v,

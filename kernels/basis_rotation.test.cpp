@@ -113,6 +113,18 @@ std::vector<Block> blocks_of(int n, int b) {
   return out;
 }
 
+// A side's (block-diagonal) basis as a dim × dim matrix, or I where the side does not rotate.
+Mat side_basis(bool rotates, int dim, int b, const float* basis) {
+  if (!rotates) return identity(dim);
+  Mat q(static_cast<size_t>(dim) * dim, 0.0);
+  for (const Block& k : blocks_of(dim, b))
+    for (int i = 0; i < k.size; ++i)
+      for (int j = 0; j < k.size; ++j)
+        q[static_cast<size_t>(k.first + i) * dim + k.first + j] =
+            basis[k.at + static_cast<size_t>(i) * k.size + j];
+  return q;
+}
+
 // Runs `updates` updates (refreshing every `every`) and checks each against the reference; in
 // blocks of `block` (0: whole sides), the reference's bases are block-diagonal.
 void check_updates(int rows, int cols, long max_dim, bool lookahead, int updates, int every,
@@ -152,7 +164,6 @@ void check_updates(int rows, int cols, long max_dim, bool lookahead, int updates
                           bool left) {
       if (!rotates) return identity(dim);
       const Mat gg = left ? mul(gd, gd, r, c, r, false, true) : mul(gd, gd, c, r, c, true, false);
-      Mat q(static_cast<size_t>(dim) * dim, 0.0);
       for (const Block& k : blocks_of(dim, b)) {
         CAPTURE(k.first);
         const size_t d2 = static_cast<size_t>(k.size) * k.size;
@@ -170,22 +181,23 @@ void check_updates(int rows, int cols, long max_dim, bool lookahead, int updates
         } else {
           CHECK(std::equal(basis + k.at, basis + k.at + d2, basis_before + k.at));
         }
-        for (int i = 0; i < k.size; ++i)
-          for (int j = 0; j < k.size; ++j)
-            q[static_cast<size_t>(k.first + i) * dim + k.first + j] =
-                basis[k.at + static_cast<size_t>(i) * k.size + j];
       }
-      return q;
+      return side_basis(true, dim, b, basis);
     };
     const Mat ql = check_side("left", s.left, r, s.left_block, before.left_cov, st.left_cov,
                               before.left_basis, st.left_basis, true);
     const Mat qr = check_side("right", s.right, c, s.right_block, before.right_cov, st.right_cov,
                               before.right_basis, st.right_basis, false);
+    // m holds M' (the first moment in the basis): AdamW's m in the coordinates is Q_L·M'·Q_Rᵀ
+    // with the bases M' was in before the update (zero before the first)
+    const Mat ql0 = side_basis(s.left, r, s.left_block, before.left_basis);
+    const Mat qr0 = side_basis(s.right, c, s.right_block, before.right_basis);
+    const Mat m_before = mul(mul(ql0, dbl(m0.data(), n), r, r, c), qr0, r, c, c, false, true);
     Mat md(n);
-    for (size_t i = 0; i < n; ++i) md[i] = b1 * m0[i] + (1 - b1) * gd[i];
-    check_close("m", x.m, md, 1e-6, 1e-5);
+    for (size_t i = 0; i < n; ++i) md[i] = b1 * m_before[i] + (1 - b1) * gd[i];
     auto rotate = [&](const Mat& a) { return mul(mul(ql, a, r, r, c, true), qr, r, c, c); };
     const Mat grot = rotate(gd), mrot = rotate(md);
+    check_close("M'", x.m, mrot, 1e-6, 1e-5);
     Mat vd(n), ud(n);
     const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
     for (size_t i = 0; i < n; ++i) {
@@ -324,7 +336,7 @@ TEST_CASE("rotated_adamw_direction: AdamW's step in the rotated basis against a 
                             dir.data());
     const Mat ql = x.shape.left ? dbl(st.left_basis, 25) : identity(5);
     const Mat qr = x.shape.right ? dbl(st.right_basis, 49) : identity(7);
-    const Mat mrot = mul(mul(ql, dbl(x.m.data(), 35), 5, 5, 7, true), qr, 5, 7, 7);
+    const Mat mrot = dbl(x.m.data(), 35);  // M', in the basis already
     Mat u(35);
     for (size_t i = 0; i < 35; ++i)
       u[i] = (mrot[i] / bc1) / (std::sqrt(double{x.v[i]}) / bc2_sqrt + hp.eps);

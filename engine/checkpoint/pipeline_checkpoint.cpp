@@ -44,6 +44,13 @@ std::vector<std::string> state_suffixes(const OptimizerOptions& o) {
   return s;
 }
 
+// State k's suffix for a slot: a matrix that rotates keeps AdamW's m in the rotated basis (M',
+// kernels/basis_rotation.hpp), saved as "<param>.adam_m_rotated", so that a checkpoint that
+// holds m in the coordinates (written before M' was kept) is refused by name, not misread.
+std::string state_suffix(const std::vector<std::string>& suffixes, size_t k, bool rotates) {
+  return rotates && suffixes[k] == ".adam_m" ? ".adam_m_rotated" : suffixes[k];
+}
+
 // optimizer.basis_rotation's arrays of a slot that rotates (slot_rotation), after the element-wise
 // state in the layer's buffer (rotation_state_offset): name suffix, shape, offset from the
 // start of the layer's state and floats.
@@ -278,9 +285,10 @@ Expected<CheckpointRefs> checkpoint_refs(std::span<StageWorker* const> workers,
         const ParamSlot& slot = l.slots()[s];
         const std::string name = model.param_name(layer, slot);
         refs.model.push_back({name, slot.shape, params + slot.offset});
+        const bool rotates = slot_rotation(o->options(), slot).any();
         for (size_t k = 0; k < suffixes.size(); ++k) {
-          refs.optimizer.push_back(
-              {name + suffixes[k], slot.shape, state + k * l.param_floats() + slot.offset});
+          refs.optimizer.push_back({name + state_suffix(suffixes, k, rotates), slot.shape,
+                                    state + k * l.param_floats() + slot.offset});
         }
         for (const RotationArray& a : rotation_arrays(o->options(), l, s))
           refs.optimizer.push_back({name + a.suffix, a.shape, state + a.offset});
@@ -419,10 +427,11 @@ Status load_pipeline_checkpoint(const CheckpointContents& ckpt,
                                     params.data() + slot.offset, slot.numel);
             !ok)
           return ok;
+        const bool rotates = slot_rotation(optimizer, slot).any();
         for (size_t k = 0; k < suffixes.size(); ++k) {
-          if (Status ok =
-                  copy_tensor(ckpt.optimizer, kOptimizerFile, name + suffixes[k], slot.shape,
-                              state.data() + k * l.param_floats() + slot.offset, slot.numel);
+          if (Status ok = copy_tensor(
+                  ckpt.optimizer, kOptimizerFile, name + state_suffix(suffixes, k, rotates),
+                  slot.shape, state.data() + k * l.param_floats() + slot.offset, slot.numel);
               !ok)
             return ok;
         }

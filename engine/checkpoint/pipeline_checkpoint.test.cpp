@@ -466,7 +466,7 @@ TEST_CASE("basis rotation resumes bitwise: its covariances and eigenvectors are 
     const CheckpointContents ckpt = check_resumes_bitwise(c, 3);
     const int64_t C = c.model.width;  // qkv: (3C, C)
     check_qkv_rotation(ckpt, {3 * C, 3 * C}, {C, C});
-    CHECK(find_tensor(ckpt.optimizer, "layers.1.ln_1.weight.rotation_left_cov") == nullptr);
+    CHECK(find_tensor(ckpt.optimizer, "layers.1.ln1.weight.rotation_left_cov") == nullptr);
     // a run without the rotation refuses such a checkpoint: its v is in the rotated basis
     Config plain = c;
     plain.optimizer.basis_rotation = false;
@@ -474,6 +474,34 @@ TEST_CASE("basis rotation resumes bitwise: its covariances and eigenvectors are 
                                       "(rotation_max_dim 1024, rotation_block 0), the stages use "
                                       "basis_rotation = false") != std::string::npos);
   }
+}
+
+TEST_CASE("basis rotation saves AdamW's m in the rotated basis and refuses one that is not") {
+  // a matrix that rotates keeps M' (kernels/basis_rotation.hpp), saved as adam_m_rotated; a
+  // checkpoint that holds its m in the coordinates (adam_m, as written before M' was kept) is
+  // refused by name instead of being read as M'
+  Config c = tiny_config("pipedream", 2);
+  c.optimizer.basis_rotation = true;
+  TempDir dir;
+  Pipeline first(c);
+  first.run(1);
+  auto ckpt = load_checkpoint(first.save(c, dir.str(), 1));
+  REQUIRE_MESSAGE(ckpt.ok(), ckpt.error().message);
+  const std::string qkv = "layers.1.attn.qkv.weight";
+  CHECK(find_tensor(ckpt->optimizer, qkv + ".adam_m_rotated") != nullptr);
+  CHECK(find_tensor(ckpt->optimizer, qkv + ".adam_m") == nullptr);
+  CHECK(find_tensor(ckpt->optimizer, "layers.1.ln1.weight.adam_m") != nullptr);  // no rotation
+  CHECK(find_tensor(ckpt->optimizer, "layers.1.ln1.weight.adam_m_rotated") == nullptr);
+  for (NamedTensor& t : ckpt->optimizer)
+    if (t.name == qkv + ".adam_m_rotated") t.name = qkv + ".adam_m";
+  TempDir old;
+  auto path = save_checkpoint(old.str(), *ckpt);
+  REQUIRE_MESSAGE(path.ok(), path.error().message);
+  Pipeline second(c);
+  const Status refused = second.load(c, *path);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.find("has no tensor " + qkv + ".adam_m_rotated") !=
+        std::string::npos);
 }
 
 TEST_CASE("basis rotation in blocks resumes bitwise, its blocks saved flat") {
