@@ -112,10 +112,9 @@ double update_seconds(const Model& model, const std::string& correction, int rep
   return layer_updates_seconds(model, o, 12, 1, reps);
 }
 
-double refresh_seconds(const Model& model, const std::string& correction, int reps) {
+double refreshing_update_seconds(const Model& model, const std::string& correction, int reps) {
   const OptimizerOptions o = options_of(correction);
-  const double refresh = layer_updates_seconds(model, o, 11, o.rotation_every, reps);
-  return refresh - update_seconds(model, correction, reps);
+  return layer_updates_seconds(model, o, 11, o.rotation_every, reps);
 }
 
 int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
@@ -138,20 +137,20 @@ int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
   // the rotation of a correction's name: rot32+nesterov → rot32
   auto rotation_of = [](const std::string& corr) { return corr.substr(0, corr.find('+')); };
   std::map<std::string, size_t> rotation_floats;  // rot, rot32: the rotation's state
-  std::map<std::string, double> refresh_ms;
+  std::map<std::string, double> refresh_ms;       // an update that refreshes, per rotation
   for (const std::string& corr : measured) {
     const std::string rot = rotation_of(corr);
     if (!correction_settings(corr).basis_rotation || refresh_ms.count(rot)) continue;
     for (int i = 0; i < model->num_layers(); ++i)
       rotation_floats[rot] += optimizer_state_floats(options_of(rot), model->layer(i)) -
                               optimizer_state_floats(OptimizerOptions{}, model->layer(i));
-    refresh_ms[rot] = refresh_seconds(*model, rot, 3) * 1e3;
+    refresh_ms[rot] = refreshing_update_seconds(*model, rot, 3) * 1e3;
   }
   if (!as_json) {
     std::string refreshes;
     for (const auto& [rot, ms] : refresh_ms)
-      refreshes += fmt::format("; a refresh of {}'s eigenvectors, every 10 updates, adds {:.2f} ms",
-                               rot, ms);
+      refreshes += fmt::format(
+          "; one that refreshes {}'s eigenvectors, every 10th, takes {:.2f} ms", rot, ms);
     out(fmt::format(
         "\ndelay corrections (optimizer.delay_correction; rot: optimizer.basis_rotation, rot32: "
         "in blocks of 32), 2 stages x 1 thread, partition {}:{}, {} rounds interleaved, median "
@@ -226,9 +225,9 @@ int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
                          {"momentum_decay", correction_settings(corr).momentum_decay},
                          {"basis_rotation", correction_settings(corr).basis_rotation},
                          {"rotation_block", correction_settings(corr).rotation_block},
-                         {"refresh_ms", correction_settings(corr).basis_rotation
-                                            ? nlohmann::json(refresh_ms[rotation_of(corr)])
-                                            : nlohmann::json(nullptr)},
+                         {"refresh_update_ms", correction_settings(corr).basis_rotation
+                                                   ? nlohmann::json(refresh_ms[rotation_of(corr)])
+                                                   : nlohmann::json(nullptr)},
                          {"stages", 2},
                          {"microbatches", m},
                          {"partition", counts},

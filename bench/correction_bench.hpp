@@ -39,13 +39,15 @@ CorrectionSettings correction_settings(const std::string& name);
 /// calls it) with `correction`, the compensations including their Δ pass (the subtraction of
 /// two versions): the median of `reps` updates, in seconds. The update is at step 11 and later:
 /// with basis rotation every rotation_every-th (the default, 10) refreshes its eigenvectors, so
-/// the median is the update between refreshes; refresh_seconds gives the refresh.
+/// the median is the update between refreshes; refreshing_update_seconds gives one that
+/// refreshes.
 double update_seconds(const Model& model, const std::string& correction, int reps);
 
-/// basis rotation: one update of every layer of `model` that refreshes the eigenvectors, minus
-/// one that does not (the median of `reps` of each): the refresh's own cost, in seconds, with
-/// `correction`'s rotation (rot, rot32).
-double refresh_seconds(const Model& model, const std::string& correction, int reps);
+/// basis rotation: one update of every layer of `model` that refreshes the eigenvectors (steps
+/// 11, 21, ...), with `correction`'s rotation (rot, rot32): the median of `reps`, in seconds.
+/// Reported as it is, not as a difference from update_seconds (two medians of a noisy machine
+/// whose difference could come out negative).
+double refreshing_update_seconds(const Model& model, const std::string& correction, int reps);
 
 /// The corrections of `mode` that its rows measure: corrections_of(mode), or with `only`
 /// non-empty those of them in `only`, with "none" (the reference) first either way.

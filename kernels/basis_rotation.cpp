@@ -307,37 +307,59 @@ void rotated_adamw_update(Context& ctx, float* params, const float* grads, float
   });
 }
 
+namespace {
+
+// rotated_adamw_direction's work for the rows [r0, r1): into `out` (row r0 of the direction),
+// with dr and tmp (a panel each) as scratch
+void direction_rows(Context& ctx, const float* m, const float* v, const RotationShape& shape,
+                    const RotationState& st, float bc1, float bc2_sqrt, float eps, int r0, int r1,
+                    float* dr, float* tmp, float* out) {
+  const size_t at = static_cast<size_t>(r0) * static_cast<size_t>(shape.cols);
+  const int64_t pe = static_cast<int64_t>(r1 - r0) * shape.cols;
+  const float* const mp = m + at;
+  const float* const vp = v + at;
+  ctx.parallel_for(pe, [&](int, int64_t b, int64_t e) {
+    rotated_direction(mp, vp, bc1, bc2_sqrt, eps, dr, b, e);
+  });
+  rotate(ctx, shape, st, false, r0, r1, dr, tmp, out);
+}
+
+}  // namespace
+
 void rotated_adamw_direction(Context& ctx, const float* m, const float* v,
                              const RotationShape& shape, const RotationState& st, float bc1,
                              float bc2_sqrt, float eps, float* out, long panel_rows) {
   AP_CHECK(shape.any(), "rotated_adamw_direction: a {} x {} matrix with neither side rotated",
            shape.rows, shape.cols);
-  const int r = shape.rows, c = shape.cols;
   const int panel = rotation_panel_rows(shape, panel_rows);
   // the direction in the basis and the rotation's scratch, per panel, in the calling thread's
   // scratch as the update's
   const size_t pn = largest_panel_floats(shape, panel);
   float* const dr = update_scratch(2 * pn);
   float* const tmp = dr + pn;
-  for_panels(r, panel, [&](int r0, int r1) {
-    const size_t at = static_cast<size_t>(r0) * static_cast<size_t>(c);
-    const int64_t pe = static_cast<int64_t>(r1 - r0) * c;
-    const float* const mp = m + at;
-    const float* const vp = v + at;
-    ctx.parallel_for(pe, [&](int, int64_t b, int64_t e) {
-      rotated_direction(mp, vp, bc1, bc2_sqrt, eps, dr, b, e);
-    });
-    rotate(ctx, shape, st, false, r0, r1, dr, tmp, out + at);
+  for_panels(shape.rows, panel, [&](int r0, int r1) {
+    direction_rows(ctx, m, v, shape, st, bc1, bc2_sqrt, eps, r0, r1, dr, tmp,
+                   out + static_cast<size_t>(r0) * static_cast<size_t>(shape.cols));
   });
 }
 
 void rotated_xpipe_predict(Context& ctx, float* out, const float* w, const float* m, const float* v,
                            const RotationShape& shape, const RotationState& state,
                            const WeightPrediction& p) {
-  const int64_t n = static_cast<int64_t>(shape.rows) * shape.cols;
-  std::vector<float> d(static_cast<size_t>(n));
-  rotated_adamw_direction(ctx, m, v, shape, state, p.bc1, p.bc2_sqrt, p.eps, d.data());
-  xpipe_predict_along(ctx, out, w, d.data(), n, p);
+  AP_CHECK(shape.any(), "rotated_xpipe_predict: a {} x {} matrix with neither side rotated",
+           shape.rows, shape.cols);
+  // panel by panel, the direction in the thread's scratch (a third panel) and the prediction
+  // from it: the bits of rotated_adamw_direction's whole direction
+  const int panel = rotation_panel_rows(shape);
+  const size_t pn = largest_panel_floats(shape, panel);
+  float* const dr = update_scratch(3 * pn);
+  float* const tmp = dr + pn;
+  float* const d = tmp + pn;
+  for_panels(shape.rows, panel, [&](int r0, int r1) {
+    const size_t at = static_cast<size_t>(r0) * static_cast<size_t>(shape.cols);
+    direction_rows(ctx, m, v, shape, state, p.bc1, p.bc2_sqrt, p.eps, r0, r1, dr, tmp, d);
+    xpipe_predict_along(ctx, out + at, w + at, d, static_cast<int64_t>(r1 - r0) * shape.cols, p);
+  });
 }
 
 void xpipe_predict_along(Context& ctx, float* out, const float* w, const float* d, int64_t n,

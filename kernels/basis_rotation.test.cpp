@@ -462,5 +462,21 @@ TEST_CASE("rotated AdamW and its direction in panels of rows: the bits of the wh
       CHECK(bitwise_equal(directions[k], directions[0]));
     }
     CHECK(!bitwise_equal(runs[0].w, start.w));
+    // xpipe's whole prediction: the bits of its last step along the direction computed apart
+    WeightPrediction wp;
+    wp.k = 0.03f;
+    wp.wd = 0.1f;
+    wp.bc1 = 0.271f;
+    wp.bc2_sqrt = 0.0548f;
+    wp.eps = 1e-8f;
+    Context ctx(2);
+    const Rotated& x = runs[0];
+    std::vector<float> predicted(n), along(n);
+    rotated_xpipe_predict(ctx, predicted.data(), x.w.data(), x.m.data(), x.v.data(), shape,
+                          rotation_state(shape, const_cast<float*>(x.state.data())), wp);
+    xpipe_predict_along(ctx, along.data(), x.w.data(), directions[0].data(),
+                        static_cast<int64_t>(n), wp);
+    CHECK(bitwise_equal(predicted, along));
+    CHECK(!bitwise_equal(predicted, x.w));
   }
 }
