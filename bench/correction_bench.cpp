@@ -63,8 +63,8 @@ OptimizerOptions options_of(const std::string& correction) {
 
 // The medians of `reps` updates of every layer at steps first, first + stride, ...
 double layer_updates_seconds(const Model& model, const OptimizerOptions& o, long first, long stride,
-                             int reps) {
-  Context ctx(1);
+                             int reps, int threads = 1) {
+  Context ctx(threads);
   struct Buffers {
     std::vector<float> p, g, older, delta, state;
   };
@@ -104,12 +104,12 @@ double layer_updates_seconds(const Model& model, const OptimizerOptions& o, long
 
 }  // namespace
 
-double update_seconds(const Model& model, const std::string& correction, int reps) {
+double update_seconds(const Model& model, const std::string& correction, int reps, int threads) {
   const OptimizerOptions o = options_of(correction);
   // steps 12, 13, ... (none refreshes: refreshes fall on 1, 11, 21, ...), skipping those
   AP_CHECK(reps >= 1 && reps <= 8,
            "update_seconds: {} reps (1 to 8: steps 12 to 20 do not refresh)", reps);
-  return layer_updates_seconds(model, o, 12, 1, reps);
+  return layer_updates_seconds(model, o, 12, 1, reps, threads);
 }
 
 double refreshing_update_seconds(const Model& model, const std::string& correction, int reps) {
@@ -156,13 +156,17 @@ int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
         "in blocks of 32), 2 stages x 1 thread, partition {}:{}, {} rounds interleaved, median "
         "tokens/s; kept: floats per job beside AdamW's m and v (Δ, secant's four arrays in the "
         "optimizer state, the rotation's covariances and eigenvectors); update: one update of "
-        "all {} parameters at 1 thread (rot: between refreshes{})\n",
+        "all {} parameters at 1 thread (rot: between refreshes{}), and at 2 threads\n",
         counts[0], counts[1], rounds, params, refreshes));
-    out(fmt::format("  {:<10} {:<16} {:>10} {:>9} {:>12} {:>11} {:>9}\n", "mode", "correction",
-                    "tokens/s", "x none", "kept floats", "update ms", "x none"));
+    out(fmt::format("  {:<10} {:<16} {:>10} {:>9} {:>12} {:>11} {:>9} {:>11}\n", "mode",
+                    "correction", "tokens/s", "x none", "kept floats", "update ms", "x none",
+                    "2 threads"));
   }
-  std::map<std::string, double> update_ms;
-  for (const std::string& corr : measured) update_ms[corr] = update_seconds(*model, corr, 7) * 1e3;
+  std::map<std::string, double> update_ms, update_ms_2;  // at 1 and 2 threads
+  for (const std::string& corr : measured) {
+    update_ms[corr] = update_seconds(*model, corr, 7) * 1e3;
+    update_ms_2[corr] = update_seconds(*model, corr, 7, 2) * 1e3;
+  }
   for (Mode mode : modes) {
     const std::vector<std::string> corrections = measured_corrections(mode, only);
     if (corrections.empty()) continue;
@@ -235,14 +239,15 @@ int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
                          {"tokens_per_s_all", tps[corr]},
                          {"kept_floats", kept[corr]},
                          {"update_ms", u},
+                         {"update_ms_2_threads", update_ms_2[corr]},
                          {"update_ms_none", u0}};
         j["ratio_to_none"] = has_ratio ? nlohmann::json(ratio) : nlohmann::json(nullptr);
         out(j.dump() + "\n");
       } else {
-        out(fmt::format("  {:<10} {:<16} {:>10.1f} {:>9} {:>12} {:>11.2f} {:>8.2f}x\n",
+        out(fmt::format("  {:<10} {:<16} {:>10.1f} {:>9} {:>12} {:>11.2f} {:>8.2f}x {:>11.2f}\n",
                         to_string(mode), corr, t,
                         has_ratio ? fmt::format("{:.3f}x", ratio) : std::string("-"), kept[corr], u,
-                        u / u0));
+                        u / u0, update_ms_2[corr]));
       }
     }
   }

@@ -35,13 +35,13 @@ struct CorrectionSettings {
 };
 CorrectionSettings correction_settings(const std::string& name);
 
-/// One update of every layer of `model` (optimizer_update, AdamW at 1 thread, as a stage
-/// calls it) with `correction`, the compensations including their Δ pass (the subtraction of
+/// One update of every layer of `model` (optimizer_update, AdamW at `threads` threads, as a
+/// stage calls it) with `correction`, the compensations including their Δ pass (the subtraction of
 /// two versions): the median of `reps` updates, in seconds. The update is at step 11 and later:
 /// with basis rotation every rotation_every-th (the default, 10) refreshes its eigenvectors, so
 /// the median is the update between refreshes; refreshing_update_seconds gives one that
 /// refreshes.
-double update_seconds(const Model& model, const std::string& correction, int reps);
+double update_seconds(const Model& model, const std::string& correction, int reps, int threads = 1);
 
 /// basis rotation: one update of every layer of `model` that refreshes the eigenvectors (steps
 /// 11, 21, ...), with `correction`'s rotation (rot, rot32): the median of `reps`, in seconds.

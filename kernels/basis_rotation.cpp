@@ -31,6 +31,28 @@ void for_blocks(int n, int b, F&& f) {
     f(first, std::min(b, n - first), static_cast<size_t>(i) * static_cast<size_t>(b) * b);
 }
 
+// for_blocks over the blocks of a side of n in blocks of b that start in [from, to) (block
+// bounds), spread over ctx's threads when there are two blocks or more: each block's products
+// then run whole on one thread (gemm called inside a chunk computes on that thread, and gemm's
+// bits are the unsplit product's either way), so the bits do not depend on the thread count. A
+// single block (a whole side) runs on the caller, where gemm splits its products itself.
+template <class F>
+void for_blocks_on(Context& ctx, int n, int b, int from, int to, F&& f) {
+  if (b <= 0) b = n;
+  const int i0 = from / b, count = (std::min(to, n) - from + b - 1) / b;
+  auto block = [&](int64_t i) {
+    const int first = static_cast<int>(i) * b;
+    f(first, std::min(b, n - first), static_cast<size_t>(i) * static_cast<size_t>(b) * b);
+  };
+  if (count < 2 || ctx.threads() < 2) {
+    for (int i = i0; i < i0 + count; ++i) block(i);
+    return;
+  }
+  ctx.parallel_for(count, [&](int, int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) block(i0 + i);
+  });
+}
+
 // Calls f(r0, r1) for each panel of a matrix's rows: `panel` rows each, the last taking a rest
 // shorter than a panel (so no panel is shorter than `panel`).
 template <class F>
@@ -129,15 +151,14 @@ void rotate(Context& ctx, const RotationShape& s, const RotationState& st, bool 
   const float* left = x;
   if (s.left) {
     float* dst = s.right ? tmp : out;
-    for_blocks(s.rows, s.left_block, [&](int first, int k, size_t at) {
-      if (first < r0 || first >= r1) return;
+    for_blocks_on(ctx, s.rows, s.left_block, r0, r1, [&](int first, int k, size_t at) {
       const size_t row = static_cast<size_t>(first - r0) * c;
       gemm(ctx, into, false, k, c, k, 1.0f, st.left_basis + at, k, x + row, c, 0.0f, dst + row, c);
     });
     left = dst;
   }
   if (s.right)
-    for_blocks(c, s.right_block, [&](int first, int k, size_t at) {
+    for_blocks_on(ctx, c, s.right_block, 0, c, [&](int first, int k, size_t at) {
       gemm(ctx, false, !into, r1 - r0, k, k, 1.0f, left + first, c, st.right_basis + at, k, 0.0f,
            out + first, c);
     });
@@ -259,7 +280,7 @@ void rotated_adamw_update(Context& ctx, float* params, const float* grads, float
   }
   const float b1 = p.beta1, b2 = p.beta2;
   if (shape.left)
-    for_blocks(r, shape.left_block, [&](int first, int k, size_t at) {
+    for_blocks_on(ctx, r, shape.left_block, 0, r, [&](int first, int k, size_t at) {
       const float* rows = gs + static_cast<size_t>(first) * c;
       gemm(ctx, false, true, k, k, c, 1.0f - b2, rows, c, rows, c, b2, st.left_cov + at, k);
       if (!step.refresh) return;
@@ -267,7 +288,7 @@ void rotated_adamw_update(Context& ctx, float* params, const float* grads, float
       gemm(ctx, true, false, k, k, k, 1.0f, old + at, k, st.left_basis + at, k, 0.0f, turn + at, k);
     });
   if (shape.right)
-    for_blocks(c, shape.right_block, [&](int first, int k, size_t at) {
+    for_blocks_on(ctx, c, shape.right_block, 0, c, [&](int first, int k, size_t at) {
       gemm(ctx, true, false, k, k, r, 1.0f - b2, gs + first, c, gs + first, c, b2,
            st.right_cov + at, k);
       if (!step.refresh) return;
