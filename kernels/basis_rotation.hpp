@@ -3,8 +3,8 @@
 // coordinate basis, where AdamW's element-wise step oscillates and a late gradient does the
 // most harm (Jung, Shin and Lee, "Mitigating Staleness in Asynchronous Pipeline Parallelism
 // via Basis Rotation", ICML 2026; the same rotation as SOAP's). The products are the Context's
-// GEMMs and the eigenvectors LAPACK's dsyevd on the calling thread, so the bits do not depend
-// on the thread count.
+// GEMMs and the eigenvectors LAPACK's dsyevd, each whole on one thread (a side's blocks spread
+// over the Context's threads), so the bits do not depend on the thread count.
 #pragma once
 
 #include <cstddef>
