@@ -34,7 +34,9 @@ CheckpointInfo pipeline_checkpoint_info(const Config& config, const RunPosition&
 /// Views of the stages' tensors (no copy): `model` holds each layer's newest parameters (from
 /// the workers), one tensor per slot, "layers.<i>.<slot>" (a tied copy under its own name, equal
 /// to its owner); `optimizer` the state per slot (from the optimizer shards, optimizers[r] being
-/// stage r's), "<param>.adam_m" and "<param>.adam_v" (AdamW) or "<param>.momentum" (SGD);
+/// stage r's), "<param>.adam_m" and "<param>.adam_v" (AdamW; a matrix that rotates under
+/// optimizer.basis_rotation: "<param>.adam_m_rotated", its m in the rotated basis, and the
+/// rotation's arrays) or "<param>.momentum" (SGD; docs/checkpoints.md lists every state);
 /// `versions` every older version the stages still hold, "<param>@v<k>" with k its update count.
 /// Errors: a microbatch in flight or an update open, stages that have applied different numbers
 /// of updates, shards that are not the workers' stages'. The stages must outlive the views.
