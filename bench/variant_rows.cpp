@@ -23,11 +23,17 @@ PipelineRunSpec two_stage_spec(const BenchShape& shape, Mode mode, const std::ve
   return spec;
 }
 
+std::vector<size_t> variant_order(int round, size_t n) {
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = round % 2 == 0 ? i : n - 1 - i;
+  return order;
+}
+
 std::vector<VariantResult> run_variants(const PipelineRunSpec& base,
                                         const std::vector<Variant>& variants, int rounds) {
   std::vector<VariantResult> out(variants.size());
   for (int round = 0; round < rounds; ++round) {
-    for (size_t i = 0; i < variants.size(); ++i) {
+    for (size_t i : variant_order(round, variants.size())) {
       if (!out[i].ok()) continue;
       PipelineRunSpec spec = base;
       variants[i].apply(spec);

@@ -1,6 +1,8 @@
 // Variant rows of the pipeline benchmark: one pipeline configuration measured in several
 // variants (a delay correction, a precision), the variants interleaved round by round so that a
-// noisy machine slows them alike; tokens/s per round and the last run's result per variant.
+// noisy machine slows them alike, in an order that turns round every other round so that no
+// variant always runs first or after the same one; tokens/s per round and the last run's result
+// per variant.
 #pragma once
 
 #include <functional>
@@ -34,7 +36,12 @@ struct VariantResult {
 PipelineRunSpec two_stage_spec(const BenchShape& shape, Mode mode, const std::vector<int>& counts,
                                int m, int warmup, int reps);
 
-/// Runs `rounds` rounds, each measuring every variant of `base` once, in order.
+/// The order of the variants in round `round` (from 0) of n: 0, 1, ..., n − 1 in even rounds
+/// and n − 1, ..., 0 in odd ones (A B B A ...): a drift of the machine within a round, or a cost
+/// that a run leaves to the next, then falls on every variant alike over two rounds.
+std::vector<size_t> variant_order(int round, size_t n);
+
+/// Runs `rounds` rounds, each measuring every variant of `base` once, in variant_order.
 std::vector<VariantResult> run_variants(const PipelineRunSpec& base,
                                         const std::vector<Variant>& variants, int rounds);
 
