@@ -153,11 +153,12 @@ int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
           "; one that refreshes {}'s eigenvectors, every 10th, takes {:.2f} ms", rot, ms);
     out(fmt::format(
         "\ndelay corrections (optimizer.delay_correction; rot: optimizer.basis_rotation, rot32: "
-        "in blocks of 32), 2 stages x 1 thread, partition {}:{}, {} rounds interleaved, median "
+        "in blocks of 32), 2 stages x 1 thread, partition {}:{}, {} rounds interleaved (the "
+        "order turned round every other round), {} untimed and {} timed steps per run, median "
         "tokens/s; kept: floats per job beside AdamW's m and v (Δ, secant's four arrays in the "
         "optimizer state, the rotation's covariances and eigenvectors); update: one update of "
         "all {} parameters at 1 thread (rot: between refreshes{}), and at 2 threads\n",
-        counts[0], counts[1], rounds, params, refreshes));
+        counts[0], counts[1], rounds, warmup, reps, params, refreshes));
     out(fmt::format("  {:<10} {:<16} {:>10} {:>9} {:>12} {:>11} {:>9} {:>11}\n", "mode",
                     "correction", "tokens/s", "x none", "kept floats", "update ms", "x none",
                     "2 threads"));
@@ -234,6 +235,7 @@ int run_correction_rows(const BenchShape& shape, std::span<const Mode> modes,
                                                    : nlohmann::json(nullptr)},
                          {"stages", 2},
                          {"microbatches", m},
+                         {"warmup_steps", warmup},
                          {"partition", counts},
                          {"tokens_per_s", t},
                          {"tokens_per_s_all", tps[corr]},

@@ -637,8 +637,8 @@ int run_pipeline_bench(std::span<const std::string> args) {
   }
 
   if (o.correction_rounds > 0 && !o.overhead_only)
-    failures += run_correction_rows(shape, o.modes, split, m, o.warmup, o.reps, o.correction_rounds,
-                                    o.only_corrections, o.json, out);
+    failures += run_correction_rows(shape, o.modes, split, m, correction_warmup(o), o.reps,
+                                    o.correction_rounds, o.only_corrections, o.json, out);
   if (o.precision_rounds > 0 && !o.overhead_only)
     failures += run_precision_rows(shape, o.modes, split, m, o.warmup, o.reps, o.precision_rounds,
                                    o.json, out);

@@ -47,7 +47,7 @@ prediction from a per-layer profile against each measurement.
   --modes a,b,...      modes: gpipe, 1f1b, 2bw, pipedream, xpipe (default: all five)
   --microbatches M     microbatches per optimizer step (default: 8)
   --reps N             timed steps per configuration, median reported (default: 3)
-  --warmup N           untimed steps first, at least 1 (default: 1)
+  --warmup N           untimed steps first, at least 1 (default: 1; the --corrections rows: 3)
   --partition a,b      layers of stage 0 and stage 1 in the two-stage runs (embedding, each
                        block and the head count 1; default: balanced by the profile)
   --overhead-steps N   steps of each compute-free run, 0 to skip them (default: 100)
@@ -70,6 +70,10 @@ prediction from a per-layer profile against each measurement.
   --python PATH        interpreter of the peer (default: /usr/bin/python3)
   --peer-script PATH   the peer (default: bench/peers/torch_pipe.py of the source tree)
 )";
+}
+
+int correction_warmup(const PipelineBenchOptions& o) {
+  return o.warmup_given ? o.warmup : kCorrectionWarmup;
 }
 
 Expected<PipelineBenchOptions> parse_pipeline_options(std::span<const std::string> args) {
@@ -105,6 +109,7 @@ Expected<PipelineBenchOptions> parse_pipeline_options(std::span<const std::strin
        : a == "--reps"       ? o.reps
        : a == "--warmup"     ? o.warmup
                              : o.profile_reps) = *n;
+      if (a == "--warmup") o.warmup_given = true;
     } else if (a == "--corrections" || a == "--precisions") {
       auto n = int_option(args, i, 1, 1000);
       if (!n) return n.error();

@@ -30,6 +30,8 @@ TEST_CASE("defaults: small, all five modes, m = 8, 3 reps after 1, peer on, tabl
   CHECK(o->microbatches == 8);
   CHECK(o->reps == 3);
   CHECK(o->warmup == 1);
+  CHECK_FALSE(o->warmup_given);
+  CHECK(correction_warmup(*o) == kCorrectionWarmup);
   CHECK(o->partition.empty());
   CHECK(o->overhead_steps == 100);
   CHECK_FALSE(o->overhead_only);
@@ -53,6 +55,7 @@ TEST_CASE("every option is read") {
   CHECK(o->microbatches == 4);
   CHECK(o->reps == 2);
   CHECK(o->warmup == 3);
+  CHECK(o->warmup_given);
   CHECK(o->partition == std::vector<int>{4, 2});
   CHECK(o->overhead_steps == 0);
   CHECK(o->profile_reps == 5);
@@ -136,4 +139,18 @@ TEST_CASE("the help text lists every option") {
         "--overhead-steps", "--overhead-only", "--profile-reps", "--corrections",
         "--only-corrections", "--precisions", "--no-peer", "--json", "--python", "--peer-script"})
     CHECK_MESSAGE(u.find(opt) != std::string::npos, opt);
+}
+
+TEST_CASE("the correction rows warm up with three steps unless --warmup says otherwise") {
+  CHECK(kCorrectionWarmup == 3);
+  auto given = parse({"--warmup", "1", "--corrections", "2"});
+  REQUIRE(given.ok());
+  CHECK(correction_warmup(*given) == 1);  // the smoke test's one step stays one
+  auto more = parse({"--warmup", "5"});
+  REQUIRE(more.ok());
+  CHECK(correction_warmup(*more) == 5);
+  auto unset = parse({"--corrections", "2"});
+  REQUIRE(unset.ok());
+  CHECK(unset->warmup == 1);  // the main table's runs keep one
+  CHECK(correction_warmup(*unset) == 3);
 }
