@@ -17,6 +17,7 @@
 #include "engine/execution/stage_worker.hpp"
 #include "engine/profiler/auto_partition.hpp"
 #include "kernels/bf16_gemm.hpp"
+#include "tests/support/bf16_skip.hpp"
 #include "tests/support/bits.hpp"
 #include "tests/support/checked_devices.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -312,8 +313,8 @@ TEST_CASE("basis rotation in blocks: the actors compute the serial executor's bi
   }
 }
 
-TEST_CASE("bf16: every mode's actors compute the serial executor's bits, near fp32's losses" *
-          doctest::skip(!bf16_support().native)) {
+TEST_CASE("bf16: every mode's actors compute the serial executor's bits, near fp32's losses") {
+  if (actorpipe::testing::skip_without_bf16()) return;
   // skipped on a CPU without bf16 instructions, where pipeline.precision = "bf16" is refused
   for (const char* mode : {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"}) {
     for (Arch arch : {Arch::gpt, Arch::bert}) {
@@ -344,8 +345,8 @@ TEST_CASE("bf16: every mode's actors compute the serial executor's bits, near fp
 
 TEST_CASE(
     "bf16 stash: 2bw and pipedream actors compute the serial executor's bits, and the f32 "
-    "stash's" *
-    doctest::skip(!bf16_support().native)) {
+    "stash's") {
+  if (actorpipe::testing::skip_without_bf16()) return;
   for (const char* mode : {"2bw", "pipedream"}) {
     for (Arch arch : {Arch::gpt, Arch::bert}) {
       CAPTURE(mode);

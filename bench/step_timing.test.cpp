@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "kernels/bf16_gemm.hpp"
+#include "tests/support/bf16_skip.hpp"
 
 using namespace actorpipe;
 using namespace actorpipe::bench;
@@ -87,8 +88,8 @@ TEST_CASE("one configuration: step, floor and profile, and back from JSON") {
   CHECK_FALSE(step_result_from_json(bad).ok());
 }
 
-TEST_CASE("bf16: the floor replays the step's oneDNN products, which the GEMM FLOPs count" *
-          doctest::skip(!bf16_support().native)) {
+TEST_CASE("bf16: the floor replays the step's oneDNN products, which the GEMM FLOPs count") {
+  if (actorpipe::testing::skip_without_bf16()) return;
   const BenchShape shape = micro_shape();
   auto f = measure_step(shape, 1, Precision::fp32, 2, 1, false);
   auto b = measure_step(shape, 1, Precision::bf16, 2, 1, false);

@@ -78,6 +78,22 @@ void init_onednn() {
   });
 }
 
+// Whether oneDNN offers a bf16 matmul on this CPU at all: the primitive descriptor of a 1×1·1×1
+// product (oneDNN 2.6 has none below AVX-512, not even its reference kernel).
+bool bf16_matmul_available() {
+  init_onednn();
+  using dt = dnnl::memory::data_type;
+  using dims = dnnl::memory::dims;
+  const dnnl::memory::desc a({1, 1}, dt::bf16, dims{1, 1}), b({1, 1}, dt::bf16, dims{1, 1});
+  const dnnl::memory::desc c({1, 1}, dt::f32, dims{1, 1});
+  try {
+    (void)dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), cpu_engine());
+    return true;
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
 // One per thread that computes bf16 products: its stream, primitives and scratchpad.
 struct ThreadState {
   ThreadState() : stream((init_onednn(), cpu_engine())) {
@@ -119,8 +135,9 @@ Prim& primitive(ThreadState& ts, const Key& k) {
                    attr, eng)
              : dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, eng);
   } catch (const dnnl::error& e) {
-    AP_CHECK(false, "oneDNN has no bf16 matmul for M={} N={} K={} (trans {} {}): {}", k.M, k.N, k.K,
-             k.ta, k.tb, e.what());
+    AP_CHECK(false,
+             "oneDNN has no bf16 matmul for M={} N={} K={} (trans {} {}) on this CPU ({}): {}", k.M,
+             k.N, k.K, k.ta, k.tb, bf16_support().describe(), e.what());
   }
   auto p = std::make_unique<Prim>();
   p->matmul = dnnl::matmul(pd);
@@ -228,7 +245,8 @@ Bf16Speed measure_bf16_speed() {
 
 std::string Bf16Support::describe() const {
   const char* units = amx_bf16 ? "AMX-BF16" : avx512_bf16 ? "AVX512_BF16 (no AMX)" : "none";
-  return fmt::format("bf16 instructions: {}, oneDNN ISA {}", units, isa);
+  return fmt::format("bf16 instructions: {}, oneDNN ISA {}{}", units, isa,
+                     products ? "" : ", no bf16 products in oneDNN");
 }
 
 const Bf16Support& bf16_support() {
@@ -276,6 +294,7 @@ const Bf16Support& bf16_support() {
     }
     r.native =
         (r.avx512_bf16 || r.amx_bf16) && (e == isa::avx512_core_bf16 || e == isa::avx512_core_amx);
+    r.products = bf16_matmul_available();
     return r;
   }();
   return s;

@@ -50,7 +50,12 @@ struct Bf16Support {
   /// oneDNN runs bf16 products on bf16 instructions (AVX512_BF16 or AMX) here; without them it
   /// would emulate them, slower than fp32, and pipeline.precision = "bf16" is refused.
   bool native = false;
-  /// "bf16 instructions: AMX-BF16" ("AVX512_BF16 (no AMX)", "none"), ", oneDNN ISA <isa>".
+  /// oneDNN can compute bf16 products here at all, natively or emulated on AVX-512 (a bf16
+  /// matmul primitive could be created). False on a CPU without AVX-512 (oneDNN 2.6 then has
+  /// no bf16 matmul): gemm_bf16 would throw.
+  bool products = false;
+  /// "bf16 instructions: AMX-BF16" ("AVX512_BF16 (no AMX)", "none"), ", oneDNN ISA <isa>",
+  /// and ", no bf16 products in oneDNN" where `products` is false.
   std::string describe() const;
 };
 /// Detected once per process (ONEDNN_MAX_CPU_ISA, read by oneDNN at its first use, lowers isa).

@@ -15,6 +15,7 @@
 #include "kernels/bf16_gemm.hpp"
 #include "kernels/check.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
+#include "tests/support/bf16_skip.hpp"
 #include "tests/support/bits.hpp"
 #include "tests/support/make_trainer.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -174,10 +175,7 @@ TEST_CASE("pipeline.device = checked: forced layer moves train to the cpu's bits
 }
 
 TEST_CASE("pipeline.device = checked with precision = bf16: the cpu's bf16 bits") {
-  if (!bf16_support().native) {
-    MESSAGE("this CPU has no bf16 instructions: the CPU's bf16 reference cannot run");
-    return;
-  }
+  if (actorpipe::testing::skip_without_bf16()) return;
   for (const char* mode : {"1f1b", "2bw"}) {
     for (Backend backend : {Backend::serial, Backend::actors}) {
       const std::string what = fmt::format("{} on {}", mode, name(backend));

@@ -14,6 +14,7 @@
 #include "kernels/check.hpp"
 #include "kernels/checked_backend.hpp"
 #include "kernels/cpu_backend.hpp"
+#include "tests/support/bf16_skip.hpp"
 #include "tests/support/bits.hpp"
 #include "tests/support/tiny_model.hpp"
 
@@ -86,8 +87,8 @@ TEST_CASE("BackendTrainer refuses what does not fit, naming it") {
   CHECK_THROWS_AS(t.forward(wrong[0]), CheckFailure);
 }
 
-TEST_CASE("in bf16 on the CPU backend, the reference trainer's bf16 bits" *
-          doctest::skip(!bf16_support().native)) {
+TEST_CASE("in bf16 on the CPU backend, the reference trainer's bf16 bits") {
+  if (actorpipe::testing::skip_without_bf16()) return;
   for (Arch arch : {Arch::gpt, Arch::bert}) {
     CAPTURE(static_cast<int>(arch));
     const ModelOptions m = tiny_model(arch, true, 4);

@@ -12,8 +12,10 @@ Expected<Precision> resolve_precision(std::string_view name, bool cpu_kernels) {
   if (*p == Precision::bf16 && cpu_kernels && !bf16_support().native) {
     return make_error(
         "pipeline.precision = \"bf16\": this CPU has no bf16 instructions oneDNN can use ({}); "
-        "emulated bf16 products would be slower than fp32: use pipeline.precision = \"fp32\"",
-        bf16_support().describe());
+        "{}: use pipeline.precision = \"fp32\"",
+        bf16_support().describe(),
+        bf16_support().products ? "emulated bf16 products would be slower than fp32"
+                                : "without AVX-512 oneDNN cannot compute bf16 products at all");
   }
   return *p;
 }

@@ -16,6 +16,7 @@
 #include "engine/model/partition.hpp"
 #include "kernels/bf16_gemm.hpp"
 #include "kernels/bf16_weights.hpp"
+#include "tests/support/bf16_skip.hpp"
 #include "tests/support/bits.hpp"
 #include "tests/support/tiny_model.hpp"
 
@@ -84,8 +85,8 @@ std::unique_ptr<SerialExecutor> create(const Model& model, const Partition& p,
 
 }  // namespace
 
-TEST_CASE("bf16 training follows fp32's loss within 1% over 300 steps, GPT and BERT" *
-          doctest::skip(!bf16_support().native)) {
+TEST_CASE("bf16 training follows fp32's loss within 1% over 300 steps, GPT and BERT") {
+  if (actorpipe::testing::skip_without_bf16()) return;
   for (Arch arch : {Arch::gpt, Arch::bert}) {
     CAPTURE(static_cast<int>(arch));
     const auto f = train(arch, "fp32", 300), b = train(arch, "bf16", 300);
@@ -99,8 +100,8 @@ TEST_CASE("bf16 training follows fp32's loss within 1% over 300 steps, GPT and B
   }
 }
 
-TEST_CASE("bf16 weight copies made once per version compute the bits of a copy per product" *
-          doctest::skip(!bf16_support().native)) {
+TEST_CASE("bf16 weight copies made once per version compute the bits of a copy per product") {
+  if (actorpipe::testing::skip_without_bf16()) return;
   // every mode, GPT (tied: the copy stage installs the owner's value into its weights) and BERT,
   // two runs (2bw continues the first), an evaluation, and weights overwritten between runs as a
   // checkpoint load does: a stale copy anywhere would change bits
@@ -163,8 +164,8 @@ TEST_CASE("bf16 weight copies made once per version compute the bits of a copy p
   }
 }
 
-TEST_CASE("a version's bf16 weight copies outlive the other versions' updates" *
-          doctest::skip(!bf16_support().native)) {
+TEST_CASE("a version's bf16 weight copies outlive the other versions' updates") {
+  if (actorpipe::testing::skip_without_bf16()) return;
   // After the first run's copies of version 0, every new version's product operands come
   // rounded from its update's own pass: a second run converts none, but for a tied decoder that
   // follows its owner (2bw and pipedream install the owner's value into the last stage's
@@ -205,8 +206,8 @@ TEST_CASE("a version's bf16 weight copies outlive the other versions' updates" *
   }
 }
 
-TEST_CASE("a bf16 weight stash computes the bits of an f32 one, in fewer bytes" *
-          doctest::skip(!bf16_support().native)) {
+TEST_CASE("a bf16 weight stash computes the bits of an f32 one, in fewer bytes") {
+  if (actorpipe::testing::skip_without_bf16()) return;
   // 2bw and pipedream (the modes that keep versions besides the newest), GPT (tied: the head's
   // copy of the embedding stays f32) and BERT, two runs (2bw continues the first), evaluations,
   // and weights written between runs into the newest and, in 2bw, the previous version
@@ -294,8 +295,8 @@ TEST_CASE("a bf16 weight stash computes the bits of an f32 one, in fewer bytes" 
   CHECK(e.error().message.find("a bf16 stash needs") != std::string::npos);
 }
 
-TEST_CASE("bf16 activations kept for the products compute the bits of f32 ones, in smaller slots" *
-          doctest::skip(!bf16_support().native)) {
+TEST_CASE("bf16 activations kept for the products compute the bits of f32 ones, in smaller slots") {
+  if (actorpipe::testing::skip_without_bf16()) return;
   // every mode, GPT and BERT, a block recomputed and one not (its forward again into scratch),
   // two runs and an evaluation: the blocks keep ln1, the attention output, ln2 and GELU's output
   // in bf16 (the operands their products round to) or in f32

@@ -19,6 +19,7 @@
 #include "engine/rng.hpp"
 #include "kernels/bf16_gemm.hpp"
 #include "kernels/crossentropy.hpp"
+#include "tests/support/bf16_skip.hpp"
 
 using namespace actorpipe;
 
@@ -232,8 +233,8 @@ TEST_CASE("two runs of 20 steps give bitwise identical weights and optimizer sta
                     fresh.params(1).size() * sizeof(float)) != 0);
 }
 
-TEST_CASE("bf16: weight copies made once per update give the bits of a copy per product" *
-          doctest::skip(!bf16_support().native)) {
+TEST_CASE("bf16: weight copies made once per update give the bits of a copy per product") {
+  if (actorpipe::testing::skip_without_bf16()) return;
   const ModelOptions mo = small_gpt();
   OptimizerOptions oo;
   auto run = [&](bool once) {

@@ -10,6 +10,7 @@
 
 #include "kernels/bf16_gemm.hpp"
 #include "kernels/matmul.hpp"
+#include "tests/support/bf16_skip.hpp"
 
 using namespace actorpipe;
 
@@ -66,8 +67,8 @@ TEST_CASE("recorded gradients equal the weight half computed at once, in the ord
   CHECK(same_bits(w, want_w));
 }
 
-TEST_CASE("bf16: the input half rounds dout once and takes dbias, the recorded half the bits" *
-          doctest::skip(!bf16_support().native)) {
+TEST_CASE("bf16: the input half rounds dout once and takes dbias, the recorded half the bits") {
+  if (actorpipe::testing::skip_without_bf16()) return;
   const int N = 24, C = 16, OC = 40;
   Context ctx(2);
   ctx.set_precision(Precision::bf16);

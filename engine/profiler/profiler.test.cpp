@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kernels/bf16_gemm.hpp"
+#include "tests/support/bf16_skip.hpp"
 #include "tests/support/tiny_model.hpp"
 
 using namespace actorpipe;
@@ -83,8 +84,8 @@ void count_bf16(const Bf16GemmCall&) {
 }
 }  // namespace
 
-TEST_CASE("a bf16 profile times bf16 products, an fp32 one none" *
-          doctest::skip(!bf16_support().native)) {
+TEST_CASE("a bf16 profile times bf16 products, an fp32 one none") {
+  if (actorpipe::testing::skip_without_bf16()) return;
   set_bf16_gemm_observer(&count_bf16);
   bf16_products = 0;
   REQUIRE(profile_layers(small_gpt(), OptimizerOptions{}, 2, 16, 1, 1).ok());

@@ -6,8 +6,8 @@
 #include <iostream>
 #include <string>
 
-#include "kernels/bf16_gemm.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
+#include "tests/support/bf16_skip.hpp"
 
 namespace actorpipe::testing {
 
@@ -22,10 +22,7 @@ inline bool skip_without_gpu() {
 /// The same for a GPU case whose CPU reference computes in bf16: also true without bf16
 /// instructions on this CPU.
 inline bool skip_without_gpu_or_bf16() {
-  if (skip_without_gpu()) return true;
-  if (bf16_support().native) return false;
-  std::cout << "SKIPPED: this CPU has no bf16 instructions for the reference\n";
-  return true;
+  return skip_without_gpu() || skip_without_bf16();
 }
 
 }  // namespace actorpipe::testing
