@@ -140,6 +140,10 @@ TEST_CASE("bf16_support names the instructions and oneDNN's ISA") {
   CHECK(!s.isa.empty());
   CHECK(s.describe().find(s.isa) != std::string::npos);
   if (s.native) CHECK((s.avx512_bf16 || s.amx_bf16));
+  // oneDNN 2.6 computes bf16 products (natively or emulated) from AVX-512 on, none below it
+  if (s.native) CHECK(s.products);
+  CHECK(s.products == s.isa.starts_with("avx512_core"));
+  CHECK((s.describe().find("no bf16 products in oneDNN") == std::string::npos) == s.products);
   MESSAGE(s.describe());
 }
 

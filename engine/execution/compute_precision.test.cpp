@@ -35,6 +35,11 @@ TEST_CASE("resolve_precision: fp32 always, bf16 where the CPU has bf16 instructi
   } else {
     REQUIRE_FALSE(b.ok());
     CHECK(b.error().message.find("this CPU has no bf16 instructions") != std::string::npos);
+    // emulated products where oneDNN has them (AVX-512), none at all below it
+    CHECK(b.error().message.find(bf16_support().products
+                                     ? "emulated bf16 products would be slower than fp32"
+                                     : "without AVX-512 oneDNN cannot compute bf16 products") !=
+          std::string::npos);
   }
 }
 
