@@ -9,12 +9,25 @@
 # step 4; extra arguments go to the ctest runs of steps 1 and 2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
 jobs=${JOBS:-$(nproc)}
+# each step's wall time, printed as it ends and again at the end (where the suite's time goes)
+times=()
+t0=$(date +%s)
+step_done() {
+  local now
+  now=$(date +%s)
+  times+=("$1 $((now - t0)) s")
+  echo "== $1: $((now - t0)) s"
+  t0=$now
+}
+scripts/setup.sh
+step_done "setup"
 
 echo "== release build and tests"
 BUILD_DIR=${BUILD_DIR:-build} scripts/build.sh
+step_done "release build"
 (cd "${BUILD_DIR:-build}" && ctest -j "$jobs" --output-on-failure --timeout 600 "$@")
+step_done "release tests"
 
 if [[ "${ACTORPIPE_TEST_SANITIZE:-1}" != "0" ]]; then
   echo "== address,undefined sanitizer build and tests"
@@ -23,15 +36,21 @@ if [[ "${ACTORPIPE_TEST_SANITIZE:-1}" != "0" ]]; then
   BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo \
     CMAKE_ARGS="-DACTORPIPE_SANITIZE=address,undefined -DACTORPIPE_BENCH=OFF -DACTORPIPE_CUDA=OFF" \
     scripts/build.sh
+  step_done "address,undefined build"
   (cd build-asan && ctest -j "$jobs" --output-on-failure --timeout 900 -LE slow "$@")
+  step_done "address,undefined tests"
 fi
 
 if [[ "${ACTORPIPE_TEST_TSAN:-1}" != "0" ]]; then
   echo "== thread sanitizer build and tests (kernels, engine, transport, actors)"
   BUILD_DIR=build-tsan scripts/tsan.sh
+  step_done "thread sanitizer build and tests"
 fi
 
 if [[ "${ACTORPIPE_TEST_FUZZ:-1}" != "0" ]]; then
   echo "== libFuzzer harnesses, ${FUZZ_SECONDS:-20} s each"
   BUILD_DIR=build-fuzz scripts/fuzz.sh
+  step_done "fuzz build and runs"
 fi
+echo "== where the time went:"
+printf '   %s\n' "${times[@]}"
