@@ -16,7 +16,6 @@
 #include "engine/execution/serial_executor.hpp"
 #include "engine/execution/stage_worker.hpp"
 #include "engine/profiler/auto_partition.hpp"
-#include "kernels/bf16_gemm.hpp"
 #include "tests/support/bf16_skip.hpp"
 #include "tests/support/bits.hpp"
 #include "tests/support/checked_devices.hpp"

@@ -6,7 +6,6 @@
 
 #include <cmath>
 
-#include "kernels/bf16_gemm.hpp"
 #include "tests/support/bf16_skip.hpp"
 
 using namespace actorpipe;

@@ -12,7 +12,6 @@
 
 #include "actors/api/actorpipe/trainer.hpp"
 #include "engine/checkpoint/checkpoint.hpp"
-#include "kernels/bf16_gemm.hpp"
 #include "kernels/check.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "tests/support/bf16_skip.hpp"

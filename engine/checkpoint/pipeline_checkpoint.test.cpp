@@ -13,7 +13,6 @@
 #include "engine/execution/serial_executor.hpp"
 #include "engine/execution/stage_worker.hpp"
 #include "kernels/bf16.hpp"
-#include "kernels/bf16_gemm.hpp"
 #include "kernels/checked_backend.hpp"
 #include "tests/support/bf16_skip.hpp"
 #include "tests/support/bits.hpp"

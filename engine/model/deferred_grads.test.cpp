@@ -8,7 +8,6 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/bf16_gemm.hpp"
 #include "kernels/matmul.hpp"
 #include "tests/support/bf16_skip.hpp"
 
