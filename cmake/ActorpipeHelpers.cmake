@@ -14,6 +14,13 @@ if(ACTORPIPE_SANITIZE)
   # gives every report file:line
   target_compile_options(actorpipe_build_flags INTERFACE
     -fsanitize=${ACTORPIPE_SANITIZE} -fno-omit-frame-pointer -O1 -g1)
+  # UBSan's null and alignment checks guard every dereference: in the units instantiating CAF's
+  # templates they doubled the compile time (actor_engine.cpp: 69 s -> 35 s without them). A null
+  # dereference is still AddressSanitizer's SEGV report with its stack; misaligned reads are the
+  # parsers' risk, and the fuzz harnesses (clang) run the parsers with every UBSan check
+  if(ACTORPIPE_SANITIZE MATCHES "undefined")
+    target_compile_options(actorpipe_build_flags INTERFACE -fno-sanitize=null,alignment)
+  endif()
   # GCC's flow analysis sees through the sanitizer instrumentation and reports
   # -Wmaybe-uninitialized inside libstdc++ (std::function in <regex>, std::optional);
   # keep the warning visible but do not fail the sanitized build on it.
