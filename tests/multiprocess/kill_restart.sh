@@ -20,10 +20,10 @@ all) restarted="restarting every rank" ;;
 dead) restarted="relaunching rank" ;;
 *) echo "usage: RELAUNCH is all or dead, not '$relaunch'"; exit 2 ;;
 esac
-# enough steps that the job outlives its kills on a fast machine: each kill comes 0.1-0.4 s after
-# a step (a few tens of steps), and rolls the job back to its last checkpoint
-steps=600
-[ "$relaunch" = dead ] && steps=1500  # a rejoin is quick: more steps to outlive the kills
+# enough steps that the job outlives its kills: each kill comes 1-20 steps (two checkpoint
+# intervals) and up to 50 ms after the restart's first step, and rolls the job back to its last
+# checkpoint, so 20 kills take a few hundred steps at most, whatever the machine's speed
+steps=500
 every=10
 # (--relaunch dead: a survivor UCX ends is relaunched too, a second restart for one kill)
 limit=$((kills + 5))
@@ -42,6 +42,10 @@ job() {
   "$@"
 }
 launcher_pid=
+# the last step in the metrics (0 while the last line is another record)
+last_step() {
+  tail -n 1 m.jsonl 2>/dev/null | sed -n 's/^{"step":\([0-9]*\).*/\1/p' | grep . || echo 0
+}
 fail() {
   echo "FAILED: $1"
   [ -n "$launcher_pid" ] && kill -KILL "$launcher_pid" 2>/dev/null  # the ranks die with it
@@ -89,8 +93,20 @@ while [ $k -lt "$kills" ]; do
     *) ended=$((ended + 1)) ;;
     esac
   done
+  # a random moment: 1-20 steps on, before or after the next checkpoint (counted in steps, not
+  # seconds, so that the job's progress between kills does not grow with the machine's speed),
+  # then 0-49 ms into the next step
   next_rand
-  sleep "0.$((rand % 300 + 100))"
+  target=$(($(last_step) + rand / 65536 % (2 * every) + 1))
+  i=0
+  while [ "$(last_step)" -lt "$target" ]; do
+    i=$((i + 1))
+    [ $i -le 1200 ] || fail "no step $target 60 s after kill $k"
+    kill -0 "$launcher_pid" 2>/dev/null || fail "the job ended after $k of $kills kills"
+    sleep 0.05
+  done
+  next_rand
+  sleep "$(printf '0.%03d' $((rand / 65536 % 50)))"
   ranks=$(pgrep -P "$launcher_pid")
   n=$(echo "$ranks" | wc -w)
   [ "$n" -eq "$procs" ] || continue  # between attempts: try again
@@ -101,7 +117,7 @@ while [ $k -lt "$kills" ]; do
   k=$((k + 1))
   # the others, by process id: with --relaunch dead they must still run after the restart
   survivors=$(echo "$ranks" | tr ' ' '\n' | grep -v "^$victim\$")
-  echo "kill $k: pid $victim at step $(tail -n 1 m.jsonl | sed 's/^{"step":\([0-9]*\).*/\1/')"
+  echo "kill $k: pid $victim at step $(last_step)"
 done
 wait "$launcher_pid"
 code=$?
