@@ -15,7 +15,7 @@ sig=$4
 mode=$5
 procs=$6
 extra=${7:-}
-steps=100
+steps=40
 every=10
 drains=
 case $mode in pipedream | xpipe) drains=1 every=0 ;; esac
