@@ -148,7 +148,9 @@ function(actorpipe_add_tests)
     # the first and take the second for a property name)
     # a case that cannot run here prints "SKIPPED: <why>" and returns (tests/support/bf16_skip.hpp):
     # CTest reports it skipped, never passed
-    doctest_discover_tests(${exe} TEST_PREFIX "${prefix}.${name}." ADD_LABELS 1
+    # (no ADD_LABELS: it asks the executable once per case for test suites, which no test uses:
+    # 3.5 s instead of 0.2 s for actors/api/trainer.test.cpp's 27 cases, at every link)
+    doctest_discover_tests(${exe} TEST_PREFIX "${prefix}.${name}."
       PROPERTIES LABELS "${top};${A_LABELS}" TIMEOUT ${A_TIMEOUT}
       SKIP_REGULAR_EXPRESSION "SKIPPED: "
       ENVIRONMENT "ACTORPIPE_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
