@@ -55,6 +55,13 @@ if(ACTORPIPE_FUZZ)
   target_link_options(actorpipe_build_flags INTERFACE -fsanitize=address,undefined)
 endif()
 
+# The properties of every test that starts several processes: they take the multiprocess lock,
+# so they run one after another, each with both cores. The lock makes them a chain as long as the
+# rest of the suite, so they carry a COST that makes ctest start them first (the kill_restart
+# oracles, the longest, a higher one); the other tests fill the second core meanwhile. (Without
+# it a fresh build directory, which has no timing data yet, ran the chain last.)
+set(ACTORPIPE_MULTIPROCESS_TEST RESOURCE_LOCK multiprocess COST 100)
+
 # ThreadSanitizer builds: the library tsan_run.sh preloads (built by tests/sanitizers)
 set(ACTORPIPE_TSAN_PRELOAD_DIR ${CMAKE_BINARY_DIR}/tests/sanitizers)
 set(ACTORPIPE_TSAN_PRELOAD ${ACTORPIPE_TSAN_PRELOAD_DIR}/libactorpipe_caf_happens_before.so)
