@@ -18,9 +18,9 @@ namespace actorpipe {
 
 namespace {
 
-using gather_atom = caf::atom_constant<caf::atom("gather")>;  // (int64 round, RankPart)
-using lost_atom = caf::atom_constant<caf::atom("lost")>;      // (int32 rank, string reason)
-using relay_atom = caf::atom_constant<caf::atom("relay")>;    // (actor root, int64 round, RankPart)
+using gather_atom = caf::atom_constant<caf::atom("gather")>;   // (int64 round, RankPart)
+using peer_lost_atom = caf::atom_constant<caf::atom("lost")>;  // (int32 rank, string reason)
+using relay_atom = caf::atom_constant<caf::atom("relay")>;  // (actor root, int64 round, RankPart)
 
 std::string host_name() {
   char buf[256] = {};
@@ -83,7 +83,7 @@ caf::behavior agent(caf::stateful_actor<AgentState>* self, int world) {
                   [=](caf::error& err) { settle(std::move(err)); });
         return rp;
       },
-      [=](lost_atom, int32_t rank, const std::string& reason) {
+      [=](peer_lost_atom, int32_t rank, const std::string& reason) {
         auto& st = self->state;
         if (st.lost.empty()) st.lost = fmt::format("rank {} was lost: {}", rank, reason);
         for (auto& [k, r] : st.rounds)
@@ -224,10 +224,10 @@ Expected<std::unique_ptr<ProcessGroup>> ProcessGroup::create(const ProcessGroupO
     // leaving the job must not wait for a flush the lost rank never answers
     if (auto p = raw->peers.find(rank); p != raw->peers.end()) raw->ucx->abandon(p->second);
     // our agent fails our gather in progress; rank 0's (when it is another) those of every rank
-    caf::anon_send(raw->agent, lost_atom::value, static_cast<int32_t>(rank), reason);
+    caf::anon_send(raw->agent, peer_lost_atom::value, static_cast<int32_t>(rank), reason);
     if (raw->table.ranks[0].actors[0] != raw->agent)
-      caf::anon_send(raw->table.ranks[0].actors[0], lost_atom::value, static_cast<int32_t>(rank),
-                     reason);
+      caf::anon_send(raw->table.ranks[0].actors[0], peer_lost_atom::value,
+                     static_cast<int32_t>(rank), reason);
     // the handler in place now, called under call_mu: on_lost() replaces it only after this
     // call has returned (what it touches may end with the run that set it)
     std::lock_guard<std::mutex> call(raw->call_mu);

@@ -95,12 +95,6 @@ std::string size_cell(const AllreduceSize& s) {
 
 // ---- inside a rank -----------------------------------------------------------------------
 
-Status barrier(ProcessGroup& g) {
-  auto r = g.all_gather({});
-  if (!r) return r.error();
-  return {};
-}
-
 int run_rank(const AllreduceBenchOptions& o) {
   auto joined = join_rank_job();
   if (!joined) {
@@ -143,7 +137,7 @@ int run_rank(const AllreduceBenchOptions& o) {
     Tensor buffer = Tensor::zeros({floats});
     std::span<float> data = buffer.span_f32();
     const int calls = allreduce_calls(size.bytes, o.calls);
-    if (Status s = barrier(g); !s) return fail("barrier", s.error().message);
+    if (Status s = rank_barrier(g); !s) return fail("barrier", s.error().message);
     for (int i = 0; i < allreduce_warmup(calls); ++i)
       if (Status s = group.all_reduce_sum(data); !s) return fail("warm-up", s.error().message);
     const int64_t sent0 = group.bytes_sent();
@@ -190,7 +184,7 @@ int run_rank(const AllreduceBenchOptions& o) {
     std::fflush(stdout);
   }
   // every member is done with its last call before any closes its connections
-  if (Status s = barrier(g); !s) return fail("barrier", s.error().message);
+  if (Status s = rank_barrier(g); !s) return fail("barrier", s.error().message);
   connected->reset();
   if (Status s = g.leave(); !s) return fail("leave", s.error().message);
   return 0;
@@ -198,7 +192,7 @@ int run_rank(const AllreduceBenchOptions& o) {
 
 // ---- the parent --------------------------------------------------------------------------
 
-struct PeerResult {
+struct PerftestResult {
   bool ran = false;
   std::string error;
   double bytes_per_s = 0.0;
@@ -206,8 +200,8 @@ struct PeerResult {
 
 /// ucx_perftest tag_bw for `bytes` over UCX_TLS=tcp: as `channel` runs it (the same pair script,
 /// message count and warm-up).
-PeerResult run_perftest_bw(const AllreduceBenchOptions& o, int64_t bytes) {
-  PeerResult p;
+PerftestResult run_perftest_bw(const AllreduceBenchOptions& o, int64_t bytes) {
+  PerftestResult p;
   const ChannelCounts n = channel_counts(bytes, o.scale);
   auto port = pick_free_port("127.0.0.1");
   if (!port) {
@@ -234,11 +228,6 @@ PeerResult run_perftest_bw(const AllreduceBenchOptions& o, int64_t bytes) {
   p.bytes_per_s = f->bytes_per_s;
   p.ran = true;
   return p;
-}
-
-bool have_perftest() {
-  const char* path = std::getenv("PATH");
-  return resolve_program("ucx_perftest", path != nullptr ? path : "").ok();
 }
 
 }  // namespace
@@ -448,7 +437,7 @@ int run_allreduce_bench(std::span<const std::string> args) {
   const Interference start = sample_interference(std::chrono::milliseconds(500));
   const std::string machine = describe_machine();
   warn_if_busy("actorpipe-bench", start);
-  const bool peer = o.peer && have_perftest();
+  const bool peer = o.peer && have_ucx_perftest();
   const std::string peer_note =
       o.peer ? (peer ? "" : "ucx_perftest not on PATH (package ucx-utils)") : "--no-peer";
   if (!o.json)
@@ -518,7 +507,7 @@ int run_allreduce_bench(std::span<const std::string> args) {
       rows[k].bytes_sent_per_call = lines[0][k]["bytes_sent_per_call"].get<int64_t>();
       if (!peer) continue;
       const CpuSnapshot peer_before = cpu_snapshot();
-      const PeerResult p = run_perftest_bw(o, o.sizes[k].bytes);
+      const PerftestResult p = run_perftest_bw(o, o.sizes[k].bytes);
       const Interference during = interference(peer_before, cpu_snapshot());
       disturbed += distorted(during) ? 1 : 0;
       if (!worst[k].known || during.other + during.steal > worst[k].other + worst[k].steal)

@@ -92,12 +92,6 @@ struct RankChannels {
   }
 };
 
-Status barrier(ProcessGroup& g) {
-  auto r = g.all_gather({});
-  if (!r) return r.error();
-  return {};
-}
-
 int run_rank(const ChannelBenchOptions& o) {
   auto joined = join_rank_job();
   if (!joined) {
@@ -127,7 +121,7 @@ int run_rank(const ChannelBenchOptions& o) {
     Tensor payload = Tensor::zeros({floats});
     ch.in->reserve(DType::f32, {floats}, 1);
     const ChannelCounts n = channel_counts(bytes, o.scale);
-    if (Status s = barrier(g); !s) return fail(s, "barrier");
+    if (Status s = rank_barrier(g); !s) return fail(s, "barrier");
 
     // latency: ping-pong, the reply as large as the message; a tenth of the trips warm up
     const int warm = std::max(1, n.round_trips / 10);
@@ -158,7 +152,7 @@ int run_rank(const ChannelBenchOptions& o) {
     // bandwidth: `burst` back-to-back sends, then an 8-byte acknowledgement; one warm-up burst
     std::vector<double> rates;
     for (int rep = 0; rep <= o.reps; ++rep) {
-      if (Status s = barrier(g); !s) return fail(s, "barrier");
+      if (Status s = rank_barrier(g); !s) return fail(s, "barrier");
       const auto t0 = Clock::now();
       if (rank == 0) {
         for (int i = 0; i < n.burst; ++i)
@@ -186,7 +180,7 @@ int run_rank(const ChannelBenchOptions& o) {
 
   // a waiting process: rank 1 waits in receive() while rank 0 sleeps, then gets 8 bytes; each
   // measures its own process's CPU time (every thread: CAF, the middleman, UCX's progress)
-  if (Status s = barrier(g); !s) return fail(s, "barrier");
+  if (Status s = rank_barrier(g); !s) return fail(s, "barrier");
   const double cpu0 = process_cpu_seconds();
   const auto t0 = Clock::now();
   if (rank == 0) {
@@ -254,11 +248,6 @@ PeerFigures run_perftest(const ChannelBenchOptions& o, const std::string& tls, i
   }
   p.ran = true;
   return p;
-}
-
-bool have_perftest() {
-  const char* path = std::getenv("PATH");
-  return resolve_program("ucx_perftest", path != nullptr ? path : "").ok();
 }
 
 }  // namespace
@@ -394,7 +383,7 @@ int run_channel_bench(std::span<const std::string> args) {
   const Interference start = sample_interference(std::chrono::milliseconds(500));
   const std::string machine = describe_machine();
   warn_if_busy("actorpipe-bench", start);
-  const bool peer = o.peer && have_perftest();
+  const bool peer = o.peer && have_ucx_perftest();
   if (!o.json) {
     fmt::print(
         "actorpipe-bench channel: the UCX tensor channel between two processes on 127.0.0.1\n"

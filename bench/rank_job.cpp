@@ -93,4 +93,15 @@ Expected<std::string> find_json_line(const std::vector<std::string>& lines, cons
                     lines.empty() ? std::string(" (it printed nothing)") : shown);
 }
 
+Status rank_barrier(ProcessGroup& g) {
+  auto r = g.all_gather({});
+  if (!r) return r.error();
+  return {};
+}
+
+bool have_ucx_perftest() {
+  const char* path = std::getenv("PATH");
+  return resolve_program("ucx_perftest", path != nullptr ? path : "").ok();
+}
+
 }  // namespace actorpipe::bench

@@ -35,4 +35,11 @@ Expected<std::unique_ptr<ProcessGroup>> join_rank_job(const ProcessGroupOptions&
 Expected<std::string> find_json_line(const std::vector<std::string>& lines, const std::string& name,
                                      const std::string& what);
 
+/// Inside a rank: returns once every rank of `g` has called it (an all-gather of nothing).
+Status rank_barrier(ProcessGroup& g);
+
+/// Whether ucx_perftest (package ucx-utils), the peer of the benchmarks between processes, is on
+/// PATH.
+bool have_ucx_perftest();
+
 }  // namespace actorpipe::bench

@@ -162,10 +162,6 @@ Expected<MeasuredRun> measure_in_child(const RecomputeBenchOptions& o, const std
 
 namespace {
 
-double mib(double bytes) {
-  return bytes / (1024.0 * 1024.0);
-}
-
 std::string relative(double x, double peer) {
   return peer > 0 ? fmt::format("{:+.1f}%", 100.0 * (x / peer - 1.0)) : std::string("-");
 }

@@ -16,14 +16,6 @@
 
 namespace actorpipe::bench {
 
-namespace {
-
-double mib(double bytes) {
-  return bytes / (1024.0 * 1024.0);
-}
-
-}  // namespace
-
 Expected<RecomputeBenchOptions> parse_stash_options(std::span<const std::string> args) {
   RecomputeBenchOptions defaults;
   defaults.mode = Mode::twobw;
@@ -99,16 +91,16 @@ int run_stash_bench(std::span<const std::string> args) {
         o.threads == 1 ? "" : "s", o.microbatches, machine, interference_cell(start), o.rounds,
         o.rounds == 1 ? "" : "s", o.reps, o.reps == 1 ? "" : "s", o.warmup));
   }
-  struct Variant {
+  struct StashVariant {
     std::string stash;
     std::vector<MeasuredRun> runs;
     double step = 0, rss = 0, weights = 0;
   };
-  std::vector<Variant> variants = {{"fp32", {}}, {"bf16", {}}};
+  std::vector<StashVariant> variants = {{"fp32", {}}, {"bf16", {}}};
   int failures = 0, disturbed = 0;
   for (int round = 0; round < o.rounds; ++round) {
     for (size_t k = 0; k < variants.size(); ++k) {
-      Variant& v = variants[(k + static_cast<size_t>(round)) % variants.size()];
+      StashVariant& v = variants[(k + static_cast<size_t>(round)) % variants.size()];
       RecomputeBenchOptions run = o;
       run.stash_precision = v.stash;
       const CpuSnapshot before = cpu_snapshot();
@@ -124,7 +116,7 @@ int run_stash_bench(std::span<const std::string> args) {
   }
   bool equal = true;
   const std::vector<double>* first = nullptr;
-  for (Variant& v : variants) {
+  for (StashVariant& v : variants) {
     std::vector<double> steps, rss, weights;
     for (const MeasuredRun& r : v.runs) {
       if (first == nullptr) first = &r.losses;
@@ -139,7 +131,7 @@ int run_stash_bench(std::span<const std::string> args) {
       v.weights = median(weights);
     }
   }
-  const Variant& peer = variants[0];
+  const StashVariant& peer = variants[0];
   auto vs = [](double x, double p) {
     return p > 0 ? fmt::format("{:+.1f}%", 100.0 * (x / p - 1.0)) : std::string("-");
   };
@@ -147,7 +139,7 @@ int run_stash_bench(std::span<const std::string> args) {
     out(fmt::format("{:<6} {:>9} {:>8} {:>12} {:>9} {:>13} {:>9}\n", "stash", "step ms", "vs fp32",
                     "weights MiB", "vs fp32", "peak RSS MiB", "vs fp32"));
   }
-  for (const Variant& v : variants) {
+  for (const StashVariant& v : variants) {
     const bool is_peer = &v == &peer;
     if (o.json) {
       nlohmann::ordered_json j;

@@ -59,4 +59,9 @@ Microbatch random_microbatch(int V, int B, int T, uint64_t seed);
 /// Median of a non-empty list.
 double median(std::vector<double> v);
 
+/// `bytes` in MiB.
+inline double mib(double bytes) {
+  return bytes / (1024.0 * 1024.0);
+}
+
 }  // namespace actorpipe::bench

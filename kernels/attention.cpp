@@ -19,10 +19,10 @@
 namespace actorpipe {
 
 namespace {
-constexpr int kBlock = 64;  // query/key block of the causal triangle
-constexpr int kL = internal::kLanes;
+constexpr int kQueryBlock = 64;  // query/key block of the causal triangle
+using internal::kLanes;
 
-// The row blocks of one head's products: for causal attention blocks [r0, r1) of kBlock query
+// The row blocks of one head's products: for causal attention blocks [r0, r1) of kQueryBlock query
 // rows, each of which needs the keys [0, r1) only; otherwise one block of all T rows and keys.
 // fn(r0, r1, keys).
 template <class F>
@@ -31,19 +31,19 @@ void for_blocks(int T, bool causal, F&& fn) {
     fn(0, T, T);
     return;
   }
-  for (int r0 = 0; r0 < T; r0 += kBlock) {
-    const int r1 = std::min(T, r0 + kBlock);
+  for (int r0 = 0; r0 < T; r0 += kQueryBlock) {
+    const int r1 = std::min(T, r0 + kQueryBlock);
     fn(r0, r1, r1);
   }
 }
 
 // Softmax of row[0, nv) over the keys allowed by km (null = all); row[nv, T) and masked
 // entries become 0, as does a row without any allowed key. The loops run over whole groups
-// of kL lanes up to n = min(T, nv rounded up), the entries past nv set to -inf first: they
+// of kLanes lanes up to n = min(T, nv rounded up), the entries past nv set to -inf first: they
 // add exact zeros to the lane sums, so the bits are those of a loop over nv.
 void softmax_row(float* __restrict row, const uint8_t* __restrict km, const int nv, const int T) {
   const float ninf = -std::numeric_limits<float>::infinity();
-  const int n = std::min(T, (nv + kL - 1) / kL * kL);
+  const int n = std::min(T, (nv + kLanes - 1) / kLanes * kLanes);
   if (km != nullptr)
     for (int j = 0; j < nv; ++j) row[j] = km[j] != 0 ? row[j] : ninf;
   for (int j = nv; j < n; ++j) row[j] = ninf;
@@ -52,10 +52,10 @@ void softmax_row(float* __restrict row, const uint8_t* __restrict km, const int 
     std::memset(row, 0, sizeof(float) * static_cast<size_t>(T));
     return;
   }
-  float acc[kL] = {};
+  float acc[kLanes] = {};
   int j = 0;
-  for (; j + kL <= n; j += kL)
-    for (int l = 0; l < kL; ++l) {
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
       const float e = internal::exp_f32(row[j + l] - mx);
       row[j + l] = e;
       acc[l] += e;
@@ -66,7 +66,7 @@ void softmax_row(float* __restrict row, const uint8_t* __restrict km, const int 
     acc[l] += e;
   }
   float sum = 0.0f;
-  for (int l = 0; l < kL; ++l) sum += acc[l];
+  for (int l = 0; l < kLanes; ++l) sum += acc[l];
   const float inv = 1.0f / sum;
   for (int jj = 0; jj < n; ++jj) row[jj] *= inv;
   for (int jj = n; jj < T; ++jj) row[jj] = 0.0f;
@@ -162,8 +162,8 @@ void attention_backward_bf16(Context& ctx, float* dqkv, float* scratch, const fl
                          true, dv + o0 * C3, C3);
       });
       for (int t = 0; t < T; ++t) {
-        const int n = causal ? std::min(T, (t + kL) / kL * kL) : T;
-        const int end = causal ? std::min(T, (t / kBlock + 1) * kBlock) : T;
+        const int n = causal ? std::min(T, (t + kLanes) / kLanes * kLanes) : T;
+        const int end = causal ? std::min(T, (t / kQueryBlock + 1) * kQueryBlock) : T;
         softmax_backward_row(D + static_cast<int64_t>(t) * T, A + static_cast<int64_t>(t) * T,
                              scale, n, end);
         // the products below read each row up to `end` only
@@ -258,8 +258,8 @@ void attention_backward(Context& ctx, float* dqkv, float* scratch, const float* 
       // causal case the entries right of the diagonal up to the block end are zeroed, as
       // the blocked GEMMs below read them.
       for (int t = 0; t < T; ++t) {
-        const int n = causal ? std::min(T, (t + kL) / kL * kL) : T;  // t + 1 rounded up
-        const int end = causal ? std::min(T, (t / kBlock + 1) * kBlock) : T;
+        const int n = causal ? std::min(T, (t + kLanes) / kLanes * kLanes) : T;  // t + 1 rounded up
+        const int end = causal ? std::min(T, (t / kQueryBlock + 1) * kQueryBlock) : T;
         softmax_backward_row(D + static_cast<int64_t>(t) * T, A + static_cast<int64_t>(t) * T,
                              scale, n, end);
       }

@@ -32,9 +32,9 @@ namespace actorpipe {
 namespace {
 
 // Row blocks of a split product start at multiples of this (a whole number of oneDNN's M blocks).
-constexpr int kRowAlign = 96;
+constexpr int kBf16RowAlign = 96;
 // A product is split only when every piece has at least this many multiply-adds.
-constexpr double kMinPieceMNK = 4.0 * 1024 * 1024;
+constexpr double kBf16MinPieceMNK = 4.0 * 1024 * 1024;
 
 dnnl::engine& cpu_engine() {
   static auto* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);  // lives as long as the process
@@ -197,7 +197,7 @@ void gemm_bf16(Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, co
                const float* bias) {
   AP_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_bf16: negative size M={} N={} K={}", M, N, K);
   if (M == 0 || N == 0) return;
-  internal::split_rows(ctx, M, kRowAlign, static_cast<double>(N) * K, kMinPieceMNK,
+  internal::split_rows(ctx, M, kBf16RowAlign, static_cast<double>(N) * K, kBf16MinPieceMNK,
                        [&](int m0, int rows) {
                          const bf16* a0 = trans_a ? A + m0 : A + static_cast<int64_t>(m0) * lda;
                          gemm_bf16_serial(trans_a, trans_b, rows, N, K, a0, lda, B, ldb, accumulate,

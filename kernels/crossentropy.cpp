@@ -10,15 +10,15 @@
 namespace actorpipe {
 
 namespace {
-constexpr int kL = internal::kLanes;
+using internal::kLanes;
 
 // out[j] = exp(x[j] - mx); returns Σ out in lane order. Two copies of the loop: in place
 // (one restrict pointer) and out of place (two), so that both vectorise without alias checks.
 float exp_row_inplace(float* __restrict p, const int V, const float mx) {
-  float acc[kL] = {};
+  float acc[kLanes] = {};
   int j = 0;
-  for (; j + kL <= V; j += kL)
-    for (int l = 0; l < kL; ++l) {
+  for (; j + kLanes <= V; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
       const float e = internal::exp_f32(p[j + l] - mx);
       p[j + l] = e;
       acc[l] += e;
@@ -29,15 +29,15 @@ float exp_row_inplace(float* __restrict p, const int V, const float mx) {
     acc[l] += e;
   }
   float s = 0.0f;
-  for (int l = 0; l < kL; ++l) s += acc[l];
+  for (int l = 0; l < kLanes; ++l) s += acc[l];
   return s;
 }
 
 float exp_row_copy(float* __restrict out, const float* __restrict x, const int V, const float mx) {
-  float acc[kL] = {};
+  float acc[kLanes] = {};
   int j = 0;
-  for (; j + kL <= V; j += kL)
-    for (int l = 0; l < kL; ++l) {
+  for (; j + kLanes <= V; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
       const float e = internal::exp_f32(x[j + l] - mx);
       out[j + l] = e;
       acc[l] += e;
@@ -48,7 +48,7 @@ float exp_row_copy(float* __restrict out, const float* __restrict x, const int V
     acc[l] += e;
   }
   float s = 0.0f;
-  for (int l = 0; l < kL; ++l) s += acc[l];
+  for (int l = 0; l < kLanes; ++l) s += acc[l];
   return s;
 }
 

@@ -5,10 +5,12 @@
 #include <cstddef>
 #include <cstring>
 
+#include "kernels/internal/vecmath.hpp"
+
 namespace actorpipe {
 
 namespace {
-constexpr int64_t kAlignElems = 16;  // one cache line of floats per chunk boundary
+using internal::kAlignElems;
 
 // out may alias a or b: element i reads a[i], b[i] before writing out[i], so no restrict.
 void add_range(float* out, const float* a, const float* b, int64_t n) {

@@ -11,7 +11,7 @@ namespace actorpipe {
 namespace {
 constexpr float kS = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kC = 0.044715f;
-constexpr int64_t kAlignElems = 16;
+using internal::kAlignElems;
 
 void gelu_range(float* __restrict out, const float* __restrict x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {

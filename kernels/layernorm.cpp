@@ -11,17 +11,17 @@ namespace actorpipe {
 
 namespace {
 constexpr float kEps = 1e-5f;
-constexpr int kL = internal::kLanes;
+using internal::kLanes;
 
 // One row's statistics; scalars are parameters so that gcc keeps them in registers and
 // vectorises.
 void row_stats(float* __restrict mean, float* __restrict rstd, const float* __restrict x,
                const int C) {
   const float m = internal::lane_sum(x, C) / static_cast<float>(C);
-  float acc[kL] = {};
+  float acc[kLanes] = {};
   int c = 0;
-  for (; c + kL <= C; c += kL)
-    for (int j = 0; j < kL; ++j) {
+  for (; c + kLanes <= C; c += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
       const float d = x[c + j] - m;
       acc[j] = std::fma(d, d, acc[j]);
     }
@@ -30,7 +30,7 @@ void row_stats(float* __restrict mean, float* __restrict rstd, const float* __re
     acc[j] = std::fma(d, d, acc[j]);
   }
   float var = 0.0f;
-  for (int j = 0; j < kL; ++j) var += acc[j];
+  for (int j = 0; j < kLanes; ++j) var += acc[j];
   var /= static_cast<float>(C);
   *mean = m;
   *rstd = 1.0f / std::sqrt(var + kEps);
@@ -65,11 +65,11 @@ void forward_row(bf16* __restrict o, float* __restrict mean, float* __restrict r
 
 void backward_row(float* __restrict dx, const float* __restrict g, const float* __restrict x,
                   const float* __restrict w, const float m, const float s, const int C) {
-  float a1[kL] = {};  // Σ w·g
-  float a2[kL] = {};  // Σ w·g·xhat
+  float a1[kLanes] = {};  // Σ w·g
+  float a2[kLanes] = {};  // Σ w·g·xhat
   int c = 0;
-  for (; c + kL <= C; c += kL)
-    for (int j = 0; j < kL; ++j) {
+  for (; c + kLanes <= C; c += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
       const float dn = w[c + j] * g[c + j];
       a1[j] += dn;
       a2[j] = std::fma(dn, (x[c + j] - m) * s, a2[j]);
@@ -80,7 +80,7 @@ void backward_row(float* __restrict dx, const float* __restrict g, const float* 
     a2[j] = std::fma(dn, (x[c + j] - m) * s, a2[j]);
   }
   float sum1 = 0.0f, sum2 = 0.0f;
-  for (int j = 0; j < kL; ++j) {
+  for (int j = 0; j < kLanes; ++j) {
     sum1 += a1[j];
     sum2 += a2[j];
   }

@@ -10,11 +10,12 @@
 #include <type_traits>
 
 #include "kernels/check.hpp"
+#include "kernels/internal/vecmath.hpp"
 
 namespace actorpipe {
 
 namespace {
-constexpr int64_t kAlignElems = 16;
+using internal::kAlignElems;
 // Elements per tile of a fused update: its parameters, gradient and two moments (16 KiB) stay
 // in the first-level cache between the update and the outputs' writes.
 constexpr int64_t kTile = 1024;

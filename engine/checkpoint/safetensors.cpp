@@ -23,7 +23,7 @@ static_assert(std::endian::native == std::endian::little,
 namespace {
 
 using internal::Fd;
-using json = nlohmann::json;
+using header_json = nlohmann::json;  // a header as read; ordered_json writes one
 using ordered_json = nlohmann::ordered_json;
 
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the limit of the Python implementation
@@ -58,7 +58,7 @@ bool is_known_safetensors_dtype(const std::string& d) {
 }
 
 // Parses an array of non-negative integers; on failure returns false and leaves why in `why`.
-bool parse_uint_array(const json& j, std::vector<uint64_t>& out, std::string& why) {
+bool parse_uint_array(const header_json& j, std::vector<uint64_t>& out, std::string& why) {
   if (!j.is_array()) {
     why = fmt::format("is {} instead of an array of non-negative integers", j.dump());
     return false;
@@ -129,24 +129,25 @@ Expected<Header> parse_header(const std::string& text, uint64_t file_size,
   // Parse, refusing duplicate keys in any object (nlohmann would keep the last one silently).
   std::vector<std::set<std::string>> seen;
   std::string duplicate;
-  json::parser_callback_t cb = [&](int /*depth*/, json::parse_event_t ev, json& parsed) {
-    if (ev == json::parse_event_t::object_start) {
+  header_json::parser_callback_t cb = [&](int /*depth*/, header_json::parse_event_t ev,
+                                          header_json& parsed) {
+    if (ev == header_json::parse_event_t::object_start) {
       seen.emplace_back();
-    } else if (ev == json::parse_event_t::object_end) {
+    } else if (ev == header_json::parse_event_t::object_end) {
       seen.pop_back();
-    } else if (ev == json::parse_event_t::key && duplicate.empty()) {
+    } else if (ev == header_json::parse_event_t::key && duplicate.empty()) {
       const auto& k = parsed.get_ref<const std::string&>();
       if (!seen.back().insert(k).second) duplicate = k;
     }
     return true;
   };
-  json h = json::parse(text, cb, /*allow_exceptions=*/false);
+  header_json h = header_json::parse(text, cb, /*allow_exceptions=*/false);
   if (h.is_discarded()) {
     // Re-parse with exceptions to get the position of the syntax error.
     std::string why = "invalid JSON";
     try {
-      [[maybe_unused]] json again = json::parse(text);
-    } catch (const json::exception& e) {  // parse_error, or out_of_range: a number too large
+      [[maybe_unused]] header_json again = header_json::parse(text);
+    } catch (const header_json::exception& e) {  // parse_error, or out_of_range: a number too large
       why = e.what();
     }
     return make_error("{}: header is not valid JSON: {}", path, why);
@@ -159,7 +160,7 @@ Expected<Header> parse_header(const std::string& text, uint64_t file_size,
   out.data_size = file_size - out.data_start;
   for (auto it = h.begin(); it != h.end(); ++it) {
     const std::string& name = it.key();
-    const json& v = it.value();
+    const header_json& v = it.value();
     if (name == kMetadataKey) {
       if (!v.is_object()) {
         return make_error("{}: \"{}\" is {}, not an object of strings", path, kMetadataKey,

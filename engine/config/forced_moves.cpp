@@ -10,7 +10,7 @@
 namespace actorpipe {
 namespace {
 
-std::string_view trim(std::string_view s) {
+std::string_view trim_view(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
   return s;
@@ -18,7 +18,7 @@ std::string_view trim(std::string_view s) {
 
 // A whole decimal integer >= 0 (no sign, no spaces inside), or nullopt.
 bool read_integer(std::string_view s, long& out) {
-  s = trim(s);
+  s = trim_view(s);
   if (s.empty()) return false;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
   return ec == std::errc() && p == s.data() + s.size() && out >= 0;
@@ -28,12 +28,12 @@ bool read_integer(std::string_view s, long& out) {
 
 Expected<std::vector<ForcedMove>> parse_forced_moves(std::string_view text) {
   std::vector<ForcedMove> moves;
-  if (trim(text).empty()) return moves;
+  if (trim_view(text).empty()) return moves;
   constexpr const char* kForm = "allowed: \"<step>: <layers per stage>; ...\", e.g. \"10: 3, 5\"";
   size_t start = 0;
   while (start <= text.size()) {
     const size_t semi = text.find(';', start);
-    const std::string_view piece = trim(
+    const std::string_view piece = trim_view(
         text.substr(start, semi == std::string_view::npos ? std::string_view::npos : semi - start));
     start = semi == std::string_view::npos ? text.size() + 1 : semi + 1;
     if (piece.empty()) {
@@ -59,7 +59,7 @@ Expected<std::vector<ForcedMove>> parse_forced_moves(std::string_view text) {
       if (!read_integer(item, count) || count < 1 || count > 1'000'000) {
         return make_error(
             "migration.moves = \"{}\": \"{}\": \"{}\" is not a layer count (an integer >= 1)", text,
-            piece, trim(item));
+            piece, trim_view(item));
       }
       move.counts.push_back(static_cast<int>(count));
       if (comma == std::string_view::npos) break;

@@ -13,6 +13,10 @@ namespace actorpipe::internal {
 /// lane i % kLanes, then adds the lanes in order 0..kLanes-1.
 inline constexpr int kLanes = 16;
 
+/// Elements per chunk boundary of a split elementwise loop (Context::parallel_for_aligned): one
+/// cache line of floats, so no two threads write the same line.
+inline constexpr int64_t kAlignElems = 16;
+
 /// exp(x) with a relative error of about 2 ulp; 0 below -87.3, exp(88.37) above 88.37.
 inline float exp_f32(float x) {
   const float xc = x < -87.3f ? -87.3f : (x > 88.37f ? 88.37f : x);
