@@ -87,7 +87,8 @@ std::string_view basename(std::string_view path) {
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
-// Source files of the kernels and of the engine's optimizer step.
+// Source files of the kernels and of the engine's optimizer step (none of them is compiled into a
+// unity batch, which would name the batch's generated unit instead).
 KernelCategory classify_file(std::string_view file, bool& known) {
   struct Entry {
     std::string_view file;

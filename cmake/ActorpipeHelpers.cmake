@@ -8,6 +8,15 @@ target_compile_options(actorpipe_build_flags INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor>
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${ACTORPIPE_WERROR}>>:-Werror>
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${ACTORPIPE_NATIVE}>>:-march=native>)
+# A unity build (-DCMAKE_UNITY_BUILD=ON, what scripts/test.sh and scripts/quickstart.sh configure)
+# compiles a library's sources in batches of 8, each source #included once by a generated unit.
+# GCC then takes every source for a header and warns (-Wsubobject-linkage) where a class with
+# linkage holds a type of the source's anonymous namespace (a pimpl's Impl): in a header that would
+# break the one-definition rule across units, but each source is still in exactly one unit.
+if(CMAKE_UNITY_BUILD AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  target_compile_options(actorpipe_build_flags INTERFACE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wno-subobject-linkage>)
+endif()
 if(ACTORPIPE_SANITIZE)
   # -O1 and line tables only (they follow, so they win over the build type's -O2 -g): halves the
   # sanitized build on 2 cores (toml11 and nlohmann-json units: 106 s -> 53 s each) and still
