@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/planner/balanced_partition.hpp"
+#include "tests/support/tsan_skip.hpp"
 
 using namespace actorpipe;
 
@@ -267,6 +268,7 @@ std::vector<LayerCosts> uniform_layers(int n) {
 }  // namespace
 
 TEST_CASE("planner equals brute force over every partition and recompute choice, n <= 12, d <= 4") {
+  if (testing::skip_single_threaded_under_tsan("the planner and the brute force")) return;
   std::mt19937 rng(2024);
   int planned = 0, recomputing = 0, unfit = 0, with_runner_up = 0;
   for (int n = 1; n <= 12; ++n) {
