@@ -9,8 +9,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "actors/process_group.hpp"
@@ -26,10 +24,6 @@
 #include "examples/launch/launcher.hpp"
 #include "kernels/tensor.hpp"
 #include "transport/gloo_group.hpp"
-
-#ifndef ACTORPIPE_BENCH_PEER_SCRIPT
-#define ACTORPIPE_BENCH_PEER_SCRIPT "bench/peers/torch_step.py"
-#endif
 
 namespace actorpipe::bench {
 
@@ -48,14 +42,6 @@ constexpr int64_t kPatternPeriod = int64_t{1} << 20;
 
 float pattern(int rank, int64_t i) {
   return static_cast<float>(rank + 1) + static_cast<float>(i % kPatternPeriod);
-}
-
-std::string peer_pair_script(const AllreduceBenchOptions& o) {
-  if (!o.peer_script.empty()) return o.peer_script;
-  if (const char* src = std::getenv("ACTORPIPE_SOURCE_DIR"))
-    return std::string(src) + "/bench/peers/ucx_perftest_pair.sh";
-  return (std::filesystem::path(ACTORPIPE_BENCH_PEER_SCRIPT).parent_path() / "ucx_perftest_pair.sh")
-      .string();
 }
 
 std::vector<AllreduceSize> labelled(const std::vector<int64_t>& bytes) {
@@ -208,10 +194,10 @@ PerftestResult run_perftest_bw(const AllreduceBenchOptions& o, int64_t bytes) {
     p.error = port.error().message;
     return p;
   }
-  auto proc = run_process(
-      {"/bin/sh", peer_pair_script(o), std::to_string(*port), "-t", "tag_bw", "-s",
-       std::to_string(bytes), "-n", std::to_string(n.burst * 3), "-w", std::to_string(n.burst)},
-      {{"UCX_TLS", "tcp"}});
+  auto proc = run_process({"/bin/sh", peer_script_path(o.peer_script, "ucx_perftest_pair.sh"),
+                           std::to_string(*port), "-t", "tag_bw", "-s", std::to_string(bytes), "-n",
+                           std::to_string(n.burst * 3), "-w", std::to_string(n.burst)},
+                          {{"UCX_TLS", "tcp"}});
   if (!proc) {
     p.error = proc.error().message;
     return p;

@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -21,10 +20,6 @@
 #include "bench/subprocess.hpp"
 #include "examples/launch/launcher.hpp"
 #include "transport/ucx_channel.hpp"
-
-#ifndef ACTORPIPE_BENCH_PEER_SCRIPT
-#define ACTORPIPE_BENCH_PEER_SCRIPT "bench/peers/torch_step.py"
-#endif
 
 namespace actorpipe::bench {
 
@@ -47,14 +42,6 @@ std::string size_label(int64_t bytes) {
   if (bytes >= (1 << 20) && bytes % (1 << 20) == 0) return fmt::format("{} MiB", bytes >> 20);
   if (bytes >= (1 << 10) && bytes % (1 << 10) == 0) return fmt::format("{} KiB", bytes >> 10);
   return fmt::format("{} B", bytes);
-}
-
-std::string peer_pair_script(const ChannelBenchOptions& o) {
-  if (!o.peer_script.empty()) return o.peer_script;
-  if (const char* src = std::getenv("ACTORPIPE_SOURCE_DIR"))
-    return std::string(src) + "/bench/peers/ucx_perftest_pair.sh";
-  return (std::filesystem::path(ACTORPIPE_BENCH_PEER_SCRIPT).parent_path() / "ucx_perftest_pair.sh")
-      .string();
 }
 
 // ---- inside a rank -----------------------------------------------------------------------
@@ -218,7 +205,7 @@ struct PeerFigures {
 PeerFigures run_perftest(const ChannelBenchOptions& o, const std::string& tls, int64_t bytes) {
   PeerFigures p;
   const ChannelCounts n = channel_counts(bytes, o.scale);
-  const std::string script = peer_pair_script(o);
+  const std::string script = peer_script_path(o.peer_script, "ucx_perftest_pair.sh");
   for (const bool lat : {true, false}) {
     auto port = pick_free_port("127.0.0.1");
     if (!port) {

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -25,21 +24,10 @@
 #include "kernels/bf16_gemm.hpp"
 #include "kernels/blas_core.hpp"
 
-#ifndef ACTORPIPE_BENCH_PEER_SCRIPT
-#define ACTORPIPE_BENCH_PEER_SCRIPT "bench/peers/torch_step.py"
-#endif
-
 using namespace actorpipe;
 using namespace actorpipe::bench;
 
 namespace {
-
-std::string peer_script(const BenchOptions& o) {
-  if (!o.peer_script.empty()) return o.peer_script;
-  if (const char* src = std::getenv("ACTORPIPE_SOURCE_DIR"))
-    return std::string(src) + "/bench/peers/torch_step.py";
-  return ACTORPIPE_BENCH_PEER_SCRIPT;
-}
 
 // Child mode: measure shapes[0] at threads[0] here, print one JSON line.
 int run_child(const BenchOptions& o) {
@@ -125,7 +113,7 @@ int main(int argc, char** argv) {
   const Interference start = sample_interference(std::chrono::milliseconds(500));
   const std::string machine = describe_machine();
   warn_if_busy("actorpipe-bench", start);
-  const std::string script = peer_script(o);
+  const std::string script = peer_script_path(o.peer_script, "torch_step.py");
   if (!o.json) {
     fmt::print(
         "actorpipe-bench: reference trainer step (forward, backward, AdamW), one "

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
@@ -22,10 +21,7 @@
 #include "bench/pipeline_timing.hpp"
 #include "bench/precision_bench.hpp"
 #include "bench/step_timing.hpp"
-
-#ifndef ACTORPIPE_BENCH_PEER_SCRIPT
-#define ACTORPIPE_BENCH_PEER_SCRIPT "bench/peers/torch_step.py"
-#endif
+#include "bench/subprocess.hpp"
 
 namespace actorpipe::bench {
 
@@ -41,14 +37,6 @@ constexpr double kAsyncTarget = 1.8;
 constexpr double kPredictionTolerance = 0.10;
 constexpr double kOverheadMaxUs = 20.0;
 constexpr double kOverheadMaxFraction = 0.01;
-
-std::string pipe_script(const PipelineBenchOptions& o) {
-  if (!o.peer_script.empty()) return o.peer_script;
-  if (const char* src = std::getenv("ACTORPIPE_SOURCE_DIR"))
-    return std::string(src) + "/bench/peers/torch_pipe.py";
-  return (std::filesystem::path(ACTORPIPE_BENCH_PEER_SCRIPT).parent_path() / "torch_pipe.py")
-      .string();
-}
 
 // `mode` on `stages` stages of `counts` layers each, m microbatches of `shape` per step after
 // `warmup` untimed steps; threads, timed steps, runs and skip_compute are left to the caller.
@@ -572,7 +560,7 @@ int run_pipeline_bench(std::span<const std::string> args) {
 
   // 4. PyTorch's GPipe: 2 partitions at the same cut, m chunks, next to the unsplit model
   if (o.peer && !o.overhead_only) {
-    const std::string script = pipe_script(o);
+    const std::string script = peer_script_path(o.peer_script, "torch_pipe.py");
     if (!o.json)
       out(fmt::format(
           "\nPyTorch GPipe peer: Pipe(2 partitions [{}, {}], chunks={}, checkpoint=\"never\") and "

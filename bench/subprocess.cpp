@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -69,6 +70,13 @@ std::string self_executable() {
   std::error_code ec;
   const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
   return ec ? std::string("/proc/self/exe") : p.string();
+}
+
+std::string peer_script_path(const std::string& given, const std::string& file) {
+  if (!given.empty()) return given;
+  if (const char* src = std::getenv("ACTORPIPE_SOURCE_DIR"))
+    return std::string(src) + "/bench/peers/" + file;
+  return std::string(ACTORPIPE_BENCH_PEERS_DIR) + "/" + file;
 }
 
 }  // namespace actorpipe::bench

@@ -24,4 +24,9 @@ Expected<ProcessResult> run_process(const std::vector<std::string>& argv,
 /// The path of the running program (/proc/self/exe).
 std::string self_executable();
 
+/// The peer script `file` of bench/peers/ (torch_step.py, torch_pipe.py, ucx_perftest_pair.sh):
+/// `given` when it is not empty (a --peer-script option), else under $ACTORPIPE_SOURCE_DIR, else
+/// in the source tree this program was built from.
+std::string peer_script_path(const std::string& given, const std::string& file);
+
 }  // namespace actorpipe::bench
