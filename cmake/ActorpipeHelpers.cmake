@@ -8,7 +8,7 @@ target_compile_options(actorpipe_build_flags INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor>
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${ACTORPIPE_WERROR}>>:-Werror>
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${ACTORPIPE_NATIVE}>>:-march=native>)
-# A unity build (-DCMAKE_UNITY_BUILD=ON, what scripts/test.sh and scripts/quickstart.sh configure)
+# A unity build (-DCMAKE_UNITY_BUILD=ON, which scripts/build.sh and scripts/tsan.sh configure)
 # compiles a library's sources in batches of 8, each source #included once by a generated unit.
 # GCC then takes every source for a header and warns (-Wsubobject-linkage) where a class with
 # linkage holds a type of the source's anonymous namespace (a pimpl's Impl): in a header that would
