@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Configures and builds actorpipe into ${BUILD_DIR:-build} (Release; -Werror under CI). A unity
-# build unless UNITY_BUILD=OFF: each library's sources compile in batches of 8, which halves the
-# build's CPU time (docs/testing.md, "Where the time goes"); an edited source recompiles its batch.
+# build unless UNITY_BUILD=OFF: each library's sources compile in batches of 8, which takes a
+# quarter off a whole build's CPU time (docs/testing.md, "Where the time goes"); an edited source
+# recompiles its batch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
