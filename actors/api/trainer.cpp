@@ -915,7 +915,13 @@ Expected<std::string> Trainer::save(const std::string& dir, bool final) {
   };
   const CheckpointInfo info = pipeline_checkpoint_info(im.config, pos, workers[0]->updates());
   auto path = save_checkpoint_shared(dir, info, mine, group.rank(), gather);
-  if (!path) return make_error("checkpoint.dir = \"{}\": {}", dir, path.error().message);
+  // a rank lost while the processes wrote together: say which checkpoint (rank 0 may have
+  // committed it before the last agreement failed; otherwise it never left its temporary name)
+  if (!path)
+    return make_error(
+        "checkpoint.dir = \"{}\": while writing the {} together: {}", dir,
+        final ? std::string("final checkpoint") : fmt::format("checkpoint of step {}", pos.step),
+        path.error().message);
   im.last_checkpoint = *path;
   im.checkpoint_step = final ? -1 : im.step;
   return path;
