@@ -5,7 +5,8 @@
 # through tests/sanitizers/tsan_run.sh: a TSan report fails its test unless every frame of its
 # accesses lies in libcaf, and libcaf's own orderings are told to TSan by a preloaded library
 # (docs/testing.md, "ThreadSanitizer"). Prints ctest's summary and the time of the build and of
-# the runs. A unity build unless UNITY_BUILD=OFF (scripts/build.sh). Extra arguments go to ctest
+# the runs. A unity build unless UNITY_BUILD=OFF, the tests' headers precompiled unless
+# TEST_PCH=OFF (scripts/build.sh). Extra arguments go to ctest
 # (-R actors.driver).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +18,7 @@ werror=OFF
 start=$(date +%s)
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DACTORPIPE_SANITIZE=thread \
   -DACTORPIPE_BENCH=OFF -DACTORPIPE_CUDA=OFF -DACTORPIPE_WERROR="${ACTORPIPE_WERROR:-$werror}" \
-  -DCMAKE_UNITY_BUILD="${UNITY_BUILD:-ON}" >/dev/null
+  -DCMAKE_UNITY_BUILD="${UNITY_BUILD:-ON}" -DACTORPIPE_TEST_PCH="${TEST_PCH:-ON}" >/dev/null
 cmake --build "$build" -j "$jobs" --target actorpipe_tsan_tests
 built=$(date +%s)
 
