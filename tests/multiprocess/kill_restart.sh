@@ -21,9 +21,10 @@ dead) restarted="relaunching rank" ;;
 *) echo "usage: RELAUNCH is all or dead, not '$relaunch'"; exit 2 ;;
 esac
 # enough steps that the job outlives its kills: each kill comes 1-20 steps (two checkpoint
-# intervals) and up to 10 ms after the restart's first step (seen within 10 ms), and rolls the job
-# back to its last checkpoint, so 20 kills take 20 * 20 steps and what 20 ms of each kill's
-# waiting adds: under 1000 steps unless a step takes under 1 ms (here 4 ms)
+# intervals) after the restart's first step, plus up to 20 ms (the 10 ms poll that sees the step
+# and a random 0-9 ms), and rolls the job back to its last checkpoint; so 20 kills advance the job
+# by at most 20 x 20 steps and the steps of 20 x 20 ms: under 1000 unless a step takes under 1 ms
+# (here about 4 ms)
 steps=1000
 every=10
 # a small GPT (27k parameters): the oracle is about where the kills land, not the model's size,
