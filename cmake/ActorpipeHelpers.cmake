@@ -152,6 +152,12 @@ function(actorpipe_add_tests)
       # doctest, fmt and the standard headers precompiled once (tests/support/test_pch.hpp)
       if(TARGET actorpipe_test_pch)
         target_precompile_headers(${exe} REUSE_FROM actorpipe_test_pch)
+        # the other source every executable of an AddressSanitizer build has (LeakSanitizer's
+        # suppressions, above) compiles at the build's level: without the header
+        set_property(SOURCE ${PROJECT_SOURCE_DIR}/tests/sanitizers/lsan_suppressions.cpp
+          PROPERTY SKIP_PRECOMPILE_HEADERS ON)
+        set_property(SOURCE ${PROJECT_SOURCE_DIR}/tests/sanitizers/lsan_suppressions.cpp
+          PROPERTY SKIP_UNITY_BUILD_INCLUSION ON)
       endif()
     endif()
     set_property(GLOBAL APPEND PROPERTY ACTORPIPE_TESTS_${top} ${exe})
