@@ -132,6 +132,12 @@ function(actorpipe_add_tests)
     file(GLOB_RECURSE tests CONFIGURE_DEPENDS ${A_DIR}/*.test.cpp)
   endif()
   list(FILTER tests EXCLUDE REGEX "/cuda/")  # declared by their own CMakeLists
+  if(TARGET actorpipe_test_pch)
+    # the other source every executable of an AddressSanitizer build has (LeakSanitizer's
+    # suppressions, above) compiles at the build's level, on its own: without the header
+    set_source_files_properties(${PROJECT_SOURCE_DIR}/tests/sanitizers/lsan_suppressions.cpp
+      PROPERTIES SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
+  endif()
   foreach(src IN LISTS tests)
     get_filename_component(name ${src} NAME_WE)
     file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${src})
@@ -152,12 +158,6 @@ function(actorpipe_add_tests)
       # doctest, fmt and the standard headers precompiled once (tests/support/test_pch.hpp)
       if(TARGET actorpipe_test_pch)
         target_precompile_headers(${exe} REUSE_FROM actorpipe_test_pch)
-        # the other source every executable of an AddressSanitizer build has (LeakSanitizer's
-        # suppressions, above) compiles at the build's level: without the header
-        set_property(SOURCE ${PROJECT_SOURCE_DIR}/tests/sanitizers/lsan_suppressions.cpp
-          PROPERTY SKIP_PRECOMPILE_HEADERS ON)
-        set_property(SOURCE ${PROJECT_SOURCE_DIR}/tests/sanitizers/lsan_suppressions.cpp
-          PROPERTY SKIP_UNITY_BUILD_INCLUSION ON)
       endif()
     endif()
     set_property(GLOBAL APPEND PROPERTY ACTORPIPE_TESTS_${top} ${exe})
