@@ -12,6 +12,7 @@
 
 #include "actors/driver.hpp"
 #include "actors/gpu_links.hpp"
+#include "actors/internal/actor_exits.hpp"
 #include "actors/internal/messages.hpp"
 #include "actors/internal/microbatch_feed.hpp"
 #include "actors/internal/remote_mail.hpp"
@@ -525,9 +526,14 @@ Expected<RunOutcome> run_ranks(ProcessGroup& group, const std::shared_ptr<RunSta
   st->directory.stages.assign(static_cast<size_t>(st->stages), caf::actor{});
   st->directory.optimizers.assign(static_cast<size_t>(st->stages), caf::actor{});
   std::vector<caf::actor> local;
+  // each local actor's end, counted once every message about it has been sent (the middleman's
+  // among them, which a down message to a monitor of ours would come before)
+  internal::ActorExits exits;
   for (int r : mine) {
     const caf::actor stage = spawn_stage_actor(sys, st, r);
     const caf::actor shard = spawn_optimizer_actor(sys, st, r);
+    exits.watch(stage);
+    exits.watch(shard);
     local.push_back(stage);
     local.push_back(shard);
     // a channel from another process hands its announcements to the stage directly
@@ -554,7 +560,10 @@ Expected<RunOutcome> run_ranks(ProcessGroup& group, const std::shared_ptr<RunSta
       });
     }
   }
-  if (rank == lead) local.push_back(spawn_driver(sys, st));
+  if (rank == lead) {
+    local.push_back(spawn_driver(sys, st));
+    exits.watch(local.back());
+  }
 
   // a lost rank: the driver fails the run, asking every stage where it stands; elsewhere this
   // rank's actors stop (the driver may be gone with its rank)
@@ -575,12 +584,7 @@ Expected<RunOutcome> run_ranks(ProcessGroup& group, const std::shared_ptr<RunSta
     for (const caf::actor& a : local) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   };
   // waits until every local actor has ended
-  auto await_local = [&] {
-    caf::scoped_actor self{sys};
-    for (const caf::actor& a : local) self->monitor(a);
-    size_t down = 0;
-    self->receive_while([&] { return down < local.size(); })([&](caf::down_msg&) { ++down; });
-  };
+  auto await_local = [&] { exits.wait(); };
   std::unique_ptr<internal::RemoteMail> mail;
   auto fail = [&](const Error& e) -> Expected<RunOutcome> {
     stop_local();
