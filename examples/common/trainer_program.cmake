@@ -2,6 +2,11 @@
 # main.cpp and the shared command line, with <toml> embedded as its default config.
 include_guard(GLOBAL)
 
+# The shared command line, compiled once for every trainer program.
+add_library(actorpipe_trainer_cli STATIC ${CMAKE_CURRENT_LIST_DIR}/trainer_cli.cpp)
+target_link_libraries(actorpipe_trainer_cli PUBLIC actorpipe::actorpipe actorpipe::device
+  PRIVATE actorpipe_build_flags)
+
 function(actorpipe_trainer_program)
   cmake_parse_arguments(A "" "NAME;DEFAULT_CONFIG" "" ${ARGN})
   file(READ ${A_DEFAULT_CONFIG} toml)
@@ -9,9 +14,9 @@ function(actorpipe_trainer_program)
   file(CONFIGURE OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/generated/default_config.hpp
     CONTENT "// Generated from ${A_DEFAULT_CONFIG}: the config used when no --config is given.\n#pragma once\ninline constexpr const char* actorpipe_default_config = R\"toml(@toml@)toml\";\n"
     @ONLY)
-  add_executable(${A_NAME} main.cpp ${PROJECT_SOURCE_DIR}/examples/common/trainer_cli.cpp)
+  add_executable(${A_NAME} main.cpp)
   target_include_directories(${A_NAME} PRIVATE ${CMAKE_CURRENT_BINARY_DIR}/generated)
-  target_link_libraries(${A_NAME} PRIVATE actorpipe::actorpipe actorpipe::device actorpipe_build_flags)
+  target_link_libraries(${A_NAME} PRIVATE actorpipe_trainer_cli actorpipe_build_flags)
   install(TARGETS ${A_NAME} RUNTIME DESTINATION bin)
 endfunction()
 
