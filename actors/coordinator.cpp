@@ -576,6 +576,9 @@ Expected<JobTable> join_coordinator(caf::actor_system& sys, const JoinOptions& o
     // Connect, retrying with backoff: the coordinator may not be listening yet.
     caf::actor coord = local_coordinator(sys, options.host, options.port);
     std::string last_error = "none";
+    // attempts the TLS handshake ended: the cause to name even when a later attempt ended
+    // otherwise (a loaded peer that did not answer before the deadline, say)
+    int handshakes_refused = 0;
     while (!coord) {
       const auto left = deadline - Clock::now();
       if (left <= Clock::duration::zero()) break;
@@ -596,6 +599,7 @@ Expected<JobTable> join_coordinator(caf::actor_system& sys, const JoinOptions& o
                 // an attempt the deadline cut short says less than the refusal before it
                 if (e != caf::sec::request_timeout || last_error == "none")
                   last_error = sys.render(e);
+                if (e == caf::sec::disconnect_during_handshake) ++handshakes_refused;
               });
       if (coord) break;
       pause();
@@ -607,12 +611,18 @@ Expected<JobTable> join_coordinator(caf::actor_system& sys, const JoinOptions& o
           where, rank, last_refusal, stale, seconds(Clock::now() - start));
     }
     if (!coord) {
+      const bool last_in_handshake =
+          last_error.find("disconnect_during_handshake") != std::string::npos;
       return make_error(
           "join: could not connect to the coordinator at {}{} within {:.1f} s ({} attempt(s); "
-          "last error: {}){}",
+          "last error: {}{}){}",
           where, options.tls ? " over TLS" : "", seconds(Clock::now() - start), attempts,
           last_error,
-          last_error.find("disconnect_during_handshake") != std::string::npos
+          handshakes_refused > 0 && !last_in_handshake
+              ? fmt::format("; {} ended in the handshake: disconnect_during_handshake",
+                            handshakes_refused)
+              : std::string(),
+          handshakes_refused > 0
               ? " (a TLS peer whose certificate the other side refuses, or TLS on one side only, "
                 "ends the handshake this way)"
               : "");
