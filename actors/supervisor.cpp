@@ -10,11 +10,7 @@
 
 namespace actorpipe {
 
-namespace {
-
-// An error with every run of digits replaced by '#': failures that differ only in their numbers
-// (a microbatch id counted from the rebuilt pipeline's start, a time) compare equal.
-std::string without_numbers(const std::string& error) {
+std::string failure_without_numbers(const std::string& error) {
   std::string out;
   for (size_t i = 0; i < error.size(); ++i) {
     const bool digit = error[i] >= '0' && error[i] <= '9';
@@ -26,8 +22,6 @@ std::string without_numbers(const std::string& error) {
   }
   return out;
 }
-
-}  // namespace
 
 Supervisor::Supervisor(RestartPolicy policy) : policy_(policy) {}
 
@@ -53,13 +47,14 @@ Status Supervisor::run(const std::function<Status()>& attempt,
     if (restarts_ >= policy_.max_restarts) return Error{error + after};
     if (stopping()) return Error{error + after + "; not restarted: a stop was asked"};
     const long step = progress ? progress() : -1;
-    if (progress && restarts_ > 0 && without_numbers(error) == last_error && step <= last_step) {
+    if (progress && restarts_ > 0 && failure_without_numbers(error) == last_error &&
+        step <= last_step) {
       return Error{error + after +
                    fmt::format("; not restarted again: the same failure at step {} as before "
                                "restart {}",
                                step, restarts_)};
     }
-    last_error = without_numbers(error);
+    last_error = failure_without_numbers(error);
     last_step = step;
 
     RestartEvent e;

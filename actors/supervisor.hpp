@@ -25,6 +25,11 @@ struct RestartEvent {
   double waited = 0.0;   ///< seconds waited before this restart
 };
 
+/// `error` with every run of digits replaced by '#': failures that differ only in their numbers
+/// (a microbatch id counted from the rebuilt pipeline's start, a time) compare equal. What
+/// Supervisor::run and the trainers' rejoin loop call the same failure.
+std::string failure_without_numbers(const std::string& error);
+
 class Supervisor {
  public:
   explicit Supervisor(RestartPolicy policy);

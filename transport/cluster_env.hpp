@@ -22,6 +22,12 @@ inline constexpr const char* job_secret = "ACTORPIPE_JOB_SECRET";    ///< the se
 inline constexpr const char* job_secret_file = "ACTORPIPE_JOB_SECRET_FILE";  ///< a file holding it
 }  // namespace cluster_vars
 
+/// The exit status by which a rank tells its launcher that starting it again cannot help (the
+/// example trainers: the same failure again without a step of progress, docs/launch.md):
+/// actorpipe-launch then neither relaunches it nor restarts the job, whatever --max-restarts
+/// allows.
+inline constexpr int kExitNoRestart = 3;
+
 /// The largest world size accepted.
 inline constexpr int kMaxWorld = 1000000;
 

@@ -24,6 +24,7 @@
 #include "actors/api/actorpipe/progress.hpp"
 #include "actors/api/actorpipe/trainer.hpp"
 #include "actors/process_group.hpp"
+#include "actors/supervisor.hpp"
 #include "engine/checkpoint/checkpoint.hpp"
 #include "engine/config/config.hpp"
 #include "engine/devices/stage_devices.hpp"
@@ -204,6 +205,8 @@ struct Attempt {
   int code = 0;             // the exit code, when nothing follows
   bool may_rejoin = false;  // its run (or a rejoin's trainer) failed, not on a signal
   std::string error;
+  long step = -1;          // the step the training had reached; -1: no trainer was made
+  bool peer_lost = false;  // another rank of the job was lost when it failed
 };
 
 std::string partition_text(const std::vector<int>& counts) {
@@ -472,6 +475,8 @@ Attempt train_in_job(const TrainerProgram& program, Config config, TrainerOption
                      const ClusterEnv& cluster, const std::string& secret, bool rejoining,
                      bool lived_on, bool may_rejoin_later) {
   TeardownWatchdog watchdog;  // destroyed after the trainer and the group
+  std::unique_ptr<ProcessGroup> group;
+  std::unique_ptr<Trainer> trainer;
   auto failed = [&](const std::string& error, bool may_rejoin) {
     print_error(program.name, error);
     if (may_rejoin && may_rejoin_later) {
@@ -483,9 +488,13 @@ Attempt train_in_job(const TrainerProgram& program, Config config, TrainerOption
       // the error is out; what is left is teardown, which normally takes about a second
       watchdog.arm(std::string(program.name), cluster.rank, kFailedTeardownLimit, false);
     }
-    return Attempt{kExitError, may_rejoin, error};
+    Attempt a{kExitError, may_rejoin, error};
+    a.step = trainer ? trainer->step_count() : -1;
+    // (the group's watcher may not have seen the loss yet when a stage's wait ended with it)
+    a.peer_lost =
+        (group && group->lost().has_value()) || error.find(" was lost") != std::string::npos;
+    return a;
   };
-  std::unique_ptr<ProcessGroup> group;
   if (cluster.multi_process()) {
     ProcessGroupOptions po;
     po.rank = cluster.rank;
@@ -508,7 +517,6 @@ Attempt train_in_job(const TrainerProgram& program, Config config, TrainerOption
     options.group = group.get();
   }
   const bool reports = !group || group->rank() == 0;
-  std::unique_ptr<Trainer> trainer;
   try {
     auto created = Trainer::create(config, options);
     // a rejoin's trainer may fail for the job's sake (another rank lost while they agree)
@@ -752,6 +760,12 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
   }
   const int relaunched_at = options.relaunched ? options.relaunched->restart : 0;
   int restart = relaunched_at;
+  // the last failure of this process's own (no rank lost), without its numbers, the step it
+  // came at and the restart that followed it: the same failure again, no step further on, would
+  // come again at every restart (a config that cannot run on this job, say)
+  std::string repeated;
+  long repeated_step = -1;
+  int repeated_restart = 0;
   for (bool rejoining = options.relaunched.has_value();; rejoining = true) {
     Config c = *config;
     if (options.relaunched && !c.checkpoint.dir.empty() &&
@@ -762,6 +776,24 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
     const Attempt a = train_in_job(program, c, options, *cluster, secret, rejoining,
                                    restart > relaunched_at, *rejoins > 0);
     if (!a.may_rejoin || !cluster->multi_process() || restart >= *rejoins) return a.code;
+    if (!a.peer_lost) {
+      const std::string same = failure_without_numbers(a.error);
+      if (same == repeated && a.step <= repeated_step) {
+        print_error(
+            program.name,
+            fmt::format(
+                "rank {}: not rejoining the job again: the same failure as "
+                "before restart {}, {} (a restart cannot help; exit status {} tells "
+                "actorpipe-launch not to relaunch this rank)",
+                cluster->rank, repeated_restart,
+                a.step < 0 ? std::string("before any step") : fmt::format("at step {}", a.step),
+                kExitNoRestart));
+        return kExitNoRestart;
+      }
+      repeated = same;
+      repeated_step = a.step;
+      repeated_restart = restart + 1;
+    }
     ++restart;
     fmt::print(stderr,
                "{}: rank {} rejoins the job (restart {} of {}, actorpipe-launch --max-restarts) "

@@ -641,7 +641,10 @@ LaunchIo launch_io_to(int out_fd, int err_fd) {
 
 std::string describe_outcome(const RankOutcome& o) {
   if (!o.started) return fmt::format("rank {} was not started", o.rank);
-  if (o.exited) return fmt::format("rank {} exited with status {}", o.rank, o.status);
+  if (o.exited)
+    return fmt::format(
+        "rank {} exited with status {}{}", o.rank, o.status,
+        o.status == kExitNoRestart ? " (a restart cannot help, it says: not relaunched)" : "");
   return fmt::format("rank {} killed by signal {} ({})", o.rank, o.signal, signal_name(o.signal));
 }
 
@@ -742,7 +745,9 @@ LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io) {
       const bool one_done = std::any_of(ranks.begin(), ranks.end(), [](const Rank& x) {
         return x.reaped && x.outcome.exited && x.outcome.status == 0;
       });
-      if (!stopping && forwarded_signal == 0 && !one_done && result.restarts < plan.relaunches) {
+      const bool final_status = r.outcome.exited && r.outcome.status == kExitNoRestart;
+      if (!stopping && forwarded_signal == 0 && !one_done && !final_status &&
+          result.restarts < plan.relaunches) {
         // the others rejoin the job; this rank is started again in its place after the backoff
         const int k = ++result.restarts;
         const double wait = backoff.backoff(k);
@@ -933,7 +938,9 @@ LaunchResult run_job(const LaunchOptions& options, const std::string& program,
       return {};  // the launcher's own failure: not the job's
     }
     last = run_launch(*plan, io);
-    if (last.exit_code == 0 || last.exit_code == 127 || last.interrupted) return {};
+    if (last.exit_code == 0 || last.exit_code == 127 || last.exit_code == kExitNoRestart ||
+        last.interrupted)
+      return {};
     if (last.failed_rank < 0) return make_error("the job failed (exit code {})", last.exit_code);
     return Error{describe_outcome(last.ranks[static_cast<std::size_t>(last.failed_rank)])};
   };

@@ -11,6 +11,7 @@
 
 #include "engine/expected.hpp"
 #include "engine/stop_flag.hpp"
+#include "transport/cluster_env.hpp"
 
 namespace actorpipe {
 
@@ -136,7 +137,9 @@ struct RankOutcome {
   int signal = 0;  ///< killed by this signal
 };
 
-/// "rank 1 exited with status 3", "rank 2 killed by signal 9 (SIGKILL)".
+/// "rank 1 exited with status 1", "rank 2 killed by signal 9 (SIGKILL)", "rank 0 exited with
+/// status 3 (a restart cannot help, it says: not relaunched)" (kExitNoRestart,
+/// transport/cluster_env.hpp).
 std::string describe_outcome(const RankOutcome& outcome);
 
 /// What happened to the job.
@@ -159,8 +162,8 @@ struct LaunchResult {
 /// started again in its place (its environment also holding ACTORPIPE_RESTART, the count of
 /// relaunches so far, ACTORPIPE_MAX_RESTARTS and ACTORPIPE_RESTART_REASON) after
 /// plan.relaunch_backoff seconds, doubled for each further relaunch, at most 60, while the others
-/// go on, as long as relaunches remain, no rank has finished and no stop was asked. Returns once
-/// every rank has been reaped.
+/// go on, as long as relaunches remain, no rank has finished, no stop was asked and the rank did
+/// not exit with kExitNoRestart. Returns once every rank has been reaped.
 LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io);
 
 /// The whole job, restarted after failures up to options.max_restarts times (0: run once).
@@ -173,8 +176,8 @@ LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io);
 /// also holding ACTORPIPE_RESTART (1 for the first relaunch), ACTORPIPE_MAX_RESTARTS and
 /// ACTORPIPE_RESTART_REASON (the failure, e.g. "rank 1 killed by signal 9 (SIGKILL)"). Either
 /// way a trainer resumes from its checkpoint directory (docs/failures.md). No relaunch after a
-/// forwarded signal (`stop` requested), a rank that could not start (127) or a plan that failed
-/// (1).
+/// forwarded signal (`stop` requested), a rank that could not start (127), a rank that exited
+/// with kExitNoRestart or a plan that failed (1).
 LaunchResult run_job(const LaunchOptions& options, const std::string& program,
                      const std::vector<std::string>& base_env, const LaunchIo& io,
                      const StopFlag* stop = nullptr);

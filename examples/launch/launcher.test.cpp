@@ -403,22 +403,22 @@ TEST_CASE("a rank that cannot be bound is not started: exit code 127 and the CPU
   CHECK(contains(c.messages[0], "cannot start rank 0: cannot bind it to CPUs 4095: "));
 }
 
-TEST_CASE("a rank that exits 3 stops its siblings within the grace period") {
+TEST_CASE("a rank that exits 5 stops its siblings within the grace period") {
   Captured c;
   Job job;
   job.processes = 3;
   job.grace = 10;
   const auto t0 = Clock::now();
   auto r =
-      run_sh("if [ \"$ACTORPIPE_RANK\" = 1 ]; then sleep 0.2; exit 3; fi; exec sleep 30", job, c);
+      run_sh("if [ \"$ACTORPIPE_RANK\" = 1 ]; then sleep 0.2; exit 5; fi; exec sleep 30", job, c);
   const double took = seconds_since(t0);
   CHECK(took < 5.0);  // SIGTERM ended the sleeps; no SIGKILL was needed
-  CHECK(r.exit_code == 3);
+  CHECK(r.exit_code == 5);
   CHECK(r.failed_rank == 1);
   REQUIRE(c.messages.size() == 1);
-  CHECK(c.messages[0] == "rank 1 exited with status 3; stopping ranks 0, 2");
+  CHECK(c.messages[0] == "rank 1 exited with status 5; stopping ranks 0, 2");
   REQUIRE(r.ranks.size() == 3);
-  CHECK(describe_outcome(r.ranks[1]) == "rank 1 exited with status 3");
+  CHECK(describe_outcome(r.ranks[1]) == "rank 1 exited with status 5");
   for (const int k : {0, 2}) {
     CHECK_FALSE(r.ranks[static_cast<std::size_t>(k)].exited);
     CHECK(r.ranks[static_cast<std::size_t>(k)].signal == SIGTERM);
@@ -678,21 +678,21 @@ TEST_CASE(
     auto r = job_sh(
         "echo \"attempt ${ACTORPIPE_RESTART:-0} of ${ACTORPIPE_MAX_RESTARTS:-0}: "
         "${ACTORPIPE_RESTART_REASON:-first}\"; "
-        "if [ \"$ACTORPIPE_RANK\" = 1 ] && [ \"${ACTORPIPE_RESTART:-0}\" -lt 2 ]; then exit 3; fi",
+        "if [ \"$ACTORPIPE_RANK\" = 1 ] && [ \"${ACTORPIPE_RESTART:-0}\" -lt 2 ]; then exit 5; fi",
         options, c);
     CHECK(r.exit_code == 0);
     CHECK(r.restarts == 2);
     CHECK(seconds_since(t0) >= 0.15);  // 0.05 s, then 0.1 s
     CHECK(c.of(1, OutputStream::out) ==
           std::vector<std::string>{"attempt 0 of 0: first",
-                                   "attempt 1 of 3: rank 1 exited with status 3",
-                                   "attempt 2 of 3: rank 1 exited with status 3"});
+                                   "attempt 1 of 3: rank 1 exited with status 5",
+                                   "attempt 2 of 3: rank 1 exited with status 5"});
     std::vector<std::string> restarts;
     for (const std::string& m : c.messages)
       if (contains(m, "restarting every rank")) restarts.push_back(m);
     REQUIRE(restarts.size() == 2);
     CHECK(contains(restarts[0],
-                   "rank 1 exited with status 3; restarting every rank (restart 1 "
+                   "rank 1 exited with status 5; restarting every rank (restart 1 "
                    "of 3, after 0."));
     CHECK(contains(restarts[1], "(restart 2 of 3, after 0."));
   }
@@ -718,9 +718,20 @@ TEST_CASE(
     Captured c;
     StopFlag stop;
     stop.request(SIGTERM);
-    auto r = job_sh("exit 3", options, c, &stop);
-    CHECK(r.exit_code == 3);
+    auto r = job_sh("exit 5", options, c, &stop);
+    CHECK(r.exit_code == 5);
     CHECK(r.restarts == 0);
+  }
+  SUBCASE("a rank that exits 3 (kExitNoRestart, a restart cannot help) is not restarted") {
+    Captured c;
+    auto r = job_sh("[ \"$ACTORPIPE_RANK\" = 1 ] && exit 3; exit 0", options, c);
+    CHECK(r.exit_code == kExitNoRestart);
+    CHECK(r.restarts == 0);
+    CHECK(r.failed_rank == 1);
+    for (const std::string& m : c.messages) CHECK_FALSE(contains(m, "restarting every rank"));
+    REQUIRE_FALSE(c.messages.empty());
+    CHECK(contains(c.messages[0],
+                   "rank 1 exited with status 3 (a restart cannot help, it says: not relaunched)"));
   }
 }
 
@@ -749,7 +760,7 @@ TEST_CASE(
   SUBCASE("rank 1 fails twice: relaunched twice, ranks 0 and 2 started once") {
     Captured c;
     const auto t0 = Clock::now();
-    auto r = job_sh(script(2, 3), options, c);
+    auto r = job_sh(script(2, 5), options, c);
     CHECK(r.exit_code == 0);
     CHECK(r.restarts == 2);
     CHECK(r.failed_rank == -1);
@@ -757,8 +768,8 @@ TEST_CASE(
     const auto one = c.of(1, OutputStream::out);
     REQUIRE(one.size() == 3);
     CHECK(contains(one[0], "attempt 0 of 0 rejoin 3: first"));
-    CHECK(contains(one[1], "attempt 1 of 3 rejoin 3: rank 1 exited with status 3"));
-    CHECK(contains(one[2], "attempt 2 of 3 rejoin 3: rank 1 exited with status 3"));
+    CHECK(contains(one[1], "attempt 1 of 3 rejoin 3: rank 1 exited with status 5"));
+    CHECK(contains(one[2], "attempt 2 of 3 rejoin 3: rank 1 exited with status 5"));
     for (const int k : {0, 2}) {
       const auto lines = c.of(k, OutputStream::out);
       REQUIRE(lines.size() == 1);  // started once: it lived on
@@ -785,6 +796,19 @@ TEST_CASE(
       CHECK(c.of(k, OutputStream::out).size() == 1);
       CHECK(r.ranks[static_cast<std::size_t>(k)].signal == SIGTERM);
     }
+  }
+  SUBCASE("a rank that exits 3 (kExitNoRestart) is not relaunched: the others are stopped") {
+    Captured c;
+    auto r = job_sh(script(100, kExitNoRestart), options, c);
+    CHECK(r.exit_code == kExitNoRestart);
+    CHECK(r.restarts == 0);
+    CHECK(r.failed_rank == 1);
+    CHECK(c.of(1, OutputStream::out).size() == 1);
+    for (const int k : {0, 2}) CHECK(r.ranks[static_cast<std::size_t>(k)].signal == SIGTERM);
+    REQUIRE_FALSE(c.messages.empty());
+    CHECK(c.messages[0] ==
+          "rank 1 exited with status 3 (a restart cannot help, it says: not relaunched); "
+          "stopping ranks 0, 2");
   }
   SUBCASE("a rank that fails after another has finished is not relaunched") {
     Captured c;
