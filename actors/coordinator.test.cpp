@@ -37,11 +37,13 @@
 
 #include "actors/internal/cluster_messages.hpp"
 #include "tests/support/forked_child.hpp"
+#include "tests/support/output_capture.hpp"
 #include "tests/support/temp_dir.hpp"
 
 using namespace actorpipe;
 using namespace actorpipe::internal;
 using actorpipe::testing::Child;
+using actorpipe::testing::OutputCapture;
 using actorpipe::testing::Pipe;
 using actorpipe::testing::TempDir;
 using namespace std::chrono_literals;
@@ -269,44 +271,6 @@ struct RankChild {
   void start(RankScript s) {
     proc.emplace([this, s] { return run_rank(to, from, s); });
   }
-};
-
-// Redirects stderr (fd 2) into a temporary file for the lifetime of the object.
-class StderrCapture {
- public:
-  StderrCapture() {
-    std::fflush(stderr);
-    char path[] = "/tmp/actorpipe-stderr-XXXXXX";
-    fd_ = ::mkstemp(path);
-    REQUIRE(fd_ >= 0);
-    path_ = path;
-    saved_ = ::dup(2);
-    ::dup2(fd_, 2);
-  }
-  ~StderrCapture() {
-    restore();
-    ::close(fd_);
-    ::unlink(path_.c_str());
-  }
-  std::string text() {
-    std::fflush(stderr);
-    std::ifstream f(path_);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-  }
-  void restore() {
-    if (saved_ < 0) return;
-    std::fflush(stderr);
-    ::dup2(saved_, 2);
-    ::close(saved_);
-    saved_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-  int saved_ = -1;
-  std::string path_;
 };
 
 bool contains(const std::string& hay, const std::string& needle) {
@@ -609,7 +573,7 @@ TEST_CASE(
   // the previous job: rank 0 alone, complete, still published
   TestConfig cfg_old, cfg0, cfg1;
   caf::actor_system sys_old{cfg_old};
-  StderrCapture log;
+  OutputCapture log;
   auto old = publish_coordinator(sys_old, coordinator_options(1));
   REQUIRE_MESSAGE(old, old.error().message);
   const uint16_t port = old->port();
@@ -683,7 +647,7 @@ TEST_CASE("join gives up after its timeout and names the coordinator's address")
 TEST_CASE("the join timeout answers the waiting ranks with the ranks that are missing") {
   TestConfig cfg0, cfg2;
   caf::actor_system sys0{cfg0}, sys2{cfg2};
-  StderrCapture log;
+  OutputCapture log;
   auto coord = publish_coordinator(sys0, coordinator_options(3, 1500ms));
   REQUIRE_MESSAGE(coord, coord.error().message);
   Ended a0{sys0.spawn(rank_actor, 0)};
@@ -717,7 +681,7 @@ TEST_CASE(
     "goes on") {
   TestConfig cfg0, cfg1;
   caf::actor_system sys0{cfg0}, sys1{cfg1};
-  StderrCapture log;
+  OutputCapture log;
   auto coord = publish_coordinator(sys0, coordinator_options(2));
   REQUIRE_MESSAGE(coord, coord.error().message);
   Ended a0{sys0.spawn(rank_actor, 0)};
@@ -749,7 +713,7 @@ TEST_CASE(
 TEST_CASE("messages from a node that has not joined with the secret are refused and logged") {
   TestConfig cfg0, cfg1;
   caf::actor_system sys0{cfg0}, sys1{cfg1};
-  StderrCapture log;
+  OutputCapture log;
   auto coord = publish_coordinator(sys0, coordinator_options(2));
   REQUIRE_MESSAGE(coord, coord.error().message);
   auto remote = sys1.middleman().remote_actor("127.0.0.1", coord->port());
@@ -797,7 +761,7 @@ TEST_CASE(
     "actors is refused and the job goes on") {
   TestConfig cfg0, cfg1, cfg2;
   caf::actor_system sys0{cfg0}, sys1{cfg1}, sys2{cfg2};
-  StderrCapture log;
+  OutputCapture log;
   auto coord = publish_coordinator(sys0, coordinator_options(3));
   REQUIRE_MESSAGE(coord, coord.error().message);
   const uint16_t port = coord->port();
@@ -974,7 +938,7 @@ TEST_CASE("a rank killed with SIGKILL is reported by the watchers of rank 0 and 
   c2.start({2, false, 0});
   TestConfig cfg;
   caf::actor_system sys{cfg};
-  StderrCapture log;
+  OutputCapture log;
   auto coord = publish_coordinator(sys, coordinator_options(3));
   REQUIRE_MESSAGE(coord, coord.error().message);
   c1.to.write_line(std::to_string(coord->port()));
@@ -1027,7 +991,7 @@ TEST_CASE("a rank that dies before the job is complete leaves its place to a new
   second.start({1, false, 0});
   TestConfig cfg;
   caf::actor_system sys{cfg};
-  StderrCapture log;
+  OutputCapture log;
   auto coord = publish_coordinator(sys, coordinator_options(2));
   REQUIRE_MESSAGE(coord, coord.error().message);
   auto log_has = [&](const std::string& what) {
