@@ -110,6 +110,9 @@ struct UcxWorker::Impl {
   std::vector<Ep> eps;
   bool shutting_down = false;
   bool arm_works = true;
+  /// discard_unexpected()'s buffers of receives UCX had not finished: freed after the worker
+  std::vector<std::unique_ptr<std::vector<char>>> discarded;
+  size_t discarded_messages = 0;  ///< messages discard_unexpected() took off the queue
 
   ~Impl() { release(); }
 
@@ -117,6 +120,7 @@ struct UcxWorker::Impl {
   void release() {
     if (worker != nullptr) ucp_worker_destroy(worker);
     worker = nullptr;
+    discarded.clear();
     if (context != nullptr) ucp_cleanup(context);
     context = nullptr;
     if (wake_fd >= 0) ::close(wake_fd);
@@ -601,7 +605,37 @@ struct UcxWorker::Impl {
       op->finished = true;
       op->done = nullptr;
     }
+    discard_unexpected(Clock::now() + std::chrono::milliseconds(200));
     drain_commands();
+  }
+
+  /// Takes the messages that arrived for receives never posted (a failed run's last activations
+  /// and control messages, say) off the unexpected queue into scratch buffers, so that
+  /// ucp_worker_destroy does not warn about each of them ("unexpected tag-receive descriptor ...
+  /// was not matched", "... was not returned to mpool ..."). Bounded by `until` and in count; a
+  /// receive UCX has not finished by then (a rendezvous from a peer that is gone) is cancelled
+  /// and its buffer kept until the worker is destroyed.
+  void discard_unexpected(Clock::time_point until) {
+    for (int n = 0; n < 100000 && Clock::now() < until; ++n) {
+      ucp_tag_recv_info_t info{};
+      ucp_tag_message_h msg = ucp_tag_probe_nb(worker, 0, 0, 1, &info);  // any tag, removed
+      if (msg == nullptr) {
+        if (ucp_worker_progress(worker) == 0) return;  // nothing more arrives
+        continue;
+      }
+      auto buf = std::make_unique<std::vector<char>>(std::max<size_t>(info.length, 1));
+      ucp_request_param_t p{};
+      ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker, buf->data(), info.length, msg, &p);
+      ++discarded_messages;
+      if (r == nullptr || UCS_PTR_IS_ERR(r)) continue;
+      while (ucp_request_check_status(r) == UCS_INPROGRESS && Clock::now() < until)
+        ucp_worker_progress(worker);
+      if (ucp_request_check_status(r) == UCS_INPROGRESS) {
+        ucp_request_cancel(worker, r);
+        discarded.push_back(std::move(buf));  // UCX may still write into it
+      }
+      ucp_request_free(r);
+    }
   }
 };
 
