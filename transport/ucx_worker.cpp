@@ -112,7 +112,6 @@ struct UcxWorker::Impl {
   bool arm_works = true;
   /// discard_unexpected()'s buffers of receives UCX had not finished: freed after the worker
   std::vector<std::unique_ptr<std::vector<char>>> discarded;
-  size_t discarded_messages = 0;  ///< messages discard_unexpected() took off the queue
 
   ~Impl() { release(); }
 
@@ -626,7 +625,6 @@ struct UcxWorker::Impl {
       auto buf = std::make_unique<std::vector<char>>(std::max<size_t>(info.length, 1));
       ucp_request_param_t p{};
       ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker, buf->data(), info.length, msg, &p);
-      ++discarded_messages;
       if (r == nullptr || UCS_PTR_IS_ERR(r)) continue;
       while (ucp_request_check_status(r) == UCS_INPROGRESS && Clock::now() < until)
         ucp_worker_progress(worker);
