@@ -579,6 +579,7 @@ Expected<JobTable> join_coordinator(caf::actor_system& sys, const JoinOptions& o
     // attempts the TLS handshake ended: the cause to name even when a later attempt ended
     // otherwise (a loaded peer that did not answer before the deadline, say)
     int handshakes_refused = 0;
+    bool last_in_handshake = false;  // last_error is such a refusal
     while (!coord) {
       const auto left = deadline - Clock::now();
       if (left <= Clock::duration::zero()) break;
@@ -593,13 +594,17 @@ Expected<JobTable> join_coordinator(caf::actor_system& sys, const JoinOptions& o
                   coord = caf::actor_cast<caf::actor>(std::move(ptr));
                 } else {
                   last_error = "no actor is published at that port";
+                  last_in_handshake = false;
                 }
               },
               [&](caf::error& e) {
                 // an attempt the deadline cut short says less than the refusal before it
-                if (e != caf::sec::request_timeout || last_error == "none")
+                const bool refused = e == caf::sec::disconnect_during_handshake;
+                if (e != caf::sec::request_timeout || last_error == "none") {
                   last_error = sys.render(e);
-                if (e == caf::sec::disconnect_during_handshake) ++handshakes_refused;
+                  last_in_handshake = refused;
+                }
+                if (refused) ++handshakes_refused;
               });
       if (coord) break;
       pause();
@@ -611,8 +616,6 @@ Expected<JobTable> join_coordinator(caf::actor_system& sys, const JoinOptions& o
           where, rank, last_refusal, stale, seconds(Clock::now() - start));
     }
     if (!coord) {
-      const bool last_in_handshake =
-          last_error.find("disconnect_during_handshake") != std::string::npos;
       return make_error(
           "join: could not connect to the coordinator at {}{} within {:.1f} s ({} attempt(s); "
           "last error: {}{}){}",
