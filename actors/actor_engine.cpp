@@ -751,6 +751,8 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(
     plan.options.receive_timeout = im.group->options().peer_timeout;
     // announcements between stages travel with their payloads, not as run messages
     plan.options.carry_announcements = im.options.announce_on_channels;
+    // tensors between processes of this host are lent in shared memory, not copied
+    plan.options.shared_memory = im.config.cluster.shared_memory;
     if (im.config.pipeline.device == "cuda" && im.config.cluster.gpu_channel == "nccl") {
       // activations and gradients between GPU stages of two processes: NCCL, GPU to GPU
       std::vector<BackendMemory*> memory(static_cast<size_t>(d), nullptr);
@@ -801,7 +803,18 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(
           [red, r](int, long step, std::span<float> g) { red->post(r, step, g); });
     }
   }
+  // the tensors a stage sends are allocated where their channel lends them without a copy
+  for (int r : mine) {
+    const auto send_memory = [&](uint32_t tag) {
+      return channels->has(tag) ? channels->at(tag).send_memory() : nullptr;
+    };
+    workers[static_cast<size_t>(r)]->set_edge_memory(
+        r + 1 < d ? send_memory(channel_tag(r, Direction::forward)) : nullptr,
+        r > 0 ? send_memory(channel_tag(r - 1, Direction::backward)) : nullptr);
+  }
   auto outcome = im.multi() ? run_ranks(*im.group, st) : run_here(st);
+  // this run's channels (and their memory) go; its stages' next tensors are in host memory
+  for (int r : mine) workers[static_cast<size_t>(r)]->set_edge_memory(nullptr, nullptr);
   if (overlap) {
     for (int r : mine) workers[static_cast<size_t>(r)]->on_final_gradients({});
   }
@@ -810,6 +823,7 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(
     channels->clear();
     return outcome.error();
   }
+  const ChannelTraffic traffic = channels->traffic();
   channels->clear();
   if (!outcome->ok) {
     if (eval) return make_error("{} pipeline, evaluation: {}", to_string(im.mode), outcome->error);
@@ -833,6 +847,9 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(
   result.peak_microbatches_ahead = outcome->peak_ahead;
   result.tokens = consumed * st->tokens_per_mb;
   result.seconds = st->seconds_since_start();
+  result.tensors_lent = static_cast<int64_t>(traffic.lent);
+  result.tensors_copied = static_cast<int64_t>(traffic.copied);
+  result.bytes_copied = static_cast<int64_t>(traffic.copied_bytes);
   if (im.options.record_spans) {
     for (auto& spans : st->spans)
       result.spans.insert(result.spans.end(), spans.begin(), spans.end());

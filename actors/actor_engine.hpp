@@ -223,6 +223,12 @@ struct ActorRunResult {
   std::vector<MigrationEvent> migrations;
   int64_t tokens = 0;
   double seconds = 0.0;
+  /// The tensors this process's stages sent to stages of other processes (activations,
+  /// gradients, tied parameters' values): lent in memory both processes map
+  /// (cluster.shared_memory, one host), or copied (UCX tag sends), and the bytes copied.
+  int64_t tensors_lent = 0;
+  int64_t tensors_copied = 0;
+  int64_t bytes_copied = 0;
   /// A stop was requested (ActorCallbacks::stop; in a job of several processes, rank 0's): the
   /// run may have ended before `steps` (losses.size() steps ran; the data loader is past
   /// exactly their microbatches). Every process sees the same value.

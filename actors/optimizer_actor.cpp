@@ -67,8 +67,20 @@ class OptimizerActor : public caf::event_based_actor {
       s.peer = s.owner ? part.stage_of(tp.copy_layer) : part.stage_of(tp.owner_layer);
       s.numel = model.tied_slots(tp).owner.numel;
       const std::vector<int64_t> shape{static_cast<int64_t>(s.numel)};
-      if (skip()) s.dummy = Tensor::zeros(shape);
-      s.pool = std::make_shared<TensorPool>(shape, 0);
+      // the values handed on are allocated where their channel lends them without a copy
+      const auto memory_of = [&](ChannelKind kind) {
+        TensorChannel* ch = st_->channels->find_tied(static_cast<int>(k), kind);
+        return ch != nullptr ? ch->send_memory() : nullptr;
+      };
+      BackendMemory* grads =
+          memory_of(s.owner ? ChannelKind::tied_to_copy : ChannelKind::tied_to_owner);
+      BackendMemory* weights = s.owner ? memory_of(ChannelKind::tied_weights) : nullptr;
+      if (skip()) {
+        s.dummy = grads ? Tensor::zeros(shape, DType::f32, *grads) : Tensor::zeros(shape);
+        s.weight_dummy = weights ? Tensor::zeros(shape, DType::f32, *weights) : s.dummy;
+      }
+      s.pool = std::make_shared<TensorPool>(shape, 0, DType::f32, grads);
+      s.weight_pool = std::make_shared<TensorPool>(shape, 0, DType::f32, weights);
       splits_.push_back(std::move(s));
     }
   }
@@ -115,9 +127,9 @@ class OptimizerActor : public caf::event_based_actor {
     size_t numel = 0;
     // skip_compute: the tensor handed instead of a copy of the gradient or weights, made once
     // (the compute-free runs measure messages and hand-offs, not the copies)
-    Tensor dummy;
-    // the copies handed on (gradient contributions, new versions), reused once received
-    std::shared_ptr<TensorPool> pool;
+    Tensor dummy, weight_dummy;
+    // the copies handed on (gradient contributions; new versions), reused once received
+    std::shared_ptr<TensorPool> pool, weight_pool;
   };
   enum class Phase { idle, tied, scale };
 
@@ -248,9 +260,9 @@ class OptimizerActor : public caf::event_based_actor {
           Tensor w;
           timed([&] {
             if (skip()) {
-              w = s.dummy;
+              w = s.weight_dummy;
             } else {
-              w = s.pool->acquire();
+              w = s.weight_pool->acquire();
               auto mine = job().tied_weights(s.k);
               ctx_.backend().to_host(w.f32(), mine.data(), mine.size());
             }

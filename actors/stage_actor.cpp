@@ -46,12 +46,24 @@ class StageActor : public caf::event_based_actor {
       return caf::make_error(caf::sec::runtime_error, what);
     });
     if (st_->options.skip_compute) {
-      dummy_ = Tensor::zeros({st_->B, st_->T, worker_.model().options().width});
+      // as the stage's own outputs and input gradients: where their channel lends them
+      const std::vector<int64_t> shape{st_->B, st_->T, worker_.model().options().width};
+      const auto edge = [&](bool has, uint32_t tag) {
+        BackendMemory* m =
+            has && st_->channels->has(tag) ? st_->channels->at(tag).send_memory() : nullptr;
+        return m != nullptr ? Tensor::zeros(shape, DType::f32, *m) : Tensor::zeros(shape);
+      };
+      dummy_ = edge(r_ + 1 < st_->stages, channel_tag(r_, Direction::forward));
+      dummy_din_ = edge(r_ > 0, channel_tag(r_ - 1, Direction::backward));
     }
     sent_predicted_.resize(worker_.num_tied());
     for (size_t k = 0; k < worker_.num_tied(); ++k) {
       const size_t numel = worker_.model().tied_slots(worker_.model().tied()[k]).owner.numel;
-      predicted_pool_.emplace_back(std::vector<int64_t>{static_cast<int64_t>(numel)}, 0);
+      // allocated where the prediction's channel lends it without a copy
+      TensorChannel* ch =
+          st_->channels->find_tied(static_cast<int>(k), ChannelKind::tied_prediction);
+      predicted_pool_.emplace_back(std::vector<int64_t>{static_cast<int64_t>(numel)}, 0, DType::f32,
+                                   ch != nullptr ? ch->send_memory() : nullptr);
     }
   }
 
@@ -395,7 +407,7 @@ class StageActor : public caf::event_based_actor {
         const bool split = !skip() && r_ > 0 && st_->split_backward &&
                            next.action.kind == ActionKind::SEND_B && next.mb == s.mb;
         if (skip()) {
-          if (r_ > 0) dins_[s.mb] = dummy_;
+          if (r_ > 0) dins_[s.mb] = dummy_din_;
         } else if (split) {
           dins_[s.mb] = worker_.exec_backward_input(a, mb, dout);
           const bool sent = send_gradient(next);
@@ -532,7 +544,8 @@ class StageActor : public caf::event_based_actor {
   size_t n_;       // actions in the run (fewer after a `cut`)
   StageStep cur_;  // the action at pc_
   StageCounters& counters_;
-  Tensor dummy_;
+  Tensor dummy_;      // skip_compute: every output sent forward
+  Tensor dummy_din_;  // skip_compute: every input gradient sent back
 
   size_t pc_ = 0;
   bool repeat_started_ = false;

@@ -62,6 +62,9 @@ Expected<PipelineRunResult> measure_pipeline(const PipelineRunSpec& spec) {
   c.optimizer.basis_rotation = spec.basis_rotation;
   c.optimizer.rotation_block = spec.rotation_block;
   c.pipeline.precision = spec.precision;
+  // ACTORPIPE_BENCH_SHARED_MEMORY=0: tensors between processes copied by UCX, not lent
+  if (const char* v = std::getenv("ACTORPIPE_BENCH_SHARED_MEMORY"); v != nullptr)
+    c.cluster.shared_memory = std::string_view(v) != "0";
   ActorEngineOptions o;
   o.skip_compute = spec.skip_compute;
   o.record_spans = spec.record_spans;

@@ -1,7 +1,7 @@
 # Smoke test of `actorpipe-bench processes`: the tiny shape, two modes, one timed step and one
 # repeat; the command must exit 0 and print only JSON lines: per mode a training line (tokens/s of
 # one and of two processes > 0, the same first loss) and an overhead line (µs per microbatch > 0
-# both ways).
+# in one process, in two with lent tensors and in two with copied ones).
 # Usage: cmake -DBENCH=<path to actorpipe-bench> -P processes_smoke_test.cmake
 if(NOT BENCH)
   message(FATAL_ERROR "pass -DBENCH=<path to actorpipe-bench>")
@@ -36,7 +36,8 @@ foreach(line IN LISTS lines)
     endif()
   elseif(name STREQUAL "processes_overhead")
     math(EXPR n_overhead "${n_overhead} + 1")
-    set(keys us_per_microbatch_one_process us_per_microbatch_two_processes)
+    set(keys us_per_microbatch_one_process us_per_microbatch_two_processes
+      us_per_microbatch_two_processes_copied)
   else()
     message(FATAL_ERROR "unexpected line:\n${line}")
   endif()

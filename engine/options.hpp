@@ -148,6 +148,7 @@ struct ClusterOptions {
   std::string tls_key;               // PEM private key of that certificate
   std::string tls_ca;                // PEM CA certificates a peer's certificate must chain to
   std::string gpu_channel = "nccl";  // between GPU stages of two processes: "nccl" | "ucx"
+  bool shared_memory = true;         // tensors between processes of one host: lent in shared memory
 };
 
 /// [migration]: moving layers between neighbouring stages while a run trains (docs/migration.md).

@@ -64,8 +64,16 @@ Storage::Storage(BackendMemory& memory, size_t bytes)
   data_ = memory.allocate((bytes + sizeof(float) - 1) / sizeof(float));  // zero-filled
 }
 
+Storage::Storage(void* data, size_t bytes, std::function<void(void*)> give_back)
+    : data_(data), bytes_(bytes), give_back_(std::move(give_back)) {
+  AP_CHECK(data != nullptr && give_back_, "lent storage of {} bytes without memory or owner",
+           bytes);
+}
+
 Storage::~Storage() {
-  if (memory_ != nullptr) {
+  if (give_back_) {
+    give_back_(data_);
+  } else if (memory_ != nullptr) {
     memory_->release(static_cast<float*>(data_));
   } else {
     std::free(data_);

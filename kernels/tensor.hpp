@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -35,6 +36,10 @@ class Storage {
   /// `bytes` (rounded up to whole floats) of `memory`, zero-filled, released there when the
   /// storage goes: `memory` must outlive it (a lasting_memory()).
   Storage(BackendMemory& memory, size_t bytes);
+  /// `bytes` at `data`, lent by another owner (memory a process on this host shares, say):
+  /// host memory that host code reads and writes in place; `give_back(data)` runs when the
+  /// storage goes, instead of a free. `give_back` must not throw.
+  Storage(void* data, size_t bytes, std::function<void(void*)> give_back);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -52,6 +57,7 @@ class Storage {
   size_t bytes_ = 0;
   Device device_ = Device::cpu;
   BackendMemory* memory_ = nullptr;
+  std::function<void(void*)> give_back_;  // lent memory: handed back, not freed
 };
 
 /// Up to 4 dimensions, row-major, contiguous.

@@ -43,6 +43,30 @@ TEST_CASE("views and reshapes share storage without copying") {
   CHECK(base.storage().use_count() == 4);
 }
 
+TEST_CASE("lent storage is read in place and handed back, not freed, when the last view goes") {
+  std::vector<float> owner(8, 2.5f);
+  void* returned = nullptr;
+  int calls = 0;
+  {
+    auto lent = std::make_shared<Storage>(owner.data(), owner.size() * sizeof(float), [&](void* p) {
+      returned = p;
+      ++calls;
+    });
+    CHECK(lent->host_readable());
+    CHECK(lent->memory() == nullptr);
+    Tensor t(lent, 2, {2, 3}, DType::f32);
+    lent.reset();
+    CHECK(t.f32() == owner.data() + 2);  // no copy
+    t.f32()[0] = 7.0f;
+    CHECK(owner[2] == 7.0f);
+    CHECK(calls == 0);
+  }
+  CHECK(calls == 1);
+  CHECK(returned == owner.data());
+  CHECK_THROWS_AS(Storage(nullptr, 4, [](void*) {}), CheckFailure);
+  CHECK_THROWS_AS(Storage(owner.data(), 4, nullptr), CheckFailure);
+}
+
 TEST_CASE("clone is a deep copy") {
   Tensor a = Tensor::zeros({8});
   a.f32()[3] = 1.5f;

@@ -83,15 +83,20 @@ ChannelSet::ChannelSet(int stages, std::vector<std::unique_ptr<TensorChannel>> c
   }
 }
 
-TensorChannel& ChannelSet::tied(int k, ChannelKind kind) const {
+TensorChannel* ChannelSet::find_tied(int k, ChannelKind kind) const {
   const size_t pipeline = 2 * static_cast<size_t>(stages_ - 1);
   for (size_t i = pipeline; i < channels_.size(); ++i) {
     if (channels_[i] == nullptr) continue;
     const ChannelEnds& e = channels_[i]->ends();
-    if (e.tied == k && e.kind == kind) return *channels_[i];
+    if (e.tied == k && e.kind == kind) return channels_[i].get();
   }
-  AP_CHECK(false, "no {} channel for tied parameter {}", to_string(kind), k);
-  return *channels_.front();
+  return nullptr;
+}
+
+TensorChannel& ChannelSet::tied(int k, ChannelKind kind) const {
+  TensorChannel* c = find_tied(k, kind);
+  AP_CHECK(c != nullptr, "no {} channel for tied parameter {}", to_string(kind), k);
+  return *c;
 }
 
 TensorChannel& ChannelSet::at(uint32_t tag) const {
@@ -99,6 +104,13 @@ TensorChannel& ChannelSet::at(uint32_t tag) const {
   AP_CHECK(channels_[tag] != nullptr, "this process holds no end of channel {} (set of {})", tag,
            channels_.size());
   return *channels_[tag];
+}
+
+ChannelTraffic ChannelSet::traffic() const {
+  ChannelTraffic t;
+  for (const auto& c : channels_)
+    if (c != nullptr) t += c->traffic();
+  return t;
 }
 
 size_t ChannelSet::pending() const {

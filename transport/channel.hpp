@@ -59,6 +59,19 @@ struct TiedPair {
 /// order, its tied_to_owner, tied_to_copy, tied_weights and tied_prediction channels.
 std::vector<ChannelEnds> channel_layout(int stages, const std::vector<TiedPair>& tied = {});
 
+/// What the sending end of a channel between processes did with the tensors posted on it.
+struct ChannelTraffic {
+  uint64_t lent = 0;    ///< handed over in memory both processes map: no bytes copied
+  uint64_t copied = 0;  ///< sent as bytes (a copy on each side)
+  uint64_t copied_bytes = 0;
+  ChannelTraffic& operator+=(const ChannelTraffic& o) {
+    lent += o.lent;
+    copied += o.copied;
+    copied_bytes += o.copied_bytes;
+    return *this;
+  }
+};
+
 /// A one-way tensor channel. post() is called by the sending stage only and receive() by the
 /// receiving stage only; the two may run on different threads at the same time. Implementations:
 /// LocalChannel (in-process hand-off); UCX and NCCL channels (between processes and GPUs).
@@ -79,6 +92,15 @@ class TensorChannel {
   /// what was expected): a tag of another channel, nothing posted under that sequence, or a
   /// payload whose microbatch, dtype or shape differ from the announcement.
   virtual Expected<Tensor> receive(const Announcement& a) = 0;
+
+  /// Sender side: the memory to allocate the tensors one will post in, so that post() hands
+  /// them over without copying their bytes (a UCX channel's shared arena between two processes
+  /// of one host); nullptr when any memory does as well. It outlives every tensor in it.
+  virtual BackendMemory* send_memory() { return nullptr; }
+
+  /// Sender side of a channel between processes: the tensors posted so far, lent or copied
+  /// (UCX channels count; in-process hand-offs and others report nothing).
+  virtual ChannelTraffic traffic() const { return {}; }
 
   /// Tensors posted and not received yet.
   virtual size_t pending() const = 0;
@@ -148,12 +170,16 @@ class ChannelSet {
   /// Tied parameter k's channel of `kind` (a tied_* kind; AP_CHECK when k has none or this
   /// process holds no end of it).
   TensorChannel& tied(int k, ChannelKind kind) const;
+  /// Tied parameter k's channel of `kind` where this process holds an end of it, else nullptr.
+  TensorChannel* find_tied(int k, ChannelKind kind) const;
   /// The channel with tag `tag` (AP_CHECK on an unknown tag or one this process holds no end of).
   TensorChannel& at(uint32_t tag) const;
   /// Whether the set holds (an end of) channel `tag`.
   bool has(uint32_t tag) const { return tag < channels_.size() && channels_[tag] != nullptr; }
   /// Σ pending() over every channel held.
   size_t pending() const;
+  /// Σ traffic() over every channel held.
+  ChannelTraffic traffic() const;
   /// clear() on every channel held.
   void clear();
   /// interrupt(reason) on every channel held (a process of the run is lost).

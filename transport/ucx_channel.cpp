@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -35,7 +36,30 @@ Expected<size_t> announced_bytes(const ChannelEnds& ends, const Announcement& a)
   return bytes;
 }
 
+constexpr size_t kMaxAnnouncementMessage =
+    sizeof(Announcement) + sizeof(UcxLentHeader) + kUcxMaxKeyBytes;
+
 }  // namespace
+
+/// A lent payload announced and not received yet (receiver).
+struct UcxChannel::LentPayload {
+  uint32_t chunk = 0;
+  uint64_t offset = 0;
+  uint64_t chunk_address = 0;
+  uint64_t chunk_length = 0;
+  std::vector<std::byte> key;
+  std::string error;  // what was wrong with the message ("" when nothing)
+};
+
+/// A chunk of the sender's arena mapped into the receiving process; unmapped when the last
+/// tensor viewing it goes.
+struct UcxChannel::Attached {
+  std::shared_ptr<UcxWorker> worker;
+  uint64_t id = 0;
+  std::byte* address = nullptr;
+  uint64_t length = 0;
+  ~Attached() { worker->detach_shared(id); }
+};
 
 /// What the completions of operations in flight update; they may outlive the channel.
 struct UcxChannel::State {
@@ -56,23 +80,39 @@ struct UcxChannel::State {
   bool closed = false;
   // a lost peer (interrupt()): receives end with this until clear()
   std::optional<std::string> interrupted;
+  ChannelTraffic traffic;  // sender
+  // sender with an arena: tensors lent, by sequence, until the receiver hands each back (with
+  // the receive of that message), and the chunks whose key the receiver has
+  struct Lent {
+    Tensor tensor;
+    uint64_t op = 0;
+  };
+  std::map<uint64_t, Lent> lent;
+  std::set<uint32_t> keyed;
+  // receiver: lent payloads announced and not received yet, by sequence; each chunk's key
+  std::map<uint64_t, LentPayload> lent_in;
+  std::map<uint32_t, LentPayload> keys;
 };
 
 void UcxChannel::receive_announcement(const std::shared_ptr<UcxWorker>& worker,
                                       const std::shared_ptr<State>& st, uint32_t tag,
                                       uint64_t sequence) {
-  auto buffer = std::make_shared<Announcement>();
+  // an announcement, or one of a lent tensor (shared_memory) with its UcxLentHeader and key
+  auto buffer = std::make_shared<std::vector<std::byte>>(kMaxAnnouncementMessage);
   std::weak_ptr<UcxWorker> weak = worker;
   const uint64_t op = worker->tag_recv(
-      buffer.get(), sizeof(Announcement), ucx_tag(tag | kUcxAnnouncementTagBit, sequence),
+      buffer->data(), buffer->size(), ucx_tag(tag | kUcxAnnouncementTagBit, sequence),
       [st, weak, tag, sequence, buffer](const Status& s, size_t length) {
         TensorChannel::AnnouncementHandler h;
+        Announcement a;
         {
           std::lock_guard<std::mutex> lock(st->mu);
-          if (!s.ok() || length != sizeof(Announcement) || st->closed || !st->handler) return;
+          if (!s.ok() || length < sizeof(Announcement) || st->closed || !st->handler) return;
           h = st->handler;
+          std::memcpy(&a, buffer->data(), sizeof(Announcement));
+          if (length > sizeof(Announcement)) note_lent(*st, a, *buffer, length);
         }
-        h(*buffer);
+        h(a);
         if (auto w = weak.lock()) receive_announcement(w, st, tag, sequence + 1);
       });
   bool cancel = false;
@@ -86,6 +126,46 @@ void UcxChannel::receive_announcement(const std::shared_ptr<UcxWorker>& worker,
     cancel = st->closed;
   }
   if (cancel) worker->cancel(op);  // clear() ran meanwhile: it must not take a later message
+}
+
+void UcxChannel::note_lent(State& st, const Announcement& a, const std::vector<std::byte>& msg,
+                           size_t length) {
+  LentPayload p;
+  UcxLentHeader h;
+  if (length < sizeof(Announcement) + sizeof(UcxLentHeader)) {
+    p.error = fmt::format(
+        "its message has {} B, neither an announcement ({} B) nor one of a lent "
+        "tensor (at least {} B)",
+        length, sizeof(Announcement), sizeof(Announcement) + sizeof(UcxLentHeader));
+  } else {
+    std::memcpy(&h, msg.data() + sizeof(Announcement), sizeof(UcxLentHeader));
+    const size_t key_bytes = length - sizeof(Announcement) - sizeof(UcxLentHeader);
+    if (h.magic != UcxLentHeader::kMagic) {
+      p.error = fmt::format("its lent-tensor header has magic {:#x}, not {:#x}", h.magic,
+                            UcxLentHeader::kMagic);
+    } else if (h.key_bytes != key_bytes) {
+      p.error =
+          fmt::format("its lent-tensor header says {} B of key, {} B came", h.key_bytes, key_bytes);
+    } else if (key_bytes > 0) {
+      LentPayload k;
+      k.chunk = h.chunk;
+      k.chunk_address = h.chunk_address;
+      k.chunk_length = h.chunk_length;
+      const std::byte* kb = msg.data() + sizeof(Announcement) + sizeof(UcxLentHeader);
+      k.key.assign(kb, kb + key_bytes);
+      st.keys[h.chunk] = std::move(k);
+    }
+  }
+  if (p.error.empty()) {
+    auto k = st.keys.find(h.chunk);
+    if (k == st.keys.end()) {
+      p.error = fmt::format("it lends a tensor in chunk {}, whose key never came", h.chunk);
+    } else {
+      p = k->second;  // the chunk's address, length and key
+      p.offset = h.offset;
+    }
+  }
+  st.lent_in[a.sequence] = std::move(p);
 }
 
 namespace {
@@ -121,6 +201,28 @@ UcxChannel::UcxChannel(std::shared_ptr<UcxWorker> worker, ChannelEnds ends, End 
   AP_CHECK(ends.tag != kUcxExchangeChannelTag, "{}: tag {} is ucx_exchange's", name(), ends.tag);
   AP_CHECK(ends.tag != kUcxMessengerChannelTag, "{}: tag {} is the UCX messenger's", name(),
            ends.tag);
+  if (end_ == End::sender && opts_.shared_memory) {
+    if (!opts_.carry_announcements) {
+      shared_note_ = "shared memory needs the announcements on the channel (carry_announcements)";
+    } else if (ends.tag >= kUcxSharedMaxChannelTag) {
+      shared_note_ = fmt::format(
+          "tag {} is beyond the tags whose release messages have room "
+          "({} at most)",
+          ends.tag, kUcxSharedMaxChannelTag - 1);
+    } else {
+      auto arena = UcxSharedArena::create(worker_, peer_, fmt::format("{}'s arena", name()),
+                                          opts_.shared_chunk_bytes);
+      if (!arena)
+        shared_note_ = arena.error().message;
+      else if (const size_t k = (*arena)->chunk(0).key.size(); k > kUcxMaxKeyBytes)
+        shared_note_ = fmt::format(
+            "UCX packs its key in {} B, more than the {} B an "
+            "announcement carries",
+            k, kUcxMaxKeyBytes);
+      else
+        arena_ = std::move(*arena);
+    }
+  }
 }
 
 std::unique_ptr<UcxChannel> UcxChannel::sender(std::shared_ptr<UcxWorker> worker, ChannelEnds ends,
@@ -131,9 +233,10 @@ std::unique_ptr<UcxChannel> UcxChannel::sender(std::shared_ptr<UcxWorker> worker
 }
 
 std::unique_ptr<UcxChannel> UcxChannel::receiver(std::shared_ptr<UcxWorker> worker,
-                                                 ChannelEnds ends, UcxChannelOptions options) {
+                                                 ChannelEnds ends, UcxChannelOptions options,
+                                                 UcxEndpoint peer) {
   return std::unique_ptr<UcxChannel>(
-      new UcxChannel(std::move(worker), ends, End::receiver, UcxEndpoint{}, options));
+      new UcxChannel(std::move(worker), ends, End::receiver, peer, options));
 }
 
 UcxChannel::~UcxChannel() {
@@ -168,6 +271,9 @@ Expected<Announcement> UcxChannel::post(Tensor tensor, int64_t microbatch, int32
   const size_t bytes = tensor.nbytes();
   const void* data = static_cast<const std::byte*>(tensor.storage()->data()) +
                      tensor.offset() * dtype_size(tensor.dtype());
+  // a tensor in the arena is lent: its announcement says where its bytes lie
+  std::optional<UcxSharedPlace> place;
+  if (arena_ != nullptr && tensor.memory() == arena_.get()) place = arena_->locate(data, bytes);
   uint64_t generation = 0;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
@@ -176,8 +282,18 @@ Expected<Announcement> UcxChannel::post(Tensor tensor, int64_t microbatch, int32
                         state_->send_error->message);
     AP_CHECK(state_->next_sequence <= kUcxMaxSequence, "{}: sequence numbers exhausted", name());
     a.sequence = state_->next_sequence++;
-    state_->in_flight += opts_.carry_announcements ? 2 : 1;
+    state_->in_flight += place ? 1 : opts_.carry_announcements ? 2 : 1;
     generation = state_->generation;
+    if (place) {
+      ++state_->traffic.lent;
+    } else {
+      ++state_->traffic.copied;
+      state_->traffic.copied_bytes += bytes;
+    }
+  }
+  if (place) {
+    lend(std::move(tensor), a, *place, generation);
+    return a;
   }
   worker_->tag_send(
       peer_, data, bytes, ucx_tag(a.tag, a.sequence),
@@ -214,6 +330,79 @@ Expected<Announcement> UcxChannel::post(Tensor tensor, int64_t microbatch, int32
                       });
   }
   return a;
+}
+
+void UcxChannel::lend(Tensor tensor, const Announcement& a, UcxSharedPlace place,
+                      uint64_t generation) {
+  UcxLentHeader h;
+  h.chunk = place.chunk;
+  h.offset = place.offset;
+  bool first_use = false;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    first_use = state_->keyed.insert(place.chunk).second;
+    state_->lent[a.sequence].tensor = std::move(tensor);
+  }
+  const UcxSharedRegion chunk = arena_->chunk(place.chunk);
+  h.chunk_address = reinterpret_cast<uint64_t>(chunk.address);
+  h.chunk_length = chunk.length;
+  AP_CHECK(chunk.key.size() <= kUcxMaxKeyBytes, "{}: a packed key of {} B (at most {})", name(),
+           chunk.key.size(), kUcxMaxKeyBytes);
+  if (first_use) h.key_bytes = static_cast<uint32_t>(chunk.key.size());
+  auto msg = std::make_shared<std::vector<std::byte>>(sizeof(Announcement) + sizeof(UcxLentHeader) +
+                                                      h.key_bytes);
+  std::memcpy(msg->data(), &a, sizeof(Announcement));
+  std::memcpy(msg->data() + sizeof(Announcement), &h, sizeof(UcxLentHeader));
+  if (first_use)
+    std::memcpy(msg->data() + sizeof(Announcement) + sizeof(UcxLentHeader), chunk.key.data(),
+                chunk.key.size());
+  // the receiver's hand-back, received before the announcement goes (it cannot come earlier)
+  const uint64_t sequence = a.sequence;
+  const uint64_t op =
+      worker_->tag_recv(nullptr, 0, ucx_tag(a.tag | kUcxReleaseTagBit, sequence),
+                        [st = state_, generation, sequence](const Status&, size_t) {
+                          Tensor back;  // dropped after the lock: its pool may reuse it now
+                          {
+                            std::lock_guard<std::mutex> lock(st->mu);
+                            if (generation != st->generation) return;
+                            auto it = st->lent.find(sequence);
+                            if (it == st->lent.end()) return;
+                            back = std::move(it->second.tensor);
+                            st->lent.erase(it);
+                          }
+                        });
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (auto it = state_->lent.find(sequence); it != state_->lent.end()) it->second.op = op;
+  }
+  worker_->tag_send(
+      peer_, msg->data(), msg->size(), ucx_tag(a.tag | kUcxAnnouncementTagBit, a.sequence),
+      [st = state_, ends = ends(), msg, a, generation](const Status& s, size_t) {
+        {
+          std::lock_guard<std::mutex> lock(st->mu);
+          if (generation == st->generation) {
+            --st->in_flight;
+            if (!s.ok() && !st->send_error)
+              st->send_error = make_error("{}: the announcement of lent {} failed: {}",
+                                          channel_name(ends), to_string(a), s.error().message);
+          }
+        }
+        st->cv.notify_all();
+      });
+}
+
+BackendMemory* UcxChannel::send_memory() {
+  return arena_.get();
+}
+
+ChannelTraffic UcxChannel::traffic() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->traffic;
+}
+
+size_t UcxChannel::lent() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->lent.size();
 }
 
 bool UcxChannel::announces() const {
@@ -275,11 +464,17 @@ Expected<Tensor> UcxChannel::receive(const Announcement& a) {
   if (!bytes.ok()) return bytes.error();
 
   std::lock_guard<std::mutex> recv_lock(recv_mu_);
+  std::optional<LentPayload> lent;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (state_->interrupted)
       return make_error("{}: not receiving {}: {}", name(), to_string(a), *state_->interrupted);
+    if (auto it = state_->lent_in.find(a.sequence); it != state_->lent_in.end()) {
+      lent = std::move(it->second);
+      state_->lent_in.erase(it);
+    }
   }
+  if (lent) return receive_lent(a, *bytes, *lent);
   Tensor buffer = acquire(a.dtype, a.shape(), *bytes);
   auto wait = std::make_shared<RecvWait>();
   const uint64_t op = worker_->tag_recv(
@@ -340,6 +535,36 @@ Expected<Tensor> UcxChannel::receive(const Announcement& a) {
   return buffer;
 }
 
+Expected<Tensor> UcxChannel::receive_lent(const Announcement& a, size_t bytes,
+                                          const LentPayload& lent) {
+  if (!lent.error.empty())
+    return make_error("{}: the announcement of {}: {}", name(), to_string(a), lent.error);
+  if (lent.offset > lent.chunk_length || bytes > lent.chunk_length - lent.offset)
+    return make_error("{}: {} lends {} B at offset {} of chunk {}, which has {} B", name(),
+                      to_string(a), bytes, lent.offset, lent.chunk, lent.chunk_length);
+  if (peer_.id < 0)
+    return make_error("{}: {} is lent, but this end has no endpoint to hand it back", name(),
+                      to_string(a));
+  std::shared_ptr<Attached>& at = attached_[lent.chunk];
+  if (at == nullptr || at->length != lent.chunk_length) {
+    auto r = worker_->attach_shared(peer_, lent.key, lent.chunk_address);
+    if (!r)
+      return make_error("{}: mapping chunk {} of the sender's arena for {}: {}", name(), lent.chunk,
+                        to_string(a), r.error().message);
+    at = std::make_shared<Attached>();
+    at->worker = worker_;
+    at->id = r->id;
+    at->address = r->address;
+    at->length = lent.chunk_length;
+  }
+  // the tensor views the sender's memory; its last holder hands it back
+  auto storage = std::make_shared<Storage>(
+      at->address + lent.offset, bytes,
+      [at, worker = worker_, peer = peer_, tag = ucx_tag(a.tag | kUcxReleaseTagBit, a.sequence)](
+          void*) { worker->tag_send(peer, nullptr, 0, tag, [](const Status&, size_t) {}); });
+  return Tensor(std::move(storage), 0, a.shape(), a.dtype);
+}
+
 size_t UcxChannel::pending() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   return end_ == End::sender ? state_->in_flight : state_->abandoned.size();
@@ -347,9 +572,15 @@ size_t UcxChannel::pending() const {
 
 void UcxChannel::clear() {
   std::set<uint64_t> cancel;
+  std::map<uint64_t, State::Lent> lent;  // dropped after the lock
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     ++state_->generation;
+    lent.swap(state_->lent);
+    for (const auto& [sequence, l] : lent) cancel.insert(l.op);
+    state_->keyed.clear();
+    state_->lent_in.clear();
+    state_->keys.clear();
     state_->in_flight = 0;
     state_->send_error.reset();
     state_->interrupted.reset();
@@ -443,7 +674,9 @@ Expected<ChannelSet> make_ucx_channels(const UcxChannelPlan& plan) {
                           plan.rank, to, ends.to, channel_name(ends));
       channels.push_back(UcxChannel::sender(plan.worker, ends, peer->second, options));
     } else {
-      channels.push_back(UcxChannel::receiver(plan.worker, ends, options));
+      auto peer = plan.peers.find(from);  // where lent tensors go back
+      channels.push_back(UcxChannel::receiver(
+          plan.worker, ends, options, peer == plan.peers.end() ? UcxEndpoint{} : peer->second));
     }
   }
   ChannelSet set =

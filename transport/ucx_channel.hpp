@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "transport/channel.hpp"
+#include "transport/ucx_shared_arena.hpp"
 #include "transport/ucx_worker.hpp"
 
 namespace actorpipe {
@@ -32,6 +33,27 @@ constexpr uint64_t ucx_tag(uint32_t channel_tag, uint64_t sequence) {
 /// rather than a payload: such channels have tags below it.
 inline constexpr uint32_t kUcxAnnouncementTagBit = 0x8000;
 
+/// The bit of a channel tag that marks a UCX message as a receiver handing a lent tensor back
+/// (shared_memory): such channels have tags below kUcxSharedMaxChannelTag.
+inline constexpr uint32_t kUcxReleaseTagBit = 0x4000;
+/// Channels with a tag from here on send by copy (their release tags would reach the tags
+/// below, which other messages use).
+inline constexpr uint32_t kUcxSharedMaxChannelTag = 0x3F00;
+
+/// What follows the Announcement in the message that announces a lent tensor (shared_memory),
+/// then key_bytes of the chunk's packed key the first time the chunk is used.
+struct UcxLentHeader {
+  static constexpr uint64_t kMagic = 0x31746E656C7061ULL;  // "aplent1"
+  uint64_t magic = kMagic;
+  uint32_t chunk = 0;  ///< of the sender's UcxSharedArena
+  uint32_t key_bytes = 0;
+  uint64_t offset = 0;  ///< of the payload in the chunk, in bytes
+  uint64_t chunk_address = 0;
+  uint64_t chunk_length = 0;
+};
+/// The longest packed key a lent announcement carries.
+inline constexpr size_t kUcxMaxKeyBytes = 1024;
+
 /// The channel tag that ucx_exchange's messages use (transport/ucx_exchange.hpp): no channel
 /// takes it.
 inline constexpr uint32_t kUcxExchangeChannelTag = 0x7FFF;
@@ -42,6 +64,17 @@ struct UcxChannelOptions {
   /// after the payload, and the receiving end hands each one to its on_announcement handler:
   /// the control plane then carries no announcement for this channel. Both ends must agree.
   bool carry_announcements = false;
+  /// With carry_announcements: the sending end allocates a UcxSharedArena (send_memory()) that
+  /// the receiving process maps, and a tensor posted from it is lent, not copied: only its
+  /// announcement travels, with where the bytes lie (and, the first time, the chunk's packed
+  /// key); the receiver's tensor views the sender's memory in place and hands it back (a
+  /// message with kUcxReleaseTagBit) when its last holder drops it, and only then may the
+  /// sender reuse it. Tensors from elsewhere, and every tensor when the peer cannot map this
+  /// process's memory (another host, UCX_TLS without shared memory), go by copy as before.
+  /// Both ends must agree; the receiving end needs the endpoint to the sender.
+  bool shared_memory = false;
+  /// The arena's chunk size (UcxSharedArena).
+  size_t shared_chunk_bytes = UcxSharedArena::kDefaultChunkBytes;
   /// receive() fails after waiting this long for the payload, so a vanished peer never hangs it.
   std::chrono::milliseconds receive_timeout{60000};
   /// receive() polls for the payload (yielding its core) this long before it sleeps: a
@@ -67,9 +100,11 @@ class UcxChannel final : public TensorChannel {
   /// The sending end of `ends`; payloads go to `peer`, the endpoint of the receiving process.
   static std::unique_ptr<UcxChannel> sender(std::shared_ptr<UcxWorker> worker, ChannelEnds ends,
                                             UcxEndpoint peer, UcxChannelOptions options = {});
-  /// The receiving end of `ends`.
+  /// The receiving end of `ends`; `peer` (the endpoint of the sending process) is where lent
+  /// tensors go back (shared_memory).
   static std::unique_ptr<UcxChannel> receiver(std::shared_ptr<UcxWorker> worker, ChannelEnds ends,
-                                              UcxChannelOptions options = {});
+                                              UcxChannelOptions options = {},
+                                              UcxEndpoint peer = {});
   ~UcxChannel() override;
 
   End end() const { return end_; }
@@ -85,12 +120,23 @@ class UcxChannel final : public TensorChannel {
   /// another length, a UCX failure.
   Expected<Tensor> receive(const Announcement& a) override;
 
+  /// Sender with shared_memory: the arena tensors are lent from, when the peer can map it;
+  /// nullptr otherwise (shared_memory_note() says why).
+  BackendMemory* send_memory() override;
+  /// Sender with shared_memory: why it sends by copy ("" when it lends).
+  const std::string& shared_memory_note() const { return shared_note_; }
+  /// Sender: tensors lent and not handed back yet.
+  size_t lent() const;
+  /// Sender: tensors posted so far, lent or copied.
+  ChannelTraffic traffic() const override;
+
   /// Sender: sends not completed yet. Receiver: receives that timed out and that UCX still holds.
   size_t pending() const override;
 
   /// Forgets what pending() counts (after a failure): pending() is 0 afterwards. Receives are
   /// cancelled; sends cannot be, so UCX keeps their tensors until they complete or the worker
-  /// closes the endpoint.
+  /// closes the endpoint. Lent tensors are dropped (a receiver that still reads one reads
+  /// memory the sender may reuse: only after a failure, whose results nobody keeps).
   void clear() override;
 
   /// Receiver: a receive() waiting for its payload ends now with `reason` (its UCX receive is
@@ -128,6 +174,15 @@ class UcxChannel final : public TensorChannel {
                                    const std::shared_ptr<State>& st, uint32_t tag,
                                    uint64_t sequence);
   Tensor acquire(DType dtype, const std::vector<int64_t>& shape, size_t bytes);
+  /// Receiver: records the lent payload that the announcement message `msg` (`length` bytes,
+  /// longer than an Announcement) describes, or what is wrong with it. Under State::mu.
+  static void note_lent(State& st, const Announcement& a, const std::vector<std::byte>& msg,
+                        size_t length);
+  /// Sender: lends `tensor` (in the arena at `place`) under announcement `a`.
+  void lend(Tensor tensor, const Announcement& a, UcxSharedPlace place, uint64_t generation);
+  /// Receiver: the lent payload of `a` as a tensor viewing the sender's memory.
+  struct LentPayload;
+  Expected<Tensor> receive_lent(const Announcement& a, size_t bytes, const LentPayload& lent);
 
   std::shared_ptr<UcxWorker> worker_;
   End end_;
@@ -136,6 +191,10 @@ class UcxChannel final : public TensorChannel {
   std::shared_ptr<State> state_;  // shared with the completions of operations in flight
   mutable std::mutex recv_mu_;    // one receive (or host-staging post) at a time; guards pool_
   std::vector<std::shared_ptr<Storage>> pool_;
+  std::shared_ptr<UcxSharedArena> arena_;  // sender with shared_memory, when the peer maps it
+  std::string shared_note_;
+  struct Attached;  // receiver: a chunk of the sender's arena mapped here (under recv_mu_)
+  std::map<uint32_t, std::shared_ptr<Attached>> attached_;
 };
 
 /// What one process needs to build its channels: where every stage runs, which rank it is, its

@@ -1019,3 +1019,179 @@ TEST_CASE("a vanished peer: sends fail or stay pending, receives time out, teard
     CHECK(Clock::now() - t1 < 3s);
   }
 }
+
+namespace {
+
+/// A sender and a receiver of forward channel 0 between the two workers of `p`, announcing on
+/// the channel, the sender lending from its arena (chunks of `chunk` bytes).
+struct SharedEnds {
+  std::unique_ptr<UcxChannel> send, recv;
+  std::mutex mu;
+  std::vector<Announcement> got;
+
+  SharedEnds(Pair& p, size_t chunk = size_t{2} << 20) {
+    UcxChannelOptions o;
+    o.carry_announcements = true;
+    o.shared_memory = true;
+    o.shared_chunk_bytes = chunk;
+    o.receive_timeout = 5s;
+    send = UcxChannel::sender(p.a, channel_ends(0, Direction::forward), p.a_to_b, o);
+    recv = UcxChannel::receiver(p.b, channel_ends(0, Direction::forward), o, p.b_to_a);
+    REQUIRE(recv->on_announcement([this](const Announcement& a) {
+      std::lock_guard<std::mutex> lock(mu);
+      got.push_back(a);
+    }));
+  }
+  /// Announcement `i` once it arrived.
+  Announcement announcement(size_t i) {
+    REQUIRE(eventually([&] {
+      std::lock_guard<std::mutex> lock(mu);
+      return got.size() > i;
+    }));
+    std::lock_guard<std::mutex> lock(mu);
+    return got[i];
+  }
+};
+
+}  // namespace
+
+TEST_CASE("shared memory: a tensor from the sender's arena is lent, read in place, handed back") {
+  Pair p = connected_pair();
+  SharedEnds e(p);
+  REQUIRE_MESSAGE(e.send->send_memory() != nullptr, e.send->shared_memory_note());
+  CHECK(e.send->shared_memory_note().empty());
+  CHECK(e.recv->send_memory() == nullptr);
+
+  Tensor x = Tensor::zeros({4, 1024}, DType::f32, *e.send->send_memory());
+  for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = static_cast<float>(i) * 0.25f;
+  REQUIRE(e.send->post(x, 3, 1).ok());
+  Announcement a = e.announcement(0);
+  CHECK(a.microbatch == 3);
+  CHECK(a.shape() == std::vector<int64_t>{4, 1024});
+  auto t = e.recv->receive(a);
+  REQUIRE_MESSAGE(t.ok(), why(t));
+  CHECK(same_bytes(*t, x));
+  // in place: no copy was made, a write on the sender's side shows through the receiver's view
+  x.f32()[5] = -42.0f;
+  CHECK(t->f32()[5] == -42.0f);
+  CHECK(e.send->lent() == 1);
+  CHECK(x.storage().use_count() == 2);  // the channel holds it for the receiver
+  ChannelTraffic traffic = e.send->traffic();
+  CHECK(traffic.lent == 1);
+  CHECK(traffic.copied == 0);
+  // the receiver's last holder drops it: the sender gets it back, its producer may reuse it
+  *t = Tensor();
+  CHECK(eventually([&] { return e.send->lent() == 0; }));
+  CHECK(x.storage().use_count() == 1);
+  REQUIRE(e.send->wait_sent(5s).ok());
+  CHECK(e.send->pending() == 0);
+
+  // a tensor from elsewhere on the same channel goes by copy
+  Tensor y = patterned({1000}, 1);
+  REQUIRE(e.send->post(y, 4, 1).ok());
+  auto ty = e.recv->receive(e.announcement(1));
+  REQUIRE_MESSAGE(ty.ok(), why(ty));
+  CHECK(same_bytes(*ty, y));
+  CHECK(ty->storage()->data() != y.storage()->data());
+  traffic = e.send->traffic();
+  CHECK(traffic.lent == 1);
+  CHECK(traffic.copied == 1);
+  CHECK(traffic.copied_bytes == 4000);
+}
+
+TEST_CASE("shared memory: tensors in a second, larger chunk, many lent at once, clear drops them") {
+  Pair p = connected_pair();
+  SharedEnds e(p, size_t{2} << 20);
+  REQUIRE_MESSAGE(e.send->send_memory() != nullptr, e.send->shared_memory_note());
+  BackendMemory& arena = *e.send->send_memory();
+  // 3 MiB: beyond the first chunk, so the arena maps a second one whose key goes with it
+  std::vector<Tensor> sent;
+  for (int i = 0; i < 3; ++i) {
+    sent.push_back(Tensor::zeros({3, 256, 1024}, DType::f32, arena));
+    for (int64_t j = 0; j < sent.back().numel(); j += 997) sent.back().f32()[j] = float(i + j);
+    REQUIRE(e.send->post(sent.back(), i, 0).ok());
+  }
+  std::vector<Tensor> held;
+  for (size_t i = 0; i < 3; ++i) {
+    auto t = e.recv->receive(e.announcement(i));
+    REQUIRE_MESSAGE(t.ok(), why(t));
+    CHECK(same_bytes(*t, sent[i]));
+    held.push_back(std::move(*t));
+  }
+  CHECK(e.send->lent() == 3);
+  // received out of order is fine: the hand-backs come in any order
+  held[1] = Tensor();
+  CHECK(eventually([&] { return e.send->lent() == 2; }));
+  CHECK(sent[1].storage().use_count() == 1);
+  CHECK(sent[0].storage().use_count() == 2);
+  // after a failure the sender forgets what it lent: its producer gets the tensors back
+  e.send->clear();
+  CHECK(e.send->lent() == 0);
+  CHECK(sent[0].storage().use_count() == 1);
+  held.clear();  // hand-backs nobody waits for any more: harmless
+  std::this_thread::sleep_for(20ms);
+  CHECK(e.send->lent() == 0);
+}
+
+TEST_CASE(
+    "shared memory where the peer cannot map it (UCX_TLS=tcp): copies, and the note says why") {
+  UcxWorkerOptions tcp;
+  tcp.config.emplace_back("TLS", "tcp");
+  Pair p = connected_pair(tcp, tcp);
+  SharedEnds e(p);
+  CHECK(e.send->send_memory() == nullptr);
+  CHECK(contains(e.send->shared_memory_note(), "cannot be shared"));
+  Tensor y = patterned({4096}, 2);
+  REQUIRE(e.send->post(y, 0, 0).ok());
+  auto t = e.recv->receive(e.announcement(0));
+  REQUIRE_MESSAGE(t.ok(), why(t));
+  CHECK(same_bytes(*t, y));
+  CHECK(e.send->traffic().copied == 1);
+  CHECK(e.send->traffic().lent == 0);
+
+  // and without announcements on the channel there is no lending either
+  UcxChannelOptions o;
+  o.shared_memory = true;
+  Pair q = connected_pair();
+  auto plain = UcxChannel::sender(q.a, channel_ends(0, Direction::forward), q.a_to_b, o);
+  CHECK(plain->send_memory() == nullptr);
+  CHECK(contains(plain->shared_memory_note(), "carry_announcements"));
+}
+
+TEST_CASE("shared memory: a malformed lent announcement is an error naming what is wrong") {
+  Pair p = connected_pair();
+  SharedEnds e(p);
+  auto raw = [&](uint64_t sequence, std::vector<std::byte> bytes) {
+    auto msg = std::make_shared<std::vector<std::byte>>(std::move(bytes));
+    p.a->tag_send(p.a_to_b, msg->data(), msg->size(),
+                  ucx_tag(channel_tag(0, Direction::forward) | kUcxAnnouncementTagBit, sequence),
+                  [msg](const Status&, size_t) {});
+  };
+  Announcement a = unposted(0, Direction::forward, 7, 16);
+  auto with = [&](uint64_t sequence, const void* extra, size_t n) {
+    a.sequence = sequence;
+    std::vector<std::byte> m(sizeof(Announcement) + n);
+    std::memcpy(m.data(), &a, sizeof(Announcement));
+    if (n > 0) std::memcpy(m.data() + sizeof(Announcement), extra, n);
+    return m;
+  };
+  const char junk[10] = {};
+  raw(0, with(0, junk, sizeof junk));  // too short for a header
+  UcxLentHeader bad_magic;
+  bad_magic.magic = 1;
+  raw(1, with(1, &bad_magic, sizeof bad_magic));
+  UcxLentHeader no_key;  // chunk 3, whose key never came
+  no_key.chunk = 3;
+  raw(2, with(2, &no_key, sizeof no_key));
+  UcxLentHeader short_key;  // says 8 B of key, none follow
+  short_key.key_bytes = 8;
+  raw(3, with(3, &short_key, sizeof short_key));
+  const char* expected[] = {"neither an announcement", "magic", "whose key never came",
+                            "8 B of key, 0 B came"};
+  for (uint64_t i = 0; i < 4; ++i) {
+    auto t = e.recv->receive(e.announcement(i));
+    REQUIRE_FALSE(t.ok());
+    CHECK_MESSAGE(contains(t.error().message, expected[i]), t.error().message);
+    CHECK(contains(t.error().message, "UCX channel 0 (0 -> 1)"));
+  }
+}

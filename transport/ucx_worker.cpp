@@ -110,6 +110,11 @@ struct UcxWorker::Impl {
   std::vector<Ep> eps;
   bool shutting_down = false;
   bool arm_works = true;
+  // map_shared() and attach_shared() regions, by id
+  std::unordered_map<uint64_t, ucp_mem_h> mapped;
+  std::unordered_map<uint64_t, ucp_rkey_h> attached;
+  std::atomic<uint64_t> next_region{1};
+  std::atomic<size_t> regions{0};
   /// discard_unexpected()'s buffers of receives UCX had not finished: freed after the worker
   std::vector<std::unique_ptr<std::vector<char>>> discarded;
 
@@ -117,6 +122,12 @@ struct UcxWorker::Impl {
 
   /// Destroys what start-up made, in reverse order (the thread is joined already).
   void release() {
+    // a peer's regions before the endpoints they were unpacked for; ours before the context
+    for (auto& [id, rkey] : attached) ucp_rkey_destroy(rkey);
+    attached.clear();
+    for (auto& [id, memh] : mapped) ucp_mem_unmap(context, memh);
+    mapped.clear();
+    regions.store(0);
     if (worker != nullptr) ucp_worker_destroy(worker);
     worker = nullptr;
     discarded.clear();
@@ -527,6 +538,97 @@ struct UcxWorker::Impl {
     return UcxEndpoint{static_cast<int>(eps.size()) - 1};
   }
 
+  ucp_ep_h live_ep(UcxEndpoint e) const {
+    if (e.id < 0 || e.id >= static_cast<int>(eps.size())) return nullptr;
+    const Ep& ep = eps[static_cast<size_t>(e.id)];
+    return ep.failed == UCS_OK ? ep.ep : nullptr;
+  }
+
+  /// ucp_ep_rkey_unpack + ucp_rkey_ptr: where this process sees the region `key` describes.
+  Expected<std::pair<ucp_rkey_h, std::byte*>> map_key(UcxEndpoint e, std::span<const std::byte> key,
+                                                      uint64_t remote_address) {
+    ucp_ep_h ep = live_ep(e);
+    if (ep == nullptr) return make_error("{}: no live endpoint {}", opts.name, e.id);
+    ucp_rkey_h rkey = nullptr;
+    ucs_status_t st = ucp_ep_rkey_unpack(ep, key.data(), &rkey);
+    if (st != UCS_OK)
+      return ucx_error(fmt::format("ucp_ep_rkey_unpack (a key of {} B)", key.size()), st);
+    void* local = nullptr;
+    st = ucp_rkey_ptr(rkey, remote_address, &local);
+    if (st != UCS_OK) {
+      ucp_rkey_destroy(rkey);
+      return ucx_error("ucp_rkey_ptr (mapping the peer's memory here)", st);
+    }
+    return std::pair{rkey, static_cast<std::byte*>(local)};
+  }
+
+  Expected<UcxSharedRegion> map_region(size_t bytes, UcxEndpoint shared_with) {
+    if (shutting_down) return make_error("{}: map_shared: the worker is shutting down", opts.name);
+    ucp_mem_map_params_t p{};
+    p.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    p.length = bytes;
+    p.flags = UCP_MEM_MAP_ALLOCATE;
+    ucp_mem_h memh = nullptr;
+    ucs_status_t st = ucp_mem_map(context, &p, &memh);
+    if (st != UCS_OK)
+      return ucx_error(fmt::format("ucp_mem_map (allocating {} B to share)", bytes), st);
+    UcxSharedRegion r;
+    ucp_mem_attr_t attr{};
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    st = ucp_mem_query(memh, &attr);
+    void* packed = nullptr;
+    size_t packed_bytes = 0;
+    if (st == UCS_OK) st = ucp_rkey_pack(context, memh, &packed, &packed_bytes);
+    if (st != UCS_OK) {
+      ucp_mem_unmap(context, memh);
+      return ucx_error("ucp_mem_query / ucp_rkey_pack", st);
+    }
+    r.address = static_cast<std::byte*>(attr.address);
+    r.length = attr.length;
+    const auto* kb = static_cast<const std::byte*>(packed);
+    r.key.assign(kb, kb + packed_bytes);
+    ucp_rkey_buffer_release(packed);
+    // what the peer will do: a mapping of its own through the key
+    auto probe = map_key(shared_with, r.key, reinterpret_cast<uint64_t>(r.address));
+    if (!probe) {
+      ucp_mem_unmap(context, memh);
+      return make_error("{}: the memory UCX allocated cannot be shared with endpoint {}: {}",
+                        opts.name, shared_with.id, probe.error().message);
+    }
+    ucp_rkey_destroy(probe->first);
+    r.id = next_region.fetch_add(1);
+    mapped.emplace(r.id, memh);
+    regions.fetch_add(1);
+    return r;
+  }
+
+  Expected<UcxAttachedRegion> attach_region(UcxEndpoint e, const std::vector<std::byte>& key,
+                                            uint64_t remote_address) {
+    if (shutting_down)
+      return make_error("{}: attach_shared: the worker is shutting down", opts.name);
+    auto m = map_key(e, key, remote_address);
+    if (!m) return m.error();
+    UcxAttachedRegion r;
+    r.id = next_region.fetch_add(1);
+    r.address = m->second;
+    attached.emplace(r.id, m->first);
+    regions.fetch_add(1);
+    return r;
+  }
+
+  void unmap_region(uint64_t id) {
+    if (auto it = mapped.find(id); it != mapped.end()) {
+      ucp_mem_unmap(context, it->second);
+      mapped.erase(it);
+      regions.fetch_sub(1);
+    }
+    if (auto it = attached.find(id); it != attached.end()) {
+      ucp_rkey_destroy(it->second);
+      attached.erase(it);
+      regions.fetch_sub(1);
+    }
+  }
+
   Expected<std::string> ep_info(UcxEndpoint e) {
     if (e.id < 0 || e.id >= static_cast<int>(eps.size()) ||
         eps[static_cast<size_t>(e.id)].ep == nullptr)
@@ -741,6 +843,40 @@ Expected<std::string> UcxWorker::endpoint_info(UcxEndpoint ep) {
   auto future = result.get_future();
   impl_->enqueue([&] { result.set_value(impl_->ep_info(ep)); });
   return future.get();
+}
+
+Expected<UcxSharedRegion> UcxWorker::map_shared(size_t bytes, UcxEndpoint shared_with) {
+  AP_CHECK(std::this_thread::get_id() != impl_->thread_id.load() && Impl::driving != impl_.get(),
+           "{}: map_shared() called from a completion", impl_->opts.name);
+  if (bytes == 0) return make_error("{}: map_shared of 0 B", impl_->opts.name);
+  std::promise<Expected<UcxSharedRegion>> result;
+  auto future = result.get_future();
+  impl_->enqueue([&] { result.set_value(impl_->map_region(bytes, shared_with)); });
+  return future.get();
+}
+
+void UcxWorker::unmap_shared(uint64_t id) {
+  impl_->submit([m = impl_.get(), id] { m->unmap_region(id); });
+}
+
+Expected<UcxAttachedRegion> UcxWorker::attach_shared(UcxEndpoint ep, std::span<const std::byte> key,
+                                                     uint64_t remote_address) {
+  AP_CHECK(std::this_thread::get_id() != impl_->thread_id.load() && Impl::driving != impl_.get(),
+           "{}: attach_shared() called from a completion", impl_->opts.name);
+  if (key.empty()) return make_error("{}: attach_shared: the key is empty", impl_->opts.name);
+  std::vector<std::byte> k(key.begin(), key.end());
+  std::promise<Expected<UcxAttachedRegion>> result;
+  auto future = result.get_future();
+  impl_->enqueue([&] { result.set_value(impl_->attach_region(ep, k, remote_address)); });
+  return future.get();
+}
+
+void UcxWorker::detach_shared(uint64_t id) {
+  impl_->submit([m = impl_.get(), id] { m->unmap_region(id); });
+}
+
+size_t UcxWorker::shared_regions() const {
+  return impl_->regions.load();
 }
 
 uint64_t UcxWorker::tag_send(UcxEndpoint ep, const void* data, size_t bytes, uint64_t tag,

@@ -58,6 +58,20 @@ struct UcxEndpoint {
   friend bool operator==(const UcxEndpoint&, const UcxEndpoint&) = default;
 };
 
+/// Memory that UCX allocated for peers on this host to map (UcxWorker::map_shared).
+struct UcxSharedRegion {
+  uint64_t id = 0;  ///< for unmap_shared()
+  std::byte* address = nullptr;
+  size_t length = 0;
+  std::vector<std::byte> key;  ///< the packed remote key a peer passes to attach_shared()
+};
+
+/// A peer's UcxSharedRegion mapped into this process (UcxWorker::attach_shared).
+struct UcxAttachedRegion {
+  uint64_t id = 0;  ///< for detach_shared()
+  std::byte* address = nullptr;
+};
+
 /// Completion of a tag operation: its status and, for a receive, the bytes received. Runs on the
 /// thread that calls UCX at the time (the progress thread, a thread in poll(), or one whose
 /// tag_send/tag_recv/cancel found the worker free): it must be short, must not block, must not
@@ -115,6 +129,26 @@ class UcxWorker {
   /// endpoint closes). Its completion runs later with an error, or with success if the data
   /// arrived first. Unknown or finished operations are ignored.
   void cancel(uint64_t op);
+
+  /// At least `bytes` of memory that UCX allocates so that the peer of `shared_with` can map it
+  /// (ucp_mem_map with UCP_MEM_MAP_ALLOCATE: System V or POSIX shared memory, UCX's choice),
+  /// with its packed remote key. The call checks what the peer will do (unpacks the key for
+  /// `shared_with` and maps the region by ucp_rkey_ptr) and fails when that does not work: a
+  /// peer on another host, UCX_TLS without shared memory, UCX falling back to memory it cannot
+  /// share. Waits for the progress thread (not from a completion). Errors name the reason.
+  Expected<UcxSharedRegion> map_shared(size_t bytes, UcxEndpoint shared_with);
+  /// Gives a region of map_shared() back to UCX (a peer that mapped it keeps its mapping).
+  /// Never blocks; callable from any thread. Regions still mapped go with the worker.
+  void unmap_shared(uint64_t id);
+  /// Maps the region at `remote_address` that the peer of `ep` made with map_shared() and
+  /// packed as `key`, so this process reads and writes it in place. Waits for the progress
+  /// thread (not from a completion). Errors: a malformed key, memory this host cannot map.
+  Expected<UcxAttachedRegion> attach_shared(UcxEndpoint ep, std::span<const std::byte> key,
+                                            uint64_t remote_address);
+  /// Unmaps a region of attach_shared(). Never blocks; callable from any thread.
+  void detach_shared(uint64_t id);
+  /// Regions of map_shared() and attach_shared() held now (for tests).
+  size_t shared_regions() const;
 
   /// Operations started and not completed yet.
   size_t outstanding() const;

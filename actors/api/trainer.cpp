@@ -70,7 +70,8 @@ struct RunOutput {
   std::vector<ActionSpan> update_spans;  ///< the optimizer shards' updates
   std::vector<ReduceSpan> reduce_spans;  ///< the all-reduces over the replicas
   int64_t tokens = 0;
-  bool stopped = false;  ///< a stop was asked: losses.size() steps ran, maybe fewer than asked
+  bool stopped = false;       ///< a stop was asked: losses.size() steps ran, maybe fewer than asked
+  TensorTransfers transfers;  ///< to stages of other processes
 };
 
 using RunStepFn = std::function<void(const RunStep&)>;
@@ -145,7 +146,8 @@ class ActorsExecutor final : public Executor {
                      std::move(r->update_spans),
                      std::move(r->reduce_spans),
                      r->tokens,
-                     r->stopped};
+                     r->stopped,
+                     TensorTransfers{r->tensors_lent, r->tensors_copied, r->bytes_copied}};
   }
 
   Expected<EvalResult> evaluate(DataLoader& data, int microbatches,
@@ -342,9 +344,10 @@ struct Trainer::Impl {
   std::string last_checkpoint;
   int64_t checkpoint_step = -1;  // the step of last_checkpoint when it is a step-<N> one
 
-  int64_t step = 0;        // optimizer steps done, counting those before a resume
-  int64_t first_step = 0;  // step when this trainer started
-  int64_t tokens = 0;      // consumed by finished runs
+  int64_t step = 0;           // optimizer steps done, counting those before a resume
+  int64_t first_step = 0;     // step when this trainer started
+  int64_t tokens = 0;         // consumed by finished runs
+  TensorTransfers transfers;  // to other processes, in finished runs
   std::optional<Clock::time_point> train_start;
   std::vector<StageMetrics> stage_totals;  // of finished runs
   std::vector<TraceSpan> spans;
@@ -715,6 +718,9 @@ Expected<StepMetrics> Trainer::run(int steps) {
   }
   im.step = base_step + ran;
   im.tokens += out->tokens;
+  im.transfers.lent += out->transfers.lent;
+  im.transfers.copied += out->transfers.copied;
+  im.transfers.bytes_copied += out->transfers.bytes_copied;
   for (size_t r = 0; r < out->stages.size() && r < im.stage_totals.size(); ++r) {
     im.stage_totals[r].busy_seconds += out->stages[r].busy_seconds;
     im.stage_totals[r].idle_seconds += out->stages[r].idle_seconds;
@@ -866,6 +872,10 @@ void Trainer::request_stop(int signal) noexcept {
 
 bool Trainer::stopped() const {
   return impl_->stopped;
+}
+
+const TensorTransfers& Trainer::transfers() const {
+  return impl_->transfers;
 }
 
 int Trainer::stop_signal() const {

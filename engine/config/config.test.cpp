@@ -126,6 +126,7 @@ Config everything_changed() {
   c.cluster.tls_key = "node.key";
   c.cluster.tls_ca = "ca.pem";
   c.cluster.gpu_channel = "ucx";
+  c.cluster.shared_memory = false;
   c.migration.enabled = true;
   c.migration.moves = "2: 3, 3, 2; 5: 2, 4, 2";
   c.migration.check_every = 3;

@@ -422,6 +422,13 @@ std::vector<OptionSpec> build_table() {
                   "NCCL send/recv, one communicator per channel (an error where the build has "
                   "no NCCL); \"ucx\" through host memory on both sides (host-staged UCX). Tied "
                   "parameters' traffic and every channel of other devices use UCX either way."));
+  t.push_back(row("cluster", "shared_memory", &C::cluster, &ClusterOptions::shared_memory,
+                  "true | false",
+                  "Activations and gradients between two processes on one host: true lends them "
+                  "in memory both processes map (UCX shared memory; the receiver reads the "
+                  "sender's tensor in place, nothing is copied); false copies them through UCX "
+                  "as between hosts. Processes that cannot share memory (other hosts, UCX_TLS "
+                  "without shared memory) copy either way."));
   // [migration]
   t.push_back(row("migration", "enabled", &C::migration, &MigrationOptions::enabled, "",
                   "The automatic migration manager: every check_every steps it compares the "

@@ -145,13 +145,10 @@ StageWorker::StageWorker(const Model& model, const Partition& partition,
     edge_in_ = BackendBuffer(*memory_, bth_);
   }
   take_scratch_buffers(scratch_pool);
-  const std::vector<int64_t> hidden_shape{options.B, options.T, model.options().width};
   // the tensors that leave the stage stay on its device (in its lasting memory, which outlives
   // the stage: a tensor may still be in flight when the stage is rebuilt)
   BackendMemory* edges = host ? nullptr : &memory_->lasting_memory();
-  out_pool_ = std::make_unique<TensorPool>(hidden_shape, is_last() ? 0 : stash_slots() + 1,
-                                           DType::f32, edges);
-  din_pool_ = std::make_unique<TensorPool>(hidden_shape, is_first() ? 0 : 2, DType::f32, edges);
+  make_edge_pools(edges, edges);
 
   // weight versions, initialised from the model's seeded init
   std::vector<StashRange> bf16_stash;
@@ -231,6 +228,19 @@ void StageWorker::repartition(const Partition& partition) {
            stage_, partition_.begin(stage_), partition_.end(stage_), partition.begin(stage_),
            partition.end(stage_));
   partition_ = partition;
+}
+
+void StageWorker::make_edge_pools(BackendMemory* forward, BackendMemory* backward) {
+  const std::vector<int64_t> hidden_shape{opts_.B, opts_.T, model_.options().width};
+  out_pool_ = std::make_unique<TensorPool>(hidden_shape, is_last() ? 0 : stash_slots() + 1,
+                                           DType::f32, forward);
+  din_pool_ = std::make_unique<TensorPool>(hidden_shape, is_first() ? 0 : 2, DType::f32, backward);
+}
+
+void StageWorker::set_edge_memory(BackendMemory* forward, BackendMemory* backward) {
+  if (!memory_->host_memory()) return;
+  if (out_pool_->memory() == forward && din_pool_->memory() == backward) return;
+  make_edge_pools(forward, backward);
 }
 
 StageWorker::~StageWorker() = default;

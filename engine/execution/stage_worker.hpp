@@ -329,9 +329,18 @@ class StageWorker {
   /// Where the stage's buffers live (StageWorkerOptions::backend's memory, else host memory):
   /// every span the worker and its UpdateJob hand out points into it.
   BackendMemory& memory() const { return *memory_; }
+  /// A stage in host memory allocates the tensors it sends forward (its outputs) in `forward`
+  /// and those it sends back (its input gradients) in `backward`: the send_memory() of the
+  /// channels they go on, so that posting them copies nothing. nullptr: host memory. Each must
+  /// outlive the tensors in it (a lasting memory). Applies to the tensors acquired afterwards
+  /// (a pool whose memory changes starts afresh; tensors out keep theirs). Ignored off the
+  /// host, where those tensors stay in the device's lasting memory.
+  void set_edge_memory(BackendMemory* forward, BackendMemory* backward);
 
  private:
   using Slot = ActivationStash::Slot;
+  /// out_pool_ and din_pool_, allocating in `forward` and `backward` (nullptr: host memory).
+  void make_edge_pools(BackendMemory* forward, BackendMemory* backward);
 
   // B up to the input gradient (weight gradients into `later` when not null); the slot is
   // pending until finish_backward().

@@ -684,6 +684,13 @@ Attempt train_in_job(const TrainerProgram& program, Config config, TrainerOption
   if (!c.train.trace.empty()) summary += fmt::format("; trace {}", c.train.trace);
   fmt::print("{}\n", summary);
   if (group) {
+    // how the tensors went between the processes (cluster.shared_memory)
+    const TensorTransfers& t = trainer->transfers();
+    if (t.lent + t.copied > 0)
+      fmt::print("tensors to other processes: {} lent in shared memory, {} copied ({:.1f} MiB)\n",
+                 t.lent, t.copied, static_cast<double>(t.bytes_copied) / (1 << 20));
+  }
+  if (group) {
     if (Status left = group->leave(); !left) return failed(left.error().message, false);
   }
   return Attempt{};

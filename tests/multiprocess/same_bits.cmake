@@ -1,7 +1,7 @@
 # The multi-process oracle: runs PROGRAM (actorpipe-gpt or actorpipe-bert) once in one process and
 # once as WORLD processes under LAUNCH (actorpipe-launch, or Open MPI's mpirun when MPIRUN is set)
 # with the same ARGS ("|"-separated) and MOVES (migration.moves, '/' for ';'), then
-# requires the same bits (compare_runs.cmake: every checkpoint file, every loss and migration
+# requires the same bits (and, with EXPECT, output of the job that matches it) (compare_runs.cmake: every checkpoint file, every loss and migration
 # verdict in the metrics). WORKDIR is made fresh.
 include(${CMAKE_CURRENT_LIST_DIR}/compare_runs.cmake)
 actorpipe_fresh_runs()
@@ -34,6 +34,10 @@ execute_process(COMMAND ${launch} "${PROGRAM}" ${common} --set "migration.moves=
 message("${out}${err}")
 if(NOT code EQUAL 0)
   message(FATAL_ERROR "${WORLD} processes: exit ${code}")
+endif()
+# EXPECT: a regular expression the job's output must match (how its tensors went, say)
+if(EXPECT AND NOT "${out}${err}" MATCHES "${EXPECT}")
+  message(FATAL_ERROR "${WORLD} processes: the output does not match \"${EXPECT}\"")
 endif()
 
 actorpipe_compare_runs("${WORKDIR}" "${WORLD} processes")

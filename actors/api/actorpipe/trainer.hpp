@@ -47,6 +47,14 @@ struct TrainerRestart {
   int64_t step = 0;          ///< the step it continues from
 };
 
+/// Tensors a process's stages sent to stages of other processes (Trainer::transfers()): lent
+/// in memory both processes map (cluster.shared_memory, on one host), or copied through UCX.
+struct TensorTransfers {
+  int64_t lent = 0;
+  int64_t copied = 0;
+  int64_t bytes_copied = 0;
+};
+
 /// How a Trainer runs (never what it computes).
 struct TrainerOptions {
   Backend backend = Backend::actors;
@@ -163,6 +171,9 @@ class Trainer {
   void request_stop(int signal = 0) noexcept;
   /// train() or run() ended early on request_stop(); step_count() says after which step.
   bool stopped() const;
+  /// The tensors this process's stages sent to stages of other processes so far (a job of
+  /// several processes; zero in one process).
+  const TensorTransfers& transfers() const;
   /// The signal of the first request_stop() (0: the program asked), -1 when none came.
   int stop_signal() const;
   /// The checkpoint train() (or save()) wrote last, or empty.
