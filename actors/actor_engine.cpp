@@ -803,7 +803,16 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(
           [red, r](int, long step, std::span<float> g) { red->post(r, step, g); });
     }
   }
-  // the tensors a stage sends are allocated where their channel lends them without a copy
+  // the tensors a stage sends are allocated where their channel lends them without a copy;
+  // after the run (however it ends) its channels and their memory go, and the stages' next
+  // tensors are in host memory again
+  struct EdgeMemory {
+    const std::vector<int>& stages;
+    std::vector<std::unique_ptr<StageWorker>>& workers;
+    ~EdgeMemory() {
+      for (int r : stages) workers[static_cast<size_t>(r)]->set_edge_memory(nullptr, nullptr);
+    }
+  } edge_memory{mine, workers};
   for (int r : mine) {
     const auto send_memory = [&](uint32_t tag) {
       return channels->has(tag) ? channels->at(tag).send_memory() : nullptr;
@@ -813,8 +822,6 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(
         r > 0 ? send_memory(channel_tag(r - 1, Direction::backward)) : nullptr);
   }
   auto outcome = im.multi() ? run_ranks(*im.group, st) : run_here(st);
-  // this run's channels (and their memory) go; its stages' next tensors are in host memory
-  for (int r : mine) workers[static_cast<size_t>(r)]->set_edge_memory(nullptr, nullptr);
   if (overlap) {
     for (int r : mine) workers[static_cast<size_t>(r)]->on_final_gradients({});
   }

@@ -20,29 +20,15 @@ namespace {
 
 constexpr size_t kChunk = size_t{2} << 20;
 
-/// Worker a with an endpoint to worker b (and b to a), built with `options` for both.
+/// Worker a with an endpoint to worker b (and b to a), both built with `options`.
 struct Two {
   std::shared_ptr<UcxWorker> a, b;
   UcxEndpoint a_to_b, b_to_a;
 };
 
 Two two_workers(UcxWorkerOptions options = {}) {
-  Two t;
-  options.name = "worker a";
-  auto a = UcxWorker::create(options);
-  REQUIRE_MESSAGE(a.ok(), why(a));
-  options.name = "worker b";
-  auto b = UcxWorker::create(options);
-  REQUIRE_MESSAGE(b.ok(), why(b));
-  t.a = *a;
-  t.b = *b;
-  auto ab = t.a->connect(t.b->address());
-  REQUIRE_MESSAGE(ab.ok(), why(ab));
-  auto ba = t.b->connect(t.a->address());
-  REQUIRE_MESSAGE(ba.ok(), why(ba));
-  t.a_to_b = *ab;
-  t.b_to_a = *ba;
-  return t;
+  test::UcxTestJob job = test::connected_workers(2, std::move(options));
+  return Two{job.workers[0], job.workers[1], job.peers[0].at(1), job.peers[1].at(0)};
 }
 
 }  // namespace

@@ -527,6 +527,90 @@ TEST_CASE("output tensors go to the next stage without copies and are reused onc
         std::string::npos);
 }
 
+namespace {
+
+/// Host memory that counts what it holds (a stand-in for a channel's send_memory()).
+class CountingHostMemory final : public BackendMemory {
+ public:
+  Device device() const override { return Device::cpu; }
+  std::string name() const override { return "counting host memory"; }
+  float* allocate(size_t n) override {
+    ++blocks;
+    return static_cast<float*>(std::calloc(n == 0 ? 1 : n, sizeof(float)));
+  }
+  void release(float* p) override {
+    --blocks;
+    std::free(p);
+  }
+  void to_backend(float* dst, const float* src, size_t n) override {
+    std::memcpy(dst, src, n * sizeof(float));
+  }
+  void to_host(float* dst, const float* src, size_t n) override {
+    std::memcpy(dst, src, n * sizeof(float));
+  }
+  void copy(float* dst, const float* src, size_t n) override {
+    std::memmove(dst, src, n * sizeof(float));
+  }
+  void fill_zero(float* dst, long N) override {
+    std::memset(dst, 0, static_cast<size_t>(N) * sizeof(float));
+  }
+  void synchronize() override {}
+  BackendMemory& lasting_memory() override { return *this; }
+  int blocks = 0;
+};
+
+}  // namespace
+
+TEST_CASE("a host stage allocates what it sends in the edge memory it is given, same bits") {
+  // two stages with their outputs and input gradients in memories of their own (as a channel
+  // that lends them hands out), against the same two stages in host memory
+  const Model model = build_model(tiny(Arch::gpt, false));
+  const Partition p = *Partition::even(model.num_layers(), 2);
+  const auto mbs = batches(Arch::gpt, model.options().vocab_size, 1);
+  const Schedule s = *make_gpipe(2, 1);
+  std::vector<std::unique_ptr<StageWorker>> given, plain;
+  for (int r = 0; r < 2; ++r) {
+    StageWorkerOptions o;
+    o.mode = Mode::gpipe;
+    o.stage = r;
+    o.microbatches = 1;
+    o.B = kB;
+    o.T = kT;
+    given.push_back(std::make_unique<StageWorker>(model, p, adamw(), o));
+    plain.push_back(std::make_unique<StageWorker>(model, p, adamw(), o));
+  }
+  CountingHostMemory forward, backward;
+  given[0]->set_edge_memory(&forward, nullptr);
+  given[1]->set_edge_memory(nullptr, &backward);
+  CHECK(forward.blocks == given[0]->stash_slots() + 1);  // the pool starts afresh in it
+  CHECK(backward.blocks == 2);
+  for (auto* ws : {&given, &plain})
+    for (auto& w : *ws) REQUIRE(w->start_run(s, 0).ok());
+  const Action f0{0, ActionKind::F, 0, 0, 0}, f1{1, ActionKind::F, 0, 0, 0};
+  const Action b1{1, ActionKind::B, 0, 0, 0}, b0{0, ActionKind::B, 0, 0, 0};
+  ForwardOutput act = given[0]->exec_forward(f0, mbs[0], Tensor());
+  const ForwardOutput act_plain = plain[0]->exec_forward(f0, mbs[0], Tensor());
+  CHECK(act.out.memory() == &forward);
+  CHECK(act_plain.out.memory() == nullptr);
+  CHECK(std::memcmp(act.out.f32(), act_plain.out.f32(), act.out.nbytes()) == 0);
+  CHECK(given[1]->exec_forward(f1, mbs[0], act.out).loss.sum ==
+        plain[1]->exec_forward(f1, mbs[0], act_plain.out).loss.sum);
+  Tensor grad = given[1]->exec_backward(b1, mbs[0], Tensor());
+  const Tensor grad_plain = plain[1]->exec_backward(b1, mbs[0], Tensor());
+  CHECK(grad.memory() == &backward);
+  CHECK(std::memcmp(grad.f32(), grad_plain.f32(), grad.nbytes()) == 0);
+  given[0]->exec_backward(b0, mbs[0], grad);
+  // back to host memory: the pools' own tensors go, the ones still held stay where they are
+  given[0]->set_edge_memory(nullptr, nullptr);
+  given[1]->set_edge_memory(nullptr, nullptr);
+  CHECK(forward.blocks == 1);   // `act`
+  CHECK(backward.blocks == 1);  // `grad`
+  act = {};
+  grad = Tensor();
+  CHECK(forward.blocks == 0);
+  CHECK(backward.blocks == 0);
+}
+
 TEST_CASE("off the host, the tensors between stages stay in the device's lasting memory") {
   // two stages on checked devices (memory closed to the host) and the same two on the CPU: the
   // activation and the gradient that cross the edge are in the checked device's lasting memory,

@@ -26,10 +26,11 @@ struct UcxTestJob {
   std::vector<std::map<int, UcxEndpoint>> peers;
 };
 
-inline UcxTestJob connected_workers(int n) {
+/// `options` for every worker (named "worker i").
+inline UcxTestJob connected_workers(int n, UcxWorkerOptions options = {}) {
   UcxTestJob job;
   for (int i = 0; i < n; ++i) {
-    UcxWorkerOptions o;
+    UcxWorkerOptions o = options;
     o.name = "worker " + std::to_string(i);
     auto w = UcxWorker::create(o);
     REQUIRE_MESSAGE(w.ok(), why(w));
