@@ -529,6 +529,17 @@ TEST_CASE("output tensors go to the next stage without copies and are reused onc
 
 namespace {
 
+/// Stage r of a two-stage gpipe pipeline of one microbatch of kB x kT tokens.
+StageWorkerOptions gpipe_stage(int r) {
+  StageWorkerOptions o;
+  o.mode = Mode::gpipe;
+  o.stage = r;
+  o.microbatches = 1;
+  o.B = kB;
+  o.T = kT;
+  return o;
+}
+
 /// Host memory that counts what it holds (a stand-in for a channel's send_memory()).
 class CountingHostMemory final : public BackendMemory {
  public:
@@ -570,12 +581,7 @@ TEST_CASE("a host stage allocates what it sends in the edge memory it is given, 
   const Schedule s = *make_gpipe(2, 1);
   std::vector<std::unique_ptr<StageWorker>> given, plain;
   for (int r = 0; r < 2; ++r) {
-    StageWorkerOptions o;
-    o.mode = Mode::gpipe;
-    o.stage = r;
-    o.microbatches = 1;
-    o.B = kB;
-    o.T = kT;
+    const StageWorkerOptions o = gpipe_stage(r);
     given.push_back(std::make_unique<StageWorker>(model, p, adamw(), o));
     plain.push_back(std::make_unique<StageWorker>(model, p, adamw(), o));
   }
@@ -623,12 +629,7 @@ TEST_CASE("off the host, the tensors between stages stay in the device's lasting
   CheckedBackend d0(c0), d1(c1);
   std::vector<std::unique_ptr<StageWorker>> dev, cpu;
   for (int r = 0; r < 2; ++r) {
-    StageWorkerOptions o;
-    o.mode = Mode::gpipe;
-    o.stage = r;
-    o.microbatches = 1;
-    o.B = kB;
-    o.T = kT;
+    StageWorkerOptions o = gpipe_stage(r);
     cpu.push_back(std::make_unique<StageWorker>(model, p, adamw(), o));
     o.backend = r == 0 ? &d0 : &d1;
     dev.push_back(std::make_unique<StageWorker>(model, p, adamw(), o));
