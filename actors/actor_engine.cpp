@@ -814,12 +814,9 @@ Expected<ActorRunResult> ActorEngine::Impl::run_segment(
     }
   } edge_memory{mine, workers};
   for (int r : mine) {
-    const auto send_memory = [&](uint32_t tag) {
-      return channels->has(tag) ? channels->at(tag).send_memory() : nullptr;
-    };
     workers[static_cast<size_t>(r)]->set_edge_memory(
-        r + 1 < d ? send_memory(channel_tag(r, Direction::forward)) : nullptr,
-        r > 0 ? send_memory(channel_tag(r - 1, Direction::backward)) : nullptr);
+        r + 1 < d ? channels->send_memory(channel_tag(r, Direction::forward)) : nullptr,
+        r > 0 ? channels->send_memory(channel_tag(r - 1, Direction::backward)) : nullptr);
   }
   auto outcome = im.multi() ? run_ranks(*im.group, st) : run_here(st);
   if (overlap) {

@@ -69,8 +69,7 @@ class OptimizerActor : public caf::event_based_actor {
       const std::vector<int64_t> shape{static_cast<int64_t>(s.numel)};
       // the values handed on are allocated where their channel lends them without a copy
       const auto memory_of = [&](ChannelKind kind) {
-        TensorChannel* ch = st_->channels->find_tied(static_cast<int>(k), kind);
-        return ch != nullptr ? ch->send_memory() : nullptr;
+        return st_->channels->tied_send_memory(static_cast<int>(k), kind);
       };
       BackendMemory* grads =
           memory_of(s.owner ? ChannelKind::tied_to_copy : ChannelKind::tied_to_owner);

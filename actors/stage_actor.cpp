@@ -49,8 +49,7 @@ class StageActor : public caf::event_based_actor {
       // as the stage's own outputs and input gradients: where their channel lends them
       const std::vector<int64_t> shape{st_->B, st_->T, worker_.model().options().width};
       const auto edge = [&](bool has, uint32_t tag) {
-        BackendMemory* m =
-            has && st_->channels->has(tag) ? st_->channels->at(tag).send_memory() : nullptr;
+        BackendMemory* m = has ? st_->channels->send_memory(tag) : nullptr;
         return m != nullptr ? Tensor::zeros(shape, DType::f32, *m) : Tensor::zeros(shape);
       };
       dummy_ = edge(r_ + 1 < st_->stages, channel_tag(r_, Direction::forward));
@@ -60,10 +59,9 @@ class StageActor : public caf::event_based_actor {
     for (size_t k = 0; k < worker_.num_tied(); ++k) {
       const size_t numel = worker_.model().tied_slots(worker_.model().tied()[k]).owner.numel;
       // allocated where the prediction's channel lends it without a copy
-      TensorChannel* ch =
-          st_->channels->find_tied(static_cast<int>(k), ChannelKind::tied_prediction);
-      predicted_pool_.emplace_back(std::vector<int64_t>{static_cast<int64_t>(numel)}, 0, DType::f32,
-                                   ch != nullptr ? ch->send_memory() : nullptr);
+      predicted_pool_.emplace_back(
+          std::vector<int64_t>{static_cast<int64_t>(numel)}, 0, DType::f32,
+          st_->channels->tied_send_memory(static_cast<int>(k), ChannelKind::tied_prediction));
     }
   }
 

@@ -93,6 +93,15 @@ TensorChannel* ChannelSet::find_tied(int k, ChannelKind kind) const {
   return nullptr;
 }
 
+BackendMemory* ChannelSet::send_memory(uint32_t tag) const {
+  return has(tag) ? channels_[tag]->send_memory() : nullptr;
+}
+
+BackendMemory* ChannelSet::tied_send_memory(int k, ChannelKind kind) const {
+  TensorChannel* c = find_tied(k, kind);
+  return c != nullptr ? c->send_memory() : nullptr;
+}
+
 TensorChannel& ChannelSet::tied(int k, ChannelKind kind) const {
   TensorChannel* c = find_tied(k, kind);
   AP_CHECK(c != nullptr, "no {} channel for tied parameter {}", to_string(kind), k);

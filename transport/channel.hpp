@@ -170,8 +170,10 @@ class ChannelSet {
   /// Tied parameter k's channel of `kind` (a tied_* kind; AP_CHECK when k has none or this
   /// process holds no end of it).
   TensorChannel& tied(int k, ChannelKind kind) const;
-  /// Tied parameter k's channel of `kind` where this process holds an end of it, else nullptr.
-  TensorChannel* find_tied(int k, ChannelKind kind) const;
+  /// send_memory() of channel `tag`, or of tied parameter k's channel of `kind`, where this
+  /// process holds an end of it; else nullptr (any memory does).
+  BackendMemory* send_memory(uint32_t tag) const;
+  BackendMemory* tied_send_memory(int k, ChannelKind kind) const;
   /// The channel with tag `tag` (AP_CHECK on an unknown tag or one this process holds no end of).
   TensorChannel& at(uint32_t tag) const;
   /// Whether the set holds (an end of) channel `tag`.
@@ -192,6 +194,8 @@ class ChannelSet {
 
  private:
   ChannelSet(int stages, std::vector<std::unique_ptr<TensorChannel>> channels, bool allow_missing);
+  /// Tied parameter k's channel of `kind` where this process holds an end of it, else nullptr.
+  TensorChannel* find_tied(int k, ChannelKind kind) const;
 
   int stages_ = 1;
   std::vector<std::unique_ptr<TensorChannel>> channels_;  // index = tag; null: not held

@@ -47,8 +47,8 @@ struct UcxChannel::LentPayload {
   uint64_t offset = 0;
   uint64_t chunk_address = 0;
   uint64_t chunk_length = 0;
-  std::vector<std::byte> key;
-  std::string error;  // what was wrong with the message ("" when nothing)
+  std::vector<std::byte> key;  // in State::keys only (a chunk's), not per payload
+  std::string error;           // what was wrong with the message ("" when nothing)
 };
 
 /// A chunk of the sender's arena mapped into the receiving process; unmapped when the last
@@ -161,8 +161,10 @@ void UcxChannel::note_lent(State& st, const Announcement& a, const std::vector<s
     if (k == st.keys.end()) {
       p.error = fmt::format("it lends a tensor in chunk {}, whose key never came", h.chunk);
     } else {
-      p = k->second;  // the chunk's address, length and key
+      p.chunk = h.chunk;  // its address and length; the key stays in `keys` until it is mapped
       p.offset = h.offset;
+      p.chunk_address = k->second.chunk_address;
+      p.chunk_length = k->second.chunk_length;
     }
   }
   st.lent_in[a.sequence] = std::move(p);
@@ -343,12 +345,16 @@ void UcxChannel::lend(Tensor tensor, const Announcement& a, UcxSharedPlace place
     first_use = state_->keyed.insert(place.chunk).second;
     state_->lent[a.sequence].tensor = std::move(tensor);
   }
-  const UcxSharedRegion chunk = arena_->chunk(place.chunk);
-  h.chunk_address = reinterpret_cast<uint64_t>(chunk.address);
-  h.chunk_length = chunk.length;
-  AP_CHECK(chunk.key.size() <= kUcxMaxKeyBytes, "{}: a packed key of {} B (at most {})", name(),
-           chunk.key.size(), kUcxMaxKeyBytes);
-  if (first_use) h.key_bytes = static_cast<uint32_t>(chunk.key.size());
+  // the chunk's place and key go once, with its first tensor; later ones name the chunk only
+  UcxSharedRegion chunk;
+  if (first_use) {
+    chunk = arena_->chunk(place.chunk);
+    AP_CHECK(chunk.key.size() <= kUcxMaxKeyBytes, "{}: a packed key of {} B (at most {})", name(),
+             chunk.key.size(), kUcxMaxKeyBytes);
+    h.chunk_address = reinterpret_cast<uint64_t>(chunk.address);
+    h.chunk_length = chunk.length;
+    h.key_bytes = static_cast<uint32_t>(chunk.key.size());
+  }
   auto msg = std::make_shared<std::vector<std::byte>>(sizeof(Announcement) + sizeof(UcxLentHeader) +
                                                       h.key_bytes);
   std::memcpy(msg->data(), &a, sizeof(Announcement));
@@ -546,8 +552,13 @@ Expected<Tensor> UcxChannel::receive_lent(const Announcement& a, size_t bytes,
     return make_error("{}: {} is lent, but this end has no endpoint to hand it back", name(),
                       to_string(a));
   std::shared_ptr<Attached>& at = attached_[lent.chunk];
-  if (at == nullptr || at->length != lent.chunk_length) {
-    auto r = worker_->attach_shared(peer_, lent.key, lent.chunk_address);
+  if (at == nullptr) {  // the chunk's first tensor here: map it
+    std::vector<std::byte> key;
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (auto k = state_->keys.find(lent.chunk); k != state_->keys.end()) key = k->second.key;
+    }
+    auto r = worker_->attach_shared(peer_, key, lent.chunk_address);
     if (!r)
       return make_error("{}: mapping chunk {} of the sender's arena for {}: {}", name(), lent.chunk,
                         to_string(a), r.error().message);

@@ -38,15 +38,19 @@ Expected<std::shared_ptr<UcxSharedArena>> UcxSharedArena::create(std::shared_ptr
       new UcxSharedArena(std::move(worker), peer, std::move(name), chunk_bytes));
   auto first = arena->worker_->map_shared(arena->chunk_bytes_, peer);
   if (!first) return make_error("{}: {}", arena->name_, first.error().message);
-  Chunk c;
-  c.region = std::move(*first);
-  c.free.emplace(0, c.region.length);
-  arena->chunks_.push_back(std::move(c));
+  arena->add_chunk(std::move(*first));
   return arena;
 }
 
 UcxSharedArena::~UcxSharedArena() {
   for (const Chunk& c : chunks_) worker_->unmap_shared(c.region.id);
+}
+
+void UcxSharedArena::add_chunk(UcxSharedRegion region) {
+  Chunk c;
+  c.region = std::move(region);
+  c.free.emplace(0, c.region.length);  // all of it free
+  chunks_.push_back(std::move(c));
 }
 
 std::byte* UcxSharedArena::carve(size_t bytes) {
@@ -77,10 +81,7 @@ float* UcxSharedArena::allocate(size_t n) {
       chunk_failed_ = true;  // the heap from now on: those tensors are sent by copy
       break;
     }
-    Chunk c;
-    c.region = std::move(*more);
-    c.free.emplace(0, c.region.length);
-    chunks_.push_back(std::move(c));
+    add_chunk(std::move(*more));
     p = carve(bytes);
   }
   if (p != nullptr) {

@@ -74,6 +74,8 @@ class UcxSharedArena final : public BackendMemory,
   /// A block of `bytes` (a multiple of 64) in a chunk mapped already; null when none has room.
   /// Under mu_.
   std::byte* carve(size_t bytes);
+  /// A chunk just mapped, all of it free. Under mu_ (or before the arena is shared).
+  void add_chunk(UcxSharedRegion region);
 
   struct Chunk {
     UcxSharedRegion region;
