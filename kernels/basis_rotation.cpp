@@ -221,7 +221,10 @@ float* update_scratch(size_t floats) {
 
 int rotation_panel_rows(const RotationShape& shape, long panel_rows) {
   AP_CHECK(panel_rows >= 0, "rotation_panel_rows: panel_rows {}, must be >= 0", panel_rows);
-  // a panel starts at a block of the rows' side and where gemm's pieces may start
+  // where gemm never splits a product, neither is a rotation split into panels
+  if (gemm_row_align() == 0) return shape.rows;
+  // a panel starts at a block of the rows' side and where gemm's pieces may start (kGemmRowAlign
+  // is a multiple of gemm_row_align())
   const int unit = shape.left ? std::lcm(shape.left_block, kGemmRowAlign) : kGemmRowAlign;
   if (unit >= shape.rows) return shape.rows;
   long fewest = unit;

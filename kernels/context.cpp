@@ -14,6 +14,7 @@
 
 #include "kernels/check.hpp"
 #include "kernels/cpu_backend.hpp"
+#include "kernels/gemm.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -229,6 +230,9 @@ void pin_blas_single_threaded() {
 Context::Context(int threads) : threads_(threads) {
   AP_CHECK(threads >= 1 && threads <= 256, "Context threads = {}, allowed 1..256", threads);
   pin_blas_single_threaded();
+  // gemm's row alignment is probed here, once per process, so that its products never run
+  // while a caller times or records this Context's products
+  gemm_row_align();
   if (threads_ > 1) pool_ = std::make_unique<ThreadPool>(threads_ - 1);
   cpu_backend_ = make_cpu_backend(*this);  // made up front: backend() only reads
 }

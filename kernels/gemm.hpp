@@ -6,13 +6,31 @@
 
 namespace actorpipe {
 
-/// gemm's pieces start at multiples of this many rows. OpenBLAS computes C in micro-tiles whose
-/// height depends on the kernel it picked for the CPU at run time (24 rows on its Haswell and
-/// Zen kernels, 16 on SkylakeX and Cooperlake); a row block that starts inside another tiling's
-/// micro-tile rounds differently. 96 is a whole number of tiles on every one of them, so each
-/// row gets the bits of the unsplit product. Column blocks never do on the Haswell kernels
-/// (tested: kernels/gemm.test.cpp), so the output is split by rows only.
+/// gemm's pieces start at multiples of gemm_row_align() rows. OpenBLAS computes C in micro-tiles
+/// whose height depends on the kernel it picked for the CPU at run time (24 rows on its Haswell
+/// and Zen kernels, 16 on SkylakeX and Cooperlake, any row on Prescott's and Sandybridge's); a
+/// row block that starts inside a micro-tile rounds differently. Column blocks never keep the
+/// bits on the Haswell kernels (tested: kernels/gemm.test.cpp), so the output is split by rows
+/// only. Every alignment gemm_row_align() may pick divides this one, so blocks at its multiples
+/// keep the unsplit product's bits wherever gemm splits at all.
 inline constexpr int kGemmRowAlign = 96;
+
+/// The row alignments gemm_row_align() tries, smallest first (each divides kGemmRowAlign).
+inline constexpr int kGemmRowAlignCandidates[] = {8, 16, 24, 32, 48, 96};
+
+/// The smallest of kGemmRowAlignCandidates at which a product split into row blocks gives the
+/// bits of the unsplit one with the OpenBLAS kernels this process runs, or 0 where none does
+/// (gemm then never splits a product). Found once per process by computing products of each
+/// transpose whole and in two blocks (a few milliseconds; every Context's constructor asks,
+/// so that it happens before any timing or recording of products). The finer the alignment,
+/// the more even the split: 256 rows (GPT-2's 4 × 64 tokens) went 96 + 160 at 96, 120 + 136 at
+/// 24 (Haswell and Zen kernels).
+int gemm_row_align();
+
+/// Whether `align` rows are a whole number of micro-tiles of the running OpenBLAS kernels:
+/// products of each transpose, split into blocks of `align` rows each on OpenBLAS's blocked
+/// path, give the whole products' bits. What gemm_row_align() asks of each candidate.
+bool gemm_row_align_keeps_bits(int align);
 
 /// gemm splits a product only when every piece has at least this many multiply-adds (M·N·K).
 /// OpenBLAS 0.3.21 sends products below 28·512² (direct sgemm) or 100³ (small-matrix kernels)

@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include "kernels/check.hpp"
 #include "kernels/internal/test_util.hpp"
 
 using namespace actorpipe;
@@ -119,5 +120,55 @@ TEST_CASE("gemm gives the same bits for 1, 2 and 3 threads on model-sized produc
     CHECK(bitwise_equal(r1, run(c1, c, o)));
     CHECK(bitwise_equal(r1, run(c2, c, o)));
     CHECK(bitwise_equal(r1, run(c3, c, o)));
+  }
+}
+
+TEST_CASE("gemm_row_align: the smallest candidate that keeps the bits, and its multiples do too") {
+  const int align = gemm_row_align();
+  MESSAGE("gemm_row_align() = " << align);
+  REQUIRE(align != 0);  // every OpenBLAS kernel tried so far has one
+  CHECK(kGemmRowAlign % align == 0);
+  CHECK(gemm_row_align() == align);  // found once
+  CHECK(gemm_row_align_keeps_bits(align));
+  CHECK(gemm_row_align_keeps_bits(2 * align));
+  CHECK(gemm_row_align_keeps_bits(kGemmRowAlign));
+  for (const int a : kGemmRowAlignCandidates) {
+    if (a == align) break;
+    CAPTURE(a);
+    CHECK_FALSE(gemm_row_align_keeps_bits(a));
+  }
+  CHECK_THROWS_AS(gemm_row_align_keeps_bits(0), CheckFailure);
+}
+
+TEST_CASE("gemm splits rows at gemm_row_align(): blocks of it keep the bits on model shapes") {
+  // what the probe checks on one shape, on the shapes of the GPT layers: each row block
+  // starting at a multiple of the alignment, computed alone, gives the rows of the whole
+  const int align = gemm_row_align();
+  REQUIRE(align != 0);
+  Rng rng(3);
+  const Case cases[] = {
+      {256, 768, 768, false, true, 1.0f, 0.0f, 0},    // forward (NT)
+      {256, 3072, 768, false, false, 1.0f, 1.0f, 0},  // input gradient (NN, beta 1)
+      {768, 768, 256, true, false, 1.0f, 1.0f, 0},    // weight gradient (TN, beta 1)
+      {2048, 384, 1152, false, true, 1.0f, 0.0f, 3},  // with padded strides
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.M);
+    CAPTURE(c.N);
+    CAPTURE(c.K);
+    const Operands o = make(c, rng);
+    std::vector<float> whole = o.C, blocks = o.C;
+    gemm_serial(c.ta, c.tb, c.M, c.N, c.K, c.alpha, o.A.data(), o.lda, o.B.data(), o.ldb, c.beta,
+                whole.data(), o.ldc);
+    // blocks of 1, 2 and 3 alignments, repeating
+    int m0 = 0;
+    for (int k = 0; m0 < c.M; k = (k + 1) % 3) {
+      const int rows = std::min(c.M - m0, (k + 1) * align);
+      const float* a0 = c.ta ? o.A.data() + m0 : o.A.data() + static_cast<size_t>(m0) * o.lda;
+      gemm_serial(c.ta, c.tb, rows, c.N, c.K, c.alpha, a0, o.lda, o.B.data(), o.ldb, c.beta,
+                  blocks.data() + static_cast<size_t>(m0) * o.ldc, o.ldc);
+      m0 += rows;
+    }
+    CHECK(bitwise_equal(whole, blocks));
   }
 }
