@@ -20,6 +20,9 @@ inline constexpr const char* world = "ACTORPIPE_WORLD";              ///< number
 inline constexpr const char* coordinator = "ACTORPIPE_COORDINATOR";  ///< host:port of rank 0
 inline constexpr const char* job_secret = "ACTORPIPE_JOB_SECRET";    ///< the secret itself
 inline constexpr const char* job_secret_file = "ACTORPIPE_JOB_SECRET_FILE";  ///< a file holding it
+/// Under --max-restarts: where the rank leaves its last own failure for the process that
+/// replaces it (transport/failure_record.hpp); one file per rank, removed with the job.
+inline constexpr const char* failure_file = "ACTORPIPE_FAILURE_FILE";
 }  // namespace cluster_vars
 
 /// The exit status by which a rank tells its launcher that starting it again cannot help (the

@@ -34,6 +34,7 @@
 #include "kernels/bf16_gemm.hpp"
 #include "kernels/blas_core.hpp"
 #include "kernels/device.hpp"
+#include "transport/failure_record.hpp"
 
 namespace actorpipe {
 namespace {
@@ -207,6 +208,7 @@ struct Attempt {
   std::string error;
   long step = -1;          // the step the training had reached; -1: no trainer was made
   bool peer_lost = false;  // another rank of the job was lost when it failed
+  bool on_signal = false;  // it failed while stopping on a signal
 };
 
 std::string partition_text(const std::vector<int>& counts) {
@@ -490,6 +492,7 @@ Attempt train_in_job(const TrainerProgram& program, Config config, TrainerOption
     }
     Attempt a{kExitError, may_rejoin, error};
     a.step = trainer ? trainer->step_count() : -1;
+    a.on_signal = trainer && trainer->stop_signal() > 0;
     // (the group's watcher may not have seen the loss yet when a stage's wait ended with it)
     a.peer_lost =
         (group && group->lost().has_value()) || error.find(" was lost") != std::string::npos;
@@ -773,6 +776,29 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
   std::string repeated;
   long repeated_step = -1;
   int repeated_restart = 0;
+  // under actorpipe-launch --max-restarts: the failure this rank's process before this one
+  // left (a relaunch starts with it as the failure before its restart)
+  const char* record_env = std::getenv(cluster_vars::failure_file);
+  const std::string record_path = record_env != nullptr ? record_env : "";
+  if (!record_path.empty() && options.relaunched) {
+    auto before = read_failure_record(record_path);
+    if (!before) {
+      fmt::print(stderr, "{}: warning: {}; a repeated failure is not recognised\n", program.name,
+                 before.error().message);
+    } else if (before->has_value()) {
+      repeated = failure_without_numbers((*before)->error);
+      repeated_step = (*before)->step;
+      repeated_restart = (*before)->restart;
+    }
+  }
+  // the same failure of its own again, no step further on
+  auto repeats = [&](const Attempt& a) {
+    return !a.peer_lost && !repeated.empty() && failure_without_numbers(a.error) == repeated &&
+           a.step <= repeated_step;
+  };
+  auto at_step = [](long step) {
+    return step < 0 ? std::string("before any step") : fmt::format("at step {}", step);
+  };
   for (bool rejoining = options.relaunched.has_value();; rejoining = true) {
     Config c = *config;
     if (options.relaunched && !c.checkpoint.dir.empty() &&
@@ -782,22 +808,34 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
     }
     const Attempt a = train_in_job(program, c, options, *cluster, secret, rejoining,
                                    restart > relaunched_at, *rejoins > 0);
-    if (!a.may_rejoin || !cluster->multi_process() || restart >= *rejoins) return a.code;
-    if (!a.peer_lost) {
-      const std::string same = failure_without_numbers(a.error);
-      if (same == repeated && a.step <= repeated_step) {
-        print_error(
-            program.name,
-            fmt::format(
-                "rank {}: not rejoining the job again: the same failure as "
-                "before restart {}, {} (a restart cannot help; exit status {} tells "
-                "actorpipe-launch not to relaunch this rank)",
-                cluster->rank, repeated_restart,
-                a.step < 0 ? std::string("before any step") : fmt::format("at step {}", a.step),
-                kExitNoRestart));
+    if (!a.may_rejoin || !cluster->multi_process() || restart >= *rejoins) {
+      // this process ends; under --max-restarts the launcher may start another in its place
+      if (a.code != kExitError || a.error.empty() || a.peer_lost || a.on_signal ||
+          record_path.empty())
+        return a.code;
+      if (repeats(a)) {
+        print_error(program.name,
+                    fmt::format("rank {}: not starting again: the same failure as before restart "
+                                "{}, {} (a restart cannot help; exit status {} tells "
+                                "actorpipe-launch not to relaunch this rank)",
+                                cluster->rank, repeated_restart, at_step(a.step), kExitNoRestart));
         return kExitNoRestart;
       }
-      repeated = same;
+      if (Status w = write_failure_record(record_path, {a.error, a.step, restart + 1}); !w)
+        fmt::print(stderr, "{}: warning: {}; a repeated failure will not be recognised\n",
+                   program.name, w.error().message);
+      return a.code;
+    }
+    if (!a.peer_lost) {
+      if (repeats(a)) {
+        print_error(program.name,
+                    fmt::format("rank {}: not rejoining the job again: the same failure as "
+                                "before restart {}, {} (a restart cannot help; exit status {} "
+                                "tells actorpipe-launch not to relaunch this rank)",
+                                cluster->rank, repeated_restart, at_step(a.step), kExitNoRestart));
+        return kExitNoRestart;
+      }
+      repeated = failure_without_numbers(a.error);
       repeated_step = a.step;
       repeated_restart = restart + 1;
     }

@@ -23,6 +23,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <utility>
@@ -42,7 +43,9 @@ Starts N processes of PROGRAM on this host: ranks 0 to N-1 of one job.
   --max-restarts K
                  restart the job after a failure, up to K times, 0 to 1000 (default 0): a dead
                  rank is relaunched with ACTORPIPE_RESTART=k, the others rejoin the job
-                 (ACTORPIPE_REJOIN=K), and a trainer resumes from checkpoint.dir
+                 (ACTORPIPE_REJOIN=K), and a trainer resumes from checkpoint.dir; each rank's
+                 ACTORPIPE_FAILURE_FILE keeps its last failure for the process started in its
+                 place (a trainer failing the same way again exits 3: not restarted)
   --cpu-bind auto|cores|none
                  cores: each rank runs on its own CPUs, an equal share of the launcher's (rank k
                  of N on C CPUs: CPUs k*C/N to (k+1)*C/N - 1 of them); none: no binding; auto
@@ -145,8 +148,9 @@ Expected<int> bind_once(const std::string& address, int port) {
 
 bool job_variable(std::string_view entry) {
   const std::string_view name = entry.substr(0, entry.find('='));
-  for (const char* v : {cluster_vars::rank, cluster_vars::world, cluster_vars::coordinator,
-                        cluster_vars::job_secret, cluster_vars::job_secret_file}) {
+  for (const char* v :
+       {cluster_vars::rank, cluster_vars::world, cluster_vars::coordinator,
+        cluster_vars::job_secret, cluster_vars::job_secret_file, cluster_vars::failure_file}) {
     if (name == v) return true;
   }
   return false;
@@ -904,10 +908,47 @@ LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io) {
   return result;
 }
 
+namespace {
+
+// Under --max-restarts: a directory of the job's own for the ranks' failure records
+// (cluster_vars::failure_file), removed with what it holds when the job ends.
+class FailureRecords {
+ public:
+  FailureRecords() {
+    std::error_code ec;
+    std::string pattern =
+        (std::filesystem::temp_directory_path(ec) / "actorpipe-launch-XXXXXX").string();
+    if (ec) pattern = "/tmp/actorpipe-launch-XXXXXX";
+    if (::mkdtemp(pattern.data()) != nullptr) dir_ = pattern;
+  }
+  ~FailureRecords() {
+    if (dir_.empty()) return;
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  FailureRecords(const FailureRecords&) = delete;
+  FailureRecords& operator=(const FailureRecords&) = delete;
+
+  // Each rank's environment names its own record (none where the directory could not be
+  // made: the ranks then cannot tell a repeated failure, and the job runs as before).
+  void add_to(LaunchPlan& plan) const {
+    if (dir_.empty()) return;
+    for (std::size_t k = 0; k < plan.env.size(); ++k)
+      plan.env[k].push_back(fmt::format("{}={}/rank-{}", cluster_vars::failure_file, dir_, k));
+  }
+
+ private:
+  std::string dir_;
+};
+
+}  // namespace
+
 LaunchResult run_job(const LaunchOptions& options, const std::string& program,
                      const std::vector<std::string>& base_env, const LaunchIo& io,
                      const StopFlag* stop) {
   LaunchResult last;
+  std::optional<FailureRecords> records;
+  if (options.max_restarts > 0) records.emplace();
   int restart = 0;
   std::string reason;
   std::vector<std::string> clean = base_env;
@@ -925,6 +966,7 @@ LaunchResult run_job(const LaunchOptions& options, const std::string& program,
     }
     plan->relaunches = options.max_restarts;
     plan->relaunch_backoff = options.restart_backoff;
+    records->add_to(*plan);
     return run_launch(*plan, io);
   }
   auto attempt = [&]() -> Status {
@@ -937,6 +979,7 @@ LaunchResult run_job(const LaunchOptions& options, const std::string& program,
       last.exit_code = 1;
       return {};  // the launcher's own failure: not the job's
     }
+    if (records) records->add_to(*plan);
     last = run_launch(*plan, io);
     if (last.exit_code == 0 || last.exit_code == 127 || last.exit_code == kExitNoRestart ||
         last.interrupted)

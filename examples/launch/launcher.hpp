@@ -175,9 +175,13 @@ LaunchResult run_launch(const LaunchPlan& plan, const LaunchIo& io);
 /// rank again from a fresh plan (a new port unless --port, a new secret), their environment
 /// also holding ACTORPIPE_RESTART (1 for the first relaunch), ACTORPIPE_MAX_RESTARTS and
 /// ACTORPIPE_RESTART_REASON (the failure, e.g. "rank 1 killed by signal 9 (SIGKILL)"). Either
-/// way a trainer resumes from its checkpoint directory (docs/failures.md). No relaunch after a
-/// forwarded signal (`stop` requested), a rank that could not start (127), a rank that exited
-/// with kExitNoRestart or a plan that failed (1).
+/// way a trainer resumes from its checkpoint directory (docs/failures.md). With restarts, each
+/// rank's environment also names its failure record, ACTORPIPE_FAILURE_FILE (a file of its own
+/// in a directory the launcher makes and removes with the job): a rank ending with a failure of
+/// its own writes it there, and the process started in its place finds it (the example
+/// trainers: the same failure again at no later step ends it with kExitNoRestart). No relaunch
+/// after a forwarded signal (`stop` requested), a rank that could not start (127), a rank that
+/// exited with kExitNoRestart or a plan that failed (1).
 LaunchResult run_job(const LaunchOptions& options, const std::string& program,
                      const std::vector<std::string>& base_env, const LaunchIo& io,
                      const StopFlag* stop = nullptr);

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -866,4 +867,71 @@ TEST_CASE("--max-restarts and --restart-backoff are parsed and checked") {
   auto d = parse_launch_args({"-n", "2", "--restart-backoff", "-1", "p"});
   REQUIRE_FALSE(d.ok());
   CHECK(contains(d.error().message, "--restart-backoff: '-1' is not allowed"));
+}
+
+TEST_CASE(
+    "--max-restarts: each rank's environment names a failure record of its own, which a process "
+    "started in its place finds, and which goes with the job") {
+  LaunchOptions options;
+  options.processes = 2;
+  options.grace_seconds = 5;
+  options.max_restarts = 2;
+  options.restart_backoff = 0;
+  // every start says its record and what it holds; rank 1 leaves one, then fails, once; rank 0
+  // lives until rank 1 has succeeded (at most 10 s: a finished rank ends the relaunches)
+  actorpipe::testing::TempDir dir;
+  const std::string done = dir.file("done");
+  const std::string script = fmt::format(
+      "echo \"file ${{ACTORPIPE_FAILURE_FILE:-none}}\"; "
+      "if [ -e \"$ACTORPIPE_FAILURE_FILE\" ]; then "
+      "  echo \"found $(cat \"$ACTORPIPE_FAILURE_FILE\")\"; fi; "
+      "if [ \"$ACTORPIPE_RANK\" = 1 ]; then "
+      "  if [ \"${{ACTORPIPE_RESTART:-0}}\" = 0 ]; then "
+      "    echo \"left by $$\" > \"$ACTORPIPE_FAILURE_FILE\"; exit 5; fi; "
+      "  touch {0}; exit 0; "
+      "fi; "
+      "i=0; while [ ! -e {0} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; [ -e {0} ]",
+      done);
+  auto file_of = [](const Captured& c, int rank) {
+    const auto lines = c.of(rank, OutputStream::out);
+    REQUIRE_FALSE(lines.empty());
+    REQUIRE(lines[0].rfind("file ", 0) == 0);
+    return lines[0].substr(5);
+  };
+  for (const bool dead : {true, false}) {
+    CAPTURE(dead);
+    options.relaunch_dead = dead;
+    std::filesystem::remove(done);
+    Captured c;
+    auto r = job_sh(script, options, c);
+    CHECK(r.exit_code == 0);
+    CHECK(r.restarts == 1);
+    const std::string zero = file_of(c, 0), one = file_of(c, 1);
+    CHECK(zero != one);
+    CHECK(contains(one, "/rank-1"));
+    CHECK(std::filesystem::path(zero).parent_path() == std::filesystem::path(one).parent_path());
+    // the relaunched rank 1 found what its predecessor left
+    const auto lines = c.of(1, OutputStream::out);
+    REQUIRE(lines.size() == 3);
+    CHECK(lines[1] == "file " + one);
+    CHECK(contains(lines[2], "found left by "));
+    // the records' directory is gone with the job
+    CHECK_FALSE(std::filesystem::exists(std::filesystem::path(one).parent_path()));
+  }
+  {  // without restarts no record is named, and an inherited name is dropped
+    options.max_restarts = 0;
+    Captured c;
+    std::vector<std::string> env = own_environment();
+    env.push_back(std::string(cluster_vars::failure_file) + "=/tmp/inherited");
+    options.command = {"sh", "-c", "echo \"file ${ACTORPIPE_FAILURE_FILE:-none}\""};
+    LaunchIo io;
+    io.line = [&](int rank, OutputStream stream, std::string_view line) {
+      c.lines.emplace_back(rank, stream, std::string(line));
+    };
+    io.message = [&](std::string_view m) { c.messages.emplace_back(m); };
+    auto r = run_job(options, sh_path(), env, io);
+    CHECK(r.exit_code == 0);
+    CHECK(file_of(c, 0) == "none");
+    CHECK(file_of(c, 1) == "none");
+  }
 }
