@@ -914,12 +914,19 @@ namespace {
 // (cluster_vars::failure_file), removed with what it holds when the job ends.
 class FailureRecords {
  public:
-  FailureRecords() {
+  explicit FailureRecords(const LaunchIo& io) {
     std::error_code ec;
     std::string pattern =
         (std::filesystem::temp_directory_path(ec) / "actorpipe-launch-XXXXXX").string();
     if (ec) pattern = "/tmp/actorpipe-launch-XXXXXX";
-    if (::mkdtemp(pattern.data()) != nullptr) dir_ = pattern;
+    if (::mkdtemp(pattern.data()) != nullptr) {
+      dir_ = pattern;
+    } else {
+      io.message(fmt::format(
+          "warning: no directory for the ranks' failure records ({}: {}); a failure that "
+          "repeats will be restarted every time",
+          pattern, std::strerror(errno)));
+    }
   }
   ~FailureRecords() {
     if (dir_.empty()) return;
@@ -948,7 +955,7 @@ LaunchResult run_job(const LaunchOptions& options, const std::string& program,
                      const StopFlag* stop) {
   LaunchResult last;
   std::optional<FailureRecords> records;
-  if (options.max_restarts > 0) records.emplace();
+  if (options.max_restarts > 0) records.emplace(io);
   int restart = 0;
   std::string reason;
   std::vector<std::string> clean = base_env;
