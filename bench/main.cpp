@@ -23,6 +23,7 @@
 #include "bench/update_bench.hpp"
 #include "kernels/bf16_gemm.hpp"
 #include "kernels/blas_core.hpp"
+#include "kernels/gemm.hpp"
 
 using namespace actorpipe;
 using namespace actorpipe::bench;
@@ -130,7 +131,12 @@ int main(int argc, char** argv) {
         "thread that made it (the Context's partition; one thread per call)\n");
     fmt::print("bf16: {}{}\n", bf16_support().describe(),
                bf16_support().native ? "" : " (bf16 rows skipped: no bf16 instructions)");
-    fmt::print("fp32: {}\n", blas_core().describe());
+    const int align = gemm_row_align();
+    fmt::print("fp32: {}, {}\n", blas_core().describe(),
+               align > 0 ? fmt::format("products split between threads in blocks of {} rows "
+                                       "(gemm_row_align)",
+                                       align)
+                         : std::string("products never split (no row alignment keeps the bits)"));
     if (!blas_core().warning().empty())
       fmt::print(stderr, "actorpipe-bench: warning: {}\n", blas_core().warning());
     if (o.peer) {
