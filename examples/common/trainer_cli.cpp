@@ -796,8 +796,17 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
     return !a.peer_lost && !repeated.empty() && failure_without_numbers(a.error) == repeated &&
            a.step <= repeated_step;
   };
-  auto at_step = [](long step) {
-    return step < 0 ? std::string("before any step") : fmt::format("at step {}", step);
+  // says why this rank is not started or rejoined again, and tells the launcher so
+  auto no_restart = [&](const char* what, const Attempt& a) {
+    print_error(
+        program.name,
+        fmt::format("rank {}: {}: the same failure as before restart {}, {} (a restart "
+                    "cannot help; exit status {} tells actorpipe-launch not to relaunch "
+                    "this rank)",
+                    cluster->rank, what, repeated_restart,
+                    a.step < 0 ? std::string("before any step") : fmt::format("at step {}", a.step),
+                    kExitNoRestart));
+    return kExitNoRestart;
   };
   for (bool rejoining = options.relaunched.has_value();; rejoining = true) {
     Config c = *config;
@@ -813,28 +822,14 @@ int trainer_main(int argc, const char* const* argv, const TrainerProgram& progra
       if (a.code != kExitError || a.error.empty() || a.peer_lost || a.on_signal ||
           record_path.empty())
         return a.code;
-      if (repeats(a)) {
-        print_error(program.name,
-                    fmt::format("rank {}: not starting again: the same failure as before restart "
-                                "{}, {} (a restart cannot help; exit status {} tells "
-                                "actorpipe-launch not to relaunch this rank)",
-                                cluster->rank, repeated_restart, at_step(a.step), kExitNoRestart));
-        return kExitNoRestart;
-      }
+      if (repeats(a)) return no_restart("not starting again", a);
       if (Status w = write_failure_record(record_path, {a.error, a.step, restart + 1}); !w)
         fmt::print(stderr, "{}: warning: {}; a repeated failure will not be recognised\n",
                    program.name, w.error().message);
       return a.code;
     }
     if (!a.peer_lost) {
-      if (repeats(a)) {
-        print_error(program.name,
-                    fmt::format("rank {}: not rejoining the job again: the same failure as "
-                                "before restart {}, {} (a restart cannot help; exit status {} "
-                                "tells actorpipe-launch not to relaunch this rank)",
-                                cluster->rank, repeated_restart, at_step(a.step), kExitNoRestart));
-        return kExitNoRestart;
-      }
+      if (repeats(a)) return no_restart("not rejoining the job again", a);
       repeated = failure_without_numbers(a.error);
       repeated_step = a.step;
       repeated_restart = restart + 1;

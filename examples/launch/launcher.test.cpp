@@ -652,14 +652,15 @@ namespace {
 
 // run_job over `sh -c script` with the test's io.
 LaunchResult job_sh(const std::string& script, LaunchOptions options, Captured& captured,
-                    const StopFlag* stop = nullptr) {
+                    const StopFlag* stop = nullptr,
+                    const std::vector<std::string>& env = own_environment()) {
   options.command = {"sh", "-c", script};
   LaunchIo io;
   io.line = [&](int rank, OutputStream stream, std::string_view line) {
     captured.lines.emplace_back(rank, stream, std::string(line));
   };
   io.message = [&](std::string_view m) { captured.messages.emplace_back(m); };
-  return run_job(options, sh_path(), own_environment(), io, stop);
+  return run_job(options, sh_path(), env, io, stop);
 }
 
 }  // namespace
@@ -923,13 +924,7 @@ TEST_CASE(
     Captured c;
     std::vector<std::string> env = own_environment();
     env.push_back(std::string(cluster_vars::failure_file) + "=/tmp/inherited");
-    options.command = {"sh", "-c", "echo \"file ${ACTORPIPE_FAILURE_FILE:-none}\""};
-    LaunchIo io;
-    io.line = [&](int rank, OutputStream stream, std::string_view line) {
-      c.lines.emplace_back(rank, stream, std::string(line));
-    };
-    io.message = [&](std::string_view m) { c.messages.emplace_back(m); };
-    auto r = run_job(options, sh_path(), env, io);
+    auto r = job_sh("echo \"file ${ACTORPIPE_FAILURE_FILE:-none}\"", options, c, nullptr, env);
     CHECK(r.exit_code == 0);
     CHECK(file_of(c, 0) == "none");
     CHECK(file_of(c, 1) == "none");
