@@ -663,16 +663,29 @@ LaunchResult job_sh(const std::string& script, LaunchOptions options, Captured& 
   return run_job(options, sh_path(), env, io, stop);
 }
 
+// Options of a job of `processes` ranks under --max-restarts `restarts`, 5 s of grace.
+LaunchOptions restart_options(int processes, int restarts, double backoff) {
+  LaunchOptions options;
+  options.processes = processes;
+  options.grace_seconds = 5;
+  options.max_restarts = restarts;
+  options.restart_backoff = backoff;
+  return options;
+}
+
+// Shell: waits until `file` exists (at most 10 s), then succeeds only if it does.
+std::string wait_for_file(const std::string& file) {
+  return fmt::format(
+      "i=0; while [ ! -e {0} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; [ -e {0} ]",
+      file);
+}
+
 }  // namespace
 
 TEST_CASE(
     "--max-restarts --relaunch all: a failed job is relaunched whole, its ranks told which "
     "restart") {
-  LaunchOptions options;
-  options.processes = 2;
-  options.grace_seconds = 5;
-  options.max_restarts = 3;
-  options.restart_backoff = 0.05;
+  LaunchOptions options = restart_options(2, 3, 0.05);
   options.relaunch_dead = false;
   SUBCASE("rank 1 fails in the first two attempts: the third succeeds") {
     Captured c;
@@ -742,11 +755,7 @@ TEST_CASE(
     "restart, the others live on, told they may rejoin") {
   actorpipe::testing::TempDir dir;
   const std::string done = dir.file("done");
-  LaunchOptions options;
-  options.processes = 3;
-  options.grace_seconds = 5;
-  options.max_restarts = 3;
-  options.restart_backoff = 0.05;
+  LaunchOptions options = restart_options(3, 3, 0.05);
   // ranks 0 and 2 live until rank 1 has succeeded (at most 10 s); rank 1 fails `fails` times
   auto script = [&](int fails, int code) {
     return fmt::format(
@@ -754,10 +763,8 @@ TEST_CASE(
         "rejoin ${{ACTORPIPE_REJOIN:-none}}: ${{ACTORPIPE_RESTART_REASON:-first}}\"; "
         "if [ \"$ACTORPIPE_RANK\" = 1 ]; then "
         "  if [ \"${{ACTORPIPE_RESTART:-0}}\" -lt {0} ]; then exit {1}; fi; touch {2}; exit 0; "
-        "fi; "
-        "i=0; while [ ! -e {2} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
-        "[ -e {2} ]",
-        fails, code, done);
+        "fi; {3}",
+        fails, code, done, wait_for_file(done));
   };
   SUBCASE("rank 1 fails twice: relaunched twice, ranks 0 and 2 started once") {
     Captured c;
@@ -873,11 +880,7 @@ TEST_CASE("--max-restarts and --restart-backoff are parsed and checked") {
 TEST_CASE(
     "--max-restarts: each rank's environment names a failure record of its own, which a process "
     "started in its place finds, and which goes with the job") {
-  LaunchOptions options;
-  options.processes = 2;
-  options.grace_seconds = 5;
-  options.max_restarts = 2;
-  options.restart_backoff = 0;
+  LaunchOptions options = restart_options(2, 2, 0);
   // every start says its record and what it holds; rank 1 leaves one, then fails, once; rank 0
   // lives until rank 1 has succeeded (at most 10 s: a finished rank ends the relaunches)
   actorpipe::testing::TempDir dir;
@@ -890,9 +893,8 @@ TEST_CASE(
       "  if [ \"${{ACTORPIPE_RESTART:-0}}\" = 0 ]; then "
       "    echo \"left by $$\" > \"$ACTORPIPE_FAILURE_FILE\"; exit 5; fi; "
       "  touch {0}; exit 0; "
-      "fi; "
-      "i=0; while [ ! -e {0} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; [ -e {0} ]",
-      done);
+      "fi; {1}",
+      done, wait_for_file(done));
   auto file_of = [](const Captured& c, int rank) {
     const auto lines = c.of(rank, OutputStream::out);
     REQUIRE_FALSE(lines.empty());
