@@ -11,7 +11,7 @@
 #include <string>
 
 #include "tests/support/forked_child.hpp"
-#include "tests/support/free_port.hpp"
+#include "tests/support/held_port.hpp"
 
 using namespace actorpipe;
 using namespace actorpipe::testing;
@@ -65,7 +65,8 @@ int rank0(int port, Pipe& to_child, Pipe& from_child) {
 }  // namespace
 
 TEST_CASE("the all-gather gives every rank every rank's part, in rank order") {
-  const int port = free_port();
+  const PortReservation held = held_port();
+  const int port = held.port();
   Pipe to_child, from_child;
   Child child([&] { return rank0(port, to_child, from_child); });
   auto g = ProcessGroup::create(options(1, port));
@@ -90,7 +91,8 @@ TEST_CASE("a gather in progress fails within peer_timeout when the rank it waits
   // network between two hosts goes away (rank 0 holds the round, so it can never answer)
   for (const int sig : {SIGKILL, SIGSTOP}) {
     CAPTURE(sig);
-    const int port = free_port();
+    const PortReservation held = held_port();
+    const int port = held.port();
     Pipe to_child, from_child;
     Child child([&] { return rank0(port, to_child, from_child); });
     auto g = ProcessGroup::create(options(1, port));

@@ -104,48 +104,6 @@ bool numeric_address(const std::string& text) {
          ::inet_pton(AF_INET6, text.c_str(), &v6) == 1;
 }
 
-// Binds a TCP socket to address:port (SO_REUSEADDR, so that a port in TIME_WAIT counts as free),
-// returns the bound port and closes the socket.
-Expected<int> bind_once(const std::string& address, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE;
-  addrinfo* found = nullptr;
-  const std::string service = std::to_string(port);
-  if (const int rc = ::getaddrinfo(address.c_str(), service.c_str(), &hints, &found); rc != 0) {
-    return make_error("--bind: '{}' is not allowed: {}; expected a numeric IPv4 or IPv6 address",
-                      address, ::gai_strerror(rc));
-  }
-  const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    const int e = errno;
-    ::freeaddrinfo(found);
-    return make_error("cannot create a TCP socket for {}: {}", address, std::strerror(e));
-  }
-  const int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(fd, found->ai_addr, found->ai_addrlen) != 0) {
-    const int e = errno;
-    ::close(fd);
-    ::freeaddrinfo(found);
-    return make_error("cannot bind TCP port {} on {}: {}", port, address, std::strerror(e));
-  }
-  ::freeaddrinfo(found);
-  sockaddr_storage bound{};
-  socklen_t len = sizeof bound;
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
-    const int e = errno;
-    ::close(fd);
-    return make_error("cannot read the port bound on {}: {}", address, std::strerror(e));
-  }
-  ::close(fd);
-  if (bound.ss_family == AF_INET) {
-    return static_cast<int>(ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port));
-  }
-  return static_cast<int>(ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port));
-}
-
 bool job_variable(std::string_view entry) {
   const std::string_view name = entry.substr(0, entry.find('='));
   for (const char* v :
@@ -470,18 +428,6 @@ Expected<LaunchOptions> parse_launch_args(const std::vector<std::string>& args) 
   return o;
 }
 
-Expected<int> pick_free_port(const std::string& address) {
-  return bind_once(address, 0);
-}
-
-Status check_port_free(const std::string& address, int port) {
-  auto bound = bind_once(address, port);
-  if (!bound) {
-    return make_error("--port: {} is not available: {}", port, bound.error().message);
-  }
-  return {};
-}
-
 Expected<std::string> make_job_secret() {
   unsigned char bytes[32];
   std::size_t got = 0;
@@ -549,14 +495,15 @@ Expected<std::string> resolve_program(const std::string& program, const std::str
 Expected<LaunchPlan> plan_launch(const LaunchOptions& options, const std::string& program,
                                  const std::vector<std::string>& base_env) {
   LaunchPlan plan;
-  int port = options.port;
-  if (port == 0) {
-    auto picked = pick_free_port(options.bind);
-    if (!picked) return picked.error();
-    port = *picked;
-  } else if (Status s = check_port_free(options.bind, port); !s) {
-    return s.error();
+  // held until the job ends: rank 0 binds it beside this socket (started again too), and no
+  // other program's connect() or bind takes it meanwhile
+  auto reserved = PortReservation::reserve(options.bind, options.port);
+  if (!reserved) {
+    if (options.port == 0) return reserved.error();
+    return make_error("--port: {} is not available: {}", options.port, reserved.error().message);
   }
+  const int port = reserved->port();
+  plan.port = std::make_shared<const PortReservation>(std::move(*reserved));
   auto secret = make_job_secret();
   if (!secret) return secret.error();
   plan.program = program;

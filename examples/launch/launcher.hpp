@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "engine/expected.hpp"
 #include "engine/stop_flag.hpp"
 #include "transport/cluster_env.hpp"
+#include "transport/port_reservation.hpp"
 
 namespace actorpipe {
 
@@ -50,13 +52,6 @@ extern const char* const kLaunchUsage;
 /// argument, its value and what is allowed.
 Expected<LaunchOptions> parse_launch_args(const std::vector<std::string>& args);
 
-/// A free TCP port on `address`: binds port 0, reads the port back, closes the socket. (Another
-/// process may take it before the coordinator binds it; the window is short.)
-Expected<int> pick_free_port(const std::string& address);
-
-/// Binds `port` on `address` and closes it again: an error naming both when that fails.
-Status check_port_free(const std::string& address, int port);
-
 /// 32 random bytes from the kernel (getrandom), as 64 lowercase hex digits.
 Expected<std::string> make_job_secret();
 
@@ -92,7 +87,9 @@ struct LaunchPlan {
   /// Per rank, the CPUs it is bound to before it starts (a relaunch too); empty: not bound.
   std::vector<std::vector<int>> cpus;
   std::string coordinator;  ///< host:port given to every rank
-  std::string secret;       ///< 64 hex digits
+  /// The coordinator's port, held from the plan until the last copy of the plan is gone.
+  std::shared_ptr<const PortReservation> port;
+  std::string secret;  ///< 64 hex digits
   double grace_seconds = 10;
   /// Ranks that failed are relaunched in place, this many times in all (--relaunch dead): the
   /// others go on (and rejoin the job); 0: a failure stops every rank.
@@ -100,8 +97,9 @@ struct LaunchPlan {
   double relaunch_backoff = 1.0;  ///< before the first relaunch, doubled for each next
 };
 
-/// Picks or checks the port, makes a secret and builds each rank's environment from `base_env`.
-/// `program` is the resolved program file (resolve_program).
+/// Reserves the coordinator's port (options.port, or a free one when 0; an error naming
+/// --port when it is not available), makes a secret and builds each rank's environment from
+/// `base_env`. `program` is the resolved program file (resolve_program).
 Expected<LaunchPlan> plan_launch(const LaunchOptions& options, const std::string& program,
                                  const std::vector<std::string>& base_env);
 

@@ -192,29 +192,49 @@ TEST_CASE("a rank's environment replaces the job variables it inherits") {
                                         "ACTORPIPE_JOB_SECRET=s3cr3t"});
 }
 
-TEST_CASE("a free port on loopback, a port in use refused, a fresh secret per call") {
-  auto port = pick_free_port("127.0.0.1");
-  REQUIRE(port.ok());
-  CHECK(*port >= 1);
-  CHECK(*port <= 65535);
-  CHECK(check_port_free("127.0.0.1", *port).ok());
+TEST_CASE("the plan holds the coordinator's port, and a --port in use is refused naming it") {
+  LaunchOptions options;
+  options.processes = 2;
+  options.bind = "127.0.0.1";
+  options.command = {"sh", "-c", "true"};
+  auto plan = plan_launch(options, sh_path(), own_environment());
+  REQUIRE(plan.ok());
+  REQUIRE(plan->port != nullptr);
+  const int port = plan->port->port();
+  CHECK(plan->coordinator == fmt::format("127.0.0.1:{}", port));
 
-  // a listening socket holds the port
+  // held: no plain bind gets it
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   REQUIRE(fd >= 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  REQUIRE(::listen(fd, 1) == 0);
-  socklen_t len = sizeof addr;
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  const int held = ntohs(addr.sin_port);
-  const Status busy = check_port_free("127.0.0.1", held);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  CHECK(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0);
   ::close(fd);
-  REQUIRE_FALSE(busy.ok());
-  CHECK(contains(busy.error().message, fmt::format("--port: {} is not available", held)));
 
+  // a port another program listens on
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(listener >= 0);
+  addr.sin_port = 0;
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(listener, 1) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  options.port = ntohs(addr.sin_port);
+  auto busy = plan_launch(options, sh_path(), own_environment());
+  ::close(listener);
+  REQUIRE_FALSE(busy.ok());
+  CHECK(contains(busy.error().message, fmt::format("--port: {} is not available", options.port)));
+
+  options.port = port;
+  plan = Error{"dropped"};  // the last copy of the plan: the port is free again
+  auto after = plan_launch(options, sh_path(), own_environment());
+  REQUIRE(after.ok());
+  CHECK(after->port->port() == port);
+}
+
+TEST_CASE("a fresh secret per call") {
   auto s1 = make_job_secret();
   auto s2 = make_job_secret();
   REQUIRE(s1.ok());

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "tests/support/files.hpp"
-#include "tests/support/free_port.hpp"
+#include "tests/support/held_port.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #ifndef ACTORPIPE_GPT
@@ -129,7 +129,8 @@ TEST_CASE("a killed rank stops the other within the peer timeout, the checkpoint
   for (int victim : {1, 0}) {
     CAPTURE(victim);
     TempDir dir;
-    const int port = free_port();
+    const actorpipe::PortReservation held = held_port();
+    const int port = held.port();
     const std::vector<std::string> env = {"ACTORPIPE_JOB_SECRET=0123456789abcdef0123456789abcdef"};
     Child r0(rank_args(0, port, dir.path), env, dir.path / "rank0.log");
     Child r1(rank_args(1, port, dir.path), env, dir.path / "rank1.log");
@@ -188,7 +189,8 @@ TEST_CASE("a killed rank stops the other within the peer timeout, the checkpoint
 TEST_CASE("a rank that cannot reach its coordinator gives up within cluster.connect_timeout" *
           doctest::timeout(60)) {
   TempDir dir;
-  const int port = free_port();  // nobody listens there
+  const actorpipe::PortReservation held = held_port();  // nobody listens there
+  const int port = held.port();
   std::vector<std::string> a = rank_args(1, port, dir.path);
   a.insert(a.end(), {"--set", "cluster.connect_timeout=2"});
   Child r1(a, {"ACTORPIPE_JOB_SECRET=0123456789abcdef0123456789abcdef"}, dir.path / "rank1.log");
@@ -206,7 +208,8 @@ TEST_CASE("a killed replica stops the job, and its checkpoint resumes with any n
           doctest::timeout(400)) {
   // two replicas of a one-stage pipeline: rank 1 is replica 1
   TempDir dir;
-  const int port = free_port();
+  const actorpipe::PortReservation held = held_port();
+  const int port = held.port();
   const std::vector<std::string> env = {"ACTORPIPE_JOB_SECRET=0123456789abcdef0123456789abcdef"};
   const std::vector<std::string> replicas = {"--set", "pipeline.stages=1", "--set",
                                              "pipeline.replicas=2"};
