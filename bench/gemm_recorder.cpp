@@ -6,8 +6,11 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <cstring>
 
 #include "kernels/check.hpp"
 
@@ -89,6 +92,10 @@ void GemmRecorder::start() {
   GemmRecorder* expected = nullptr;
   AP_CHECK(g_active.compare_exchange_strong(expected, this),
            "another GemmRecorder is already recording");
+  shadowed_.clear();  // the next replay copies the new calls' outputs
+  shadows_.clear();
+  regions_.clear();
+  shadow_bytes_ = 0;
   for (auto& v : calls_) {
     v.clear();
     v.reserve(4096);
@@ -129,14 +136,94 @@ void GemmRecorder::record(const SgemmCall& call) {
   foreign_.fetch_add(1, std::memory_order_relaxed);
 }
 
+namespace {
+
+// Floats from the first to the last element of a rows × cols matrix stored with leading
+// dimension ld, row-major or column-major.
+size_t extent(bool row_major, int rows, int cols, int ld) {
+  if (rows <= 0 || cols <= 0) return 0;
+  const auto outer = static_cast<size_t>(row_major ? rows : cols);
+  const auto inner = static_cast<size_t>(row_major ? cols : rows);
+  return (outer - 1) * static_cast<size_t>(ld) + inner;
+}
+
+// bf16 products are row-major
+size_t c_extent(const SgemmCall& c) {
+  return extent(c.row_major || c.is_bf16(), c.M, c.N, c.ldc);
+}
+size_t a_extent(const SgemmCall& c) {
+  return c.trans_a ? extent(c.row_major, c.K, c.M, c.lda) : extent(c.row_major, c.M, c.K, c.lda);
+}
+size_t b_extent(const SgemmCall& c) {
+  return c.trans_b ? extent(c.row_major, c.N, c.K, c.ldb) : extent(c.row_major, c.K, c.N, c.ldb);
+}
+
+}  // namespace
+
+void GemmRecorder::make_shadows() {
+  // the regions the calls write, merged where they overlap or touch
+  std::vector<Shadow> spans;
+  for (const auto& v : calls_) {
+    for (const SgemmCall& c : v) {
+      const size_t n = c_extent(c);
+      if (n == 0) continue;
+      const auto b = reinterpret_cast<uintptr_t>(c.C);
+      spans.push_back({b, b + n * sizeof(float), nullptr});
+    }
+  }
+  std::sort(spans.begin(), spans.end(),
+            [](const Shadow& a, const Shadow& b) { return a.begin < b.begin; });
+  regions_.clear();
+  for (const Shadow& s : spans) {
+    if (!regions_.empty() && s.begin <= regions_.back().end)
+      regions_.back().end = std::max(regions_.back().end, s.end);
+    else
+      regions_.push_back(s);
+  }
+  // a copy of each region, 64-byte aligned like the step's tensors, holding the step's values
+  shadows_.clear();
+  shadow_bytes_ = 0;
+  for (Shadow& r : regions_) {
+    const size_t bytes = r.end - r.begin;
+    shadows_.emplace_back(new float[(bytes + sizeof(float) - 1) / sizeof(float) + 16]);
+    r.copy = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(shadows_.back().get()) + 63) &
+                                      ~uintptr_t{63});
+    std::memcpy(r.copy, reinterpret_cast<const void*>(r.begin), bytes);
+    shadow_bytes_ += bytes;
+  }
+  shadowed_ = calls_;
+  for (auto& v : shadowed_) {
+    for (SgemmCall& c : v) {
+      if (c.A != nullptr) c.A = moved(c.A, a_extent(c));
+      if (c.B != nullptr) c.B = moved(c.B, b_extent(c));
+      if (c.C != nullptr) c.C = const_cast<float*>(moved(c.C, c_extent(c)));
+    }
+  }
+}
+
+const float* GemmRecorder::moved(const float* p, size_t floats) const {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  auto it = std::upper_bound(regions_.begin(), regions_.end(), a,
+                             [](uintptr_t x, const Shadow& s) { return x < s.begin; });
+  if (it == regions_.begin()) return p;
+  --it;
+  if (a + floats * sizeof(float) > it->end) return p;
+  return reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(it->copy) + (a - it->begin));
+}
+
+const float* GemmRecorder::replayed(const float* p) const {
+  return moved(p, 1);
+}
+
 double GemmRecorder::replay() {
   AP_CHECK(!recording_, "replay while recording");
   const SgemmFn fn = openblas_sgemm();
   AP_CHECK(fn != nullptr, "OpenBLAS's cblas_sgemm was not found behind the recording one");
+  if (shadowed_.size() != calls_.size()) make_shadows();
   const auto t0 = std::chrono::steady_clock::now();
   ctx_.parallel_for(ctx_.threads(), [&](int c, int64_t b, int64_t e) {
     if (b == e) return;
-    for (const SgemmCall& call : calls_[static_cast<size_t>(c)]) call_real(fn, call);
+    for (const SgemmCall& call : shadowed_[static_cast<size_t>(c)]) call_real(fn, call);
   });
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels/bf16_gemm.hpp"
@@ -66,7 +68,20 @@ class GemmRecorder {
   /// parallel_for over the Context's threads replays calls()[c] back to back. There is no
   /// barrier between calls, so this is a lower bound of a GEMM-only step with the step's
   /// partition. Returns the wall time in seconds. Not while recording.
+  ///
+  /// The replay writes no buffer of the step: every float region a recorded call writes (its
+  /// C) has a copy of its own, made at the first replay after recording, and every call's
+  /// operands that lie in such a region are read from the copy. So a replay between two steps
+  /// leaves the step's activations and gradient accumulators as they were, while its memory
+  /// traffic is the step's: the same sizes, strides and reuse (a product reading what an earlier
+  /// one wrote reads it from the copy, where that one wrote it).
   double replay();
+
+  /// Bytes of the copies the replays write (0 before the first replay).
+  size_t shadow_bytes() const { return shadow_bytes_; }
+  /// Where the replays keep the step's float at p: its place in a copy, or p itself where no
+  /// recorded call writes it (and before the first replay).
+  const float* replayed(const float* p) const;
 
   /// Called by the interposed cblas_sgemm for every call while this recorder is active.
   void record(const SgemmCall& call);
@@ -77,6 +92,20 @@ class GemmRecorder {
   std::vector<std::vector<SgemmCall>> calls_;
   std::atomic<size_t> foreign_{0};
   bool recording_ = false;
+  /// calls_ with their float pointers moved into the copies (made by the first replay)
+  std::vector<std::vector<SgemmCall>> shadowed_;
+  std::vector<std::unique_ptr<float[]>> shadows_;
+  size_t shadow_bytes_ = 0;
+  struct Shadow {
+    uintptr_t begin = 0, end = 0;  ///< the step's bytes [begin, end)
+    float* copy = nullptr;         ///< where they are copied
+  };
+  std::vector<Shadow> regions_;  ///< ascending, disjoint
+
+  /// The place in a copy of `floats` floats from p, all inside one region; else p itself.
+  const float* moved(const float* p, size_t floats) const;
+
+  void make_shadows();
 };
 
 /// Calls OpenBLAS's cblas_sgemm directly (not recorded).

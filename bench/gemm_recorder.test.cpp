@@ -66,12 +66,42 @@ TEST_CASE("a split product is recorded piece by piece, per thread, and replays b
   CHECK(p1.K == K);
   CHECK(rec.total_flops() == 2.0 * M * N * K);
 
+  // the replay computes the product again, bitwise, into a copy of C: C itself stays untouched
   const std::vector<float> first = C;
   std::fill(C.begin(), C.end(), -7.0f);
+  CHECK(rec.replayed(C.data()) == C.data());  // no copy before the first replay
   CHECK(rec.replay() > 0.0);
-  CHECK(std::equal(C.begin(), C.end(), first.begin()));
+  CHECK(rec.shadow_bytes() == sizeof(float) * C.size());
+  CHECK(std::all_of(C.begin(), C.end(), [](float x) { return x == -7.0f; }));
+  const float* copy = rec.replayed(C.data());
+  REQUIRE(copy != C.data());
+  CHECK(std::equal(first.begin(), first.end(), copy));
+  CHECK(rec.replayed(C.data() + 5) == copy + 5);
+  CHECK(rec.replayed(A.data()) == A.data());  // operands no call writes are read in place
   rec.replay();
   CHECK(rec.total_calls() == 2);  // replays are not recorded
+}
+
+TEST_CASE("a product reading what an earlier one wrote reads it from the copy") {
+  const int M = 64, N = 48, K = 32;
+  Context ctx(1);
+  const auto A = random_vector(static_cast<size_t>(M) * K, 3);
+  const auto B = random_vector(static_cast<size_t>(K) * N, 4);
+  const auto B2 = random_vector(static_cast<size_t>(N) * N, 5);
+  std::vector<float> C1(static_cast<size_t>(M) * N, 0.0f);
+  std::vector<float> C2(static_cast<size_t>(M) * N, 0.0f);
+  GemmRecorder rec(ctx);
+  rec.start();
+  gemm(ctx, false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C1.data(), N);
+  gemm(ctx, false, false, M, N, N, 1.0f, C1.data(), N, B2.data(), N, 0.0f, C2.data(), N);
+  rec.stop();
+  const std::vector<float> first1 = C1, first2 = C2;
+  std::fill(C1.begin(), C1.end(), 0.0f);  // the replay would read these zeros in place
+  rec.replay();
+  CHECK(std::equal(first1.begin(), first1.end(), rec.replayed(C1.data())));
+  CHECK(std::equal(first2.begin(), first2.end(), rec.replayed(C2.data())));
+  CHECK(std::equal(first2.begin(), first2.end(), C2.begin()));  // C2 as the step left it
+  REQUIRE(rec.calls()[0].size() == 2);
 }
 
 TEST_CASE("a training step's sgemm FLOPs equal the model's matmul and attention FLOPs") {
@@ -108,5 +138,37 @@ TEST_CASE("a training step's sgemm FLOPs equal the model's matmul and attention 
       CHECK(rec.calls()[1].size() > 0);  // the worker ran attention heads
     }
     CHECK(rec.replay() > 0.0);
+  }
+}
+
+TEST_CASE("replays between steps leave the training as it would have gone without them") {
+  ModelOptions mo;
+  mo.vocab_size = 96;
+  mo.context = 32;
+  mo.width = 64;
+  mo.depth = 2;
+  mo.heads = 4;
+  const int B = 2, T = 32;
+  const std::vector<Microbatch> mbs = {make_microbatch(mo.vocab_size, B, T)};
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    auto m1 = Model::build(mo);
+    auto m2 = Model::build(mo);
+    REQUIRE(m1.ok());
+    REQUIRE(m2.ok());
+    ReferenceTrainer plain(std::move(*m1), OptimizerOptions{}, B, T, threads);
+    ReferenceTrainer replayed(std::move(*m2), OptimizerOptions{}, B, T, threads);
+    GemmRecorder rec(replayed.context());
+    rec.start();
+    replayed.step(mbs);
+    rec.stop();
+    plain.step(mbs);
+    for (int i = 0; i < 3; ++i) {
+      rec.replay();  // between two steps, as the bench times them
+      const double a = plain.step(mbs);
+      const double b = replayed.step(mbs);
+      CHECK(a == b);
+    }
+    CHECK(rec.shadow_bytes() > 0);
   }
 }

@@ -94,18 +94,8 @@ Expected<StepResult> measure_step(const BenchShape& shape, int threads, Precisio
   if (!std::isfinite(r.first_loss))
     return make_error("{}: the first step's loss is {} (not finite)", shape.name, r.first_loss);
 
-  for (int i = 0; i < reps; ++i) {
-    const auto t0 = Clock::now();
-    trainer.step(mbs);
-    r.step_ms_all.push_back(ms_since(t0));
-  }
-  r.step_ms = median(r.step_ms_all);
-  r.tokens_per_s = static_cast<double>(shape.tokens_per_step()) / (r.step_ms / 1000.0);
-  r.gflops = r.model_flops / (r.step_ms / 1000.0) / 1e9;
-  r.peak_rss_mb = peak_rss_mib();
-
   // One step with its sgemm calls recorded (buffers stay put from here on: the trainer
-  // allocates nothing in a steady-state step).
+  // allocates nothing in a steady-state step), after the warm-up.
   GemmRecorder recorder(trainer.context());
   if (sgemm_interposed()) {
     recorder.start();
@@ -120,6 +110,28 @@ Expected<StepResult> measure_step(const BenchShape& shape, int threads, Precisio
                                  recorder.foreign_calls());
   } else {
     r.floor_note = "OpenBLAS's cblas_sgemm was not found behind the recording one";
+  }
+
+  // The timed steps, each followed by one replay of the recorded products when there is a floor:
+  // step and floor side by side, so that a slow spell of this machine slows both alike.
+  // the steps' high-water mark: before the first replay copies the outputs of the products
+  r.peak_rss_mb = peak_rss_mib();
+  const bool floor = r.gemm_calls > 0 && r.floor_note.empty();
+  if (floor) recorder.replay();  // warm-up (and the copies)
+  std::vector<double> replay_ms;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    trainer.step(mbs);
+    r.step_ms_all.push_back(ms_since(t0));
+    if (floor) replay_ms.push_back(recorder.replay() * 1000.0);
+  }
+  r.step_ms = median(r.step_ms_all);
+  r.tokens_per_s = static_cast<double>(shape.tokens_per_step()) / (r.step_ms / 1000.0);
+  r.gflops = r.model_flops / (r.step_ms / 1000.0) / 1e9;
+  if (floor) {
+    r.floor_ms = median(replay_ms);
+    r.floor_ratio = r.step_ms / r.floor_ms;
+    r.floor_ok = true;
   }
 
   if (profile) {
@@ -146,14 +158,6 @@ Expected<StepResult> measure_step(const BenchShape& shape, int threads, Precisio
     }
   }
 
-  if (r.gemm_calls > 0 && r.floor_note.empty()) {
-    recorder.replay();  // warm-up
-    std::vector<double> t;
-    for (int i = 0; i < reps; ++i) t.push_back(recorder.replay() * 1000.0);
-    r.floor_ms = median(t);
-    r.floor_ratio = r.step_ms / r.floor_ms;
-    r.floor_ok = true;
-  }
   return r;
 }
 

@@ -29,7 +29,7 @@ struct StepResult {
   double step_ms = 0.0;             // median of step_ms_all
   double tokens_per_s = 0.0;        // B·T / step
   double gflops = 0.0;              // model_flops / step
-  double peak_rss_mb = 0.0;         // high-water mark after the timed steps (MiB)
+  double peak_rss_mb = 0.0;         // high-water mark of the steps, before the floor (MiB)
   double first_loss = 0.0;          // loss of the first step (≈ ln V at init)
   // GEMM-only floor: the step's matrix products (sgemm calls, and in bf16 its gemm_bf16 calls)
   // replayed alone on the same threads.
@@ -43,9 +43,10 @@ struct StepResult {
 };
 
 /// Builds the model and a ReferenceTrainer at `threads` computing its products in `precision`,
-/// runs `warmup` untimed steps, times `reps` steps, records one step's products and replays them
-/// `reps` times for the floor, and with `profile` samples whole steps (at least 0.5 s of them)
-/// for the profile.
+/// runs `warmup` untimed steps, records one step's products, then times `reps` steps, each
+/// followed by one timed replay of the recorded products (the floor: step and floor side by side;
+/// the replays write copies of the outputs, GemmRecorder::replay, so the steps go on as without
+/// them), and with `profile` samples whole steps (at least 0.5 s of them) for the profile.
 Expected<StepResult> measure_step(const BenchShape& shape, int threads, Precision precision,
                                   int reps, int warmup, bool profile);
 
