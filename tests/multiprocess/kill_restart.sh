@@ -47,9 +47,22 @@ job() {
   "$@"
 }
 launcher_pid=
-# the last step in the metrics (0 while the last line is another record)
+# the last step in the metrics (0 while the last line is another record, or is being written:
+# a relaunched rank 0 rewrites the file, and a read then may see anything)
 last_step() {
-  tail -n 1 m.jsonl 2>/dev/null | sed -n 's/^{"step":\([0-9]*\).*/\1/p' | grep . || echo 0
+  v=$(tail -n 1 m.jsonl 2>/dev/null | sed -n 's/^{"step":\([0-9]*\).*/\1/p' | head -n 1)
+  case $v in
+  '' | *[!0-9]*) echo 0 ;;
+  *) echo "$v" ;;
+  esac
+}
+# grep -c of a file that may not be there yet (0) or is being rewritten: always one number
+count() {
+  v=$(grep -c "$1" "$2" 2>/dev/null | head -n 1)
+  case $v in
+  '' | *[!0-9]*) echo 0 ;;
+  *) echo "$v" ;;
+  esac
 }
 fail() {
   echo "FAILED: $1"
@@ -81,10 +94,10 @@ while [ $k -lt "$kills" ]; do
     kill -0 "$launcher_pid" 2>/dev/null || fail "the job ended after $k of $kills kills"
     # every kill so far has been restarted, the latest relaunch has written its restart line,
     # and a step came after it
-    restarts=$(grep -c "$restarted" out)
-    lines=$(grep -c '^{"restart":' m.jsonl 2>/dev/null)
+    restarts=$(count "$restarted" out)
+    lines=$(count '^{"restart":' m.jsonl)
     # (--relaunch dead: UCX may end a survivor too, which is relaunched as well)
-    if [ "$restarts" -ge $k ] && [ "${lines:-0}" -ge $k ] &&
+    if [ "$restarts" -ge $k ] && [ "$lines" -ge $k ] &&
       tail -n 1 m.jsonl | grep -q '^{"step":'; then
       break
     fi
@@ -162,5 +175,10 @@ n=$(grep -c '^{"step":' m.jsonl)
 expected=$restarts
 [ "$relaunch" = dead ] && expected=$kills
 r=$(grep -c '^{"restart":' m.jsonl)
-[ "$r" -eq "$expected" ] || fail "$r restart lines in the metrics, expected $expected"
+if [ "$r" -ne "$expected" ]; then
+  # which restarts had no kill behind them: each one's reason
+  echo "--- the launcher's restarts"
+  grep "$restarted" out
+  fail "$r restart lines in the metrics, expected $expected"
+fi
 echo "the restarted job equals the uninterrupted one"
