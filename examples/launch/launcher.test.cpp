@@ -951,4 +951,25 @@ TEST_CASE(
     CHECK(file_of(c, 0) == "none");
     CHECK(file_of(c, 1) == "none");
   }
+  {  // no directory for the records (TMPDIR=/proc: no one may make one there, root neither): a
+     // warning, and the job runs with restarts but without records
+    options.max_restarts = 1;
+    const char* old = std::getenv("TMPDIR");
+    const std::string saved = old != nullptr ? old : "";
+    REQUIRE(::setenv("TMPDIR", "/proc", 1) == 0);
+    Captured c;
+    auto r = job_sh("echo \"file ${ACTORPIPE_FAILURE_FILE:-none}\"", options, c);
+    if (old != nullptr)
+      ::setenv("TMPDIR", saved.c_str(), 1);
+    else
+      ::unsetenv("TMPDIR");
+    CHECK(r.exit_code == 0);
+    CHECK(file_of(c, 0) == "none");
+    CHECK(file_of(c, 1) == "none");
+    REQUIRE(c.messages.size() == 1);
+    CHECK(contains(c.messages[0],
+                   "warning: no directory for the ranks' failure records "
+                   "(/proc/actorpipe-launch-"));
+    CHECK(contains(c.messages[0], "a failure that repeats will be restarted every time"));
+  }
 }
