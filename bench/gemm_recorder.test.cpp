@@ -34,6 +34,17 @@ Microbatch make_microbatch(int V, int B, int T) {
   return mb;
 }
 
+// A GPT of two blocks, width 64, 4 heads, 96 tokens, a context of 48.
+ModelOptions two_block_gpt() {
+  ModelOptions mo;
+  mo.vocab_size = 96;
+  mo.context = 48;
+  mo.width = 64;
+  mo.depth = 2;
+  mo.heads = 4;
+  return mo;
+}
+
 }  // namespace
 
 TEST_CASE("the program's cblas_sgemm is the recording one") {
@@ -106,12 +117,7 @@ TEST_CASE("a product reading what an earlier one wrote reads it from the copy") 
 
 TEST_CASE("a training step's sgemm FLOPs equal the model's matmul and attention FLOPs") {
   // T <= 64: the causal attention's blocked GEMMs then cover the whole T×T square once.
-  ModelOptions mo;
-  mo.vocab_size = 96;
-  mo.context = 48;
-  mo.width = 64;
-  mo.depth = 2;
-  mo.heads = 4;
+  const ModelOptions mo = two_block_gpt();
   const int B = 3, T = 48, C = mo.width, L = mo.depth, V = mo.vocab_size;
   const double tokens = static_cast<double>(B) * T;
   // Forward 2·(12C² per block + V·C head) per token, backward twice that (input and weight
@@ -142,12 +148,7 @@ TEST_CASE("a training step's sgemm FLOPs equal the model's matmul and attention 
 }
 
 TEST_CASE("replays between steps leave the training as it would have gone without them") {
-  ModelOptions mo;
-  mo.vocab_size = 96;
-  mo.context = 32;
-  mo.width = 64;
-  mo.depth = 2;
-  mo.heads = 4;
+  const ModelOptions mo = two_block_gpt();
   const int B = 2, T = 32;
   const std::vector<Microbatch> mbs = {make_microbatch(mo.vocab_size, B, T)};
   for (int threads : {1, 2}) {
