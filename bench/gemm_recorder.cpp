@@ -93,7 +93,6 @@ void GemmRecorder::start() {
   AP_CHECK(g_active.compare_exchange_strong(expected, this),
            "another GemmRecorder is already recording");
   shadowed_.clear();  // the next replay copies the new calls' outputs
-  shadows_.clear();
   regions_.clear();
   shadow_bytes_ = 0;
   for (auto& v : calls_) {
@@ -174,21 +173,18 @@ void GemmRecorder::make_shadows() {
   std::sort(spans.begin(), spans.end(),
             [](const Shadow& a, const Shadow& b) { return a.begin < b.begin; });
   regions_.clear();
-  for (const Shadow& s : spans) {
+  for (Shadow& s : spans) {
     if (!regions_.empty() && s.begin <= regions_.back().end)
       regions_.back().end = std::max(regions_.back().end, s.end);
     else
-      regions_.push_back(s);
+      regions_.push_back(std::move(s));
   }
-  // a copy of each region, 64-byte aligned like the step's tensors, holding the step's values
-  shadows_.clear();
+  // a copy of each region holding the step's values
   shadow_bytes_ = 0;
   for (Shadow& r : regions_) {
     const size_t bytes = r.end - r.begin;
-    shadows_.emplace_back(new float[(bytes + sizeof(float) - 1) / sizeof(float) + 16]);
-    r.copy = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(shadows_.back().get()) + 63) &
-                                      ~uintptr_t{63});
-    std::memcpy(r.copy, reinterpret_cast<const void*>(r.begin), bytes);
+    r.copy = std::make_unique<Storage>(bytes, Device::cpu);
+    std::memcpy(r.copy->data(), reinterpret_cast<const void*>(r.begin), bytes);
     shadow_bytes_ += bytes;
   }
   shadowed_ = calls_;
@@ -208,7 +204,8 @@ const float* GemmRecorder::moved(const float* p, size_t floats) const {
   if (it == regions_.begin()) return p;
   --it;
   if (a + floats * sizeof(float) > it->end) return p;
-  return reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(it->copy) + (a - it->begin));
+  return reinterpret_cast<const float*>(static_cast<const char*>(it->copy->data()) +
+                                        (a - it->begin));
 }
 
 const float* GemmRecorder::replayed(const float* p) const {
@@ -219,7 +216,7 @@ double GemmRecorder::replay() {
   AP_CHECK(!recording_, "replay while recording");
   const SgemmFn fn = openblas_sgemm();
   AP_CHECK(fn != nullptr, "OpenBLAS's cblas_sgemm was not found behind the recording one");
-  if (shadowed_.size() != calls_.size()) make_shadows();
+  if (shadowed_.empty()) make_shadows();
   const auto t0 = std::chrono::steady_clock::now();
   ctx_.parallel_for(ctx_.threads(), [&](int c, int64_t b, int64_t e) {
     if (b == e) return;

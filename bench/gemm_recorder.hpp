@@ -12,6 +12,7 @@
 
 #include "kernels/bf16_gemm.hpp"
 #include "kernels/context.hpp"
+#include "kernels/tensor.hpp"
 
 namespace actorpipe::bench {
 
@@ -92,15 +93,14 @@ class GemmRecorder {
   std::vector<std::vector<SgemmCall>> calls_;
   std::atomic<size_t> foreign_{0};
   bool recording_ = false;
-  /// calls_ with their float pointers moved into the copies (made by the first replay)
+  /// calls_ with their float pointers moved into the copies; empty until the first replay
   std::vector<std::vector<SgemmCall>> shadowed_;
-  std::vector<std::unique_ptr<float[]>> shadows_;
-  size_t shadow_bytes_ = 0;
   struct Shadow {
-    uintptr_t begin = 0, end = 0;  ///< the step's bytes [begin, end)
-    float* copy = nullptr;         ///< where they are copied
+    uintptr_t begin = 0, end = 0;   ///< the step's bytes [begin, end)
+    std::unique_ptr<Storage> copy;  ///< host memory holding them, allocated as the step's tensors
   };
   std::vector<Shadow> regions_;  ///< ascending, disjoint
+  size_t shadow_bytes_ = 0;
 
   /// The place in a copy of `floats` floats from p, all inside one region; else p itself.
   const float* moved(const float* p, size_t floats) const;
