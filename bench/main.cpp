@@ -80,6 +80,9 @@ Expected<StepResult> measure_in_child(const BenchOptions& o, const std::string& 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // OpenBLAS's kernels chosen again where it picked narrower ones than the CPU has, before
+  // anything computes; every command measures with the kernels a trainer would use
+  (void)use_fitting_blas_core();
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args[0] == "pipeline")
     return run_pipeline_bench(std::span<const std::string>(args).subspan(1));

@@ -5,13 +5,16 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <sstream>
 
 #include "bench/subprocess.hpp"
+#include "kernels/blas_core.hpp"
 
 namespace actorpipe::bench {
 
-std::vector<std::pair<std::string, std::string>> peer_environment(int threads) {
+std::vector<std::pair<std::string, std::string>> peer_environment(int threads,
+                                                                  const std::string& blas_core) {
   const std::string t = std::to_string(threads);
   std::vector<std::pair<std::string, std::string>> env = {{"OMP_NUM_THREADS", t},
                                                           {"OPENBLAS_NUM_THREADS", t}};
@@ -19,7 +22,18 @@ std::vector<std::pair<std::string, std::string>> peer_environment(int threads) {
     env.emplace_back("OMP_WAIT_POLICY", "PASSIVE");
     env.emplace_back("OPENBLAS_THREAD_TIMEOUT", "4");
   }
+  if (!blas_core.empty()) env.emplace_back("OPENBLAS_CORETYPE", blas_core);
   return env;
+}
+
+std::vector<std::pair<std::string, std::string>> peer_environment(int threads) {
+  return peer_environment(threads, peer_blas_core());
+}
+
+std::string peer_blas_core() {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return {};
+  const BlasCore core = blas_core();
+  return core.picked_at_load.empty() ? std::string() : core.name;
 }
 
 std::vector<std::string> peer_argv(const std::string& python, const std::string& script,

@@ -16,8 +16,16 @@ namespace actorpipe::bench {
 /// The environment the peer runs with at `threads`: OMP_NUM_THREADS and
 /// OPENBLAS_NUM_THREADS = threads, and from 2 threads on OMP_WAIT_POLICY=PASSIVE and
 /// OPENBLAS_THREAD_TIMEOUT=4 (idle OpenMP/OpenBLAS threads sleep instead of spinning on a
-/// machine with as many cores as threads).
+/// machine with as many cores as threads). With `blas_core` (the core this process switched
+/// OpenBLAS to, peer_blas_core()) also OPENBLAS_CORETYPE = blas_core: PyTorch's products run
+/// on the same OpenBLAS, which picks the same narrow kernels in the peer.
+std::vector<std::pair<std::string, std::string>> peer_environment(int threads,
+                                                                  const std::string& blas_core);
 std::vector<std::pair<std::string, std::string>> peer_environment(int threads);
+
+/// The OpenBLAS core use_fitting_blas_core() switched this process to, where it did and
+/// OPENBLAS_CORETYPE is unset; else empty.
+std::string peer_blas_core();
 
 /// `python script --vocab=.. --context=.. --width=.. --depth=.. --heads=.. --batch=B --seq=T`,
 /// then `extra`, then `--threads=.. --reps=.. --warmup=..` and the optimizer's --lr, --beta1,

@@ -6,7 +6,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+
+#include "kernels/blas_core.hpp"
 
 using namespace actorpipe;
 using namespace actorpipe::bench;
@@ -40,11 +43,22 @@ struct FakePeer {
 }  // namespace
 
 TEST_CASE("peer_environment: thread counts, and passive waiting from 2 threads on") {
-  CHECK(peer_environment(1) == Env{{"OMP_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}});
-  CHECK(peer_environment(2) == Env{{"OMP_NUM_THREADS", "2"},
-                                   {"OPENBLAS_NUM_THREADS", "2"},
-                                   {"OMP_WAIT_POLICY", "PASSIVE"},
-                                   {"OPENBLAS_THREAD_TIMEOUT", "4"}});
+  CHECK(peer_environment(1, "") == Env{{"OMP_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}});
+  CHECK(peer_environment(2, "") == Env{{"OMP_NUM_THREADS", "2"},
+                                       {"OPENBLAS_NUM_THREADS", "2"},
+                                       {"OMP_WAIT_POLICY", "PASSIVE"},
+                                       {"OPENBLAS_THREAD_TIMEOUT", "4"}});
+}
+
+TEST_CASE("peer_environment: the OpenBLAS core this process switched to goes to the peer too") {
+  CHECK(peer_environment(1, "SkylakeX") == Env{{"OMP_NUM_THREADS", "1"},
+                                               {"OPENBLAS_NUM_THREADS", "1"},
+                                               {"OPENBLAS_CORETYPE", "SkylakeX"}});
+  // this process: a core only where it switched one (use_fitting_blas_core)
+  const BlasCore core = blas_core();
+  CHECK(peer_blas_core() == (core.picked_at_load.empty() || std::getenv("OPENBLAS_CORETYPE")
+                                 ? std::string()
+                                 : core.name));
 }
 
 TEST_CASE("peer_argv: the shape, the extra arguments, then the run and the optimizer") {

@@ -1,12 +1,15 @@
 #include "kernels/blas_core.hpp"
 
 #include <cblas.h>
+#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
 #include <cctype>
 #include <cstdlib>
+#include <mutex>
+#include <optional>
 #include <utility>
 
 namespace actorpipe {
@@ -83,27 +86,88 @@ std::string suggested_blas_core(std::string_view core, VectorIsa cpu) {
 }
 
 std::string BlasCore::describe() const {
-  return fmt::format("OpenBLAS {} kernels", name);
+  if (picked_at_load.empty()) return fmt::format("OpenBLAS {} kernels", name);
+  return fmt::format(
+      "OpenBLAS {} kernels (chosen at start: OpenBLAS picked {}, narrower than this CPU)", name,
+      picked_at_load);
 }
 
-const BlasCore& blas_core() {
-  static const BlasCore core = [] {
-    BlasCore c;
-    const char* name = openblas_get_corename();
-    c.name = name != nullptr ? name : "unknown";
-    const VectorIsa cpu = cpu_vector_isa();
-    c.suggested = suggested_blas_core(c.name, cpu);
-    if (!c.suggested.empty()) {
-      const char* set = std::getenv("OPENBLAS_CORETYPE");
-      c.warning_text = fmt::format(
-          "OpenBLAS picked its {} kernels ({}) on a CPU with {}: fp32 matrix products run "
-          "several times slower than they can here; start with OPENBLAS_CORETYPE={}{}",
-          c.name, isa_name(blas_core_isa(c.name).isa), isa_name(cpu), c.suggested,
-          set != nullptr ? fmt::format(" (it is set to {})", set) : std::string());
-    }
-    return c;
-  }();
-  return core;
+namespace {
+std::mutex g_switch_mutex;
+std::string g_picked_at_load;  // the core before the first switch (under g_switch_mutex)
+
+std::string current_core_name() {
+  const char* name = openblas_get_corename();
+  return name != nullptr ? name : "unknown";
+}
+}  // namespace
+
+BlasCore blas_core() {
+  BlasCore c;
+  c.name = current_core_name();
+  {
+    std::lock_guard lock(g_switch_mutex);
+    if (!g_picked_at_load.empty() && !same_name(g_picked_at_load, c.name))
+      c.picked_at_load = g_picked_at_load;
+  }
+  const VectorIsa cpu = cpu_vector_isa();
+  c.suggested = suggested_blas_core(c.name, cpu);
+  if (!c.suggested.empty()) {
+    const char* set = std::getenv("OPENBLAS_CORETYPE");
+    c.warning_text = fmt::format(
+        "OpenBLAS picked its {} kernels ({}) on a CPU with {}: fp32 matrix products run "
+        "several times slower than they can here; start with OPENBLAS_CORETYPE={}{}",
+        c.name, isa_name(blas_core_isa(c.name).isa), isa_name(cpu), c.suggested,
+        set != nullptr ? fmt::format(" (it is set to {})", set) : std::string());
+  }
+  return c;
+}
+
+std::string switch_blas_core(std::string_view core) {
+  const CoreIsa isa = blas_core_isa(core);
+  if (!isa.known) return fmt::format("'{}' is not an OpenBLAS x86-64 core this knows", core);
+  if (isa.isa > cpu_vector_isa())
+    return fmt::format("{}'s kernels use {}, which this CPU lacks", core, isa_name(isa.isa));
+  using Fn = void (*)();
+  auto* quit = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_quit"));
+  auto* init = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_init"));
+  if (quit == nullptr || init == nullptr)
+    return "this OpenBLAS has no gotoblas_dynamic_init (built without DYNAMIC_ARCH): its "
+           "kernels are fixed";
+  std::lock_guard lock(g_switch_mutex);
+  const std::string before = current_core_name();
+  if (same_name(before, core)) return {};
+  // gotoblas_dynamic_init reads OPENBLAS_CORETYPE (an unknown name would make it exit: only
+  // names of the table above get here); the environment is left as it was found
+  const char* env = std::getenv("OPENBLAS_CORETYPE");
+  const std::optional<std::string> saved =
+      env != nullptr ? std::optional<std::string>(env) : std::nullopt;
+  ::setenv("OPENBLAS_CORETYPE", std::string(core).c_str(), 1);
+  quit();
+  init();
+  if (saved) {
+    ::setenv("OPENBLAS_CORETYPE", saved->c_str(), 1);
+  } else {
+    ::unsetenv("OPENBLAS_CORETYPE");
+  }
+  const std::string after = current_core_name();
+  if (g_picked_at_load.empty()) g_picked_at_load = before;
+  if (!same_name(after, core))
+    return fmt::format("OpenBLAS runs its {} kernels after being asked for {}", after, core);
+  return {};
+}
+
+std::string fitting_blas_core(const BlasCore& now, bool coretype_set) {
+  return coretype_set ? std::string() : now.suggested;
+}
+
+std::string use_fitting_blas_core() {
+  const BlasCore now = blas_core();
+  const std::string core = fitting_blas_core(now, std::getenv("OPENBLAS_CORETYPE") != nullptr);
+  if (core.empty()) return {};
+  if (!switch_blas_core(core).empty()) return {};
+  return fmt::format("OpenBLAS picked its {} kernels ({}) on a CPU with {}; running {}'s", now.name,
+                     isa_name(blas_core_isa(now.name).isa), isa_name(cpu_vector_isa()), core);
 }
 
 }  // namespace actorpipe

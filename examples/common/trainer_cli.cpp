@@ -92,6 +92,13 @@ class StopOnSignal {
 
 // The exit code of a training stopped on a signal: 128 + the signal (130 SIGINT, 143 SIGTERM);
 // a rank > 0 stopped with its job but without a signal of its own: 143.
+// OpenBLAS's kernels, chosen again at the start where it picked narrower ones than the CPU has
+// (use_fitting_blas_core): what was done, once per process.
+const std::string& blas_switch() {
+  static const std::string done = use_fitting_blas_core();
+  return done;
+}
+
 int stopped_exit_code(const Trainer& t) {
   return 128 + (t.stop_signal() > 0 ? t.stop_signal() : SIGTERM);
 }
@@ -605,6 +612,8 @@ Attempt train_in_job(const TrainerProgram& program, Config config, TrainerOption
              bf16_note, probe_devices().status);
   if (!bf16_warning.empty()) fmt::print("{}: warning: {}\n", program.name, bf16_warning);
   // the CPU's fp32 products (every stage not on a GPU) on OpenBLAS kernels narrower than the CPU
+  if (c.pipeline.device != "cuda" && !blas_switch().empty())
+    fmt::print("{}: {}\n", program.name, blas_switch());
   if (c.pipeline.device != "cuda" && !blas_core().warning().empty())
     fmt::print("{}: warning: {}\n", program.name, blas_core().warning());
   const std::optional<double> floor = trainer->loss_floor();
@@ -702,6 +711,7 @@ Attempt train_in_job(const TrainerProgram& program, Config config, TrainerOption
 }  // namespace
 
 int trainer_main(int argc, const char* const* argv, const TrainerProgram& program) {
+  (void)blas_switch();  // before any thread computes
   auto args = parse_cli(argc, argv);
   if (!args) {
     print_error(program.name, args.error().message);
