@@ -1,6 +1,7 @@
 // Softmax cross-entropy per row: max, one pass of exp with a fixed-lane sum, one scaling pass.
 #include "kernels/crossentropy.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -135,6 +136,22 @@ void crossentropy_backward(Context& ctx, float* dlogits, const float* probs, con
   });
 }
 
+namespace {
+// One row of crossentropy_forward_backward: its loss, and d (V floats, may alias x) = the
+// row's dlogits.
+float loss_and_gradient_row(float* d, const float* x, int32_t tgt, float dloss, int V) {
+  const float xt = x[tgt];
+  float mx = 0.0f;
+  const float sum = exp_row(d, x, V, mx);
+  const float loss = std::log(sum) + (mx - xt);
+  const float inv = 1.0f / sum;
+  const float pt = d[tgt] * inv;
+  scale2_row(d, inv, dloss, V);
+  d[tgt] = (pt - 1.0f) * dloss;
+  return loss;
+}
+}  // namespace
+
 int crossentropy_forward_backward(Context& ctx, float* losses, float* dlogits, const float* logits,
                                   const int32_t* targets, float dloss, int N, int V) {
   ctx.parallel_for(N, [&](int, int64_t r0, int64_t r1) {
@@ -147,15 +164,29 @@ int crossentropy_forward_backward(Context& ctx, float* losses, float* dlogits, c
         continue;
       }
       check_target(tgt, r, V);
-      const float* x = logits + r * V;
-      const float xt = x[tgt];
-      float mx = 0.0f;
-      const float sum = exp_row(d, x, V, mx);
-      losses[r] = std::log(sum) + (mx - xt);
-      const float inv = 1.0f / sum;
-      const float pt = d[tgt] * inv;
-      scale2_row(d, inv, dloss, V);
-      d[tgt] = (pt - 1.0f) * dloss;
+      losses[r] = loss_and_gradient_row(d, logits + r * V, tgt, dloss, V);
+    }
+  });
+  return count_targets(targets, N);
+}
+
+int crossentropy_forward_backward(Context& ctx, float* losses, bf16* dlogits, const float* logits,
+                                  const int32_t* targets, float dloss, int N, int V) {
+  // each chunk's row in f32, rounded into dlogits while it is in cache
+  float* rows = ctx.arena().alloc_f32(static_cast<size_t>(ctx.threads()) * V);
+  ctx.parallel_for(N, [&](int chunk, int64_t r0, int64_t r1) {
+    float* d = rows + static_cast<int64_t>(chunk) * V;
+    for (int64_t r = r0; r < r1; ++r) {
+      const int32_t tgt = targets[r];
+      bf16* out = dlogits + r * V;
+      if (tgt == kIgnoreIndex) {
+        losses[r] = 0.0f;
+        std::fill_n(out, V, bf16{});  // to_bf16(0.0f)
+        continue;
+      }
+      check_target(tgt, r, V);
+      losses[r] = loss_and_gradient_row(d, logits + r * V, tgt, dloss, V);
+      convert_to_bf16(d, out, V);
     }
   });
   return count_targets(targets, N);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "kernels/bf16.hpp"
 #include "kernels/context.hpp"
 
 namespace actorpipe {
@@ -27,6 +28,12 @@ void crossentropy_backward(Context& ctx, float* dlogits, const float* probs, con
 /// dlogits (N,V) as crossentropy_backward (overwrites; may alias logits), bitwise equal to
 /// calling the two in turn. Returns the number of non-ignored rows.
 int crossentropy_forward_backward(Context& ctx, float* losses, float* dlogits, const float* logits,
+                                  const int32_t* targets, float dloss, int N, int V);
+
+/// The same with dlogits rounded to bf16 as each row is made (the bf16 products' operand): the
+/// bits of the f32 call followed by convert_to_bf16, without the f32 dlogits (a row of V floats
+/// per thread of scratch instead of N·V). Returns the number of non-ignored rows.
+int crossentropy_forward_backward(Context& ctx, float* losses, bf16* dlogits, const float* logits,
                                   const int32_t* targets, float dloss, int N, int V);
 
 /// Number of targets that are not kIgnoreIndex.

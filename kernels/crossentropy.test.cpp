@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 #include "kernels/check.hpp"
 #include "kernels/internal/test_util.hpp"
@@ -147,4 +149,32 @@ TEST_CASE("cross-entropy: same bits for 1, 2 and 3 threads") {
   CHECK(bitwise_equal(r1, run(1)));
   CHECK(bitwise_equal(r1, run(2)));
   CHECK(bitwise_equal(r1, run(3)));
+}
+
+TEST_CASE("crossentropy_forward_backward into bf16: the f32 call's losses and rounded dlogits") {
+  constexpr int N = 37, V = 1000;  // V not a multiple of the vector lanes
+  std::vector<float> logits(static_cast<size_t>(N) * V);
+  uint32_t x = 7;
+  for (float& v : logits) {
+    x = x * 1664525u + 1013904223u;
+    v = static_cast<float>(static_cast<int32_t>(x >> 8) % 20000) * 1e-3f;
+  }
+  std::vector<int32_t> tgt(N);
+  for (int i = 0; i < N; ++i) tgt[i] = i % 5 == 3 ? kIgnoreIndex : (i * 131) % V;
+  const float dloss = 1.0f / 29.0f;
+  for (int threads : {1, 2, 3}) {
+    CAPTURE(threads);
+    Context ctx(threads);
+    std::vector<float> l32(N), d32(logits.size()), l16(N, -1.0f);
+    std::vector<bf16> d16(logits.size(), to_bf16(-1.0f)), want(logits.size());
+    const int n32 = crossentropy_forward_backward(ctx, l32.data(), d32.data(), logits.data(),
+                                                  tgt.data(), dloss, N, V);
+    const int n16 = crossentropy_forward_backward(ctx, l16.data(), d16.data(), logits.data(),
+                                                  tgt.data(), dloss, N, V);
+    convert_to_bf16(d32.data(), want.data(), static_cast<int64_t>(want.size()));
+    CHECK(n16 == n32);
+    CHECK(std::memcmp(l16.data(), l32.data(), sizeof(float) * N) == 0);
+    CHECK(d16 == want);  // ignored rows included: zeros
+    CHECK(d16[static_cast<size_t>(3) * V + 1] == bf16{});
+  }
 }

@@ -163,13 +163,20 @@ TEST_CASE("bf16 products on stages off the host compute the CPU stages' bf16 bit
       o.mode = mode;
       o.microbatches = m;
       o.precision = Precision::bf16;
-      auto cpu = tiny_executor(model, p, clipped_adamw(), o);
-      CheckedDevices dev(2, {1});  // stage 0 off the host, stage 1 on it
-      o.backends = dev.pointers;
-      auto off = tiny_executor(model, p, clipped_adamw(), o);
-      const int steps = mode == Mode::pipedream ? m * kSteps : kSteps;
-      check_runs_alike(*off, *cpu, steps, mbs);
-      CHECK(dev.backends[0]->precision() == Precision::bf16);
+      // stage 0 off the host and stage 1 on it, then the other way round: the loss head off
+      // the host takes the f32 dlogits and rounds them for its products, on the host it rounds
+      // each row as its backward makes it
+      for (int on_host : {1, 0}) {
+        INFO("stage " << on_host << " on the host");
+        CheckedDevices dev(2, {on_host});
+        SerialExecutorOptions d = o;
+        d.backends = dev.pointers;
+        auto off = tiny_executor(model, p, clipped_adamw(), d);
+        auto ref = tiny_executor(model, p, clipped_adamw(), o);
+        const int steps = mode == Mode::pipedream ? m * kSteps : kSteps;
+        check_runs_alike(*off, *ref, steps, mbs);
+        CHECK(dev.backends[0]->precision() == Precision::bf16);
+      }
     }
   }
   // and the same run in fp32 differs: the products above did round

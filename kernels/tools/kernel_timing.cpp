@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "kernels/attention.hpp"
+#include "kernels/bf16.hpp"
+#include "kernels/blas_core.hpp"
 #include "kernels/context.hpp"
 #include "kernels/crossentropy.hpp"
 #include "kernels/elementwise.hpp"
@@ -74,6 +76,9 @@ struct Row {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // the sgemm columns on the kernels that fit this CPU (kernels/blas_core.hpp)
+  const std::string blas = use_fitting_blas_core();
+  if (!blas.empty()) std::printf("%s\n", blas.c_str());
   const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
   int B = 8, T = 256, C = 384, NH = 6, V = 8192, L = 6;
   if (argc > 7) {
@@ -294,6 +299,31 @@ int main(int argc, char** argv) {
            reps) -
            time_ms([&] { std::copy(logits0.begin(), logits0.end(), logits.begin()); }, reps),
        0, 1});
+  // bf16: the LM head products' operand, from f32 dlogits rounded in a pass of their own, or
+  // rounded by the loss's backward as it makes each row
+  std::vector<float> dlogits(logits.size());
+  std::vector<bf16> dlogits16(logits.size());
+  once.push_back({"ce+round (bf16)",
+                  time_ms(
+                      [&] {
+                        crossentropy_forward_backward(ctx, losses.data(), dlogits.data(),
+                                                      logits0.data(), targets.data(), 1.0f / N, N,
+                                                      V);
+                        convert_to_bf16(ctx, dlogits.data(), dlogits16.data(),
+                                        static_cast<int64_t>(dlogits.size()));
+                      },
+                      reps),
+                  0, 0});
+  once.push_back({"ce->bf16 (bf16)",
+                  time_ms(
+                      [&] {
+                        crossentropy_forward_backward(ctx, losses.data(), dlogits16.data(),
+                                                      logits0.data(), targets.data(), 1.0f / N, N,
+                                                      V);
+                        ctx.arena().reset();
+                      },
+                      reps),
+                  0, 0});
   once.push_back({"lm head bwd",
                   time_ms(
                       [&] {
@@ -325,8 +355,8 @@ int main(int argc, char** argv) {
   double once_k = 0, once_g = 0;
   for (const Row& r : once) {
     std::printf("%-16s %9.3f %9.3f %9.3f\n", r.name.c_str(), r.ms, r.gemm_ms, r.ms - r.gemm_ms);
-    once_k += r.ms;
-    once_g += r.gemm_ms;
+    once_k += r.ms * r.per_step;  // the bf16 rows (0) are not part of the fp32 step
+    once_g += r.gemm_ms * r.per_step;
   }
   const double step_k = L * layer_k + once_k, step_g = L * layer_g + once_g;
   std::printf("step estimate (%d layers, %zu params): kernels %.1f ms, sgemm %.1f ms, ratio %.3f\n",

@@ -601,10 +601,24 @@ class GptHead final : public SlotLayer {
     const size_t NC = static_cast<size_t>(N) * C_;
     const Saved s = layout(mb.B, mb.T);
     const float* S = saved;
-    const float* dlogits = loss_backward(ctx, later, S + s.logits, mb.targets.data(), N, V_, dloss);
     float* dlnf = zeros(ctx, NC);
-    linear_backward(ctx, later, dlnf, g(grads, LMW), nullptr, dlogits, S + s.lnf, p(params, LMW), N,
-                    C_, V_);
+    const size_t NV = static_cast<size_t>(N) * V_;
+    if (ctx.precision() == Precision::bf16 && ctx.host_backend()) {
+      // the loss's backward writes the LM head products' bf16 operand itself (the bits of the
+      // f32 dlogits through linear_backward, without them); a deferred weight half keeps it
+      bf16* dlogits16 =
+          later != nullptr ? later->hold_bf16(NV) : alloc_bf16(ctx, static_cast<int64_t>(NV));
+      float* losses = ctx.backend().scratch(static_cast<size_t>(N));
+      crossentropy_forward_backward(ctx, losses, dlogits16, S + s.logits, mb.targets.data(), dloss,
+                                    N, V_);
+      linear_products_bf16(ctx, later, dlnf, g(grads, LMW), dlogits16, ProductInput{S + s.lnf},
+                           p(params, LMW), N, C_, V_);
+    } else {
+      const float* dlogits =
+          loss_backward(ctx, later, S + s.logits, mb.targets.data(), N, V_, dloss);
+      linear_backward(ctx, later, dlnf, g(grads, LMW), nullptr, dlogits, S + s.lnf, p(params, LMW),
+                      N, C_, V_);
+    }
     ctx.backend().fill_zero(din, static_cast<long>(NC));
     ctx.backend().layernorm_backward(din, g(grads, LNFW), g(grads, LNFB), dlnf, in, p(params, LNFW),
                                      S + s.mean, S + s.rstd, N, C_);
