@@ -53,6 +53,18 @@ float exp_row_copy(float* __restrict out, const float* __restrict x, const int V
   return s;
 }
 
+// Σ exp(x[j] - mx) in lane order, the sum exp_row_copy returns (nothing stored).
+float exp_sum_row(const float* __restrict x, const int V, const float mx) {
+  float acc[kLanes] = {};
+  int j = 0;
+  for (; j + kLanes <= V; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] += internal::exp_f32(x[j + l] - mx);
+  for (int l = 0; j + l < V; ++l) acc[l] += internal::exp_f32(x[j + l] - mx);
+  float s = 0.0f;
+  for (int l = 0; l < kLanes; ++l) s += acc[l];
+  return s;
+}
+
 void scale_row(float* __restrict p, const float s, const int V) {
   for (int j = 0; j < V; ++j) p[j] *= s;
 }
@@ -108,6 +120,24 @@ int crossentropy_forward(Context& ctx, float* losses, float* probs, const float*
       const float sum = exp_row(p, x, V, mx);
       losses[r] = std::log(sum) + (mx - xt);
       scale_row(p, 1.0f / sum, V);
+    }
+  });
+  return count_targets(targets, N);
+}
+
+int crossentropy_losses(Context& ctx, float* losses, const float* logits, const int32_t* targets,
+                        int N, int V) {
+  ctx.parallel_for(N, [&](int, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int32_t tgt = targets[r];
+      if (tgt == kIgnoreIndex) {
+        losses[r] = 0.0f;
+        continue;
+      }
+      check_target(tgt, r, V);
+      const float* x = logits + r * V;
+      const float mx = internal::lane_max(x, V);
+      losses[r] = std::log(exp_sum_row(x, V, mx)) + (mx - x[tgt]);
     }
   });
   return count_targets(targets, N);

@@ -19,6 +19,12 @@ inline constexpr int32_t kIgnoreIndex = -1;
 int crossentropy_forward(Context& ctx, float* losses, float* probs, const float* logits,
                          const int32_t* targets, int N, int V);
 
+/// The losses of crossentropy_forward alone (the same bits), without writing the
+/// probabilities: one pass over each row for its maximum and one for its exponentials' sum.
+/// Returns the number of non-ignored rows.
+int crossentropy_losses(Context& ctx, float* losses, const float* logits, const int32_t* targets,
+                        int N, int V);
+
 /// dlogits (N,V) = (probs − onehot(target)) · dloss for every non-ignored row, 0 otherwise
 /// (overwrites; may alias probs). dloss is the same scalar for every row (1/count for a mean).
 void crossentropy_backward(Context& ctx, float* dlogits, const float* probs, const int32_t* targets,

@@ -178,3 +178,31 @@ TEST_CASE("crossentropy_forward_backward into bf16: the f32 call's losses and ro
     CHECK(d16[static_cast<size_t>(3) * V + 1] == bf16{});
   }
 }
+
+TEST_CASE("crossentropy_losses: crossentropy_forward's losses and count, bit for bit") {
+  constexpr int N = 41, V = 777;
+  std::vector<float> logits(static_cast<size_t>(N) * V);
+  uint32_t x = 11;
+  for (float& v : logits) {
+    x = x * 1664525u + 1013904223u;
+    v = static_cast<float>(static_cast<int32_t>(x >> 8) % 30000) * 1e-3f - 10.0f;
+  }
+  std::vector<int32_t> tgt(N);
+  for (int i = 0; i < N; ++i) tgt[i] = i % 7 == 2 ? kIgnoreIndex : (i * 53) % V;
+  for (int threads : {1, 2, 3}) {
+    CAPTURE(threads);
+    Context ctx(threads);
+    std::vector<float> want(N), got(N, -1.0f), probs(logits.size());
+    const int n =
+        crossentropy_forward(ctx, want.data(), probs.data(), logits.data(), tgt.data(), N, V);
+    CHECK(crossentropy_losses(ctx, got.data(), logits.data(), tgt.data(), N, V) == n);
+    CHECK(std::memcmp(got.data(), want.data(), sizeof(float) * N) == 0);
+    CHECK(got[2] == 0.0f);
+  }
+  std::vector<int32_t> bad(N, 0);
+  bad[5] = V;
+  Context ctx(1);
+  std::vector<float> l(N);
+  CHECK_THROWS_AS(crossentropy_losses(ctx, l.data(), logits.data(), bad.data(), N, V),
+                  CheckFailure);
+}

@@ -299,6 +299,24 @@ int main(int argc, char** argv) {
            reps) -
            time_ms([&] { std::copy(logits0.begin(), logits0.end(), logits.begin()); }, reps),
        0, 1});
+  // the forward's loss: with the probabilities written (the backend op) or alone (the host)
+  std::vector<float> probs(logits.size());
+  once.push_back({"ce fwd, probs",
+                  time_ms(
+                      [&] {
+                        (void)crossentropy_forward(ctx, losses.data(), probs.data(), logits0.data(),
+                                                   targets.data(), N, V);
+                      },
+                      reps),
+                  0, 0});
+  once.push_back({"ce fwd, losses",
+                  time_ms(
+                      [&] {
+                        (void)crossentropy_losses(ctx, losses.data(), logits0.data(),
+                                                  targets.data(), N, V);
+                      },
+                      reps),
+                  0, 0});
   // bf16: the LM head products' operand, from f32 dlogits rounded in a pass of their own, or
   // rounded by the loss's backward as it makes each row
   std::vector<float> dlogits(logits.size());
