@@ -83,14 +83,12 @@ void softmax_backward_row(float* __restrict d, const float* __restrict a, const 
 
 // The bf16 forward: the fp32 one's loops with bf16 operands. The scores come unscaled out of the
 // product (gemm_bf16 has no alpha) and are scaled in f32 before the softmax.
-void attention_forward_bf16(Context& ctx, float* out, float* att, const float* qkv,
+void attention_forward_bf16(Context& ctx, float* out, float* att, const bf16* qkv16,
                             const uint8_t* key_mask, bool causal, int B, int T, int C, int NH) {
   const int hs = C / NH;
   const int C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int64_t TT = static_cast<int64_t>(T) * T;
-  bf16* qkv16 = alloc_bf16(ctx, static_cast<int64_t>(B) * T * C3);
-  convert_to_bf16(ctx, qkv, qkv16, static_cast<int64_t>(B) * T * C3);
   bf16* a16_all = alloc_bf16(ctx, ctx.threads() * TT);
   ctx.parallel_for(static_cast<int64_t>(B) * NH, [&](int chunk, int64_t i0, int64_t i1) {
     bf16* a16 = a16_all + chunk * TT;
@@ -125,14 +123,12 @@ void attention_forward_bf16(Context& ctx, float* out, float* att, const float* q
 // The bf16 backward: the fp32 one's loops with bf16 operands; D (the scores' gradient) is
 // computed and differentiated through the softmax in f32, then rounded for its two products.
 void attention_backward_bf16(Context& ctx, float* dqkv, float* scratch, const float* dout,
-                             const float* qkv, const float* att, int B, int T, int C, int NH,
+                             const bf16* qkv16, const float* att, int B, int T, int C, int NH,
                              bool causal) {
   const int hs = C / NH;
   const int C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int64_t TT = static_cast<int64_t>(T) * T;
-  bf16* qkv16 = alloc_bf16(ctx, static_cast<int64_t>(B) * T * C3);
-  convert_to_bf16(ctx, qkv, qkv16, static_cast<int64_t>(B) * T * C3);
   bf16* go16_all = alloc_bf16(ctx, static_cast<int64_t>(B) * T * C);
   convert_to_bf16(ctx, dout, go16_all, static_cast<int64_t>(B) * T * C);
   bf16* a16_all = alloc_bf16(ctx, ctx.threads() * TT);
@@ -179,7 +175,37 @@ void attention_backward_bf16(Context& ctx, float* dqkv, float* scratch, const fl
     }
   });
 }
+// qkv's bf16 rounding in the Context's scratch: the operand the bf16 products read.
+const bf16* rounded_qkv(Context& ctx, const float* qkv, int B, int T, int C) {
+  const int64_t n = static_cast<int64_t>(B) * T * 3 * C;
+  bf16* qkv16 = alloc_bf16(ctx, n);
+  convert_to_bf16(ctx, qkv, qkv16, n);
+  return qkv16;
+}
+
+void check_heads(int C, int NH) {
+  AP_CHECK(NH > 0 && C % NH == 0, "attention: C={} not divisible by NH={}", C, NH);
+}
 }  // namespace
+
+void attention_forward(Context& ctx, float* out, float* att, const bf16* qkv,
+                       const uint8_t* key_mask, bool causal, int B, int T, int C, int NH) {
+  check_heads(C, NH);
+  AP_CHECK(ctx.precision() == Precision::bf16,
+           "attention_forward: a bf16 qkv on a Context computing in {}",
+           to_string(ctx.precision()));
+  attention_forward_bf16(ctx, out, att, qkv, key_mask, causal, B, T, C, NH);
+}
+
+void attention_backward(Context& ctx, float* dqkv, float* scratch, const float* dout,
+                        const bf16* qkv, const float* att, int B, int T, int C, int NH,
+                        bool causal) {
+  check_heads(C, NH);
+  AP_CHECK(ctx.precision() == Precision::bf16,
+           "attention_backward: a bf16 qkv on a Context computing in {}",
+           to_string(ctx.precision()));
+  attention_backward_bf16(ctx, dqkv, scratch, dout, qkv, att, B, T, C, NH, causal);
+}
 
 void attention_forward(Context& ctx, float* out, float* att, const float* qkv,
                        const uint8_t* key_mask, bool causal, int B, int T, int C, int NH) {
@@ -189,7 +215,8 @@ void attention_forward(Context& ctx, float* out, float* att, const float* qkv,
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int64_t TT = static_cast<int64_t>(T) * T;
   if (ctx.precision() == Precision::bf16) {
-    attention_forward_bf16(ctx, out, att, qkv, key_mask, causal, B, T, C, NH);
+    attention_forward_bf16(ctx, out, att, rounded_qkv(ctx, qkv, B, T, C), key_mask, causal, B, T, C,
+                           NH);
     return;
   }
   ctx.parallel_for(static_cast<int64_t>(B) * NH, [&](int, int64_t i0, int64_t i1) {
@@ -228,7 +255,8 @@ void attention_backward(Context& ctx, float* dqkv, float* scratch, const float* 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int64_t TT = static_cast<int64_t>(T) * T;
   if (ctx.precision() == Precision::bf16) {
-    attention_backward_bf16(ctx, dqkv, scratch, dout, qkv, att, B, T, C, NH, causal);
+    attention_backward_bf16(ctx, dqkv, scratch, dout, rounded_qkv(ctx, qkv, B, T, C), att, B, T, C,
+                            NH, causal);
     return;
   }
   ctx.parallel_for(static_cast<int64_t>(B) * NH, [&](int chunk, int64_t i0, int64_t i1) {

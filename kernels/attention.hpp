@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "kernels/bf16.hpp"
 #include "kernels/context.hpp"
 
 namespace actorpipe {
@@ -26,5 +27,14 @@ void attention_forward(Context& ctx, float* out, float* att, const float* qkv,
 void attention_backward(Context& ctx, float* dqkv, float* scratch, const float* dout,
                         const float* qkv, const float* att, int B, int T, int C, int NH,
                         bool causal = false);
+
+/// The bf16 forward and backward (ctx.precision() bf16, else a CheckFailure) on qkv already
+/// rounded to bf16: the bits of the calls above on the f32 qkv it rounds, without rounding it
+/// again (a block keeping its bf16 activations keeps qkv so, in half the floats).
+void attention_forward(Context& ctx, float* out, float* att, const bf16* qkv,
+                       const uint8_t* key_mask, bool causal, int B, int T, int C, int NH);
+void attention_backward(Context& ctx, float* dqkv, float* scratch, const float* dout,
+                        const bf16* qkv, const float* att, int B, int T, int C, int NH,
+                        bool causal);
 
 }  // namespace actorpipe

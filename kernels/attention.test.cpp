@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "kernels/check.hpp"
 #include "kernels/internal/test_util.hpp"
 #include "tests/support/bf16_skip.hpp"
 
@@ -228,4 +229,42 @@ TEST_CASE("attention in bf16: near the double reference, the same bits for 1, 2 
       CHECK(bitwise_equal(r.dqkv, r1.dqkv));
     }
   }
+}
+
+TEST_CASE("attention in bf16 on a qkv already rounded: the bits of the f32 qkv's calls") {
+  if (actorpipe::testing::skip_without_bf16_products()) return;
+  const Shape s{2, 130, 48, 4};
+  Rng rng(31);
+  const auto qkv = random_vec(static_cast<size_t>(s.B) * s.T * 3 * s.C, rng);
+  const auto g = random_vec(static_cast<size_t>(s.B) * s.T * s.C, rng);
+  const auto init = random_vec(qkv.size(), rng);
+  std::vector<bf16> qkv16(qkv.size());
+  convert_to_bf16(qkv.data(), qkv16.data(), static_cast<int64_t>(qkv.size()));
+  for (bool causal : {true, false}) {
+    for (int threads : {1, 2}) {
+      CAPTURE(causal);
+      CAPTURE(threads);
+      Context ctx(threads);
+      ctx.set_precision(Precision::bf16);
+      const Run want = run(ctx, qkv, nullptr, causal, s, g, init, causal);
+      Run got;
+      got.out.assign(want.out.size(), -5.0f);
+      got.att.assign(want.att.size(), -5.0f);
+      attention_forward(ctx, got.out.data(), got.att.data(), qkv16.data(), nullptr, causal, s.B,
+                        s.T, s.C, s.NH);
+      got.dqkv = init;
+      std::vector<float> scratch(static_cast<size_t>(threads) * s.T * s.T, 1e30f);
+      attention_backward(ctx, got.dqkv.data(), scratch.data(), g.data(), qkv16.data(),
+                         got.att.data(), s.B, s.T, s.C, s.NH, causal);
+      CHECK(bitwise_equal(got.out, want.out));
+      CHECK(bitwise_equal(got.att, want.att));
+      CHECK(bitwise_equal(got.dqkv, want.dqkv));
+    }
+  }
+  Context fp32(1);  // a bf16 qkv on a Context computing in fp32 is refused
+  std::vector<float> out(static_cast<size_t>(s.B) * s.T * s.C),
+      att(static_cast<size_t>(s.B) * s.NH * s.T * s.T);
+  CHECK_THROWS_AS(attention_forward(fp32, out.data(), att.data(), qkv16.data(), nullptr, true, s.B,
+                                    s.T, s.C, s.NH),
+                  CheckFailure);
 }

@@ -303,8 +303,8 @@ TEST_CASE("a bf16 weight stash computes the bits of an f32 one, in fewer bytes")
 TEST_CASE("bf16 activations kept for the products compute the bits of f32 ones, in smaller slots") {
   if (actorpipe::testing::skip_without_bf16()) return;
   // every mode, GPT and BERT, a block recomputed and one not (its forward again into scratch),
-  // two runs and an evaluation: the blocks keep ln1, the attention output, ln2 and GELU's output
-  // in bf16 (the operands their products round to) or in f32
+  // two runs and an evaluation: the blocks keep ln1, qkv, the attention output, ln2 and GELU's
+  // output in bf16 (the operands their products round to) or in f32
   for (const char* mode_name : {"gpipe", "1f1b", "2bw", "pipedream", "xpipe"}) {
     for (Arch arch : {Arch::gpt, Arch::bert}) {
       CAPTURE(mode_name);
@@ -347,12 +347,12 @@ TEST_CASE("bf16 activations kept for the products compute the bits of f32 ones, 
       CHECK(kept16->worker(1).stash_bytes() < kept32->worker(1).stash_bytes());
     }
   }
-  // a block's saved activations: 3.5 of its 15·C floats per token (plus the attention
-  // probabilities) go to bf16
+  // a block's saved activations: 5 of its 15·C floats per token (ln1, qkv, the attention output,
+  // ln2, GELU's output; the attention probabilities stay f32) go to bf16
   const Model gpt = build_model(tiny_model(Arch::gpt, true, 5));
   const Layer& block = gpt.layer(1);
   const size_t N = static_cast<size_t>(kB) * kT, C = static_cast<size_t>(gpt.options().width);
-  CHECK(block.saved_floats(kB, kT) - block.saved_floats_bf16(kB, kT) == N * C * 7 / 2);
+  CHECK(block.saved_floats(kB, kT) - block.saved_floats_bf16(kB, kT) == N * C * 5);
   CHECK(block.saved_floats_for(kB, kT, false) == block.saved_floats(kB, kT));
   CHECK(gpt.layer(0).saved_floats_bf16(kB, kT) == gpt.layer(0).saved_floats(kB, kT));
 }

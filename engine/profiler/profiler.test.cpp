@@ -172,15 +172,15 @@ TEST_CASE("layer bytes of the tiny GPT equal a hand count of its buffers") {
   auto s = layer_bytes(m, sgd, testing::kB, testing::kT);
   REQUIRE(s.ok());
   CHECK((*s)[1].optimizer_bytes == 872 * 4);
-  // bf16: each stored version has a copy of 2 bytes a value, and a block keeps ln1, the
-  // attention output, ln2 and GELU's output (3.5 · N·C of its floats, N·C = 96) in bf16
+  // bf16: each stored version has a copy of 2 bytes a value, and a block keeps ln1, qkv, the
+  // attention output, ln2 and GELU's output (5 · N·C of its floats, N·C = 96) in bf16
   auto h16 = layer_bytes(m, OptimizerOptions{}, testing::kB, testing::kT, Precision::bf16);
   REQUIRE(h16.ok());
   CHECK((*h16)[0].weight_copy_bytes == 256 * 2);
   CHECK((*h16)[1].weight_copy_bytes == 872 * 2);
   CHECK((*h16)[3].weight_copy_bytes == 208 * 2);
   CHECK((*h16)[1].version_bytes == 872 * 4);
-  CHECK((*h16)[1].activation_bytes == (1632 - 336 + 96) * 4);
+  CHECK((*h16)[1].activation_bytes == (1632 - 480 + 96) * 4);
   CHECK((*h16)[0].activation_bytes == (*b)[0].activation_bytes);  // the embedding: all f32
   // a bf16 stash: a stored version keeps a block's four matrices (12 C² = 768 floats) as their
   // bf16 copy only; the embedding and the head (tied) keep theirs in f32

@@ -370,7 +370,7 @@ class Block final : public SlotLayer {
     size_t ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu,
         total;
   };
-  // b16: the regions only products read (ln1, atty, ln2, fch_gelu) hold bf16 values
+  // b16: the regions only products read (ln1, qkv, atty, ln2, fch_gelu) hold bf16 values
   Saved layout(int B, int T, bool b16) const {
     const size_t N = static_cast<size_t>(B) * T;
     const size_t C = static_cast<size_t>(C_);
@@ -379,7 +379,7 @@ class Block final : public SlotLayer {
     s.ln1 = l.add(product_floats(N * C, b16));  // (N,C)
     s.ln1_mean = l.add(N);
     s.ln1_rstd = l.add(N);
-    s.qkv = l.add(N * 3 * C);                             // (N,3C)
+    s.qkv = l.add(product_floats(N * 3 * C, b16));        // (N,3C)
     s.att = l.add(static_cast<size_t>(B) * NH_ * T * T);  // (B,NH,T,T)
     s.atty = l.add(product_floats(N * C, b16));           // (N,C) attention output
     s.res2 = l.add(N * C);                                // (N,C) x + attn
@@ -430,10 +430,18 @@ class Block final : public SlotLayer {
     // written (the attention output through scratch)
     const ProductInput ln1 = layernorm_for_products(ctx, S + s.ln1, S + s.ln1_mean, S + s.ln1_rstd,
                                                     in, p(params, LN1W), p(params, LN1B), N, C);
-    linear_forward(ctx, S + s.qkv, ln1, p(params, QKVW), p(params, QKVB), N, C, 3 * C);
     float* atty_out = b16 ? ctx.arena().alloc_f32(NC) : S + s.atty;
-    ctx.backend().attention_forward(atty_out, S + s.att, S + s.qkv, key_mask(mb), causal_, B, T, C,
-                                    NH_);
+    if (b16) {
+      // q, k and v are read by products only: rounded once into the saved region
+      float* qkv = ctx.arena().alloc_f32(3 * NC);
+      linear_forward(ctx, qkv, ln1, p(params, QKVW), p(params, QKVB), N, C, 3 * C);
+      const ProductInput qkv16 = keep_for_products(ctx, qkv, S + s.qkv, 3 * NC);
+      attention_forward(ctx, atty_out, S + s.att, qkv16.b16, key_mask(mb), causal_, B, T, C, NH_);
+    } else {
+      linear_forward(ctx, S + s.qkv, ln1, p(params, QKVW), p(params, QKVB), N, C, 3 * C);
+      ctx.backend().attention_forward(atty_out, S + s.att, S + s.qkv, key_mask(mb), causal_, B, T,
+                                      C, NH_);
+    }
     const ProductInput atty = keep_for_products(ctx, atty_out, S + s.atty, NC);
     linear_forward(ctx, out, atty, p(params, PROJW), p(params, PROJB), N, C, C);
     ctx.backend().residual_forward(S + s.res2, in, out, static_cast<long>(NC));
@@ -487,8 +495,13 @@ class Block final : public SlotLayer {
                     saved_input(ctx, S + s.atty), p(params, PROJW), N, C, C);
     float* dqkv = kept_zeros(ctx, later, 3 * NC);
     float* scratch = ctx.backend().scratch(static_cast<size_t>(B) * NH_ * T * T);
-    ctx.backend().attention_backward(dqkv, scratch, datty, S + s.qkv, S + s.att, B, T, C, NH_,
-                                     causal_);
+    const ProductInput qkv = saved_input(ctx, S + s.qkv);
+    if (qkv.b16 != nullptr) {
+      attention_backward(ctx, dqkv, scratch, datty, qkv.b16, S + s.att, B, T, C, NH_, causal_);
+    } else {
+      ctx.backend().attention_backward(dqkv, scratch, datty, qkv.f32, S + s.att, B, T, C, NH_,
+                                       causal_);
+    }
     ctx.backend().fill_zero(dln, static_cast<long>(NC));
     linear_backward(ctx, later, dln, g(grads, QKVW), g(grads, QKVB), dqkv,
                     saved_input(ctx, S + s.ln1), p(params, QKVW), N, C, 3 * C);
