@@ -2,6 +2,7 @@
 // counts, next to its GEMM-only floor and a PyTorch peer; a table or JSON lines.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "bench/bench_options.hpp"
 #include "bench/bench_report.hpp"
 #include "bench/channel_bench.hpp"
+#include "bench/cpu_speeds.hpp"
 #include "bench/machine.hpp"
 #include "bench/migration_bench.hpp"
 #include "bench/pipeline_bench.hpp"
@@ -118,6 +120,12 @@ int main(int argc, char** argv) {
   const std::string machine = describe_machine();
   warn_if_busy("actorpipe-bench", start);
   const std::string script = peer_script_path(o.peer_script, "torch_step.py");
+  // where bf16 rows run: each CPU's product speed (they need not be equal on a virtual machine)
+  const bool bf16_rows =
+      bf16_support().native &&
+      std::find(o.precisions.begin(), o.precisions.end(), "bf16") != o.precisions.end();
+  const std::vector<CpuSpeed> cpu_speeds =
+      bf16_rows ? measure_cpu_speeds() : std::vector<CpuSpeed>{};
   if (!o.json) {
     fmt::print(
         "actorpipe-bench: reference trainer step (forward, backward, AdamW), one "
@@ -134,6 +142,11 @@ int main(int argc, char** argv) {
         "thread that made it (the Context's partition; one thread per call)\n");
     fmt::print("bf16: {}{}\n", bf16_support().describe(),
                bf16_support().native ? "" : " (bf16 rows skipped: no bf16 instructions)");
+    if (!cpu_speeds.empty())
+      fmt::print("bf16 per CPU: 512x768 . 768x768 on one thread pinned to each: {}\n",
+                 describe_cpu_speeds(cpu_speeds));
+    if (!uneven_warning(cpu_speeds).empty())
+      fmt::print(stderr, "actorpipe-bench: warning: {}\n", uneven_warning(cpu_speeds));
     const int align = gemm_row_align();
     fmt::print("fp32: {}, {}\n", blas_core().describe(),
                align > 0 ? fmt::format("products split between threads in blocks of {} rows "
@@ -198,6 +211,7 @@ int main(int argc, char** argv) {
           nlohmann::ordered_json at_start;
           add_interference(at_start, start);
           j["interference_at_start"] = at_start;
+          if (!cpu_speeds.empty()) j["cpu_speeds"] = to_json(cpu_speeds);
           if (m.peer.ran) j["peer_command"] = describe_peer_command(o.python, script, t, bf16);
           fmt::print("{}\n", j.dump());
         } else {
