@@ -84,7 +84,7 @@ TEST_CASE("this process's own work is not interference, another process's is") {
   REQUIRE(waitpid(child, nullptr, 0) == child);
   REQUIRE(other.known);
   CHECK(other.other > 0.15);  // the child had (most of) a core for the window
-  CHECK(other.self < 0.3);   // we only waited
+  CHECK(other.self < 0.3);    // we only waited
   CHECK(distorted(other));
   CHECK(other.resolution > 0.0);
   CHECK(other.resolution < 0.2);  // two ticks per CPU over 300 ms and more
