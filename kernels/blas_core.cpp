@@ -123,9 +123,30 @@ BlasCore blas_core() {
   return c;
 }
 
+namespace {
+// The cores a switch may ask for: x86-64 cores whose kernel table a DYNAMIC_ARCH build of
+// OpenBLAS 0.3 fills (Debian's has them all). gotoblas_dynamic_init ends the process when the
+// table of the name it is given is missing or empty (the 32-bit cores' are), so nothing else is
+// asked for.
+constexpr std::array<std::string_view, 7> kSwitchable{
+    "Prescott", "Core2", "Nehalem", "Sandybridge", "Haswell", "SkylakeX", "Zen"};
+}  // namespace
+
+bool switchable_blas_core(std::string_view core) {
+  return std::any_of(kSwitchable.begin(), kSwitchable.end(),
+                     [&](std::string_view n) { return same_name(n, core); });
+}
+
 std::string switch_blas_core(std::string_view core) {
   const CoreIsa isa = blas_core_isa(core);
   if (!isa.known) return fmt::format("'{}' is not an OpenBLAS x86-64 core this knows", core);
+  const auto* name = std::find_if(kSwitchable.begin(), kSwitchable.end(),
+                                  [&](std::string_view n) { return same_name(n, core); });
+  if (name == kSwitchable.end())
+    return fmt::format(
+        "'{}' is not a core this switches to (one of Prescott, Core2, Nehalem, "
+        "Sandybridge, Haswell, SkylakeX, Zen)",
+        core);
   if (isa.isa > cpu_vector_isa())
     return fmt::format("{}'s kernels use {}, which this CPU lacks", core, isa_name(isa.isa));
   using Fn = void (*)();
@@ -134,6 +155,11 @@ std::string switch_blas_core(std::string_view core) {
   if (quit == nullptr || init == nullptr)
     return "this OpenBLAS has no gotoblas_dynamic_init (built without DYNAMIC_ARCH): its "
            "kernels are fixed";
+  std::string table = "gotoblas_";
+  for (const char c : *name)
+    table += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (dlsym(RTLD_DEFAULT, table.c_str()) == nullptr)
+    return fmt::format("this OpenBLAS has no {} kernels ({} is missing)", *name, table);
   std::lock_guard lock(g_switch_mutex);
   const std::string before = current_core_name();
   if (same_name(before, core)) return {};
@@ -142,7 +168,7 @@ std::string switch_blas_core(std::string_view core) {
   const char* env = std::getenv("OPENBLAS_CORETYPE");
   const std::optional<std::string> saved =
       env != nullptr ? std::optional<std::string>(env) : std::nullopt;
-  ::setenv("OPENBLAS_CORETYPE", std::string(core).c_str(), 1);
+  ::setenv("OPENBLAS_CORETYPE", std::string(*name).c_str(), 1);
   quit();
   init();
   if (saved) {

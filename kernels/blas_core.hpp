@@ -52,16 +52,19 @@ struct BlasCore {
 /// The kernels this process's OpenBLAS runs now.
 BlasCore blas_core();
 
-/// Makes OpenBLAS run `core`'s kernels from now on ("SkylakeX", "Haswell", ...: a core of
-/// blas_core_isa's table whose instructions this CPU has). OpenBLAS offers no interface for it:
-/// this calls its gotoblas_dynamic_quit() and gotoblas_dynamic_init() (Debian's build, with
-/// DYNAMIC_ARCH, exports both) with OPENBLAS_CORETYPE set for the call and restored after. No
-/// other thread may be inside OpenBLAS meanwhile; products already split by gemm_row_align()
-/// keep their bits only if the core is the one the row alignment was probed with (call it before
-/// the first Context). Returns an empty string, or why nothing changed: the core is unknown or
-/// wider than the CPU, OpenBLAS lacks the two functions (a build without DYNAMIC_ARCH), or it
-/// ended up on another core.
+/// Makes OpenBLAS run `core`'s kernels from now on (one of Prescott, Core2, Nehalem, Sandybridge,
+/// Haswell, SkylakeX and Zen, any letter case, whose instructions this CPU has). OpenBLAS offers no
+/// interface for it: this calls its gotoblas_dynamic_quit() and gotoblas_dynamic_init() (Debian's
+/// build, with DYNAMIC_ARCH, exports both) with OPENBLAS_CORETYPE set for the call and restored
+/// after. No other thread may be inside OpenBLAS meanwhile; products already split by
+/// gemm_row_align() keep their bits only if the core is the one the row alignment was probed with
+/// (call it before the first Context). Returns an empty string, or why nothing changed: the core is
+/// not one of these or wider than the CPU, OpenBLAS lacks the two functions (a build without
+/// DYNAMIC_ARCH) or that core's kernels, or it ended up on another core.
 std::string switch_blas_core(std::string_view core);
+
+/// Whether `core` is one switch_blas_core() may ask for (the list above, any letter case).
+bool switchable_blas_core(std::string_view core);
 
 /// What use_fitting_blas_core() does: the core to switch to, or empty (none suggested, or
 /// OPENBLAS_CORETYPE is set: the user's choice stands).

@@ -76,6 +76,10 @@ TEST_CASE("a switch of OpenBLAS's kernels in the running process, and back") {
     MESSAGE("this CPU has no core but Prescott's: nothing to switch to");
     return;
   }
+  if (!switchable_blas_core(start.name)) {
+    MESSAGE("OpenBLAS picked " << start.name << ", which a switch could not return to");
+    return;
+  }
   auto product = [] {  // a 64x64x64 sgemm of small integers: exact in any kernel
     std::vector<float> a(64 * 64), b(64 * 64), c(64 * 64, -1.0f);
     for (int i = 0; i < 64 * 64; ++i) {
@@ -105,6 +109,11 @@ TEST_CASE("a switch of OpenBLAS's kernels in the running process, and back") {
 
 TEST_CASE("a switch to a core the CPU cannot run, or one not in the table, is refused by name") {
   CHECK(switch_blas_core("SomeFutureCore").find("'SomeFutureCore'") != std::string::npos);
+  // a 32-bit core's table is empty in a 64-bit OpenBLAS: asking for it would end the process
+  CHECK(switch_blas_core("Katmai").find("not a core this switches to") != std::string::npos);
+  CHECK(switch_blas_core("Cooperlake").find("not a core this switches to") != std::string::npos);
+  CHECK(switchable_blas_core("skylakex"));
+  CHECK_FALSE(switchable_blas_core("Katmai"));
   if (cpu_vector_isa() < VectorIsa::avx512)
     CHECK(switch_blas_core("SkylakeX").find("AVX-512") != std::string::npos);
   CHECK(blas_core_isa(blas_core().name).known);
