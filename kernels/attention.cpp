@@ -209,7 +209,7 @@ void attention_backward(Context& ctx, float* dqkv, float* scratch, const float* 
 
 void attention_forward(Context& ctx, float* out, float* att, const float* qkv,
                        const uint8_t* key_mask, bool causal, int B, int T, int C, int NH) {
-  AP_CHECK(NH > 0 && C % NH == 0, "attention: C={} not divisible by NH={}", C, NH);
+  check_heads(C, NH);
   const int hs = C / NH;
   const int C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -249,7 +249,7 @@ void attention_forward(Context& ctx, float* out, float* att, const float* qkv,
 void attention_backward(Context& ctx, float* dqkv, float* scratch, const float* dout,
                         const float* qkv, const float* att, int B, int T, int C, int NH,
                         bool causal) {
-  AP_CHECK(NH > 0 && C % NH == 0, "attention: C={} not divisible by NH={}", C, NH);
+  check_heads(C, NH);
   const int hs = C / NH;
   const int C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
