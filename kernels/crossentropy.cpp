@@ -83,6 +83,27 @@ void check_target(int32_t tgt, int64_t row, int V) {
            row, V, kIgnoreIndex);
 }
 
+// The loss kernels' row loop, over the Context's threads: a row whose target is kIgnoreIndex
+// gets loss 0 and ignored(r); any other has its target checked and losses[r] =
+// counted(chunk, r, target). Returns the number of counted rows.
+template <class Counted, class Ignored>
+int each_row(Context& ctx, float* losses, const int32_t* targets, int N, int V, Counted&& counted,
+             Ignored&& ignored) {
+  ctx.parallel_for(N, [&](int chunk, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int32_t tgt = targets[r];
+      if (tgt == kIgnoreIndex) {
+        losses[r] = 0.0f;
+        ignored(r);
+        continue;
+      }
+      check_target(tgt, r, V);
+      losses[r] = counted(chunk, r, tgt);
+    }
+  });
+  return count_targets(targets, N);
+}
+
 // out (row of V) = exp(x - max); returns the sum, sets mx. out may alias x.
 float exp_row(float* out, const float* x, int V, float& mx) {
   mx = internal::lane_max(x, V);
@@ -105,42 +126,30 @@ double sum_losses(const float* losses, int N) {
 
 int crossentropy_forward(Context& ctx, float* losses, float* probs, const float* logits,
                          const int32_t* targets, int N, int V) {
-  ctx.parallel_for(N, [&](int, int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int32_t tgt = targets[r];
-      if (tgt == kIgnoreIndex) {
-        losses[r] = 0.0f;
-        continue;
-      }
-      check_target(tgt, r, V);
-      const float* x = logits + r * V;
-      float* p = probs + r * V;
-      const float xt = x[tgt];
-      float mx = 0.0f;
-      const float sum = exp_row(p, x, V, mx);
-      losses[r] = std::log(sum) + (mx - xt);
-      scale_row(p, 1.0f / sum, V);
-    }
-  });
-  return count_targets(targets, N);
+  return each_row(
+      ctx, losses, targets, N, V,
+      [&](int, int64_t r, int32_t tgt) {
+        const float* x = logits + r * V;
+        float* p = probs + r * V;
+        const float xt = x[tgt];
+        float mx = 0.0f;
+        const float sum = exp_row(p, x, V, mx);
+        scale_row(p, 1.0f / sum, V);
+        return std::log(sum) + (mx - xt);
+      },
+      [](int64_t) {});
 }
 
 int crossentropy_losses(Context& ctx, float* losses, const float* logits, const int32_t* targets,
                         int N, int V) {
-  ctx.parallel_for(N, [&](int, int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int32_t tgt = targets[r];
-      if (tgt == kIgnoreIndex) {
-        losses[r] = 0.0f;
-        continue;
-      }
-      check_target(tgt, r, V);
-      const float* x = logits + r * V;
-      const float mx = internal::lane_max(x, V);
-      losses[r] = std::log(exp_sum_row(x, V, mx)) + (mx - x[tgt]);
-    }
-  });
-  return count_targets(targets, N);
+  return each_row(
+      ctx, losses, targets, N, V,
+      [&](int, int64_t r, int32_t tgt) {
+        const float* x = logits + r * V;
+        const float mx = internal::lane_max(x, V);
+        return std::log(exp_sum_row(x, V, mx)) + (mx - x[tgt]);
+      },
+      [](int64_t) {});
 }
 
 void crossentropy_backward(Context& ctx, float* dlogits, const float* probs, const int32_t* targets,
@@ -184,42 +193,27 @@ float loss_and_gradient_row(float* d, const float* x, int32_t tgt, float dloss, 
 
 int crossentropy_forward_backward(Context& ctx, float* losses, float* dlogits, const float* logits,
                                   const int32_t* targets, float dloss, int N, int V) {
-  ctx.parallel_for(N, [&](int, int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int32_t tgt = targets[r];
-      float* d = dlogits + r * V;
-      if (tgt == kIgnoreIndex) {
-        losses[r] = 0.0f;
-        std::memset(d, 0, sizeof(float) * static_cast<size_t>(V));
-        continue;
-      }
-      check_target(tgt, r, V);
-      losses[r] = loss_and_gradient_row(d, logits + r * V, tgt, dloss, V);
-    }
-  });
-  return count_targets(targets, N);
+  return each_row(
+      ctx, losses, targets, N, V,
+      [&](int, int64_t r, int32_t tgt) {
+        return loss_and_gradient_row(dlogits + r * V, logits + r * V, tgt, dloss, V);
+      },
+      [&](int64_t r) { std::memset(dlogits + r * V, 0, sizeof(float) * static_cast<size_t>(V)); });
 }
 
 int crossentropy_forward_backward(Context& ctx, float* losses, bf16* dlogits, const float* logits,
                                   const int32_t* targets, float dloss, int N, int V) {
   // each chunk's row in f32, rounded into dlogits while it is in cache
   float* rows = ctx.arena().alloc_f32(static_cast<size_t>(ctx.threads()) * V);
-  ctx.parallel_for(N, [&](int chunk, int64_t r0, int64_t r1) {
-    float* d = rows + static_cast<int64_t>(chunk) * V;
-    for (int64_t r = r0; r < r1; ++r) {
-      const int32_t tgt = targets[r];
-      bf16* out = dlogits + r * V;
-      if (tgt == kIgnoreIndex) {
-        losses[r] = 0.0f;
-        std::fill_n(out, V, bf16{});  // to_bf16(0.0f)
-        continue;
-      }
-      check_target(tgt, r, V);
-      losses[r] = loss_and_gradient_row(d, logits + r * V, tgt, dloss, V);
-      convert_to_bf16(d, out, V);
-    }
-  });
-  return count_targets(targets, N);
+  return each_row(
+      ctx, losses, targets, N, V,
+      [&](int chunk, int64_t r, int32_t tgt) {
+        float* d = rows + static_cast<int64_t>(chunk) * V;
+        const float loss = loss_and_gradient_row(d, logits + r * V, tgt, dloss, V);
+        convert_to_bf16(d, dlogits + r * V, V);
+        return loss;
+      },
+      [&](int64_t r) { std::fill_n(dlogits + r * V, V, bf16{}); });  // to_bf16(0.0f)
 }
 
 }  // namespace actorpipe
