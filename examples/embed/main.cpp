@@ -2,6 +2,7 @@
 // a Trainer with a metrics callback, a checkpoint, a second Trainer resuming it, the weights.
 #include <actorpipe/trainer.hpp>
 #include <cstdio>
+#include <kernels/blas_core.hpp>
 #include <string>
 
 namespace ap = actorpipe;
@@ -12,6 +13,11 @@ int fail(const ap::Error& e) {
 }
 
 int main(int argc, char** argv) {
+  // OpenBLAS's kernels chosen again where it picked narrower ones than this CPU has, before
+  // anything computes (docs/trainers.md); says what it did
+  if (const std::string done = ap::use_fitting_blas_core(); !done.empty())
+    std::printf("embed: %s\n", done.c_str());
+
   // Keys as in a TOML config file (docs/config.md); the rest keep their defaults.
   auto config = ap::config_from_string(R"(
     [model]
