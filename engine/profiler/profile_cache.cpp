@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "engine/internal/file_io.hpp"
+#include "kernels/blas_core.hpp"
 
 namespace actorpipe {
 
@@ -38,8 +39,11 @@ json key_json(const ProfileKey& k) {
          {"threads", k.threads},
          {"cpu", k.cpu},
          {"cores", k.cores}};
-  // fp32 profiles keep the key (and file name) they had before precisions existed
+  // fp32 profiles keep the key (and file name) they had before precisions existed, with the
+  // OpenBLAS kernels added (2026-12-01: the trainers may switch them at their start, and a
+  // profile measured on other kernels is another machine's)
   if (k.precision != "fp32") j["precision"] = k.precision;
+  if (!k.blas.empty()) j["blas"] = k.blas;
   return j;
 }
 
@@ -115,6 +119,7 @@ ProfileKey profile_key(const Config& config) {
   k.threads = config.pipeline.threads_per_stage;
   k.precision = config.pipeline.precision;
   k.cpu = cpu_model();
+  if (k.precision == "fp32") k.blas = blas_core().name;
   k.cores = static_cast<int>(std::thread::hardware_concurrency());
   return k;
 }

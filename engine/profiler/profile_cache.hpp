@@ -13,7 +13,7 @@ namespace actorpipe {
 
 /// What a profile's times depend on, and so what a cached profile must match to be used: the
 /// model's shape (not its init_seed), the optimizer kind, the microbatch (B, T), the stage's
-/// thread count, and the machine (its CPU model and core count).
+/// thread count, and the machine (its CPU model and core count, and in fp32 the OpenBLAS kernels).
 struct ProfileKey {
   ModelOptions model;
   std::string optimizer = "adamw";
@@ -22,7 +22,10 @@ struct ProfileKey {
   int threads = 1;
   std::string precision = "fp32";  ///< pipeline.precision (in the key text only when not fp32)
   std::string cpu;                 ///< cpu_model()
-  int cores = 0;                   ///< std::thread::hardware_concurrency()
+  /// fp32: the OpenBLAS kernels its products ran on (blas_core().name; in the key text only when
+  /// set); bf16: empty (no product runs on OpenBLAS)
+  std::string blas;
+  int cores = 0;  ///< std::thread::hardware_concurrency()
 
   /// The key as canonical JSON text (what a cache file stores and is compared by).
   std::string text() const;

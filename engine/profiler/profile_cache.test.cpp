@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/blas_core.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/tiny_model.hpp"
 
@@ -124,8 +125,16 @@ TEST_CASE("a cached profile of another key, format or shape is ignored, with the
   other("cpu", [](ProfileKey& k) { k.cpu = "another CPU"; });
   other("cores", [](ProfileKey& k) { k.cores += 1; });
   other("precision", [](ProfileKey& k) { k.precision = "bf16"; });
-  // an fp32 key names no precision: the files measured before pipeline.precision still match
+  other("blas", [](ProfileKey& k) { k.blas = k.blas == "Prescott" ? "SkylakeX" : "Prescott"; });
+  // an fp32 key names no precision, and the OpenBLAS kernels its products ran on
   CHECK(key.text().find("precision") == std::string::npos);
+  CHECK(key.blas == blas_core().name);
+  CHECK(key.text().find("\"blas\":\"" + key.blas + "\"") != std::string::npos);
+  // a bf16 key names no OpenBLAS kernels: none of its products runs on them
+  Config bf16 = tiny_gpt();
+  bf16.pipeline.precision = "bf16";
+  CHECK(profile_key(bf16).blas.empty());
+  CHECK(profile_key(bf16).text().find("blas") == std::string::npos);
   // the seed changes no time: same key
   ProfileKey seeded = key;
   seeded.model.init_seed = 99;

@@ -16,6 +16,7 @@
 #include "engine/planner/width_depth.hpp"
 #include "engine/profiler/auto_partition.hpp"
 #include "engine/profiler/profile_cache.hpp"
+#include "kernels/blas_core.hpp"
 #include "transport/gloo_bandwidth.hpp"
 
 using namespace actorpipe;
@@ -375,5 +376,9 @@ int main(int argc, char** argv) {
     fmt::print("{}", kUsage);
     return 0;
   }
+  // the profile measured on the OpenBLAS kernels the trainers run (they switch at their start
+  // too; the cache key names the kernels)
+  if (const std::string done = use_fitting_blas_core(); !done.empty())
+    fmt::print("actorpipe-plan: {}\n", done);
   return run(*args);
 }
