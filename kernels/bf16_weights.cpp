@@ -44,7 +44,7 @@ int Bf16Weights::range_of(const float* w, int64_t n) const {
 Bf16Weights::Entry& Bf16Weights::entry(const float* w, int64_t n, int range) {
   Entry& e = entries_[w];
   if (e.n != n || e.range != range) {
-    e.data = std::make_unique<bf16[]>(static_cast<size_t>(n));
+    e.data.assign(static_cast<size_t>(n), bf16{});
     e.n = n;
     e.range = range;
     e.epoch = 0;
@@ -65,18 +65,18 @@ const bf16* Bf16Weights::copy(Context& ctx, const float* w, int64_t n) {
   const uint64_t epoch = ranges_[static_cast<size_t>(i)].epoch;
   Entry& e = entry(w, n, i);
   if (e.epoch != epoch) {
-    convert_to_bf16(ctx, w, e.data.get(), n);
+    convert_to_bf16(ctx, w, e.data.data(), n);
     e.epoch = epoch;
     ++made_;
   }
-  return e.data.get();
+  return e.data.data();
 }
 
 bf16* Bf16Weights::reserve(const float* w, int64_t n) {
   const int i = n > 0 ? range_of(w, n) : -1;
   AP_CHECK(i >= 0, "Bf16Weights::reserve: [{}, +{}) is not in a covered range",
            static_cast<const void*>(w), n);
-  return entry(w, n, i).data.get();
+  return entry(w, n, i).data.data();
 }
 
 void Bf16Weights::mark_current(const float* w) {

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/aligned_vector.hpp"
 #include "kernels/bf16.hpp"
 #include "kernels/context.hpp"
 
@@ -61,7 +62,7 @@ class Bf16Weights {
     uint64_t epoch = 0;       ///< this object's count of range changes when it was last synced
   };
   struct Entry {
-    std::unique_ptr<bf16[]> data;
+    AlignedVector<bf16> data;  // on cache lines, as the products read it
     int64_t n = 0;
     int range = -1;
     uint64_t epoch = 0;  ///< its range's epoch when the copy was made; 0: none

@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "kernels/bf16.hpp"
@@ -94,6 +95,18 @@ TEST_CASE("an update's rounding is taken once marked, until its range changes ag
   const bf16* o = w.copy(ctx, other.data(), 16);
   CHECK(same(o, rounded(other)));
   CHECK(w.copies_made() == 2);
+}
+
+TEST_CASE("the copies start on cache lines, as the products read them") {
+  Context ctx(1);
+  std::vector<float> a(1000, 0.5f);
+  Bf16Weights w;
+  w.cover(a);
+  w.sync(1);
+  // an operand that starts anywhere in the range: its own copy, on a line of its own
+  for (int at : {0, 1, 7, 100})
+    CHECK(reinterpret_cast<uintptr_t>(w.copy(ctx, a.data() + at, 300)) % 64 == 0);
+  CHECK(reinterpret_cast<uintptr_t>(w.reserve(a.data() + 3, 200)) % 64 == 0);
 }
 
 TEST_CASE("overlapping ranges, an unknown range, an array never reserved are refused") {

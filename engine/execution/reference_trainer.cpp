@@ -25,10 +25,13 @@ ReferenceTrainer::ReferenceTrainer(Model model, const OptimizerOptions& opt, int
     LayerBuffers& b = buffers_[static_cast<size_t>(i)];
     const size_t n = layer.param_floats();
     const size_t ns = optimizer_state_floats(opt_, layer);
-    b.storage.assign(2 * n + ns, 0.0f);
+    // params, grads and state each from a cache line of the storage
+    constexpr size_t kLine = kCacheLine / sizeof(float);
+    const size_t np = (n + kLine - 1) / kLine * kLine;
+    b.storage.assign(2 * np + ns, 0.0f);
     b.params = {b.storage.data(), n};
-    b.grads = {b.storage.data() + n, n};
-    b.state = {b.storage.data() + 2 * n, ns};
+    b.grads = {b.storage.data() + np, n};
+    b.state = {b.storage.data() + 2 * np, ns};
     b.saved.assign(layer.saved_floats(B, T), 0.0f);
     model_.init_layer(i, b.params.data());
     if (i < L - 1) hidden_[static_cast<size_t>(i)].assign(hidden, 0.0f);
@@ -41,7 +44,7 @@ void ReferenceTrainer::set_precision(Precision p) {
   ctx_.set_precision(p);
   // the saved activations' layout follows the Context (bf16 blocks keep some in bf16)
   for (int i = 0; i < model_.num_layers(); ++i) {
-    std::vector<float>& saved = buffers_[static_cast<size_t>(i)].saved;
+    AlignedVector<float>& saved = buffers_[static_cast<size_t>(i)].saved;
     saved.assign(model_.layer(i).saved_floats_for(B_, T_, ctx_.bf16_activations()), 0.0f);
     saved.shrink_to_fit();
   }

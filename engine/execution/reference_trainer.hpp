@@ -11,6 +11,7 @@
 #include "engine/model/layer.hpp"
 #include "engine/model/model.hpp"
 #include "engine/options.hpp"
+#include "kernels/aligned_vector.hpp"
 #include "kernels/bf16_weights.hpp"
 #include "kernels/context.hpp"
 
@@ -85,9 +86,10 @@ class ReferenceTrainer {
 
  private:
   struct LayerBuffers {
-    std::vector<float> storage;  // params | grads | state
+    // on cache lines, as the products read and write them (kernels/aligned_vector.hpp)
+    AlignedVector<float> storage;  // params | grads | state
     std::span<float> params, grads, state;
-    std::vector<float> saved;  // activations of the current microbatch
+    AlignedVector<float> saved;  // activations of the current microbatch
   };
   void run_backward(const Microbatch& mb, float dloss);
 
@@ -96,8 +98,8 @@ class ReferenceTrainer {
   int B_, T_;
   Context ctx_;
   std::vector<LayerBuffers> buffers_;
-  std::vector<std::vector<float>> hidden_;  // hidden_[i] = output of layer i, (B,T,C)
-  std::vector<float> dhidden_a_, dhidden_b_;
+  std::vector<AlignedVector<float>> hidden_;  // hidden_[i] = output of layer i, (B,T,C)
+  AlignedVector<float> dhidden_a_, dhidden_b_;
   long steps_ = 0;
   double last_grad_norm_ = 0.0;
   Bf16Weights bf16_weights_;

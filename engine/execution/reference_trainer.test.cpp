@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -440,6 +441,22 @@ TEST_CASE("SGD step: per-slot weight decay, momentum, clipping and warm-up by th
       }
     CHECK(bad == 0);
     CHECK(decayed == 3 + 4 * static_cast<size_t>(mo.depth));
+  }
+}
+
+TEST_CASE("the products' buffers start on cache lines") {
+  // oneDNN's bf16 kernels load and store whole lines: a buffer 16 bytes off made the products
+  // of a GPT-small step 1.1-1.7x slower on a Xeon with AMX (docs/benchmarks.md)
+  ModelOptions mo = small_gpt();
+  mo.width = 20;  // layers of param_floats() not a multiple of a line's 16 floats
+  mo.heads = 2;
+  ReferenceTrainer tr(build(mo), OptimizerOptions{}, 2, 16);
+  for (int i = 0; i < tr.num_layers(); ++i) {
+    CAPTURE(i);
+    CAPTURE(tr.params(i).size());
+    CHECK(reinterpret_cast<uintptr_t>(tr.params(i).data()) % 64 == 0);
+    CHECK(reinterpret_cast<uintptr_t>(tr.grads(i).data()) % 64 == 0);
+    CHECK(reinterpret_cast<uintptr_t>(tr.optimizer_state(i).data()) % 64 == 0);
   }
 }
 
