@@ -5,14 +5,22 @@
 #pragma once
 
 #include <cstddef>
-#include <new>
 #include <vector>
 
 namespace actorpipe {
 
 inline constexpr size_t kCacheLine = 64;
+inline constexpr size_t kHugePage = size_t{2} << 20;
 
-/// std::allocator with 64-byte aligned storage.
+/// Host memory for kernels' buffers: `bytes` bytes, 64-byte aligned; from kHugePage bytes on, a
+/// whole number of 2 MiB pages, 2 MiB aligned and advised as transparent huge pages
+/// (MADV_HUGEPAGE; the kernel honours it where /sys/kernel/mm/transparent_hugepage/enabled
+/// allows madvise): far fewer page-table entries for the products' operands. Throws
+/// std::bad_alloc when out of memory. Released by free_host.
+void* allocate_host(size_t bytes);
+void free_host(void* p) noexcept;
+
+/// std::allocator through allocate_host.
 template <class T>
 struct CacheLineAllocator {
   using value_type = T;

@@ -3,11 +3,11 @@
 #include "kernels/tensor.hpp"
 
 #include <fmt/format.h>
-#include <sys/mman.h>
 
-#include <cstdlib>
 #include <cstring>
+#include <new>
 
+#include "kernels/aligned_vector.hpp"
 #include "kernels/backend_memory.hpp"
 #include "kernels/check.hpp"
 
@@ -46,15 +46,12 @@ std::string to_string(Device d) {
 Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   AP_CHECK(device == Device::cpu, "Storage on {} is not available in this build",
            to_string(device));
-  if (bytes >= kHugePage) {
-    // whole huge pages, advised as such: far fewer page-table entries for the kernels and
-    // for a transfer that pins the pages (UCX's CMA copies between processes)
-    const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-    data_ = std::aligned_alloc(kHugePage, rounded);
-    if (data_ != nullptr) ::madvise(data_, rounded, MADV_HUGEPAGE);  // advice: failure is fine
-  } else {
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    data_ = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  // whole huge pages from 2 MiB on: far fewer page-table entries for the kernels and for a
+  // transfer that pins the pages (UCX's CMA copies between processes)
+  try {
+    data_ = allocate_host(bytes);
+  } catch (const std::bad_alloc&) {
+    data_ = nullptr;
   }
   AP_CHECK(data_ != nullptr, "out of memory allocating {} bytes", bytes);
 }
@@ -76,7 +73,7 @@ Storage::~Storage() {
   } else if (memory_ != nullptr) {
     memory_->release(static_cast<float*>(data_));
   } else {
-    std::free(data_);
+    free_host(data_);
   }
 }
 

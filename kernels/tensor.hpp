@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/aligned_vector.hpp"
+
 namespace actorpipe {
 
 enum class DType : uint8_t { f32, i32 };
@@ -27,11 +29,10 @@ class BackendMemory;  // kernels/backend_memory.hpp
 /// device's, for tensors that stay on the device between stages).
 class Storage {
  public:
-  static constexpr size_t kHugePage = size_t{2} << 20;
-  /// Host memory: a buffer of `bytes` bytes, 64-byte aligned; from kHugePage bytes on, a whole
-  /// number of 2 MiB pages, 2 MiB aligned and advised as transparent huge pages (MADV_HUGEPAGE;
-  /// the kernel honours it where /sys/kernel/mm/transparent_hugepage/enabled allows madvise).
-  /// `device` must be cpu.
+  static constexpr size_t kHugePage = actorpipe::kHugePage;
+  /// Host memory: a buffer of `bytes` bytes from allocate_host (kernels/aligned_vector.hpp):
+  /// 64-byte aligned; from kHugePage bytes on, a whole number of 2 MiB pages, 2 MiB aligned and
+  /// advised as transparent huge pages. `device` must be cpu.
   Storage(size_t bytes, Device device);
   /// `bytes` (rounded up to whole floats) of `memory`, zero-filled, released there when the
   /// storage goes: `memory` must outlive it (a lasting_memory()).
