@@ -202,6 +202,25 @@ double sumsq_block(const float* __restrict g, size_t len) {
   return sum;
 }
 
+// sumsq_block of kSumGroup whole blocks at once: each block's lanes add in sumsq_block's order
+// (the same bits), the blocks' chains of additions interleaved so that they overlap.
+constexpr int kSumGroup = 4;
+void sumsq_full_blocks(double* __restrict partial, const float* __restrict g) {
+  double acc[kSumGroup][kDLanes] = {};
+  for (size_t i = 0; i < kSumBlock; i += kDLanes)
+    for (int b = 0; b < kSumGroup; ++b)
+      for (int j = 0; j < kDLanes; ++j) {
+        const double x =
+            static_cast<double>(g[static_cast<size_t>(b) * kSumBlock + i + static_cast<size_t>(j)]);
+        acc[b][j] += x * x;
+      }
+  for (int b = 0; b < kSumGroup; ++b) {
+    double sum = 0.0;
+    for (int j = 0; j < kDLanes; ++j) sum += acc[b][j];
+    partial[b] = sum;
+  }
+}
+
 // Runs update(b, e) over the tiles of [i0, i1) of a buffer whose parameters start at `params`,
 // each tile followed by its outputs (UpdateOutputs) while it is in cache.
 template <class Update>
@@ -409,7 +428,11 @@ double grad_sumsq(Context& ctx, const float* grads, size_t n) {
   const size_t nb = (n + kSumBlock - 1) / kSumBlock;
   double* partial = ctx.reduction_buffer(nb);
   ctx.parallel_for(static_cast<int64_t>(nb), [&](int, int64_t b0, int64_t b1) {
-    for (int64_t blk = b0; blk < b1; ++blk) {
+    int64_t blk = b0;
+    for (; blk + kSumGroup <= b1 && static_cast<size_t>(blk + kSumGroup) * kSumBlock <= n;
+         blk += kSumGroup)
+      sumsq_full_blocks(partial + blk, grads + static_cast<size_t>(blk) * kSumBlock);
+    for (; blk < b1; ++blk) {
       const size_t s = static_cast<size_t>(blk) * kSumBlock;
       partial[blk] = sumsq_block(grads + s, std::min(n, s + kSumBlock) - s);
     }

@@ -540,6 +540,31 @@ TEST_CASE("grad_sumsq: accurate, and the same bits for any thread count") {
   }
 }
 
+TEST_CASE("grad_sumsq adds in its documented order: 8 double lanes per block of 16384") {
+  // the order the CUDA backend reproduces; grad_sumsq computes several blocks at once
+  Rng rng(28);
+  for (size_t n : {size_t{16384} * 4, size_t{16384} * 9 + 5, size_t{16384} * 3 - 1}) {
+    CAPTURE(n);
+    const auto g = random_vec(n, rng, -3.0f, 3.0f);
+    double want = 0.0;
+    for (size_t s = 0; s < n; s += 16384) {
+      double lanes[8] = {};
+      for (size_t i = s; i < std::min(n, s + 16384); ++i) {
+        const double x = static_cast<double>(g[i]);
+        lanes[(i - s) % 8] += x * x;
+      }
+      double block = 0.0;
+      for (double l : lanes) block += l;
+      want += block;
+    }
+    for (int threads : {1, 2, 3}) {
+      Context ctx(threads);
+      const double got = grad_sumsq(ctx, g.data(), n);
+      CHECK(std::memcmp(&got, &want, sizeof got) == 0);
+    }
+  }
+}
+
 TEST_CASE("clip_scale follows clip_grad_norm_") {
   CHECK(clip_scale(4.0, 1.0) == doctest::Approx(1.0 / (2.0 + 1e-6)));
   CHECK(clip_scale(0.25, 1.0) == 1.0f);
