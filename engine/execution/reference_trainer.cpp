@@ -103,8 +103,8 @@ double ReferenceTrainer::compute_gradients(std::span<const Microbatch> mbs) {
   }
   for (const TiedParam& t : model_.tied()) {
     const auto [a, b] = model_.tied_slots(t);
-    reduce_tied_grads(grads(t.owner_layer).data() + a.offset, grads(t.copy_layer).data() + b.offset,
-                      a.numel);
+    reduce_tied_grads(ctx_, grads(t.owner_layer).data() + a.offset,
+                      grads(t.copy_layer).data() + b.offset, a.numel);
   }
   return loss / m;
 }

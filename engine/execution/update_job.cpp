@@ -98,7 +98,7 @@ std::span<const double> UpdateJob::finish_gradients(Context& ctx) {
     float* owner = grads_ + offsets_[static_cast<size_t>(t.owner_local)] + t.owner_offset;
     float* copy = grads_ + offsets_[static_cast<size_t>(t.copy_local)] + t.copy_offset;
     if (ctx.host_backend()) {
-      reduce_tied_grads(owner, copy, t.numel);
+      reduce_tied_grads(ctx, owner, copy, t.numel);
     } else {  // the same sums, owner + copy, on the backend
       ctx.backend().accumulate(owner, copy, static_cast<long>(t.numel));
       ctx.backend().copy(copy, owner, t.numel);

@@ -243,12 +243,18 @@ Expected<ModelOptions> options_for_model(const ModelOptions& declared, const Mod
   return out;
 }
 
-void reduce_tied_grads(float* owner, float* copy, size_t n) {
+void reduce_tied_grads(float* __restrict owner, float* __restrict copy, size_t n) {
   for (size_t k = 0; k < n; ++k) {
     const float s = owner[k] + copy[k];
     owner[k] = s;
     copy[k] = s;
   }
+}
+
+void reduce_tied_grads(Context& ctx, float* owner, float* copy, size_t n) {
+  ctx.parallel_for_aligned(static_cast<int64_t>(n), 16, [&](int, int64_t b, int64_t e) {
+    reduce_tied_grads(owner + b, copy + b, static_cast<size_t>(e - b));
+  });
 }
 
 }  // namespace actorpipe

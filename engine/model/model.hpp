@@ -102,5 +102,7 @@ Expected<ModelOptions> options_for_model(const ModelOptions& declared, const Mod
 
 /// Sums a tied gradient in the one fixed order: s = owner[k] + copy[k], written to both.
 void reduce_tied_grads(float* owner, float* copy, size_t n);
+/// The same over ctx's threads (each element on its own: the same bits for any thread count).
+void reduce_tied_grads(Context& ctx, float* owner, float* copy, size_t n);
 
 }  // namespace actorpipe

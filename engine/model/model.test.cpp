@@ -709,3 +709,25 @@ TEST_CASE("options_for_model: the config must describe the model given") {
   other.tied = false;  // taken from the model's declared ties
   CHECK(options_for_model(other, m)->tied);
 }
+
+TEST_CASE("reduce_tied_grads: both copies get owner + copy, the same over any threads") {
+  const size_t n = 1000;
+  std::vector<float> owner(n), copy(n);
+  for (size_t k = 0; k < n; ++k) {
+    owner[k] = 0.1f * static_cast<float>(k) + 1e-3f;
+    copy[k] = -0.07f * static_cast<float>(k * k % 37);
+  }
+  std::vector<float> want_owner = owner, want_copy = copy;
+  reduce_tied_grads(want_owner.data(), want_copy.data(), n);
+  for (size_t k = 0; k < n; ++k) {
+    CHECK(want_owner[k] == owner[k] + copy[k]);
+    CHECK(want_copy[k] == want_owner[k]);
+  }
+  for (int threads : {1, 2, 3}) {
+    Context ctx(threads);
+    std::vector<float> o = owner, c = copy;
+    reduce_tied_grads(ctx, o.data(), c.data(), n);
+    CHECK(o == want_owner);
+    CHECK(c == want_copy);
+  }
+}
