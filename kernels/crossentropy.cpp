@@ -140,6 +140,21 @@ int crossentropy_forward(Context& ctx, float* losses, float* probs, const float*
       [](int64_t) {});
 }
 
+int crossentropy_losses(Context& ctx, float* losses, float* stats, const float* logits,
+                        const int32_t* targets, int N, int V) {
+  return each_row(
+      ctx, losses, targets, N, V,
+      [&](int, int64_t r, int32_t tgt) {
+        const float* x = logits + r * V;
+        const float mx = internal::lane_max(x, V);
+        const float sum = exp_sum_row(x, V, mx);
+        stats[2 * r] = mx;
+        stats[2 * r + 1] = sum;
+        return std::log(sum) + (mx - x[tgt]);
+      },
+      [](int64_t) {});
+}
+
 int crossentropy_losses(Context& ctx, float* losses, const float* logits, const int32_t* targets,
                         int N, int V) {
   return each_row(
@@ -214,6 +229,62 @@ int crossentropy_forward_backward(Context& ctx, float* losses, bf16* dlogits, co
         return loss;
       },
       [&](int64_t r) { std::fill_n(dlogits + r * V, V, bf16{}); });  // to_bf16(0.0f)
+}
+
+namespace {
+// One row of dlogits from its stats (loss_and_gradient_row's values): through a block of f32 on
+// the stack, stored by `store(block, at, n)`.
+template <class Store>
+void gradient_row(const float* __restrict x, const float mx, const float inv, const int32_t tgt,
+                  const float dloss, const int V, Store&& store) {
+  constexpr int kBlock = 256;
+  float block[kBlock];
+  for (int j0 = 0; j0 < V; j0 += kBlock) {
+    const int n = std::min(kBlock, V - j0);
+    for (int j = 0; j < n; ++j) block[j] = (internal::exp_f32(x[j0 + j] - mx) * inv) * dloss;
+    if (tgt >= j0 && tgt < j0 + n)
+      block[tgt - j0] = (internal::exp_f32(x[tgt] - mx) * inv - 1.0f) * dloss;
+    store(block, j0, n);
+  }
+}
+
+template <class T, class Store, class Zero>
+void backward_from_stats(Context& ctx, T* dlogits, const float* stats, const float* logits,
+                         const int32_t* targets, float dloss, int N, int V, Store&& store,
+                         Zero&& zero) {
+  ctx.parallel_for(N, [&](int, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int32_t tgt = targets[r];
+      T* d = dlogits + r * V;
+      if (tgt == kIgnoreIndex) {
+        zero(d);
+        continue;
+      }
+      check_target(tgt, r, V);
+      const float inv = 1.0f / stats[2 * r + 1];
+      gradient_row(logits + r * V, stats[2 * r], inv, tgt, dloss, V,
+                   [&](const float* b, int at, int n) { store(b, d + at, n); });
+    }
+  });
+}
+}  // namespace
+
+void crossentropy_backward(Context& ctx, float* dlogits, const float* stats, const float* logits,
+                           const int32_t* targets, float dloss, int N, int V) {
+  backward_from_stats(
+      ctx, dlogits, stats, logits, targets, dloss, N, V,
+      [](const float* b, float* d, int n) {
+        std::memcpy(d, b, sizeof(float) * static_cast<size_t>(n));
+      },
+      [V](float* d) { std::memset(d, 0, sizeof(float) * static_cast<size_t>(V)); });
+}
+
+void crossentropy_backward(Context& ctx, bf16* dlogits, const float* stats, const float* logits,
+                           const int32_t* targets, float dloss, int N, int V) {
+  backward_from_stats(
+      ctx, dlogits, stats, logits, targets, dloss, N, V,
+      [](const float* b, bf16* d, int n) { convert_to_bf16(b, d, n); },
+      [V](bf16* d) { std::fill_n(d, V, bf16{}); });  // to_bf16(0.0f)
 }
 
 }  // namespace actorpipe

@@ -42,6 +42,20 @@ int crossentropy_forward_backward(Context& ctx, float* losses, float* dlogits, c
 int crossentropy_forward_backward(Context& ctx, float* losses, bf16* dlogits, const float* logits,
                                   const int32_t* targets, float dloss, int N, int V);
 
+/// crossentropy_losses (the same bits), also keeping each row's statistics for the backward
+/// below: stats[2r] = the row's largest logit, stats[2r + 1] = Σ exp(logit − largest) in the
+/// kernels' lane order (rows whose target is ignored: left as they were).
+int crossentropy_losses(Context& ctx, float* losses, float* stats, const float* logits,
+                        const int32_t* targets, int N, int V);
+
+/// dlogits (N,V) = dloss·(softmax − onehot) from the forward's stats, in one pass over each row
+/// (no maximum or sum again): the bits of crossentropy_forward_backward's dlogits, in f32 or
+/// rounded to bf16 as they are made. An ignored row gets zeros.
+void crossentropy_backward(Context& ctx, float* dlogits, const float* stats, const float* logits,
+                           const int32_t* targets, float dloss, int N, int V);
+void crossentropy_backward(Context& ctx, bf16* dlogits, const float* stats, const float* logits,
+                           const int32_t* targets, float dloss, int N, int V);
+
 /// Number of targets that are not kIgnoreIndex.
 int count_targets(const int32_t* targets, int N);
 

@@ -206,3 +206,36 @@ TEST_CASE("crossentropy_losses: crossentropy_forward's losses and count, bit for
   CHECK_THROWS_AS(crossentropy_losses(ctx, l.data(), logits.data(), bad.data(), N, V),
                   CheckFailure);
 }
+
+TEST_CASE("the backward from the forward's stats: crossentropy_forward_backward's bits") {
+  constexpr int N = 43, V = 1000;  // V neither a multiple of the lanes nor of the row blocks
+  std::vector<float> logits(static_cast<size_t>(N) * V);
+  uint32_t x = 13;
+  for (float& v : logits) {
+    x = x * 1664525u + 1013904223u;
+    v = static_cast<float>(static_cast<int32_t>(x >> 8) % 40000) * 1e-3f - 15.0f;
+  }
+  std::vector<int32_t> tgt(N);
+  // targets in the first, a middle and the last block of a row, and ignored rows
+  for (int i = 0; i < N; ++i)
+    tgt[i] = i % 6 == 1 ? kIgnoreIndex : (i % 3 == 0 ? 0 : (i % 3 == 1 ? V - 1 : (i * 97) % V));
+  const float dloss = 1.0f / 31.0f;
+  for (int threads : {1, 2, 3}) {
+    CAPTURE(threads);
+    Context ctx(threads);
+    std::vector<float> want_l(N), want_d(logits.size());
+    const int n = crossentropy_forward_backward(ctx, want_l.data(), want_d.data(), logits.data(),
+                                                tgt.data(), dloss, N, V);
+    std::vector<float> l(N, -1.0f), stats(2 * static_cast<size_t>(N), -7.0f);
+    CHECK(crossentropy_losses(ctx, l.data(), stats.data(), logits.data(), tgt.data(), N, V) == n);
+    CHECK(std::memcmp(l.data(), want_l.data(), sizeof(float) * N) == 0);
+    CHECK(stats[2] == -7.0f);  // row 1 is ignored: its stats stay as they were
+    std::vector<float> d(logits.size(), -1.0f);
+    crossentropy_backward(ctx, d.data(), stats.data(), logits.data(), tgt.data(), dloss, N, V);
+    CHECK(std::memcmp(d.data(), want_d.data(), sizeof(float) * d.size()) == 0);
+    std::vector<bf16> d16(logits.size(), to_bf16(-1.0f)), want16(logits.size());
+    crossentropy_backward(ctx, d16.data(), stats.data(), logits.data(), tgt.data(), dloss, N, V);
+    convert_to_bf16(want_d.data(), want16.data(), static_cast<int64_t>(want16.size()));
+    CHECK(d16 == want16);  // ignored rows included: zeros
+  }
+}

@@ -571,7 +571,7 @@ CountedRows counted_rows(Context& ctx, const Microbatch& mb) {
 class GptHead final : public SlotLayer {
   enum { LNFW, LNFB, LMW };
   struct Saved {
-    size_t lnf, mean, rstd, logits, total;
+    size_t lnf, mean, rstd, logits, stats, total;
   };
   Saved layout(int B, int T) const {
     const size_t N = static_cast<size_t>(B) * T;
@@ -581,6 +581,7 @@ class GptHead final : public SlotLayer {
     s.mean = l.add(N);
     s.rstd = l.add(N);
     s.logits = l.add(N * V_);  // (N,V)
+    s.stats = l.add(2 * N);    // each row's largest logit and exponentials' sum (host)
     s.total = l.size();
     return s;
   }
@@ -606,6 +607,12 @@ class GptHead final : public SlotLayer {
                                     p(params, LNFB), N, C_);
     ctx.backend().matmul_forward(S + s.logits, S + s.lnf, p(params, LMW), nullptr, N, C_, V_);
     check_ids(mb.targets, static_cast<size_t>(N), V_, true, "targets");
+    if (ctx.host_backend()) {  // the rows' statistics kept: the backward does not find them again
+      float* losses = ctx.backend().scratch(static_cast<size_t>(N));
+      const int count =
+          crossentropy_losses(ctx, losses, S + s.stats, S + s.logits, mb.targets.data(), N, V_);
+      return {ctx.backend().sum_losses(losses, N), count};
+    }
     return loss_forward(ctx, S + s.logits, mb.targets.data(), N, V_);
   }
 
@@ -625,14 +632,19 @@ class GptHead final : public SlotLayer {
       // f32 dlogits through linear_backward, without them); a deferred weight half keeps it
       bf16* dlogits16 =
           later != nullptr ? later->hold_bf16(NV) : alloc_bf16(ctx, static_cast<int64_t>(NV));
-      float* losses = ctx.backend().scratch(static_cast<size_t>(N));
-      crossentropy_forward_backward(ctx, losses, dlogits16, S + s.logits, mb.targets.data(), dloss,
-                                    N, V_);
+      crossentropy_backward(ctx, dlogits16, S + s.stats, S + s.logits, mb.targets.data(), dloss, N,
+                            V_);
       linear_products_bf16(ctx, later, dlnf, g(grads, LMW), dlogits16, ProductInput{S + s.lnf},
                            p(params, LMW), N, C_, V_);
     } else {
-      const float* dlogits =
-          loss_backward(ctx, later, S + s.logits, mb.targets.data(), N, V_, dloss);
+      const float* dlogits = nullptr;
+      if (ctx.host_backend()) {
+        float* d = kept(ctx, later, NV);
+        crossentropy_backward(ctx, d, S + s.stats, S + s.logits, mb.targets.data(), dloss, N, V_);
+        dlogits = d;
+      } else {
+        dlogits = loss_backward(ctx, later, S + s.logits, mb.targets.data(), N, V_, dloss);
+      }
       linear_backward(ctx, later, dlnf, g(grads, LMW), nullptr, dlogits, S + s.lnf, p(params, LMW),
                       N, C_, V_);
     }
