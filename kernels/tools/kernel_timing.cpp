@@ -342,6 +342,25 @@ int main(int argc, char** argv) {
                       },
                       reps),
                   0, 0});
+  // the backward from the forward's row statistics (the GPT head on the host)
+  std::vector<float> stats(2 * static_cast<size_t>(N));
+  (void)crossentropy_losses(ctx, losses.data(), stats.data(), logits0.data(), targets.data(), N, V);
+  once.push_back({"ce bwd, stats",
+                  time_ms(
+                      [&] {
+                        crossentropy_backward(ctx, dlogits.data(), stats.data(), logits0.data(),
+                                              targets.data(), 1.0f / N, N, V);
+                      },
+                      reps),
+                  0, 0});
+  once.push_back({"ce bwd, stats (bf16)",
+                  time_ms(
+                      [&] {
+                        crossentropy_backward(ctx, dlogits16.data(), stats.data(), logits0.data(),
+                                              targets.data(), 1.0f / N, N, V);
+                      },
+                      reps),
+                  0, 0});
   once.push_back({"lm head bwd",
                   time_ms(
                       [&] {
