@@ -14,7 +14,7 @@ namespace actorpipe {
 /// out (B,T,C); att (B,NH,T,T) keeps the softmax probabilities for the backward.
 /// key_mask (B,T): 1 = attend, 0 = padding (may be null = all keys valid). For causal
 /// attention key t2 > t is excluded too. A query whose every key is masked gets zeros.
-/// Masked entries of att are 0. q, k, v are read in place (strided views of qkv, no copy);
+/// Masked entries of att are 0. In fp32 q, k, v are read in place (strided views of qkv);
 /// the work is split over (b, h), so the result is bitwise the same for any thread count.
 void attention_forward(Context& ctx, float* out, float* att, const float* qkv,
                        const uint8_t* key_mask, bool causal, int B, int T, int C, int NH);
@@ -30,7 +30,10 @@ void attention_backward(Context& ctx, float* dqkv, float* scratch, const float* 
 
 /// The bf16 forward and backward (ctx.precision() bf16, else a CheckFailure) on qkv already
 /// rounded to bf16: the bits of the calls above on the f32 qkv it rounds, without rounding it
-/// again (a block keeping its bf16 activations keeps qkv so, in half the floats).
+/// again (a block keeping its bf16 activations keeps qkv so, in half the floats). The scores
+/// (q·kᵀ, and dout·vᵀ in the backward) are one product per head on contiguous copies of the
+/// head's rows (oneDNN's brgemm kernels take those, not the strided views), all T×T of them;
+/// the other products run by causal blocks on the strided views.
 void attention_forward(Context& ctx, float* out, float* att, const bf16* qkv,
                        const uint8_t* key_mask, bool causal, int B, int T, int C, int NH);
 void attention_backward(Context& ctx, float* dqkv, float* scratch, const float* dout,
