@@ -140,31 +140,35 @@ int crossentropy_forward(Context& ctx, float* losses, float* probs, const float*
       [](int64_t) {});
 }
 
-int crossentropy_losses(Context& ctx, float* losses, float* stats, const float* logits,
-                        const int32_t* targets, int N, int V) {
+namespace {
+// The losses alone, each row's largest logit and exponentials' sum handed to keep(r, max, sum).
+template <class Keep>
+int loss_rows(Context& ctx, float* losses, const float* logits, const int32_t* targets, int N,
+              int V, Keep&& keep) {
   return each_row(
       ctx, losses, targets, N, V,
       [&](int, int64_t r, int32_t tgt) {
         const float* x = logits + r * V;
         const float mx = internal::lane_max(x, V);
         const float sum = exp_sum_row(x, V, mx);
-        stats[2 * r] = mx;
-        stats[2 * r + 1] = sum;
+        keep(r, mx, sum);
         return std::log(sum) + (mx - x[tgt]);
       },
       [](int64_t) {});
 }
+}  // namespace
+
+int crossentropy_losses(Context& ctx, float* losses, float* stats, const float* logits,
+                        const int32_t* targets, int N, int V) {
+  return loss_rows(ctx, losses, logits, targets, N, V, [stats](int64_t r, float mx, float sum) {
+    stats[2 * r] = mx;
+    stats[2 * r + 1] = sum;
+  });
+}
 
 int crossentropy_losses(Context& ctx, float* losses, const float* logits, const int32_t* targets,
                         int N, int V) {
-  return each_row(
-      ctx, losses, targets, N, V,
-      [&](int, int64_t r, int32_t tgt) {
-        const float* x = logits + r * V;
-        const float mx = internal::lane_max(x, V);
-        return std::log(exp_sum_row(x, V, mx)) + (mx - x[tgt]);
-      },
-      [](int64_t) {});
+  return loss_rows(ctx, losses, logits, targets, N, V, [](int64_t, float, float) {});
 }
 
 void crossentropy_backward(Context& ctx, float* dlogits, const float* probs, const int32_t* targets,

@@ -37,6 +37,17 @@ std::vector<double> ref_losses(const std::vector<double>& x, const std::vector<i
   return loss;
 }
 
+// N·V logits in [-offset, span·1e-3 - offset), from a fixed linear congruential sequence.
+std::vector<float> lcg_logits(int N, int V, uint32_t seed, int32_t span, float offset) {
+  std::vector<float> logits(static_cast<size_t>(N) * V);
+  uint32_t x = seed;
+  for (float& v : logits) {
+    x = x * 1664525u + 1013904223u;
+    v = static_cast<float>(static_cast<int32_t>(x >> 8) % span) * 1e-3f - offset;
+  }
+  return logits;
+}
+
 }  // namespace
 
 TEST_CASE("cross-entropy forward and backward against double reference and finite differences") {
@@ -153,12 +164,7 @@ TEST_CASE("cross-entropy: same bits for 1, 2 and 3 threads") {
 
 TEST_CASE("crossentropy_forward_backward into bf16: the f32 call's losses and rounded dlogits") {
   constexpr int N = 37, V = 1000;  // V not a multiple of the vector lanes
-  std::vector<float> logits(static_cast<size_t>(N) * V);
-  uint32_t x = 7;
-  for (float& v : logits) {
-    x = x * 1664525u + 1013904223u;
-    v = static_cast<float>(static_cast<int32_t>(x >> 8) % 20000) * 1e-3f;
-  }
+  const std::vector<float> logits = lcg_logits(N, V, 7, 20000, 0.0f);
   std::vector<int32_t> tgt(N);
   for (int i = 0; i < N; ++i) tgt[i] = i % 5 == 3 ? kIgnoreIndex : (i * 131) % V;
   const float dloss = 1.0f / 29.0f;
@@ -181,12 +187,7 @@ TEST_CASE("crossentropy_forward_backward into bf16: the f32 call's losses and ro
 
 TEST_CASE("crossentropy_losses: crossentropy_forward's losses and count, bit for bit") {
   constexpr int N = 41, V = 777;
-  std::vector<float> logits(static_cast<size_t>(N) * V);
-  uint32_t x = 11;
-  for (float& v : logits) {
-    x = x * 1664525u + 1013904223u;
-    v = static_cast<float>(static_cast<int32_t>(x >> 8) % 30000) * 1e-3f - 10.0f;
-  }
+  const std::vector<float> logits = lcg_logits(N, V, 11, 30000, 10.0f);
   std::vector<int32_t> tgt(N);
   for (int i = 0; i < N; ++i) tgt[i] = i % 7 == 2 ? kIgnoreIndex : (i * 53) % V;
   for (int threads : {1, 2, 3}) {
@@ -209,12 +210,7 @@ TEST_CASE("crossentropy_losses: crossentropy_forward's losses and count, bit for
 
 TEST_CASE("the backward from the forward's stats: crossentropy_forward_backward's bits") {
   constexpr int N = 43, V = 1000;  // V neither a multiple of the lanes nor of the row blocks
-  std::vector<float> logits(static_cast<size_t>(N) * V);
-  uint32_t x = 13;
-  for (float& v : logits) {
-    x = x * 1664525u + 1013904223u;
-    v = static_cast<float>(static_cast<int32_t>(x >> 8) % 40000) * 1e-3f - 15.0f;
-  }
+  const std::vector<float> logits = lcg_logits(N, V, 13, 40000, 15.0f);
   std::vector<int32_t> tgt(N);
   // targets in the first, a middle and the last block of a row, and ignored rows
   for (int i = 0; i < N; ++i)
