@@ -2,7 +2,9 @@
 // turn: on a virtual machine the CPUs need not be equal. On the 2-vCPU Xeon with AMX these
 // benchmarks ran on, one vCPU's bf16 products ran 2-2.5x slower than the other's while fp32 ran
 // alike (its core's AMX unit shared with another tenant, most likely), so a bf16 step's time
-// depended on where the process ran. The bench prints this beside its bf16 figures.
+// depended on where the process ran. Then all of them at once, which shows CPUs that share one
+// core's units (SMT siblings on the host: there a second thread adds little to a product's
+// speed). The bench prints both beside its bf16 figures.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -15,17 +17,30 @@ namespace actorpipe::bench {
 
 struct CpuSpeed {
   int cpu = 0;        ///< the CPU's number (sched_getaffinity's)
-  Bf16Speed speed;    ///< measure_bf16_speed() on a thread pinned to it
-  std::string error;  ///< why it could not be measured there (then speed is zero)
+  Bf16Speed speed;    ///< measure_bf16_speed() on a thread pinned to it, the others idle
+  Bf16Speed shared;   ///< the same while a pinned thread measures on every other CPU too
+  std::string error;  ///< why it could not be measured there (then both speeds are zero)
 };
 
 /// Every CPU of this process's affinity mask in order, measured one after another (a thread
-/// pinned to each: about 30 ms a CPU). Needs bf16 products (bf16_support().products).
+/// pinned to each: about 30 ms a CPU), then all at once (threads started together). Needs bf16
+/// products (bf16_support().products).
 std::vector<CpuSpeed> measure_cpu_speeds();
 
 /// "cpu0 310 GFLOP/s (fp32 140), cpu1 720 (fp32 150)"; a CPU that could not be measured says
-/// why.
+/// why. With two or more measured: "; all at once cpu0 160 (fp32 75), cpu1 350 (fp32 76)".
 std::string describe_cpu_speeds(const std::vector<CpuSpeed>& s);
+
+/// The measured CPUs' bf16 products all at once over the fastest one's alone: about the number
+/// of CPUs where each has units of its own, about 1 where they share one core's (1 with fewer
+/// than two measured).
+double bf16_parallel_gain(const std::vector<CpuSpeed>& s);
+
+/// Empty, or where two or more CPUs gain less than kSharedGain together: "bf16 products on 2
+/// CPUs at once run 1.1x as fast as on one alone: the CPUs share their units (SMT siblings on
+/// the host, most likely), so more threads add little to bf16 figures here".
+std::string shared_units_warning(const std::vector<CpuSpeed>& s);
+inline constexpr double kSharedGain = 1.4;
 
 /// The fastest CPU's bf16 products over the slowest's (1 with fewer than two measured).
 double bf16_spread(const std::vector<CpuSpeed>& s);
@@ -38,7 +53,8 @@ inline constexpr double kUnevenSpread = 1.5;
 /// on another: bf16 figures depend on the CPUs a run gets (pin one with taskset -c)".
 std::string uneven_warning(const std::vector<CpuSpeed>& s);
 
-/// [{"cpu": 0, "bf16_gflops": .., "fp32_gflops": ..}, ...]
+/// [{"cpu": 0, "bf16_gflops": .., "fp32_gflops": .., "bf16_gflops_shared": ..,
+/// "fp32_gflops_shared": ..}, ...]
 nlohmann::json to_json(const std::vector<CpuSpeed>& s);
 
 }  // namespace actorpipe::bench

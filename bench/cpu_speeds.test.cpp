@@ -9,18 +9,22 @@ using namespace actorpipe;
 using namespace actorpipe::bench;
 
 namespace {
-CpuSpeed at(int cpu, double bf16, double fp32) {
+CpuSpeed at(int cpu, double bf16, double fp32, double bf16_shared = 0.0, double fp32_shared = 0.0) {
   CpuSpeed s;
   s.cpu = cpu;
   s.speed.bf16_gflops = bf16;
   s.speed.fp32_gflops = fp32;
+  s.shared.bf16_gflops = bf16_shared > 0.0 ? bf16_shared : bf16;
+  s.shared.fp32_gflops = fp32_shared > 0.0 ? fp32_shared : fp32;
   return s;
 }
 }  // namespace
 
 TEST_CASE("per-CPU speeds: described in order, the spread of bf16 and its warning") {
   const std::vector<CpuSpeed> even = {at(0, 700, 150), at(1, 640, 148)};
-  CHECK(describe_cpu_speeds(even) == "cpu0 700 GFLOP/s (fp32 150), cpu1 640 (fp32 148)");
+  CHECK(describe_cpu_speeds(even) ==
+        "cpu0 700 GFLOP/s (fp32 150), cpu1 640 (fp32 148); all at "
+        "once cpu0 700 (fp32 150), cpu1 640 (fp32 148)");
   CHECK(bf16_spread(even) == doctest::Approx(700.0 / 640.0));
   CHECK(uneven_warning(even).empty());
   const std::vector<CpuSpeed> uneven = {at(0, 300, 150), at(1, 690, 150)};
@@ -37,6 +41,27 @@ TEST_CASE("per-CPU speeds: described in order, the spread of bf16 and its warnin
   CHECK(describe_cpu_speeds(one) ==
         "cpu0 500 GFLOP/s (fp32 100), cpu1 not measured (cannot pin a thread to it (error 22))");
   CHECK(to_json(one)[1]["error"] == failed.error);
+}
+
+TEST_CASE("CPUs that share their units: the gain of all at once and its warning") {
+  // each its own units: twice the fastest alone
+  const std::vector<CpuSpeed> own = {at(0, 300, 100, 295, 99), at(1, 300, 100, 298, 98)};
+  CHECK(bf16_parallel_gain(own) == doctest::Approx(593.0 / 300.0));
+  CHECK(shared_units_warning(own).empty());
+  CHECK(to_json(own)[1]["bf16_gflops_shared"] == 298.0);
+  // SMT siblings: each at half its speed
+  const std::vector<CpuSpeed> siblings = {at(0, 300, 100, 160, 60), at(1, 290, 100, 150, 58)};
+  CHECK(bf16_parallel_gain(siblings) == doctest::Approx(310.0 / 300.0));
+  CHECK(shared_units_warning(siblings) ==
+        "bf16 products on 2 CPUs at once run 1.0x as fast as on one alone: the CPUs share their "
+        "units (SMT siblings on the host, most likely), so more threads add little to bf16 "
+        "figures here");
+  CHECK(describe_cpu_speeds(siblings) ==
+        "cpu0 300 GFLOP/s (fp32 100), cpu1 290 (fp32 100); all "
+        "at once cpu0 160 (fp32 60), cpu1 150 (fp32 58)");
+  // one CPU: nothing to compare
+  CHECK(bf16_parallel_gain({at(2, 300, 100, 100, 50)}) == 1.0);
+  CHECK(shared_units_warning({at(2, 300, 100, 100, 50)}).empty());
 }
 
 TEST_CASE("measure_cpu_speeds: every CPU of this process's mask, in order") {
@@ -56,5 +81,7 @@ TEST_CASE("measure_cpu_speeds: every CPU of this process's mask, in order") {
     CHECK(s[i].error.empty());
     CHECK(s[i].speed.bf16_gflops > 0.0);
     CHECK(s[i].speed.fp32_gflops > 0.0);
+    CHECK(s[i].shared.bf16_gflops > 0.0);
+    CHECK(s[i].shared.fp32_gflops > 0.0);
   }
 }

@@ -147,6 +147,8 @@ int main(int argc, char** argv) {
                  describe_cpu_speeds(cpu_speeds));
     if (!uneven_warning(cpu_speeds).empty())
       fmt::print(stderr, "actorpipe-bench: warning: {}\n", uneven_warning(cpu_speeds));
+    if (!shared_units_warning(cpu_speeds).empty())
+      fmt::print(stderr, "actorpipe-bench: warning: {}\n", shared_units_warning(cpu_speeds));
     const int align = gemm_row_align();
     fmt::print("fp32: {}, {}\n", blas_core().describe(),
                align > 0 ? fmt::format("products split between threads in blocks of {} rows "
