@@ -96,28 +96,28 @@ std::string describe_cpu_speeds(const std::vector<CpuSpeed>& s) {
   return text;
 }
 
-double bf16_parallel_gain(const std::vector<CpuSpeed>& s) {
-  double best = 0.0, together = 0.0;
+double bf16_shared_fraction(const std::vector<CpuSpeed>& s) {
+  double alone = 0.0, together = 0.0;
   int n = 0;
   for (const CpuSpeed& c : s) {
     if (!c.error.empty() || c.speed.bf16_gflops <= 0.0) continue;
-    best = std::max(best, c.speed.bf16_gflops);
+    alone += c.speed.bf16_gflops;
     together += c.shared.bf16_gflops;
     ++n;
   }
-  return n >= 2 ? together / best : 1.0;
+  return n >= 2 ? together / alone : 1.0;
 }
 
 std::string shared_units_warning(const std::vector<CpuSpeed>& s) {
   int n = 0;
   for (const CpuSpeed& c : s) n += c.error.empty() && c.speed.bf16_gflops > 0.0 ? 1 : 0;
-  const double gain = bf16_parallel_gain(s);
-  if (n < 2 || gain >= kSharedGain) return {};
+  const double fraction = bf16_shared_fraction(s);
+  if (n < 2 || fraction >= kSharedFraction) return {};
   return fmt::format(
-      "bf16 products on {} CPUs at once run {:.1f}x as fast as on one alone: the CPUs share their "
-      "units (SMT siblings on the host, most likely), so more threads add little to bf16 figures "
-      "here",
-      n, gain);
+      "bf16 products on {} CPUs at once run at {:.2f} of their speeds alone: the CPUs share "
+      "their units (SMT siblings on the host, most likely), so more threads add little to bf16 "
+      "figures here",
+      n, fraction);
 }
 
 double bf16_spread(const std::vector<CpuSpeed>& s) {

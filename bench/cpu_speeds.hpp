@@ -31,16 +31,17 @@ std::vector<CpuSpeed> measure_cpu_speeds();
 /// why. With two or more measured: "; all at once cpu0 160 (fp32 75), cpu1 350 (fp32 76)".
 std::string describe_cpu_speeds(const std::vector<CpuSpeed>& s);
 
-/// The measured CPUs' bf16 products all at once over the fastest one's alone: about the number
-/// of CPUs where each has units of its own, about 1 where they share one core's (1 with fewer
-/// than two measured).
-double bf16_parallel_gain(const std::vector<CpuSpeed>& s);
+/// The measured CPUs' bf16 speeds all at once over their speeds each alone, summed: about 1
+/// where each has units of its own (also when they differ), about 1/n where n share one core's
+/// (1 with fewer than two measured).
+double bf16_shared_fraction(const std::vector<CpuSpeed>& s);
 
-/// Empty, or where two or more CPUs gain less than kSharedGain together: "bf16 products on 2
-/// CPUs at once run 1.1x as fast as on one alone: the CPUs share their units (SMT siblings on
-/// the host, most likely), so more threads add little to bf16 figures here".
+/// Empty, or where two or more CPUs keep less than kSharedFraction of their speeds alone when
+/// all compute at once: "bf16 products on 2 CPUs at once run at 0.52 of their speeds alone: the
+/// CPUs share their units (SMT siblings on the host, most likely), so more threads add little
+/// to bf16 figures here".
 std::string shared_units_warning(const std::vector<CpuSpeed>& s);
-inline constexpr double kSharedGain = 1.4;
+inline constexpr double kSharedFraction = 0.7;
 
 /// The fastest CPU's bf16 products over the slowest's (1 with fewer than two measured).
 double bf16_spread(const std::vector<CpuSpeed>& s);

@@ -43,24 +43,24 @@ TEST_CASE("per-CPU speeds: described in order, the spread of bf16 and its warnin
   CHECK(to_json(one)[1]["error"] == failed.error);
 }
 
-TEST_CASE("CPUs that share their units: the gain of all at once and its warning") {
-  // each its own units: twice the fastest alone
-  const std::vector<CpuSpeed> own = {at(0, 300, 100, 295, 99), at(1, 300, 100, 298, 98)};
-  CHECK(bf16_parallel_gain(own) == doctest::Approx(593.0 / 300.0));
+TEST_CASE("CPUs that share their units: the fraction kept all at once and its warning") {
+  // each its own units, one slower than the other: about all of their speeds alone
+  const std::vector<CpuSpeed> own = {at(0, 200, 100, 195, 99), at(1, 700, 100, 698, 98)};
+  CHECK(bf16_shared_fraction(own) == doctest::Approx(893.0 / 900.0));
   CHECK(shared_units_warning(own).empty());
-  CHECK(to_json(own)[1]["bf16_gflops_shared"] == 298.0);
-  // SMT siblings: each at half its speed
+  CHECK(to_json(own)[1]["bf16_gflops_shared"] == 698.0);
+  // SMT siblings: each at about half its speed
   const std::vector<CpuSpeed> siblings = {at(0, 300, 100, 160, 60), at(1, 290, 100, 150, 58)};
-  CHECK(bf16_parallel_gain(siblings) == doctest::Approx(310.0 / 300.0));
+  CHECK(bf16_shared_fraction(siblings) == doctest::Approx(310.0 / 590.0));
   CHECK(shared_units_warning(siblings) ==
-        "bf16 products on 2 CPUs at once run 1.0x as fast as on one alone: the CPUs share their "
+        "bf16 products on 2 CPUs at once run at 0.53 of their speeds alone: the CPUs share their "
         "units (SMT siblings on the host, most likely), so more threads add little to bf16 "
         "figures here");
   CHECK(describe_cpu_speeds(siblings) ==
         "cpu0 300 GFLOP/s (fp32 100), cpu1 290 (fp32 100); all "
         "at once cpu0 160 (fp32 60), cpu1 150 (fp32 58)");
   // one CPU: nothing to compare
-  CHECK(bf16_parallel_gain({at(2, 300, 100, 100, 50)}) == 1.0);
+  CHECK(bf16_shared_fraction({at(2, 300, 100, 100, 50)}) == 1.0);
   CHECK(shared_units_warning({at(2, 300, 100, 100, 50)}).empty());
 }
 
