@@ -89,9 +89,10 @@ void softmax_backward_row(float* __restrict d, const float* __restrict a, const 
 
 // S (T × T, row stride T) = x · yᵀ for one head's rows of x and y (T × hs, row strides ldx, ldy):
 // both copied into contiguous xh and yh (T × hs) first, and every row whole, also above a causal
-// diagonal (the softmax ignores those entries, and the backward zeroes them). oneDNN runs its
-// brgemm (AMX) kernels on the contiguous operands, and a slower one on the strided views: a
-// GPT-small head's scores in 23 µs instead of 48 µs as causal blocks (docs/benchmarks.md).
+// diagonal (the softmax ignores those entries; of the backward's gradient the blocked products
+// read a row only up to its block's end). oneDNN runs its brgemm (AMX) kernels on contiguous
+// operands and a slower one on the strided views: a GPT-small head's scores in 23 µs instead of
+// 48 µs as causal blocks (docs/benchmarks.md).
 void scores_bf16(float* S, bf16* xh, bf16* yh, const bf16* x, int ldx, const bf16* y, int ldy,
                  int T, int hs) {
   for (int64_t t = 0; t < T; ++t) {
@@ -314,7 +315,7 @@ void attention_backward(Context& ctx, float* dqkv, float* scratch, const float* 
       // the blocked GEMMs below read them.
       for (int t = 0; t < T; ++t) {
         const int n = causal ? std::min(T, (t + kLanes) / kLanes * kLanes) : T;  // t + 1 rounded up
-        const int end = causal ? std::min(T, (t / kQueryBlock + 1) * kQueryBlock) : T;
+        const int end = block_end(t, T, causal);
         softmax_backward_row(D + static_cast<int64_t>(t) * T, A + static_cast<int64_t>(t) * T,
                              scale, n, end);
       }
