@@ -127,7 +127,7 @@ KernelCategory classify_name(std::string_view name) {
   };
   // First match wins: kernel entry points (their lambdas carry the enclosing function's
   // name) before the thread pool that runs them.
-  static constexpr std::array<Entry, 24> kNames = {{
+  static constexpr std::array<Entry, 26> kNames = {{
       {"attention_", KernelCategory::attention},
       {"layernorm_", KernelCategory::layernorm},
       {"gelu_", KernelCategory::gelu},
@@ -152,6 +152,8 @@ KernelCategory classify_name(std::string_view name) {
       {"ThreadPool", KernelCategory::threads},
       {"run_chunks", KernelCategory::threads},
       {"ChunkFn", KernelCategory::threads},
+      {"run_tasks", KernelCategory::threads},
+      {"TaskFn", KernelCategory::threads},
   }};
   for (const Entry& e : kNames)
     if (contains(name, e.key)) return e.category;
@@ -498,13 +500,15 @@ std::string short_name(const std::string& demangled) {
   std::string s = demangled;
   for (size_t at; (at = s.find("(anonymous namespace)::")) != std::string::npos;) s.erase(at, 23);
   if (contains(s, "ThreadPool::ThreadPool(")) return "actorpipe::ThreadPool worker thread";
-  // A kernel's chunk: ChunkFn::ChunkFn<actorpipe::gelu_forward(...)::{lambda...}>...
-  const std::string chunk = "ChunkFn::ChunkFn<";
-  if (const size_t at = s.find(chunk); at != std::string::npos) {
-    const size_t begin = at + chunk.size();
-    const size_t end = s.find('(', begin);
-    if (end != std::string::npos) return s.substr(begin, end - begin) + " (parallel chunk)";
-  }
+  // A kernel's chunk or task: ChunkFn::ChunkFn<actorpipe::gelu_forward(...)::{lambda...}>...
+  for (const auto& [wrapper, what] :
+       {std::pair<std::string, std::string>{"ChunkFn::ChunkFn<", " (parallel chunk)"},
+        {"TaskFn::TaskFn<", " (parallel task)"}})
+    if (const size_t at = s.find(wrapper); at != std::string::npos) {
+      const size_t begin = at + wrapper.size();
+      const size_t end = s.find('(', begin);
+      if (end != std::string::npos) return s.substr(begin, end - begin) + what;
+    }
   const size_t paren = s.find('(');
   if (paren != std::string::npos && paren > 0) s.erase(paren);
   return s;

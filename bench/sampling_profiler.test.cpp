@@ -61,6 +61,18 @@ TEST_CASE("classify: libraries, source files of local symbols, then names") {
                  "float*, float const*, long)::{lambda(int, long, long)#1}>(...)::"
                  "{lambda(void*, int, long, long)#1}::_FUN(void*, int, long, long)",
                  {}, {}) == KernelCategory::gelu);
+  CHECK(classify("actorpipe::TaskFn::TaskFn<actorpipe::attention_forward_bf16(actorpipe::"
+                 "Context&, float*)::{lambda(int, long)#1}>(...)::{lambda(void*, int, long)#1}::"
+                 "_FUN(void*, int, long)",
+                 {}, {}) == KernelCategory::attention);
+  CHECK(classify("actorpipe::Context::run_tasks(long, actorpipe::TaskFn)", {}, {}) ==
+        KernelCategory::threads);
+  CHECK(short_name("actorpipe::TaskFn::TaskFn<actorpipe::attention_backward(actorpipe::Context&)"
+                   "::{lambda(int, long)#1}>(...)") ==
+        "actorpipe::attention_backward (parallel task)");
+  CHECK(short_name("actorpipe::ChunkFn::ChunkFn<actorpipe::gelu_forward(actorpipe::Context&)::"
+                   "{lambda(int, long, long)#1}>(...)") ==
+        "actorpipe::gelu_forward (parallel chunk)");
   CHECK(classify("actorpipe::ThreadPool::worker_loop(int)", {}, {}) == KernelCategory::threads);
   CHECK(classify("actorpipe::Context::run_chunks(long, long, actorpipe::ChunkFn)", {}, {}) ==
         KernelCategory::threads);

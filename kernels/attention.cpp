@@ -113,33 +113,31 @@ void attention_forward_bf16(Context& ctx, float* out, float* att, const bf16* qk
   const int64_t Thd = static_cast<int64_t>(T) * hs;
   bf16* a16_all = alloc_bf16(ctx, ctx.threads() * TT);
   bf16* qk_all = alloc_bf16(ctx, ctx.threads() * 2 * Thd);
-  ctx.parallel_for(static_cast<int64_t>(B) * NH, [&](int chunk, int64_t i0, int64_t i1) {
+  ctx.parallel_tasks(static_cast<int64_t>(B) * NH, [&](int chunk, int64_t bh) {
     bf16* a16 = a16_all + chunk * TT;
     bf16* qh = qk_all + chunk * 2 * Thd;
     bf16* kh = qh + Thd;
-    for (int64_t bh = i0; bh < i1; ++bh) {
-      const int64_t b = bh / NH;
-      const int64_t h = bh % NH;
-      const bf16* q = qkv16 + b * T * C3 + h * hs;
-      const bf16* k = q + C;
-      const bf16* v = q + 2 * C;
-      float* A = att + bh * TT;
-      float* o = out + b * T * C + h * hs;
-      const uint8_t* km = key_mask != nullptr ? key_mask + b * T : nullptr;
-      scores_bf16(A, qh, kh, q, C3, k, C3, T, hs);
-      for (int t = 0; t < T; ++t) {
-        float* row = A + static_cast<int64_t>(t) * T;
-        const int nv = causal ? t + 1 : T;
-        for (int j = 0; j < nv; ++j) row[j] *= scale;
-        softmax_row(row, km, nv, T);
-        // rounded while in cache, as far as the products below read the row
-        convert_to_bf16(row, a16 + static_cast<int64_t>(t) * T, block_end(t, T, causal));
-      }
-      for_blocks(T, causal, [&](int r0, int r1, int keys) {
-        gemm_bf16_serial(false, false, r1 - r0, hs, keys, a16 + static_cast<int64_t>(r0) * T, T, v,
-                         C3, false, o + static_cast<int64_t>(r0) * C, C);
-      });
+    const int64_t b = bh / NH;
+    const int64_t h = bh % NH;
+    const bf16* q = qkv16 + b * T * C3 + h * hs;
+    const bf16* k = q + C;
+    const bf16* v = q + 2 * C;
+    float* A = att + bh * TT;
+    float* o = out + b * T * C + h * hs;
+    const uint8_t* km = key_mask != nullptr ? key_mask + b * T : nullptr;
+    scores_bf16(A, qh, kh, q, C3, k, C3, T, hs);
+    for (int t = 0; t < T; ++t) {
+      float* row = A + static_cast<int64_t>(t) * T;
+      const int nv = causal ? t + 1 : T;
+      for (int j = 0; j < nv; ++j) row[j] *= scale;
+      softmax_row(row, km, nv, T);
+      // rounded while in cache, as far as the products below read the row
+      convert_to_bf16(row, a16 + static_cast<int64_t>(t) * T, block_end(t, T, causal));
     }
+    for_blocks(T, causal, [&](int r0, int r1, int keys) {
+      gemm_bf16_serial(false, false, r1 - r0, hs, keys, a16 + static_cast<int64_t>(r0) * T, T, v,
+                       C3, false, o + static_cast<int64_t>(r0) * C, C);
+    });
   });
 }
 
@@ -158,49 +156,47 @@ void attention_backward_bf16(Context& ctx, float* dqkv, float* scratch, const fl
   bf16* d16_all = alloc_bf16(ctx, ctx.threads() * TT);
   const int64_t Thd = static_cast<int64_t>(T) * hs;
   bf16* gv_all = alloc_bf16(ctx, ctx.threads() * 2 * Thd);
-  ctx.parallel_for(static_cast<int64_t>(B) * NH, [&](int chunk, int64_t i0, int64_t i1) {
+  ctx.parallel_tasks(static_cast<int64_t>(B) * NH, [&](int chunk, int64_t bh) {
     float* D = scratch + chunk * TT;
     bf16* a16 = a16_all + chunk * TT;
     bf16* d16 = d16_all + chunk * TT;
     bf16* gh = gv_all + chunk * 2 * Thd;
     bf16* vh = gh + Thd;
-    for (int64_t bh = i0; bh < i1; ++bh) {
-      const int64_t b = bh / NH;
-      const int64_t h = bh % NH;
-      const int64_t base = b * T * C3 + h * hs;
-      const bf16* q = qkv16 + base;
-      const bf16* k = q + C;
-      const bf16* v = q + 2 * C;
-      float* dq = dqkv + base;
-      float* dk = dq + C;
-      float* dv = dq + 2 * C;
-      const float* A = att + bh * TT;
-      const bf16* go = go16_all + b * T * C + h * hs;
-      for (int t = 0; t < T; ++t)  // as far as the dv products read each row
-        convert_to_bf16(A + static_cast<int64_t>(t) * T, a16 + static_cast<int64_t>(t) * T,
-                        block_end(t, T, causal));
-      scores_bf16(D, gh, vh, go, C, v, C3, T, hs);  // dA = dout · vᵀ, every row whole
-      for_blocks(T, causal, [&](int r0, int r1, int) {
-        const int64_t o0 = r0;
-        gemm_bf16_serial(true, false, r1 - r0, hs, T - r0, a16 + o0 * T + o0, T, go + o0 * C, C,
-                         true, dv + o0 * C3, C3);
-      });
-      for (int t = 0; t < T; ++t) {
-        const int n = causal ? std::min(T, (t + kLanes) / kLanes * kLanes) : T;
-        const int end = block_end(t, T, causal);
-        softmax_backward_row(D + static_cast<int64_t>(t) * T, A + static_cast<int64_t>(t) * T,
-                             scale, n, end);
-        // the products below read each row up to `end` only
-        convert_to_bf16(D + static_cast<int64_t>(t) * T, d16 + static_cast<int64_t>(t) * T, end);
-      }
-      for_blocks(T, causal, [&](int r0, int r1, int keys) {
-        const int64_t o0 = r0;
-        gemm_bf16_serial(false, false, r1 - r0, hs, keys, d16 + o0 * T, T, k, C3, true,
-                         dq + o0 * C3, C3);
-        gemm_bf16_serial(true, false, r1 - r0, hs, T - r0, d16 + o0 * T + o0, T, q + o0 * C3, C3,
-                         true, dk + o0 * C3, C3);
-      });
+    const int64_t b = bh / NH;
+    const int64_t h = bh % NH;
+    const int64_t base = b * T * C3 + h * hs;
+    const bf16* q = qkv16 + base;
+    const bf16* k = q + C;
+    const bf16* v = q + 2 * C;
+    float* dq = dqkv + base;
+    float* dk = dq + C;
+    float* dv = dq + 2 * C;
+    const float* A = att + bh * TT;
+    const bf16* go = go16_all + b * T * C + h * hs;
+    for (int t = 0; t < T; ++t)  // as far as the dv products read each row
+      convert_to_bf16(A + static_cast<int64_t>(t) * T, a16 + static_cast<int64_t>(t) * T,
+                      block_end(t, T, causal));
+    scores_bf16(D, gh, vh, go, C, v, C3, T, hs);  // dA = dout · vᵀ, every row whole
+    for_blocks(T, causal, [&](int r0, int r1, int) {
+      const int64_t o0 = r0;
+      gemm_bf16_serial(true, false, r1 - r0, hs, T - r0, a16 + o0 * T + o0, T, go + o0 * C, C, true,
+                       dv + o0 * C3, C3);
+    });
+    for (int t = 0; t < T; ++t) {
+      const int n = causal ? std::min(T, (t + kLanes) / kLanes * kLanes) : T;
+      const int end = block_end(t, T, causal);
+      softmax_backward_row(D + static_cast<int64_t>(t) * T, A + static_cast<int64_t>(t) * T, scale,
+                           n, end);
+      // the products below read each row up to `end` only
+      convert_to_bf16(D + static_cast<int64_t>(t) * T, d16 + static_cast<int64_t>(t) * T, end);
     }
+    for_blocks(T, causal, [&](int r0, int r1, int keys) {
+      const int64_t o0 = r0;
+      gemm_bf16_serial(false, false, r1 - r0, hs, keys, d16 + o0 * T, T, k, C3, true, dq + o0 * C3,
+                       C3);
+      gemm_bf16_serial(true, false, r1 - r0, hs, T - r0, d16 + o0 * T + o0, T, q + o0 * C3, C3,
+                       true, dk + o0 * C3, C3);
+    });
   });
 }
 // qkv's bf16 rounding in the Context's scratch: the operand the bf16 products read.
@@ -247,30 +243,28 @@ void attention_forward(Context& ctx, float* out, float* att, const float* qkv,
                            NH);
     return;
   }
-  ctx.parallel_for(static_cast<int64_t>(B) * NH, [&](int, int64_t i0, int64_t i1) {
-    for (int64_t bh = i0; bh < i1; ++bh) {
-      const int64_t b = bh / NH;
-      const int64_t h = bh % NH;
-      const float* q = qkv + b * T * C3 + h * hs;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      float* A = att + bh * TT;
-      float* o = out + b * T * C + h * hs;
-      const uint8_t* km = key_mask != nullptr ? key_mask + b * T : nullptr;
-      // Scores.
-      for_blocks(T, causal, [&](int r0, int r1, int keys) {
-        gemm_serial(false, true, r1 - r0, keys, hs, scale, q + static_cast<int64_t>(r0) * C3, C3, k,
-                    C3, 0.0f, A + static_cast<int64_t>(r0) * T, T);
-      });
-      // Softmax over the valid keys of each row; invalid entries become 0.
-      for (int t = 0; t < T; ++t)
-        softmax_row(A + static_cast<int64_t>(t) * T, km, causal ? t + 1 : T, T);
-      // out_h = att · v.
-      for_blocks(T, causal, [&](int r0, int r1, int keys) {
-        gemm_serial(false, false, r1 - r0, hs, keys, 1.0f, A + static_cast<int64_t>(r0) * T, T, v,
-                    C3, 0.0f, o + static_cast<int64_t>(r0) * C, C);
-      });
-    }
+  ctx.parallel_tasks(static_cast<int64_t>(B) * NH, [&](int, int64_t bh) {
+    const int64_t b = bh / NH;
+    const int64_t h = bh % NH;
+    const float* q = qkv + b * T * C3 + h * hs;
+    const float* k = q + C;
+    const float* v = q + 2 * C;
+    float* A = att + bh * TT;
+    float* o = out + b * T * C + h * hs;
+    const uint8_t* km = key_mask != nullptr ? key_mask + b * T : nullptr;
+    // Scores.
+    for_blocks(T, causal, [&](int r0, int r1, int keys) {
+      gemm_serial(false, true, r1 - r0, keys, hs, scale, q + static_cast<int64_t>(r0) * C3, C3, k,
+                  C3, 0.0f, A + static_cast<int64_t>(r0) * T, T);
+    });
+    // Softmax over the valid keys of each row; invalid entries become 0.
+    for (int t = 0; t < T; ++t)
+      softmax_row(A + static_cast<int64_t>(t) * T, km, causal ? t + 1 : T, T);
+    // out_h = att · v.
+    for_blocks(T, causal, [&](int r0, int r1, int keys) {
+      gemm_serial(false, false, r1 - r0, hs, keys, 1.0f, A + static_cast<int64_t>(r0) * T, T, v, C3,
+                  0.0f, o + static_cast<int64_t>(r0) * C, C);
+    });
   });
 }
 
@@ -287,48 +281,45 @@ void attention_backward(Context& ctx, float* dqkv, float* scratch, const float* 
                             NH, causal);
     return;
   }
-  ctx.parallel_for(static_cast<int64_t>(B) * NH, [&](int chunk, int64_t i0, int64_t i1) {
+  ctx.parallel_tasks(static_cast<int64_t>(B) * NH, [&](int chunk, int64_t bh) {
     float* D = scratch + chunk * TT;
-    for (int64_t bh = i0; bh < i1; ++bh) {
-      const int64_t b = bh / NH;
-      const int64_t h = bh % NH;
-      const int64_t base = b * T * C3 + h * hs;
-      const float* q = qkv + base;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      float* dq = dqkv + base;
-      float* dk = dq + C;
-      float* dv = dq + 2 * C;
-      const float* A = att + bh * TT;
-      const float* go = dout + b * T * C + h * hs;
-      for_blocks(T, causal, [&](int r0, int r1, int keys) {
-        const int64_t o0 = r0;
-        // datt rows [r0, r1), keys [0, keys).
-        gemm_serial(false, true, r1 - r0, keys, hs, 1.0f, go + o0 * C, C, v, C3, 0.0f, D + o0 * T,
-                    T);
-        // dv[keys r0..r1) += att[queries r0..T, keys r0..r1)ᵀ · dout[queries r0..T).
-        gemm_serial(true, false, r1 - r0, hs, T - r0, 1.0f, A + o0 * T + o0, T, go + o0 * C, C,
-                    1.0f, dv + o0 * C3, C3);
-      });
-      // Softmax backward, scale folded in: D = att ⊙ (datt − Σ att·datt) · scale. In the
-      // causal case the entries right of the diagonal up to the block end are zeroed, as
-      // the blocked GEMMs below read them.
-      for (int t = 0; t < T; ++t) {
-        const int n = causal ? std::min(T, (t + kLanes) / kLanes * kLanes) : T;  // t + 1 rounded up
-        const int end = block_end(t, T, causal);
-        softmax_backward_row(D + static_cast<int64_t>(t) * T, A + static_cast<int64_t>(t) * T,
-                             scale, n, end);
-      }
-      for_blocks(T, causal, [&](int r0, int r1, int keys) {
-        const int64_t o0 = r0;
-        // dq[rows r0..r1) += D[rows, keys 0..keys) · k[keys 0..keys).
-        gemm_serial(false, false, r1 - r0, hs, keys, 1.0f, D + o0 * T, T, k, C3, 1.0f, dq + o0 * C3,
-                    C3);
-        // dk[keys r0..r1) += D[queries r0..T, keys r0..r1)ᵀ · q[queries r0..T).
-        gemm_serial(true, false, r1 - r0, hs, T - r0, 1.0f, D + o0 * T + o0, T, q + o0 * C3, C3,
-                    1.0f, dk + o0 * C3, C3);
-      });
+    const int64_t b = bh / NH;
+    const int64_t h = bh % NH;
+    const int64_t base = b * T * C3 + h * hs;
+    const float* q = qkv + base;
+    const float* k = q + C;
+    const float* v = q + 2 * C;
+    float* dq = dqkv + base;
+    float* dk = dq + C;
+    float* dv = dq + 2 * C;
+    const float* A = att + bh * TT;
+    const float* go = dout + b * T * C + h * hs;
+    for_blocks(T, causal, [&](int r0, int r1, int keys) {
+      const int64_t o0 = r0;
+      // datt rows [r0, r1), keys [0, keys).
+      gemm_serial(false, true, r1 - r0, keys, hs, 1.0f, go + o0 * C, C, v, C3, 0.0f, D + o0 * T, T);
+      // dv[keys r0..r1) += att[queries r0..T, keys r0..r1)ᵀ · dout[queries r0..T).
+      gemm_serial(true, false, r1 - r0, hs, T - r0, 1.0f, A + o0 * T + o0, T, go + o0 * C, C, 1.0f,
+                  dv + o0 * C3, C3);
+    });
+    // Softmax backward, scale folded in: D = att ⊙ (datt − Σ att·datt) · scale. In the
+    // causal case the entries right of the diagonal up to the block end are zeroed, as
+    // the blocked GEMMs below read them.
+    for (int t = 0; t < T; ++t) {
+      const int n = causal ? std::min(T, (t + kLanes) / kLanes * kLanes) : T;  // t + 1 rounded up
+      const int end = block_end(t, T, causal);
+      softmax_backward_row(D + static_cast<int64_t>(t) * T, A + static_cast<int64_t>(t) * T, scale,
+                           n, end);
     }
+    for_blocks(T, causal, [&](int r0, int r1, int keys) {
+      const int64_t o0 = r0;
+      // dq[rows r0..r1) += D[rows, keys 0..keys) · k[keys 0..keys).
+      gemm_serial(false, false, r1 - r0, hs, keys, 1.0f, D + o0 * T, T, k, C3, 1.0f, dq + o0 * C3,
+                  C3);
+      // dk[keys r0..r1) += D[queries r0..T, keys r0..r1)ᵀ · q[queries r0..T).
+      gemm_serial(true, false, r1 - r0, hs, T - r0, 1.0f, D + o0 * T + o0, T, q + o0 * C3, C3, 1.0f,
+                  dk + o0 * C3, C3);
+    });
   });
 }
 

@@ -15,7 +15,8 @@ namespace actorpipe {
 /// key_mask (B,T): 1 = attend, 0 = padding (may be null = all keys valid). For causal
 /// attention key t2 > t is excluded too. A query whose every key is masked gets zeros.
 /// Masked entries of att are 0. In fp32 q, k, v are read in place (strided views of qkv);
-/// the work is split over (b, h), so the result is bitwise the same for any thread count.
+/// each (b, h) pair is a task of its own (Context::parallel_tasks: a free thread takes the next),
+/// so the result is bitwise the same for any thread count.
 void attention_forward(Context& ctx, float* out, float* att, const float* qkv,
                        const uint8_t* key_mask, bool causal, int B, int T, int C, int NH);
 

@@ -1,6 +1,7 @@
 // bf16 GEMM through oneDNN: per thread, a cache of matmul primitives keyed by shape, strides and
 // accumulation, each with its memory objects; the scratchpad is the thread's own (user mode), so
-// concurrent calls on several threads share nothing inside oneDNN.
+// concurrent calls on several threads share nothing inside oneDNN. A split product's pieces go
+// to whichever thread is free.
 #include "kernels/bf16_gemm.hpp"
 
 #include <fmt/format.h>
@@ -35,6 +36,10 @@ namespace {
 constexpr int kBf16RowAlign = 96;
 // A product is split only when every piece has at least this many multiply-adds.
 constexpr double kBf16MinPieceMNK = 4.0 * 1024 * 1024;
+// Pieces per thread of a split product, taken by whichever thread is free: the AMX units of
+// two vCPUs ran 1.4-3.3x apart on the same product (docs/benchmarks.md), and an even split
+// kept the faster one waiting. oneDNN's bits depend on a piece's rows, not on its thread.
+constexpr int kBf16PiecesPerThread = 4;
 
 dnnl::engine& cpu_engine() {
   static auto* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);  // lives as long as the process
@@ -198,7 +203,7 @@ void gemm_bf16(Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, co
   AP_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_bf16: negative size M={} N={} K={}", M, N, K);
   if (M == 0 || N == 0) return;
   internal::split_rows(ctx, M, kBf16RowAlign, static_cast<double>(N) * K, kBf16MinPieceMNK,
-                       [&](int m0, int rows) {
+                       kBf16PiecesPerThread, [&](int m0, int rows) {
                          const bf16* a0 = trans_a ? A + m0 : A + static_cast<int64_t>(m0) * lda;
                          gemm_bf16_serial(trans_a, trans_b, rows, N, K, a0, lda, B, ldb, accumulate,
                                           C + static_cast<int64_t>(m0) * ldc, ldc, bias);

@@ -1,8 +1,9 @@
 // bf16 GEMM: row-major C = op(A)·op(B) (+ C) with bf16 A and B and an f32 C, accumulated in f32,
-// through oneDNN matmul primitives. Partitioned over the Context's threads by blocks of output
-// rows like gemm(); each block is one oneDNN call on one thread (its OpenMP budget set to 1), so
-// stages in one process never oversubscribe the cores. A primitive is created once per shape and
-// thread, and reused.
+// through oneDNN matmul primitives. Split into pieces of output rows (up to four per thread of
+// the Context), which the threads take as they become free: a faster core computes more of
+// them. Each piece is one oneDNN call on one thread (its OpenMP budget set to 1), so stages in
+// one process never oversubscribe the cores. A primitive is created once per shape and thread,
+// and reused.
 #pragma once
 
 #include <string>
@@ -15,7 +16,7 @@ namespace actorpipe {
 /// op(A) is (M, K), op(B) is (K, N), C is (M, N); lda/ldb/ldc are row strides of the stored
 /// matrices. accumulate: C += op(A)·op(B); otherwise C = op(A)·op(B). bias (N floats, or null)
 /// is added to every row by the product itself. The same inputs and thread count give the same
-/// bits.
+/// bits (the pieces depend on M and the thread count, never on which thread runs one).
 void gemm_bf16(Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, const bf16* A,
                int lda, const bf16* B, int ldb, bool accumulate, float* C, int ldc,
                const float* bias = nullptr);

@@ -292,4 +292,20 @@ void Context::run_chunks(int64_t n, int64_t align, ChunkFn fn) {
   pool_->run(ChunkFn(job));
 }
 
+void Context::run_tasks(int64_t tasks, TaskFn fn) {
+  if (tasks <= 0) return;
+  if (threads_ == 1 || tasks == 1 || tl_in_chunk > 0) {
+    InChunk in;
+    for (int64_t i = 0; i < tasks; ++i) fn(0, i);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  auto take = [&](int c, int64_t, int64_t) {
+    for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < tasks;
+         i = next.fetch_add(1, std::memory_order_relaxed))
+      fn(c, i);
+  };
+  run_chunks(threads_, 1, ChunkFn(take));
+}
+
 }  // namespace actorpipe

@@ -1,5 +1,6 @@
 // Context: the compute budget of one caller (a pipeline stage or the reference trainer):
-// its own worker threads, a deterministic static partition of loops, and a scratch arena.
+// its own worker threads, a deterministic static partition of loops, tasks taken by whichever
+// thread is free, and a scratch arena.
 #pragma once
 
 #include <cstddef>
@@ -52,7 +53,22 @@ class ChunkFn {
   void (*call_)(void*, int, int64_t, int64_t);
 };
 
-/// A thread budget. Work is split into `threads()` contiguous chunks by a fixed rule, so the
+/// A non-owning reference to a callable `void(int chunk, int64_t task)`.
+class TaskFn {
+ public:
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, TaskFn>>>
+  TaskFn(F& f)  // NOLINT: implicit by design
+      : obj_(const_cast<void*>(static_cast<const void*>(&f))),
+        call_([](void* o, int c, int64_t t) { (*static_cast<F*>(o))(c, t); }) {}
+  void operator()(int c, int64_t t) const { call_(obj_, c, t); }
+
+ private:
+  void* obj_;
+  void (*call_)(void*, int, int64_t);
+};
+
+/// A thread budget. Work is split into `threads()` contiguous chunks by a fixed rule, or into
+/// tasks whose results do not depend on the thread that runs them (parallel_tasks), so the
 /// same inputs and thread count give the same bits. OpenBLAS itself runs single-threaded;
 /// parallel GEMMs are partitioned by the Context, so several Contexts in one process (one
 /// per pipeline stage) never oversubscribe the machine. The workers are created once and
@@ -103,6 +119,20 @@ class Context {
     run_chunks(n, align, ChunkFn(fn));
   }
 
+  /// Runs fn(chunk, task) for every task in [0, tasks) over the Context's threads, each thread
+  /// taking the next task as soon as it is done with one: a faster thread runs more of them
+  /// (no thread waits for a slower one while tasks remain). `chunk` is the running thread's
+  /// index (0 is the caller), for per-thread scratch; which thread runs a task, and in what
+  /// order the tasks run, vary from call to call, so the caller makes every task's result
+  /// independent of both. Blocks until every task is done. A task that throws ends its thread's
+  /// share (tasks not yet taken may then not run); the exception is rethrown here once every
+  /// thread has stopped. Called from inside a chunk, it runs the tasks in order on the calling
+  /// thread (chunk 0).
+  template <class F>
+  void parallel_tasks(int64_t tasks, F&& fn) {
+    run_tasks(tasks, TaskFn(fn));
+  }
+
   Arena& arena() { return arena_; }
 
   /// Where the layers' ops run (kernels/compute_backend.hpp): this Context's own CPU backend (its
@@ -123,6 +153,7 @@ class Context {
 
  private:
   void run_chunks(int64_t n, int64_t align, ChunkFn fn);
+  void run_tasks(int64_t tasks, TaskFn fn);
 
   int threads_;
   Precision precision_ = Precision::fp32;

@@ -1,10 +1,11 @@
-// Context tests: the static partition, persistent workers, nesting, exceptions, and an
-// arena that stops growing after the first step.
+// Context tests: the static partition, tasks taken as threads become free, persistent workers,
+// nesting, exceptions, and an arena that stops growing after the first step.
 #include "kernels/context.hpp"
 
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <stdexcept>
 #include <thread>
@@ -106,6 +107,84 @@ TEST_CASE("an exception in any chunk reaches the caller and the pool keeps worki
   });
   for (int64_t i = 0; i < 100; ++i) sum += i;
   CHECK(total == sum);
+}
+
+TEST_CASE("parallel_tasks runs every task once, on a thread a chunk index names") {
+  for (int t : {1, 2, 3}) {
+    Context ctx(t);
+    for (int64_t tasks : {0, 1, 2, 7, 100}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(tasks));
+      std::vector<std::thread::id> thread_of(static_cast<size_t>(t));
+      std::atomic<bool> chunk_ok{true};
+      ctx.parallel_tasks(tasks, [&](int c, int64_t i) {
+        if (c < 0 || c >= t) {
+          chunk_ok = false;
+          return;
+        }
+        ++hits[static_cast<size_t>(i)];
+        // a chunk index is one thread's for the whole call (per-thread scratch)
+        if (thread_of[static_cast<size_t>(c)] == std::thread::id{})
+          thread_of[static_cast<size_t>(c)] = std::this_thread::get_id();
+        else if (thread_of[static_cast<size_t>(c)] != std::this_thread::get_id())
+          chunk_ok = false;
+      });
+      CHECK(chunk_ok);
+      for (const auto& h : hits) CHECK(h == 1);
+    }
+  }
+}
+
+TEST_CASE("parallel_tasks: a thread that is free takes the tasks a busy one has not") {
+  Context ctx(2);
+  // task 0 holds its thread until every other task has run: the other thread runs them all
+  std::atomic<int> others{0};
+  std::atomic<int> chunk_of_others{-1};
+  std::atomic<bool> mixed{false};
+  const int64_t tasks = 12;
+  ctx.parallel_tasks(tasks, [&](int c, int64_t i) {
+    if (i == 0) {
+      const auto t0 = std::chrono::steady_clock::now();
+      while (others.load() < tasks - 1 &&
+             std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
+        std::this_thread::yield();
+      return;
+    }
+    int expected = -1;
+    if (!chunk_of_others.compare_exchange_strong(expected, c) && expected != c) mixed = true;
+    ++others;
+  });
+  CHECK(others == tasks - 1);
+  CHECK_FALSE(mixed);
+}
+
+TEST_CASE("parallel_tasks nested in a chunk runs its tasks in order on that thread") {
+  Context ctx(2);
+  std::vector<std::vector<int64_t>> order(2);
+  ctx.parallel_for(2, [&](int c, int64_t, int64_t) {
+    const auto me = std::this_thread::get_id();
+    ctx.parallel_tasks(5, [&](int c2, int64_t i) {
+      CHECK(c2 == 0);
+      CHECK(std::this_thread::get_id() == me);
+      order[static_cast<size_t>(c)].push_back(i);
+    });
+  });
+  CHECK(order[0] == std::vector<int64_t>{0, 1, 2, 3, 4});
+  CHECK(order[1] == std::vector<int64_t>{0, 1, 2, 3, 4});
+}
+
+TEST_CASE("an exception in a task reaches the caller and the pool keeps working") {
+  Context ctx(2);
+  std::atomic<int> done{0};
+  CHECK_THROWS_AS(ctx.parallel_tasks(6,
+                                     [&](int, int64_t i) {
+                                       ++done;
+                                       if (i == 3) AP_CHECK(false, "task {}", i);
+                                     }),
+                  CheckFailure);
+  CHECK(done >= 4);
+  std::atomic<int> again{0};
+  ctx.parallel_tasks(4, [&](int, int64_t) { ++again; });
+  CHECK(again == 4);
 }
 
 TEST_CASE("two Contexts used from two threads at once") {

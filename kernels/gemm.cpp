@@ -17,6 +17,9 @@ namespace actorpipe {
 
 namespace {
 constexpr double kMinPieceMNK = kGemmMinPieceMNK;
+// One piece per thread: OpenBLAS packs B again in every call, and more, smaller pieces were no
+// faster at GPT small on two threads (docs/benchmarks.md).
+constexpr int kPiecesPerThread = 1;
 
 // A fixed pseudo-random fill in [-1, 1) (the probe must not depend on anything but the kernels).
 void fill(std::vector<float>& v, uint32_t seed) {
@@ -80,7 +83,7 @@ void gemm(Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, float a
     gemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-  internal::split_rows(ctx, M, align, static_cast<double>(N) * K, kMinPieceMNK,
+  internal::split_rows(ctx, M, align, static_cast<double>(N) * K, kMinPieceMNK, kPiecesPerThread,
                        [&](int m0, int rows) {
                          const float* a0 = trans_a ? A + m0 : A + static_cast<int64_t>(m0) * lda;
                          gemm_serial(trans_a, trans_b, rows, N, K, alpha, a0, lda, B, ldb, beta,

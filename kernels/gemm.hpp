@@ -1,5 +1,6 @@
 // GEMM: row-major C = alpha * op(A) * op(B) + beta * C through OpenBLAS sgemm, partitioned
-// over the Context's threads by blocks of output rows (each output element computed by one thread).
+// over the Context's threads by blocks of output rows, one per thread, taken by whichever thread
+// is free (each output element computed by one thread).
 #pragma once
 
 #include "kernels/context.hpp"
