@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
         "position table)\n");
     fmt::print(
         "floor: the step's own sgemm (and bf16: oneDNN matmul) calls replayed alone, each on the "
-        "thread that made it (the Context's partition; one thread per call)\n");
+        "thread that made it (the pieces each thread took in the step; one thread per call)\n");
     fmt::print("bf16: {}{}\n", bf16_support().describe(),
                bf16_support().native ? "" : " (bf16 rows skipped: no bf16 instructions)");
     if (!cpu_speeds.empty())
